@@ -1,0 +1,84 @@
+"""Sessions for the cudagraph monorepo.
+
+``nox -s tests`` (the default) and ``nox -s migrate`` are the two commands a fresh machine needs. Both build their own
+virtualenv; torch is installed with pip as the pinned CPU build (``TORCH_CPU``) because pip finds that wheel on the
+local disk, while uv would download a multi-GB CUDA build. ``gpu`` and ``bench`` run on a CUDA machine with no network:
+they use the interpreter that already has torch and put the workspace sources on ``PYTHONPATH`` instead of installing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+TORCH_CPU = "torch==2.13.0"
+# Dependency order: each package only needs those before it.
+WORKSPACE_PACKAGES = (
+    "packages/cudagraph-config",
+    "packages/cudagraph-backend-utils",
+    "packages/cudagraph-backend",
+    "packages/cudagraph-runner",
+    "packages/cudagraph-engine",
+    "codemods",
+    "shims",
+)
+TEST_REQUIREMENTS = ("pytest>=8", "hypothesis>=6.100", "packaging>=23", "tqdm>=4.60")
+
+nox.options.sessions = ["tests"]
+nox.options.default_venv_backend = "virtualenv"
+
+
+def install_workspace(session: nox.Session, *extra: str) -> None:
+    """Install torch (CPU build unless one is present), every workspace package editable, and ``extra``."""
+    session.install(TORCH_CPU)
+    editable = [arg for package in WORKSPACE_PACKAGES for arg in ("-e", package)]
+    session.install(*editable, *extra)
+
+
+@nox.session(venv_backend="virtualenv")
+def tests(session: nox.Session) -> None:
+    """Unit, property, codemod, shim and packaging tests on the CPU; GPU tests skip with a reason."""
+    install_workspace(session, *TEST_REQUIREMENTS)
+    session.run("pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session(venv_backend="virtualenv")
+def property(session: nox.Session) -> None:
+    """Hypothesis property tests only; ``nox -s property -- --hypothesis-profile=deep`` searches much longer."""
+    install_workspace(session, *TEST_REQUIREMENTS)
+    session.run("pytest", "tests/property", *(session.posargs or ["-q"]))
+
+
+@nox.session(venv_backend="virtualenv")
+def lint(session: nox.Session) -> None:
+    """Ruff (lint and format check) over the tree and mypy over the packages."""
+    install_workspace(session, "ruff>=0.6", "mypy>=1.10")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    sources = [str(Path(package, "src")) for package in WORKSPACE_PACKAGES]
+    session.run("mypy", *sources, env={"MYPYPATH": os.pathsep.join(sources)})
+
+
+@nox.session(venv_backend="none")
+def gpu(session: nox.Session) -> None:
+    """GPU tests with the current interpreter (no venv, no network): ``pytest -m gpu`` via tests/gpu/run.py."""
+    session.run("python3", "tests/gpu/run.py", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """Benchmarks (scripts, not tests) with the current interpreter; each prints ratios and writes JSON."""
+    session.run("python3", "bench/run.py", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="virtualenv")
+def migrate(session: nox.Session) -> None:
+    """Migrate PATH... in place (``nox -s migrate -- PATH``); with no path, migrate the bundled legacy example."""
+    install_workspace(session, "pytest>=8")
+    if session.posargs:
+        session.run("cudagraph-migrate", *session.posargs)
+    else:
+        session.run("python", "-m", "cudagraph.migrate.example")

@@ -1,0 +1,45 @@
+"""Run the GPU tests with the current interpreter, no venv and no network (what ``nox -s gpu`` calls).
+
+The workspace sources go on ``PYTHONPATH`` (``cudagraph`` is a PEP 420 namespace, so every ``src/`` directory
+contributes), and wheels carried in ``.whl/`` (flashinfer and its needs) are unpacked into ``.site/`` first.
+Extra arguments go to pytest, e.g. ``python3 tests/gpu/run.py -k breakable``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_DIRS = [*sorted(ROOT.glob("packages/*/src")), ROOT / "codemods/src", ROOT / "shims/src"]
+
+
+def workspace_env() -> dict[str, str]:
+    """Environment with the workspace sources (and carried wheels, if any) importable."""
+    paths = [str(path) for path in SOURCE_DIRS]
+    wheels = glob.glob(str(ROOT / ".whl" / "*.whl"))
+    if wheels:
+        site = ROOT / ".site"
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--upgrade", "--target",
+             str(site), *wheels],
+            check=True,
+        )
+        paths.append(str(site))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def main(argv: list[str]) -> int:
+    """Run ``pytest -m gpu`` over tests/ with the workspace importable; return pytest's exit status."""
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-rsx", str(ROOT / "tests"), *argv]
+    return subprocess.call(command, env=workspace_env(), cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
