@@ -50,7 +50,9 @@ def test_wheel_installs_alone_and_imports(name: str, wheelhouse: Path, tmp_path:
     assert siblings - {name} <= _transitive(declared), f"{name} pulled in undeclared siblings: {siblings}"
     result = subprocess.run(
         [str(python), "-c", f"import cudagraph.{dist.module} as m; print(m.__version__)"],
-        capture_output=True, text=True, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == dist.version

@@ -24,8 +24,19 @@ def workspace_env() -> dict[str, str]:
     if wheels:
         site = ROOT / ".site"
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--upgrade", "--target",
-             str(site), *wheels],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--upgrade",
+                "--target",
+                str(site),
+                *wheels,
+            ],
             check=True,
         )
         paths.append(str(site))
@@ -37,7 +48,9 @@ def workspace_env() -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     """Run ``pytest -m gpu`` over tests/ with the workspace importable; return pytest's exit status."""
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-rsx", str(ROOT / "tests"), *argv]
+    paths_given = any(not arg.startswith("-") and (ROOT / arg.split("::")[0]).exists() for arg in argv)
+    targets = [] if paths_given else [str(ROOT / "tests")]
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-rsx", *targets, *argv]
     return subprocess.call(command, env=workspace_env(), cwd=ROOT)
 
 
