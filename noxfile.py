@@ -25,7 +25,8 @@ WORKSPACE_PACKAGES = (
     "codemods",
     "shims",
 )
-TEST_REQUIREMENTS = ("pytest>=8", "hypothesis>=6.100", "packaging>=23", "tqdm>=4.60")
+# transformers is the reference forward nobody here wrote (compared against on CPU in float32).
+TEST_REQUIREMENTS = ("pytest>=8", "hypothesis>=6.100", "packaging>=23", "tqdm>=4.60", "transformers>=4.50")
 
 nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "virtualenv"

@@ -47,9 +47,9 @@ def workspace_env() -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    """Run ``pytest -m gpu`` over tests/ with the workspace importable; return pytest's exit status."""
+    """Run ``pytest -m gpu`` over tests/gpu/ with the workspace importable; return pytest's exit status."""
     paths_given = any(not arg.startswith("-") and (ROOT / arg.split("::")[0]).exists() for arg in argv)
-    targets = [] if paths_given else [str(ROOT / "tests")]
+    targets = [] if paths_given else [str(ROOT / "tests" / "gpu")]
     command = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-rsx", *targets, *argv]
     return subprocess.call(command, env=workspace_env(), cwd=ROOT)
 

@@ -1,0 +1,40 @@
+"""Llama / Qwen2 / Qwen3 decoder in plain torch: config, model, Hugging Face checkpoint I/O, random weights,
+presets, and a dense single-sequence reference.
+
+The model takes attention from its caller (``attend``), so the engine's paged backends, CUDA-graph capture and the
+dense reference all drive the same weights.
+"""
+
+from .causal_lm import CausalLM, resolve_dtype
+from .checkpoint import TensorSlot, checkpoint_slots, load_model, save_model
+from .config import FAMILIES, ROPE_TYPES, SUPPORTED_DTYPES, ArchitectureFamily, ModelConfig, RopeScaling
+from .errors import ModelFileNotFoundError, ModelLoadError
+from .layers import AttendFn
+from .presets import PRESETS, model_config_from_preset
+from .random_init import random_model
+from .reference import dense_attend, dense_causal_attention, reference_greedy, reference_logits
+
+__all__ = [
+    "FAMILIES",
+    "PRESETS",
+    "ROPE_TYPES",
+    "SUPPORTED_DTYPES",
+    "ArchitectureFamily",
+    "AttendFn",
+    "CausalLM",
+    "ModelConfig",
+    "ModelFileNotFoundError",
+    "ModelLoadError",
+    "RopeScaling",
+    "TensorSlot",
+    "checkpoint_slots",
+    "dense_attend",
+    "dense_causal_attention",
+    "load_model",
+    "model_config_from_preset",
+    "random_model",
+    "reference_greedy",
+    "reference_logits",
+    "resolve_dtype",
+    "save_model",
+]

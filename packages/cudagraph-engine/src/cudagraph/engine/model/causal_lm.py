@@ -1,0 +1,81 @@
+"""``CausalLM``: a Llama / Qwen2 / Qwen3 decoder over flat token batches, with attention supplied by the caller.
+
+The model owns no KV cache and no batch layout: ``forward`` takes the step's tokens and positions as flat ``[T]``
+tensors and an ``attend`` callable that knows how tokens group into sequences. That keeps one model usable by the
+paged engine, by CUDA-graph capture (static shapes, no host syncs) and by a dense single-sequence reference.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import SUPPORTED_DTYPES, ModelConfig
+from .errors import ModelLoadError
+from .layers import AttendFn, DecoderLayer, RMSNorm
+from .rotary import rotary_cos_sin_table
+
+_DTYPES_BY_NAME = {name: getattr(torch, name) for name in SUPPORTED_DTYPES}
+
+
+def resolve_dtype(dtype: torch.dtype | str, config: ModelConfig) -> torch.dtype:
+    """The compute dtype: ``"auto"`` is the checkpoint's (``config.torch_dtype``), else a supported name or dtype."""
+    if dtype == "auto":
+        return _DTYPES_BY_NAME[config.torch_dtype]
+    if isinstance(dtype, torch.dtype) and dtype in _DTYPES_BY_NAME.values():
+        return dtype
+    if isinstance(dtype, str) and dtype in _DTYPES_BY_NAME:
+        return _DTYPES_BY_NAME[dtype]
+    raise ModelLoadError(f"unsupported dtype {dtype!r}: use 'auto' or one of {', '.join(SUPPORTED_DTYPES)}")
+
+
+class CausalLM(nn.Module):
+    """A decoder-only language model of a supported family, with uninitialized weights until loaded.
+
+    Build one with ``load_model`` (a Hugging Face directory) or ``random_model`` (random weights); constructing
+    it directly allocates the parameters (``torch.empty``) on ``device`` in ``dtype``. Parameters never require
+    grad.
+
+    Example:
+        >>> from cudagraph.engine.model import dense_attend, model_config_from_preset, random_model
+        >>> model = random_model(model_config_from_preset("tiny-llama-random"))
+        >>> ids = torch.tensor([1, 2, 3])
+        >>> hidden = model(ids, torch.arange(3), dense_attend(model.config))
+        >>> model.compute_logits(hidden[-1:]).shape
+        torch.Size([1, 512])
+    """
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype | str = "auto", device: torch.device | str = "cpu"):
+        super().__init__()
+        self.config = config
+        self.dtype = resolve_dtype(dtype, config)
+        self.device = torch.device(device)
+        self.embed_tokens = nn.Parameter(
+            torch.empty((config.vocab_size, config.hidden_size), dtype=self.dtype, device=self.device),
+            requires_grad=False,
+        )
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, layer_id, self.dtype, self.device) for layer_id in range(config.num_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, self.dtype, self.device)
+        self.lm_head = (
+            self.embed_tokens
+            if config.tie_word_embeddings
+            else nn.Parameter(torch.empty_like(self.embed_tokens), requires_grad=False)
+        )
+        self.rotary_cos_sin: torch.Tensor
+        self.register_buffer("rotary_cos_sin", rotary_cos_sin_table(config, self.dtype, self.device), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: AttendFn) -> torch.Tensor:
+        """Hidden states ``[T, hidden]`` after the final norm for the flat tokens ``input_ids`` ``[T]`` (int64) at
+        ``positions`` ``[T]`` (int64, below ``max_position_embeddings``), attending through ``attend``."""
+        hidden = F.embedding(input_ids, self.embed_tokens)
+        cos_sin = torch.index_select(self.rotary_cos_sin, 0, positions)
+        for layer in self.layers:
+            hidden = layer(hidden, cos_sin, attend)
+        return self.norm(hidden)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Float32 logits ``[N, vocab]`` for hidden states ``[N, hidden]`` (the head runs in the model dtype)."""
+        return F.linear(hidden, self.lm_head).float()

@@ -1,0 +1,239 @@
+"""Hugging Face checkpoints <-> ``CausalLM``: the tensor-name map onto the fused layout, ``load_model`` and
+``save_model``.
+
+One table (``checkpoint_slots``) says where every Hugging Face tensor lives in the model (which parameter, which
+rows); loading and saving both read it, so they cannot disagree. Loading checks every tensor's presence and shape
+before copying; it never leaves a half-filled model to the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from .causal_lm import CausalLM
+from .config import CONFIG_FILE, ModelConfig
+from .errors import ModelFileNotFoundError, ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+"""Tensors some checkpoints carry that the model recomputes."""
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    """Where one Hugging Face tensor lives: rows ``[row_start, row_stop)`` of ``parameter`` (a dotted name in
+    ``CausalLM``), and the shape the checkpoint must hold. ``broadcast``: the checkpoint's vector fills every row
+    (Qwen3's q/k norm weight, repeated per head)."""
+
+    hf_name: str
+    parameter: str
+    row_start: int
+    row_stop: int
+    shape: tuple[int, ...]
+    broadcast: bool = False
+
+    def target(self, model: CausalLM) -> torch.Tensor:
+        """The slice of the model's parameter this tensor fills."""
+        return model.get_parameter(self.parameter)[self.row_start : self.row_stop]
+
+
+def checkpoint_slots(config: ModelConfig) -> list[TensorSlot]:
+    """Every tensor a checkpoint of ``config`` must hold, in Hugging Face naming, mapped onto ``CausalLM``."""
+    hidden, q_size, kv_size, inter = config.hidden_size, config.q_size, config.kv_size, config.intermediate_size
+    slots = [TensorSlot("model.embed_tokens.weight", "embed_tokens", 0, config.vocab_size, (config.vocab_size, hidden))]
+    for layer in range(config.num_layers):
+        hf, ours = f"model.layers.{layer}.", f"layers.{layer}."
+        attn = ours + "self_attn."
+        # q, k and v are stacked row-wise in one projection, as are gate and up.
+        qkv_rows = (
+            ("q_proj", 0, q_size),
+            ("k_proj", q_size, q_size + kv_size),
+            ("v_proj", q_size + kv_size, q_size + 2 * kv_size),
+        )
+        for projection, start, stop in qkv_rows:
+            slots.append(
+                TensorSlot(
+                    f"{hf}self_attn.{projection}.weight", attn + "qkv_weight", start, stop, (stop - start, hidden)
+                )
+            )
+            if config.qkv_bias:
+                slots.append(
+                    TensorSlot(f"{hf}self_attn.{projection}.bias", attn + "qkv_bias", start, stop, (stop - start,))
+                )
+        slots.append(TensorSlot(f"{hf}self_attn.o_proj.weight", attn + "o_weight", 0, hidden, (hidden, q_size)))
+        if config.o_bias:
+            slots.append(TensorSlot(f"{hf}self_attn.o_proj.bias", attn + "o_bias", 0, hidden, (hidden,)))
+        if config.qk_norm:
+            heads, all_heads, head_dim = config.num_heads, config.num_heads + config.num_kv_heads, config.head_dim
+            norm = attn + "qk_norm.weight"
+            slots.append(TensorSlot(f"{hf}self_attn.q_norm.weight", norm, 0, heads, (head_dim,), broadcast=True))
+            slots.append(
+                TensorSlot(f"{hf}self_attn.k_norm.weight", norm, heads, all_heads, (head_dim,), broadcast=True)
+            )
+        for norm_name in ("input_layernorm", "post_attention_layernorm"):
+            slots.append(TensorSlot(f"{hf}{norm_name}.weight", f"{ours}{norm_name}.weight", 0, hidden, (hidden,)))
+        slots.append(TensorSlot(f"{hf}mlp.gate_proj.weight", ours + "mlp.gate_up_weight", 0, inter, (inter, hidden)))
+        slots.append(
+            TensorSlot(f"{hf}mlp.up_proj.weight", ours + "mlp.gate_up_weight", inter, 2 * inter, (inter, hidden))
+        )
+        slots.append(TensorSlot(f"{hf}mlp.down_proj.weight", ours + "mlp.down_weight", 0, hidden, (hidden, inter)))
+    slots.append(TensorSlot("model.norm.weight", "norm.weight", 0, hidden, (hidden,)))
+    if not config.tie_word_embeddings:
+        slots.append(TensorSlot("lm_head.weight", "lm_head", 0, config.vocab_size, (config.vocab_size, hidden)))
+    return slots
+
+
+def load_model(
+    path: str | Path,
+    dtype: torch.dtype | str = "auto",
+    device: torch.device | str = "cpu",
+    *,
+    progress: bool | None = None,
+) -> CausalLM:
+    """Load a Hugging Face model directory (``config.json`` + ``model.safetensors`` or a sharded
+    ``model.safetensors.index.json``) onto ``device``.
+
+    ``dtype="auto"`` keeps the checkpoint's dtype (``config.json``'s ``dtype``/``torch_dtype``); otherwise
+    ``float32``, ``bfloat16`` or ``float16`` (name or ``torch.dtype``). ``progress``: show a bar per shard
+    (default: only when there are several shards).
+    """
+    directory = Path(path)
+    config = ModelConfig.from_pretrained(directory)
+    files_by_name = _checkpoint_files(directory)
+    slots = checkpoint_slots(config)
+    _check_names(directory, config, slots, files_by_name)
+    model = CausalLM(config, dtype, device)
+    slots_by_file: dict[Path, list[TensorSlot]] = defaultdict(list)
+    for slot in slots:
+        slots_by_file[files_by_name[slot.hf_name]].append(slot)
+    show_progress = len(slots_by_file) > 1 if progress is None else progress
+    with torch.no_grad():
+        for file, file_slots in tqdm(
+            slots_by_file.items(), desc="loading shards", unit="shard", disable=not show_progress
+        ):
+            with safe_open(str(file), framework="pt", device="cpu") as shard:
+                for slot in file_slots:
+                    tensor = shard.get_tensor(slot.hf_name)
+                    _check_shape(file, slot, tensor)
+                    slot.target(model).copy_(
+                        tensor.expand(slot.row_stop - slot.row_start, -1) if slot.broadcast else tensor
+                    )
+    return model
+
+
+def save_model(model: CausalLM, path: str | Path, *, max_shard_bytes: int | None = None) -> None:
+    """Write ``model`` as a Hugging Face directory (``config.json`` + safetensors in Hugging Face naming) that
+    ``load_model`` and ``transformers`` both load. ``max_shard_bytes`` splits the weights into shards with a
+    ``model.safetensors.index.json``; by default one ``model.safetensors``."""
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    dtype_name = str(model.dtype).removeprefix("torch.")
+    (directory / CONFIG_FILE).write_text(json.dumps(model.config.to_hf_dict(torch_dtype=dtype_name), indent=2) + "\n")
+    tensors = {slot.hf_name: _saved_tensor(model, slot) for slot in checkpoint_slots(model.config)}
+    shards = list(_shard(tensors, max_shard_bytes))
+    metadata = {"format": "pt"}
+    if len(shards) == 1:
+        save_file(shards[0], str(directory / SINGLE_FILE), metadata=metadata)
+        return
+    weight_map: dict[str, str] = {}
+    for index, shard in enumerate(shards, start=1):
+        file_name = f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(directory / file_name), metadata=metadata)
+        weight_map.update(dict.fromkeys(shard, file_name))
+    total_size = sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
+    index_json = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
+    (directory / INDEX_FILE).write_text(json.dumps(index_json, indent=2) + "\n")
+
+
+def _checkpoint_files(directory: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it."""
+    index_path, single_path = directory / INDEX_FILE, directory / SINGLE_FILE
+    if index_path.is_file():
+        try:
+            weight_map = json.loads(index_path.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise ModelLoadError(
+                f"{index_path} is not a safetensors index (needs a 'weight_map' object): {error}"
+            ) from None
+        files = {name: directory / file_name for name, file_name in weight_map.items()}
+        for file in sorted(set(files.values())):
+            if not file.is_file():
+                raise ModelFileNotFoundError(f"{index_path} names shard {file.name}, which is missing from {directory}")
+        return files
+    if single_path.is_file():
+        with safe_open(str(single_path), framework="pt", device="cpu") as checkpoint:
+            return dict.fromkeys(checkpoint.keys(), single_path)
+    raise ModelFileNotFoundError(
+        f"no weights in {directory}: expected {SINGLE_FILE} or {INDEX_FILE} (safetensors only; .bin is not supported)"
+    )
+
+
+def _check_names(directory: Path, config: ModelConfig, slots: list[TensorSlot], files: dict[str, Path]) -> None:
+    expected = {slot.hf_name for slot in slots}
+    missing = [slot for slot in slots if slot.hf_name not in files]
+    if missing:
+        first = missing[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ModelLoadError(
+            f"checkpoint {directory} is missing tensor {first.hf_name!r}{more}: a {config.model_type} model with "
+            f"this config.json needs it with shape {first.shape}"
+        )
+    unexpected = [
+        name
+        for name in files
+        if name not in expected
+        and not name.endswith(_IGNORED_SUFFIXES)
+        and not (config.tie_word_embeddings and name == "lm_head.weight")
+    ]
+    if unexpected:
+        logger.warning("ignoring %d tensors the model does not use, e.g. %s", len(unexpected), unexpected[:3])
+
+
+def _check_shape(file: Path, slot: TensorSlot, tensor: torch.Tensor) -> None:
+    if tuple(tensor.shape) != slot.shape:
+        raise ModelLoadError(
+            f"tensor {slot.hf_name!r} in {file.name} has shape {tuple(tensor.shape)}, but config.json implies "
+            f"{slot.shape}"
+        )
+    if not tensor.is_floating_point():
+        raise ModelLoadError(
+            f"tensor {slot.hf_name!r} in {file.name} has dtype {tensor.dtype}: weights must be floating point"
+        )
+
+
+def _saved_tensor(model: CausalLM, slot: TensorSlot) -> torch.Tensor:
+    rows = slot.target(model).detach()
+    tensor = rows[0] if slot.broadcast else rows
+    return tensor.to("cpu").contiguous().clone()
+
+
+def _shard(tensors: dict[str, torch.Tensor], max_shard_bytes: int | None) -> Iterator[dict[str, torch.Tensor]]:
+    """Greedy in-order packing; a tensor larger than the limit gets a shard of its own."""
+    if max_shard_bytes is None:
+        yield tensors
+        return
+    shard: dict[str, torch.Tensor] = {}
+    shard_bytes = 0
+    for name, tensor in tensors.items():
+        size = tensor.numel() * tensor.element_size()
+        if shard and shard_bytes + size > max_shard_bytes:
+            yield shard
+            shard, shard_bytes = {}, 0
+        shard[name] = tensor
+        shard_bytes += size
+    if shard:
+        yield shard

@@ -1,0 +1,110 @@
+"""Our forward against the Hugging Face ``transformers`` forward on tiny random models, float32 on CPU, both ways:
+our checkpoints loaded by transformers, and transformers checkpoints loaded by us."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from cudagraph.engine.model import (
+    ModelConfig,
+    RopeScaling,
+    load_model,
+    model_config_from_preset,
+    random_model,
+    reference_greedy,
+    reference_logits,
+    save_model,
+)
+
+transformers = pytest.importorskip("transformers", reason="needs transformers (pip install transformers)")
+
+PROMPT = [11, 400, 3, 77, 250, 9, 9, 130, 61, 500, 2, 42]
+GREEDY_STEPS = 8
+
+OUR_CONFIGS = {
+    "qwen3": model_config_from_preset("tiny-qwen3-random"),
+    "qwen3-bias": model_config_from_preset("tiny-qwen3-random").with_overrides(attention_bias=True),
+    "llama": model_config_from_preset("tiny-llama-random"),
+    "llama-bias": model_config_from_preset("tiny-llama-random").with_overrides(attention_bias=True),
+    "llama3-rope": model_config_from_preset("tiny-llama-random").with_overrides(
+        rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 64), max_position_embeddings=512
+    ),
+    "linear-rope": model_config_from_preset("tiny-llama-random").with_overrides(
+        rope_scaling=RopeScaling("linear", 4.0)
+    ),
+    "qwen2": model_config_from_preset("tiny-llama-random").with_overrides(model_type="qwen2", num_kv_heads=2),
+}
+
+
+def _hf_logits(hf_model: torch.nn.Module, token_ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return hf_model(torch.tensor([token_ids]), use_cache=False).logits[0].float()
+
+
+def _hf_greedy(hf_model: torch.nn.Module, prompt: list[int], steps: int) -> list[int]:
+    sequence = list(prompt)
+    for _ in range(steps):
+        sequence.append(int(_hf_logits(hf_model, sequence)[-1].argmax()))
+    return sequence[len(prompt) :]
+
+
+@pytest.mark.parametrize("name", list(OUR_CONFIGS))
+def test_transformers_loads_our_checkpoint_and_agrees(tmp_path: Path, name: str) -> None:
+    model = random_model(OUR_CONFIGS[name], seed=7)
+    save_model(model, tmp_path)
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    assert type(hf_model).__name__ == model.config.architecture
+    torch.testing.assert_close(reference_logits(model, PROMPT), _hf_logits(hf_model, PROMPT), rtol=1e-4, atol=1e-4)
+    assert reference_greedy(model, PROMPT, GREEDY_STEPS) == _hf_greedy(hf_model, PROMPT, GREEDY_STEPS)
+
+
+HF_CONFIGS = {
+    "qwen3": lambda: transformers.Qwen3Config(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        intermediate_size=96, vocab_size=512, tie_word_embeddings=True, max_position_embeddings=256,
+    ),
+    "llama": lambda: transformers.LlamaConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+        intermediate_size=96, vocab_size=512, tie_word_embeddings=False, max_position_embeddings=256,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 64},
+    ),
+    "qwen2": lambda: transformers.Qwen2Config(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+        intermediate_size=96, vocab_size=512, tie_word_embeddings=False, max_position_embeddings=256,
+    ),
+}  # fmt: skip
+
+
+def perturb_weights(hf_model: torch.nn.Module, seed: int) -> None:
+    """Replace transformers' init (norms at one, biases at zero) with random values, so that a norm or bias
+    mapped to the wrong place changes the output."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in hf_model.named_parameters():
+            if "norm" in name:
+                parameter.copy_(1 + 0.1 * torch.randn(parameter.shape, generator=generator))
+            elif name.endswith("bias"):
+                parameter.copy_(0.1 * torch.randn(parameter.shape, generator=generator))
+            else:
+                std = 1 / math.sqrt(parameter.shape[-1])
+                parameter.copy_(std * torch.randn(parameter.shape, generator=generator))
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["single", "sharded"])
+@pytest.mark.parametrize("name", list(HF_CONFIGS))
+def test_we_load_a_transformers_checkpoint_and_agree(tmp_path: Path, name: str, sharded: bool) -> None:
+    torch.manual_seed(0)
+    hf_model = transformers.AutoModelForCausalLM.from_config(HF_CONFIGS[name]()).eval()
+    perturb_weights(hf_model, seed=1)
+    hf_model.save_pretrained(tmp_path, max_shard_size="50KB" if sharded else "5GB")
+    assert (tmp_path / "model.safetensors.index.json").exists() == sharded
+    model = load_model(tmp_path)
+    assert model.config == ModelConfig.from_pretrained(tmp_path) and model.config.model_type == name
+    assert model.dtype == torch.float32
+    torch.testing.assert_close(reference_logits(model, PROMPT), _hf_logits(hf_model, PROMPT), rtol=1e-4, atol=1e-4)
+    assert reference_greedy(model, PROMPT, GREEDY_STEPS) == _hf_greedy(hf_model, PROMPT, GREEDY_STEPS)
