@@ -1,27 +1,58 @@
 """Resolve one canonical per-phase CUDA-graph mode from JSON, per-phase flags, legacy flags and keyword arguments.
 
 Pure Python: this package never imports torch.
+
+Example:
+    >>> import argparse
+    >>> from cudagraph.config import Phase, add_cli_args, resolve
+    >>> parser = argparse.ArgumentParser()
+    >>> _ = add_cli_args(parser)
+    >>> config = resolve(parser.parse_args(["--cuda-graph-mode", '{"prefill": "tc_piecewise"}']))
+    >>> config.backend(Phase.DECODE).value, config.backend(Phase.PREFILL).value
+    ('full', 'tc_piecewise')
 """
 
-from .types import (
+from .buckets import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, DEFAULT_MAX_SIZE, default_buckets
+from .environment import Environment
+from .flags import LEGACY_FLAGS, MODERN_FLAGS, add_cli_args
+from .resolve import resolve
+from .rules import COMPATIBILITY_RULES, CompatibilityRule, RuleContext
+from .types import CudaGraphConfig, PhaseConfig
+from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
     DEFAULT_CUDA_GRAPH_MODE,
+    TC_PIECEWISE_COMPILERS,
     Backend,
     ConfigError,
-    CudaGraphConfig,
+    LegacyFlagWarning,
+    OverriddenSettingWarning,
     Phase,
-    PhaseConfig,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ALLOWED_BACKENDS_PER_PHASE",
+    "BUCKET_SCHEDULES",
+    "COMPATIBILITY_RULES",
+    "DECODE_MAX_BS_BY_GPU_MEMORY",
     "DEFAULT_CUDA_GRAPH_MODE",
+    "DEFAULT_MAX_SIZE",
+    "LEGACY_FLAGS",
+    "MODERN_FLAGS",
+    "TC_PIECEWISE_COMPILERS",
     "Backend",
+    "CompatibilityRule",
     "ConfigError",
     "CudaGraphConfig",
+    "Environment",
+    "LegacyFlagWarning",
+    "OverriddenSettingWarning",
     "Phase",
     "PhaseConfig",
+    "RuleContext",
     "__version__",
+    "add_cli_args",
+    "default_buckets",
+    "resolve",
 ]

@@ -1,54 +1,39 @@
-"""The vocabulary of CUDA-graph configuration: phases, backends, errors and the resolved config dataclasses.
+"""The resolved CUDA-graph configuration: one ``PhaseConfig`` per phase plus the global switches.
 
-Pure data: nothing here parses flags or applies rules (see ``resolve``). Never imports torch.
+Pure data plus its renderings (``to_dict``, ``explain``, ``to_cli_args``); nothing here parses flags or applies rules
+(see ``resolve``). The phase and backend vocabulary lives in ``vocabulary`` and is re-exported here. Never imports
+torch.
 """
 
 from __future__ import annotations
 
-import enum
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Mapping
 
-
-class Phase(str, enum.Enum):
-    """A forward phase that can be graphed: decode steps keyed by batch size, prefill keyed by token count."""
-
-    DECODE = "decode"
-    PREFILL = "prefill"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Backend(str, enum.Enum):
-    """How a phase is captured and replayed (``disabled``: always eager)."""
-
-    FULL = "full"
-    BREAKABLE = "breakable"
-    TC_PIECEWISE = "tc_piecewise"
-    DISABLED = "disabled"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-DEFAULT_CUDA_GRAPH_MODE: Mapping[Phase, Backend] = MappingProxyType(
-    {Phase.DECODE: Backend.FULL, Phase.PREFILL: Backend.BREAKABLE}
-)
-"""Decode replays one full graph; prefill graphs everything but attention."""
-
-ALLOWED_BACKENDS_PER_PHASE: Mapping[Phase, frozenset[Backend]] = MappingProxyType(
-    {
-        Phase.DECODE: frozenset(Backend),
-        # Prefill attention depends on per-request extend lengths, which one static graph cannot hold.
-        Phase.PREFILL: frozenset({Backend.BREAKABLE, Backend.TC_PIECEWISE, Backend.DISABLED}),
-    }
+from .buckets import default_buckets
+from .flags import BUCKETS_OPTIONS, COMPILER_OPTION, MAX_SIZE_OPTIONS, MODE_OPTION, SWITCH_OPTIONS
+from .vocabulary import (
+    ALLOWED_BACKENDS_PER_PHASE,
+    DEFAULT_CUDA_GRAPH_MODE,
+    TC_PIECEWISE_COMPILERS,
+    Backend,
+    ConfigError,
+    Phase,
+    phase_key,
 )
 
+__all__ = [
+    "ALLOWED_BACKENDS_PER_PHASE",
+    "DEFAULT_CUDA_GRAPH_MODE",
+    "Backend",
+    "ConfigError",
+    "CudaGraphConfig",
+    "Phase",
+    "PhaseConfig",
+]
 
-class ConfigError(ValueError):
-    """Bad CUDA-graph configuration input: the message names the flag or key, the value, and what is allowed."""
+_EXPLAIN_LIST_LIMIT = 12
 
 
 @dataclass(frozen=True)
@@ -59,12 +44,24 @@ class PhaseConfig:
     buckets: tuple[int, ...]
     """Ascending, deduplicated shapes to capture; empty when the backend is ``disabled``."""
     max_size: int
-    """The largest shape this phase may replay (batch size for decode, token count for prefill)."""
+    """The largest shape this phase is sized for: the last bucket, or the max the user gave alongside an explicit
+    bucket list; 0 when the backend is ``disabled``."""
 
     @property
     def enabled(self) -> bool:
         """Whether this phase replays graphs at all."""
         return self.backend is not Backend.DISABLED
+
+
+def _format_value(value: object) -> str:
+    if isinstance(value, tuple):
+        if not value:
+            return "(none)"
+        shown = [str(item) for item in value]
+        if len(shown) > _EXPLAIN_LIST_LIMIT:
+            shown = [*shown[:6], "...", *shown[-3:]]
+        return " ".join(shown) + f" ({len(value)})"
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -90,3 +87,73 @@ class CudaGraphConfig:
     def backend(self, phase: Phase | str) -> Backend:
         """The backend of ``phase``."""
         return self.for_phase(phase).backend
+
+    def values(self) -> dict[str, object]:
+        """Every value by its ``sources`` key, in display order."""
+        values: dict[str, object] = {}
+        for phase in Phase:
+            phase_config = self.for_phase(phase)
+            values[phase_key(phase, "backend")] = phase_config.backend.value
+            values[phase_key(phase, "buckets")] = phase_config.buckets
+            values[phase_key(phase, "max_size")] = phase_config.max_size
+        values["tc_piecewise_compiler"] = self.tc_piecewise_compiler
+        for switch in SWITCH_OPTIONS:
+            values[switch] = getattr(self, switch)
+        return values
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready dict: ``decode`` and ``prefill`` hold the backend names, the rest sits alongside.
+
+        Keys: ``decode``, ``decode_buckets``, ``decode_max_size``, the same for ``prefill``, ``tc_piecewise_compiler``,
+        ``debug``, ``enable_gc``, ``disable_padding`` and ``sources``.
+        """
+        result: dict[str, object] = {}
+        for phase in Phase:
+            phase_config = self.for_phase(phase)
+            result[phase.value] = phase_config.backend.value
+            result[f"{phase.value}_buckets"] = list(phase_config.buckets)
+            result[f"{phase.value}_max_size"] = phase_config.max_size
+        result["tc_piecewise_compiler"] = self.tc_piecewise_compiler
+        for switch in SWITCH_OPTIONS:
+            result[switch] = getattr(self, switch)
+        result["sources"] = dict(self.sources)
+        return result
+
+    def explain(self) -> str:
+        """One line per value: key, value, and where it came from (JSON, flag, legacy flag, default or rule)."""
+        rows = [
+            (key, _format_value(value), self.sources.get(key, "not recorded")) for key, value in self.values().items()
+        ]
+        key_width = max(len(key) for key, _, _ in rows)
+        value_width = max(len(value) for _, value, _ in rows)
+        return "\n".join(f"{key:<{key_width}}  {value:<{value_width}}  {source}" for key, value, source in rows)
+
+    def to_cli_args(self) -> list[str]:
+        """Flags that resolve back to an equal config in any environment.
+
+        The backends go into ``--cuda-graph-mode``, which locks them against compatibility rules; buckets are spelled
+        out unless they are the default schedule of their max, in which case the max alone says it.
+
+        Example:
+            >>> from cudagraph.config import resolve
+            >>> resolve(decode_cuda_graph_max_bs=16, prefill_disable_cuda_graph=True).to_cli_args()
+            ['--cuda-graph-mode', '{"decode": "full", "prefill": "disabled"}', '--decode-cuda-graph-max-bs', '16']
+        """
+        args = [MODE_OPTION, json.dumps({phase.value: self.backend(phase).value for phase in Phase})]
+        for phase in Phase:
+            phase_config = self.for_phase(phase)
+            if not phase_config.enabled:
+                continue
+            buckets, max_size = phase_config.buckets, phase_config.max_size
+            if not buckets:
+                raise ConfigError(f"{phase}: backend {phase_config.backend} with no buckets cannot be written as flags")
+            if max_size == buckets[-1] and buckets == default_buckets(phase, max_size):
+                args += [MAX_SIZE_OPTIONS[phase], str(max_size)]
+                continue
+            args += [BUCKETS_OPTIONS[phase], *(str(size) for size in buckets)]
+            if max_size != buckets[-1]:
+                args += [MAX_SIZE_OPTIONS[phase], str(max_size)]
+        if self.tc_piecewise_compiler != TC_PIECEWISE_COMPILERS[0]:
+            args += [COMPILER_OPTION, self.tc_piecewise_compiler]
+        args += [option for switch, option in SWITCH_OPTIONS.items() if getattr(self, switch)]
+        return args

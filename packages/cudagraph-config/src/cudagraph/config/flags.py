@@ -1,0 +1,316 @@
+"""The table of CUDA-graph command-line flags (modern and legacy) and ``add_cli_args``.
+
+Every flag is one row. A modern row knows how to read its raw value into *claims* (settings key -> typed value); a
+legacy row is an alias that names the modern flags (and values) it stands for and reads through them, so a legacy
+flag resolves exactly like its replacement by construction. Python keyword arguments are the flags' ``dest`` names
+(``--decode-cuda-graph-bs`` -> ``decode_cuda_graph_bs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from .buckets import DEFAULT_MAX_SIZE
+from .origins import OriginKind
+from .values import (
+    MODE_EXAMPLE,
+    read_backend,
+    read_compiler,
+    read_mode,
+    read_positive_int,
+    read_sizes,
+    read_switch,
+)
+from .vocabulary import DEFAULT_CUDA_GRAPH_MODE, TC_PIECEWISE_COMPILERS, Backend, Phase, allowed_backends, phase_key
+
+DEPRECATED_IN = "0.1.0"
+REMOVED_IN = "1.0.0"
+
+Claims = dict[str, object]
+"""Settings key (``"decode.backend"``, ``"debug"``...) -> typed value, as stated by one flag."""
+
+
+class Arity(enum.Enum):
+    """How many command-line values a flag takes."""
+
+    SWITCH = "switch"
+    ONE = "one"
+    MANY = "many"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One modern flag: its option string, arity, precedence kind, help, and how its value becomes claims."""
+
+    option: str
+    arity: Arity
+    kind: OriginKind
+    read: Callable[[str, object], Claims]
+    """``read(label, raw)``: the claims of a given value; ``label`` is the flag the user typed (for messages)."""
+    help: str
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination, which is also the Python keyword argument name."""
+        return option_dest(self.option)
+
+
+@dataclass(frozen=True)
+class LegacyFlag:
+    """A deprecated flag: an alias of one or more modern flags, each with a fixed value or the alias's own value."""
+
+    option: str
+    arity: Arity
+    replacement: tuple[tuple[str, str | None], ...]
+    """``(modern option, value)`` pairs; ``None`` passes the legacy flag's own value (or switch) through."""
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination, which is also the Python keyword argument name."""
+        return option_dest(self.option)
+
+    @property
+    def kind(self) -> OriginKind:
+        """Legacy flags rank below the per-phase flags."""
+        return OriginKind.LEGACY_FLAG
+
+    def read(self, label: str, raw: object) -> Claims:
+        """The claims of the modern flags this alias stands for, read with the alias's name in messages."""
+        if self.arity is Arity.SWITCH:
+            read_switch(label, raw)
+        claims: Claims = {}
+        for modern_option, fixed_value in self.replacement:
+            claims.update(MODERN_FLAGS[modern_option].read(label, raw if fixed_value is None else fixed_value))
+        return claims
+
+    def replacement_text(self) -> str:
+        """The modern command-line spelling, e.g. ``--prefill-cuda-graph-backend breakable``."""
+        return " ".join(option if value is None else f"{option} {value}" for option, value in self.replacement)
+
+    def replacement_keywords(self) -> str:
+        """The modern keyword-argument spelling, e.g. ``prefill_cuda_graph_backend='breakable'``."""
+        parts = []
+        for option, value in self.replacement:
+            if value is not None:
+                parts.append(f"{option_dest(option)}={value!r}")
+            elif MODERN_FLAGS[option].arity is Arity.SWITCH:
+                parts.append(f"{option_dest(option)}=True")
+            else:
+                parts.append(option_dest(option))
+        return ", ".join(parts)
+
+    def deprecation_message(self) -> str:
+        """The one warning this flag raises per ``resolve`` call."""
+        return (
+            f"{self.option} (keyword {self.dest}) is deprecated since cudagraph-config {DEPRECATED_IN} and will be "
+            f"removed in {REMOVED_IN}; use {self.replacement_text()} (keyword {self.replacement_keywords()}) instead"
+        )
+
+
+def option_dest(option: str) -> str:
+    """``--decode-cuda-graph-bs`` -> ``decode_cuda_graph_bs``."""
+    return option.removeprefix("--").replace("-", "_")
+
+
+# Option strings that code elsewhere (``to_cli_args``, tests) refers to by meaning.
+MODE_OPTION = "--cuda-graph-mode"
+BACKEND_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-backend", Phase.PREFILL: "--prefill-cuda-graph-backend"}
+)
+DISABLE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-disable-cuda-graph", Phase.PREFILL: "--prefill-disable-cuda-graph"}
+)
+BUCKETS_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-bs", Phase.PREFILL: "--prefill-cuda-graph-tokens"}
+)
+MAX_SIZE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-max-bs", Phase.PREFILL: "--prefill-cuda-graph-max-tokens"}
+)
+COMPILER_OPTION = "--tc-piecewise-compiler"
+SWITCH_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "debug": "--debug-cuda-graph",
+        "enable_gc": "--enable-cudagraph-gc",
+        "disable_padding": "--disable-cuda-graph-padding",
+    }
+)
+"""``CudaGraphConfig`` switch field -> the flag that turns it on."""
+
+_SHAPE_WORD = {Phase.DECODE: "batch sizes", Phase.PREFILL: "token counts"}
+
+
+def _read_mode_claims(label: str, raw: object) -> Claims:
+    return {phase_key(phase, "backend"): backend for phase, backend in read_mode(label, raw).items()}
+
+
+def _backend_reader(phase: Phase) -> Callable[[str, object], Claims]:
+    return lambda label, raw: {phase_key(phase, "backend"): read_backend(label, raw, phase)}
+
+
+def _disable_reader(phase: Phase) -> Callable[[str, object], Claims]:
+    def read(label: str, raw: object) -> Claims:
+        read_switch(label, raw)
+        return {phase_key(phase, "backend"): Backend.DISABLED}
+
+    return read
+
+
+def _sizes_reader(key: str) -> Callable[[str, object], Claims]:
+    return lambda label, raw: {key: read_sizes(label, raw)}
+
+
+def _max_reader(key: str) -> Callable[[str, object], Claims]:
+    return lambda label, raw: {key: read_positive_int(label, raw)}
+
+
+def _switch_reader(key: str) -> Callable[[str, object], Claims]:
+    return lambda label, raw: {key: read_switch(label, raw)}
+
+
+def _phase_flags(phase: Phase) -> list[Flag]:
+    shapes = _SHAPE_WORD[phase]
+    choices = ",".join(backend.value for backend in allowed_backends(phase))
+    return [
+        Flag(
+            BACKEND_OPTIONS[phase],
+            Arity.ONE,
+            OriginKind.FLAG,
+            _backend_reader(phase),
+            f"{phase} backend (default: {DEFAULT_CUDA_GRAPH_MODE[phase]})",
+            f"{{{choices}}}",
+        ),
+        Flag(
+            DISABLE_OPTIONS[phase],
+            Arity.SWITCH,
+            OriginKind.FLAG,
+            _disable_reader(phase),
+            f"run {phase} eagerly (same as {BACKEND_OPTIONS[phase]} disabled)",
+        ),
+        Flag(
+            BUCKETS_OPTIONS[phase],
+            Arity.MANY,
+            OriginKind.FLAG,
+            _sizes_reader(phase_key(phase, "buckets")),
+            f"{phase} {shapes} to capture (default: a schedule up to the max)",
+            "N",
+        ),
+        Flag(
+            MAX_SIZE_OPTIONS[phase],
+            Arity.ONE,
+            OriginKind.FLAG,
+            _max_reader(phase_key(phase, "max_size")),
+            f"largest {phase} {shapes[:-1]} to capture "
+            + f"(default: {'from GPU memory, else ' if phase is Phase.DECODE else ''}{DEFAULT_MAX_SIZE[phase]})",
+            "N",
+        ),
+    ]
+
+
+_MODERN_ROWS: tuple[Flag, ...] = (
+    Flag(
+        MODE_OPTION,
+        Arity.ONE,
+        OriginKind.JSON,
+        _read_mode_claims,
+        f"per-phase backends as a JSON object, e.g. {MODE_EXAMPLE}; outranks every other flag and locks the phases it "
+        "names against compatibility rules",
+        "JSON",
+    ),
+    *_phase_flags(Phase.DECODE),
+    *_phase_flags(Phase.PREFILL),
+    Flag(
+        COMPILER_OPTION,
+        Arity.ONE,
+        OriginKind.FLAG,
+        lambda label, raw: {"tc_piecewise_compiler": read_compiler(label, raw)},
+        f"compiler of the tc_piecewise pieces (default: {TC_PIECEWISE_COMPILERS[0]})",
+        "{" + ",".join(TC_PIECEWISE_COMPILERS) + "}",
+    ),
+    Flag(
+        SWITCH_OPTIONS["debug"],
+        Arity.SWITCH,
+        OriginKind.FLAG,
+        _switch_reader("debug"),
+        "debug mode: extra checks and detail in capture and replay errors",
+    ),
+    Flag(
+        SWITCH_OPTIONS["enable_gc"],
+        Arity.SWITCH,
+        OriginKind.FLAG,
+        _switch_reader("enable_gc"),
+        "keep the garbage collector running during capture (slower capture)",
+    ),
+    Flag(
+        SWITCH_OPTIONS["disable_padding"],
+        Arity.SWITCH,
+        OriginKind.FLAG,
+        _switch_reader("disable_padding"),
+        "replay only batches that exactly match a captured shape",
+    ),
+)
+
+MODERN_FLAGS: Mapping[str, Flag] = MappingProxyType({flag.option: flag for flag in _MODERN_ROWS})
+"""Modern flags by option string, in help order."""
+
+LEGACY_FLAGS: tuple[LegacyFlag, ...] = (
+    LegacyFlag(
+        "--disable-cuda-graph",
+        Arity.SWITCH,
+        (("--decode-disable-cuda-graph", None), ("--prefill-disable-cuda-graph", None)),
+    ),
+    LegacyFlag("--disable-piecewise-cuda-graph", Arity.SWITCH, (("--prefill-disable-cuda-graph", None),)),
+    LegacyFlag("--enable-breakable-cuda-graph", Arity.SWITCH, (("--prefill-cuda-graph-backend", "breakable"),)),
+    LegacyFlag("--enforce-piecewise-cuda-graph", Arity.SWITCH, (("--prefill-cuda-graph-backend", "tc_piecewise"),)),
+    LegacyFlag("--cuda-graph-bs", Arity.MANY, (("--decode-cuda-graph-bs", None),)),
+    LegacyFlag("--cuda-graph-max-bs", Arity.ONE, (("--decode-cuda-graph-max-bs", None),)),
+    LegacyFlag("--piecewise-cuda-graph-tokens", Arity.MANY, (("--prefill-cuda-graph-tokens", None),)),
+    LegacyFlag("--piecewise-cuda-graph-max-tokens", Arity.ONE, (("--prefill-cuda-graph-max-tokens", None),)),
+    LegacyFlag("--piecewise-cuda-graph-compiler", Arity.ONE, (("--tc-piecewise-compiler", None),)),
+)
+"""Deprecated aliases (since ``DEPRECATED_IN``, gone in ``REMOVED_IN``); each warns once per ``resolve`` call."""
+
+ALL_FLAGS: tuple[Flag | LegacyFlag, ...] = (*_MODERN_ROWS, *LEGACY_FLAGS)
+FLAGS_BY_DEST: Mapping[str, Flag | LegacyFlag] = MappingProxyType({flag.dest: flag for flag in ALL_FLAGS})
+"""Every flag by its ``dest``: the names ``resolve`` accepts as keyword arguments."""
+
+GROUP_TITLE = "CUDA graphs"
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """Register every CUDA-graph flag, modern and legacy, in one argument group of ``parser``; return the group.
+
+    Values are stored raw (strings) and every unset flag is ``None``, so ``resolve(parser.parse_args())`` can tell
+    what the user gave and reports bad values with one ``ConfigError`` line rather than argparse's usage text.
+
+    Example:
+        >>> import argparse
+        >>> from cudagraph.config import add_cli_args, resolve
+        >>> parser = argparse.ArgumentParser()
+        >>> _ = add_cli_args(parser)
+        >>> resolve(parser.parse_args(["--decode-cuda-graph-max-bs", "16"])).decode.buckets
+        (1, 2, 4, 8, 16)
+    """
+    group = parser.add_argument_group(
+        GROUP_TITLE,
+        f"Precedence: {MODE_OPTION} > per-phase flags > deprecated flags > defaults. Deprecated flags warn "
+        f"(FutureWarning) and are removed in cudagraph-config {REMOVED_IN}.",
+    )
+    for flag in ALL_FLAGS:
+        help_text = f"deprecated alias of {flag.replacement_text()}" if isinstance(flag, LegacyFlag) else flag.help
+        if flag.arity is Arity.SWITCH:
+            group.add_argument(flag.option, action="store_true", default=None, help=help_text)
+        else:
+            metavar = flag.metavar if isinstance(flag, Flag) else MODERN_FLAGS[flag.replacement[0][0]].metavar
+            group.add_argument(
+                flag.option,
+                nargs="+" if flag.arity is Arity.MANY else None,
+                default=None,
+                metavar=metavar,
+                help=help_text,
+            )
+    return group

@@ -1,0 +1,244 @@
+"""``resolve``: every way a user can state the CUDA-graph mode -> one frozen ``CudaGraphConfig``.
+
+Pipeline: parse (flags or keywords -> claims) -> settle precedence (JSON > per-phase flags > legacy flags) ->
+defaults -> compatibility rules -> buckets and validation. Warnings are collected while resolving and raised at the
+end, once per legacy flag and once per overridden setting, so a failed resolution warns about nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import cast
+
+from .buckets import default_buckets, default_max_size
+from .environment import Environment
+from .flags import ALL_FLAGS, FLAGS_BY_DEST, SWITCH_OPTIONS, Arity, Flag, LegacyFlag
+from .origins import PRECEDENCE, Origin, OriginKind
+from .rules import RuleContext, first_applicable_rule
+from .types import CudaGraphConfig, PhaseConfig
+from .vocabulary import (
+    DEFAULT_CUDA_GRAPH_MODE,
+    TC_PIECEWISE_COMPILERS,
+    Backend,
+    ConfigError,
+    LegacyFlagWarning,
+    OverriddenSettingWarning,
+    Phase,
+    phase_key,
+)
+
+logger = logging.getLogger("cudagraph.config")
+
+_DEFAULT = Origin(OriginKind.DEFAULT)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One setting as stated by one flag: ``key`` (``"decode.backend"``...), the typed value, and its origin."""
+
+    key: str
+    value: object
+    origin: Origin
+
+
+@dataclass
+class _Resolution:
+    """The state one ``resolve`` call builds up: settled claims, warnings to raise, and the sources of values."""
+
+    settled: dict[str, Claim]
+    notices: list[tuple[type[Warning], str]]
+    sources: dict[str, str]
+
+    def value(self, key: str, default: object) -> object:
+        claim = self.settled.get(key)
+        self.sources[key] = str(claim.origin if claim else _DEFAULT)
+        return claim.value if claim else default
+
+
+def _show(value: object) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(item) for item in value) + "]"
+    if isinstance(value, str):  # Backend is a str enum
+        return repr(str(value))
+    return str(value)
+
+
+def _is_given(flag: Flag | LegacyFlag, raw: object) -> bool:
+    # argparse leaves unset flags None; a Python caller's switch=False means "not asked for" as well.
+    return raw is not None and not (flag.arity is Arity.SWITCH and raw is False)
+
+
+def _raw_values(namespace: object, keywords: Mapping[str, object]) -> dict[str, object]:
+    provided: dict[str, object] = {}
+    if isinstance(namespace, Mapping):
+        keywords = {**namespace, **keywords}
+    elif namespace is not None:
+        # An engine's namespace holds its own options too: read only ours.
+        provided = {dest: getattr(namespace, dest) for dest in FLAGS_BY_DEST if hasattr(namespace, dest)}
+    unknown = sorted(set(keywords) - set(FLAGS_BY_DEST))
+    if unknown:
+        raise ConfigError(
+            f"unknown CUDA-graph setting {unknown[0]!r}; allowed keyword arguments: {', '.join(FLAGS_BY_DEST)}"
+        )
+    provided.update(keywords)
+    return provided
+
+
+def _claims(provided: Mapping[str, object], notices: list[tuple[type[Warning], str]]) -> list[Claim]:
+    claims: list[Claim] = []
+    for flag in ALL_FLAGS:
+        raw = provided.get(flag.dest)
+        if not _is_given(flag, raw):
+            continue
+        origin = Origin(flag.kind, flag.option)
+        claims += [Claim(key, value, origin) for key, value in flag.read(flag.option, raw).items()]
+        if isinstance(flag, LegacyFlag):
+            notices.append((LegacyFlagWarning, flag.deprecation_message()))
+    return claims
+
+
+def _settle(claims: list[Claim], notices: list[tuple[type[Warning], str]]) -> dict[str, Claim]:
+    """Per key, the claim of the highest-precedence source; equal-rank disagreement is an error."""
+    by_key: dict[str, list[Claim]] = {}
+    for claim in claims:
+        by_key.setdefault(claim.key, []).append(claim)
+    settled: dict[str, Claim] = {}
+    for key, key_claims in by_key.items():
+        top_rank = max(PRECEDENCE[claim.origin.kind] for claim in key_claims)
+        top = [claim for claim in key_claims if PRECEDENCE[claim.origin.kind] == top_rank]
+        winner = top[0]
+        for rival in top[1:]:
+            if rival.value != winner.value:
+                raise ConfigError(
+                    f"{key}: {winner.origin.detail} gives {_show(winner.value)} but {rival.origin.detail} gives "
+                    f"{_show(rival.value)}; both have the same precedence, so give only one"
+                )
+        overridden = [
+            claim for claim in key_claims if PRECEDENCE[claim.origin.kind] < top_rank and claim.value != winner.value
+        ]
+        if overridden:
+            losers = " and ".join(f"{claim.origin.detail} {_show(claim.value)}" for claim in overridden)
+            notices.append(
+                (OverriddenSettingWarning, f"{key}: {winner.origin.detail} {_show(winner.value)} overrides {losers}")
+            )
+        settled[key] = winner
+    return settled
+
+
+def _phase_backend(phase: Phase, resolution: _Resolution, environment: Environment, debug: bool) -> Backend:
+    """The phase's backend after defaults and compatibility rules (which skip phases locked by JSON)."""
+    claim = resolution.settled.get(phase_key(phase, "backend"))
+    backend = Backend(claim.value) if claim else DEFAULT_CUDA_GRAPH_MODE[phase]
+    origin = claim.origin if claim else _DEFAULT
+    rule = first_applicable_rule(RuleContext(environment, phase, backend, debug))
+    if rule is not None and origin.kind is OriginKind.JSON:
+        logger.warning(
+            "rule %s would turn %s CUDA graphs off (%s), but %s sets %s explicitly; keeping %s",
+            rule.name,
+            phase,
+            rule.why(environment),
+            origin.detail,
+            phase,
+            backend,
+        )
+    elif rule is not None:
+        # Overruling something the user asked for deserves a warning; adjusting a default is routine.
+        logger.log(
+            logging.WARNING if origin.user_given else logging.INFO,
+            "%s CUDA graphs off (was %s from %s) by rule %s",
+            phase,
+            backend,
+            origin,
+            rule.explain(environment),
+        )
+        backend, origin = Backend.DISABLED, Origin(OriginKind.RULE, rule.explain(environment))
+    resolution.sources[phase_key(phase, "backend")] = str(origin)
+    return backend
+
+
+def _phase_config(phase: Phase, backend: Backend, resolution: _Resolution, environment: Environment) -> PhaseConfig:
+    """The phase's buckets and max size: explicit ones validated, else the default schedule up to the max."""
+    buckets_key, max_key = phase_key(phase, "buckets"), phase_key(phase, "max_size")
+    buckets_claim, max_claim = resolution.settled.get(buckets_key), resolution.settled.get(max_key)
+    # The readers in ``values`` produced these types; the casts only tell the type checker.
+    explicit_buckets = cast("tuple[int, ...] | None", buckets_claim.value if buckets_claim else None)
+    explicit_max = cast("int | None", max_claim.value if max_claim else None)
+    if buckets_claim and max_claim and explicit_buckets and explicit_max and explicit_buckets[-1] > explicit_max:
+        # Checked even for a disabled phase: bad input stays bad whatever else the flags say.
+        raise ConfigError(
+            f"{buckets_claim.origin.detail}: {explicit_buckets[-1]} exceeds the maximum {explicit_max} given by "
+            f"{max_claim.origin.detail}; allowed: positive integers up to {explicit_max}"
+        )
+    if backend is Backend.DISABLED:
+        derived = str(Origin(OriginKind.DERIVED, f"from {phase}.backend disabled"))
+        resolution.sources[buckets_key] = resolution.sources[max_key] = derived
+        return PhaseConfig(backend, (), 0)
+    if buckets_claim and explicit_buckets:
+        resolution.sources[buckets_key] = str(buckets_claim.origin)
+        if max_claim and explicit_max:
+            resolution.sources[max_key] = str(max_claim.origin)
+            return PhaseConfig(backend, explicit_buckets, explicit_max)
+        resolution.sources[max_key] = str(Origin(OriginKind.DERIVED, f"from the largest of {phase}.buckets"))
+        return PhaseConfig(backend, explicit_buckets, explicit_buckets[-1])
+    if max_claim and explicit_max:
+        max_size = explicit_max
+        resolution.sources[max_key] = str(max_claim.origin)
+    else:
+        max_size, why = default_max_size(phase, environment)
+        resolution.sources[max_key] = str(Origin(OriginKind.DEFAULT, why))
+    resolution.sources[buckets_key] = str(Origin(OriginKind.DEFAULT, f"schedule up to {phase}.max_size"))
+    return PhaseConfig(backend, default_buckets(phase, max_size), max_size)
+
+
+def resolve(
+    namespace: object = None, /, *, environment: Environment | None = None, **kwargs: object
+) -> CudaGraphConfig:
+    """Resolve the CUDA-graph flags of ``namespace`` (from ``add_cli_args``) or ``kwargs`` into one config.
+
+    Keyword arguments are the flags' ``dest`` names, legacy ones included (``decode_cuda_graph_bs=[1, 2, 4]``,
+    ``disable_cuda_graph=True``); given with a namespace, they replace its attributes of the same name. A plain
+    mapping may stand in for the namespace. Both routes give equal configs, the same errors and the same warnings.
+
+    Precedence, highest first: ``--cuda-graph-mode`` JSON > per-phase flags > legacy flags > defaults. When a higher
+    source overrides a different value from a lower one, an ``OverriddenSettingWarning`` names both; each legacy
+    flag raises one ``LegacyFlagWarning`` (a ``FutureWarning``) naming its replacement. Compatibility rules over
+    ``environment`` (default: a plain CUDA engine, where none applies) may turn phases off, except the phases named
+    in ``--cuda-graph-mode``. Raises ``ConfigError`` for any bad input.
+
+    Example:
+        >>> from cudagraph.config import Environment, resolve
+        >>> config = resolve(decode_cuda_graph_bs=[8, 1, 4, 4], environment=Environment(lora=True))
+        >>> config.decode.buckets, config.backend("prefill").value, config.sources["prefill.backend"].split(":")[0]
+        ((1, 4, 8), 'disabled', 'rule lora')
+    """
+    environment = Environment() if environment is None else environment
+    if not isinstance(environment, Environment):
+        raise ConfigError(f"environment: expected a cudagraph.config.Environment, got {environment!r}")
+    notices: list[tuple[type[Warning], str]] = []
+    claims = _claims(_raw_values(namespace, kwargs), notices)
+    resolution = _Resolution(_settle(claims, notices), notices, {})
+    debug = bool(resolution.value("debug", False))
+    backends = {phase: _phase_backend(phase, resolution, environment, debug) for phase in Phase}
+    decode, prefill = (_phase_config(phase, backends[phase], resolution, environment) for phase in Phase)
+    compiler = str(resolution.value("tc_piecewise_compiler", TC_PIECEWISE_COMPILERS[0]))
+    switches = {switch: bool(resolution.value(switch, False)) for switch in SWITCH_OPTIONS}
+    config = CudaGraphConfig(
+        decode=decode,
+        prefill=prefill,
+        tc_piecewise_compiler=compiler,
+        sources=MappingProxyType(dict(sorted(resolution.sources.items(), key=lambda item: _key_order(item[0])))),
+        **switches,
+    )
+    for category, message in notices:
+        warnings.warn(message, category, stacklevel=2)
+    return config
+
+
+def _key_order(key: str) -> int:
+    order = [phase_key(phase, name) for phase in Phase for name in ("backend", "buckets", "max_size")]
+    order += ["tc_piecewise_compiler", *SWITCH_OPTIONS]
+    return order.index(key)

@@ -1,0 +1,123 @@
+"""Readers that turn one raw flag or keyword value into a typed value, or raise a ``ConfigError``.
+
+Command lines deliver strings, Python callers deliver ints, lists and enums: every reader accepts both, so the two
+routes resolve to the same config and fail with the same message. Each message names the flag, the bad value and
+what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .vocabulary import TC_PIECEWISE_COMPILERS, Backend, ConfigError, Phase, allowed_backends
+
+MODE_EXAMPLE = '{"decode": "full", "prefill": "breakable"}'
+
+
+def _names(values: Sequence[object]) -> str:
+    return ", ".join(str(value) for value in values)
+
+
+def read_phase(label: str, raw: object) -> Phase:
+    """``raw`` as a ``Phase``."""
+    try:
+        return Phase(raw)
+    except ValueError:
+        raise ConfigError(f"{label}: unknown phase {raw!r}; allowed phases: {_names(list(Phase))}") from None
+
+
+def read_backend(label: str, raw: object, phase: Phase) -> Backend:
+    """``raw`` as a ``Backend`` that ``phase`` allows (prefill may not be ``full``)."""
+    try:
+        backend = Backend(raw)
+    except ValueError:
+        raise ConfigError(
+            f"{label}: unknown backend {raw!r} for {phase}; allowed backends: {_names(list(Backend))}"
+        ) from None
+    allowed = allowed_backends(phase)
+    if backend not in allowed:
+        raise ConfigError(f"{label}: backend {backend.value!r} is not allowed for {phase}; allowed: {_names(allowed)}")
+    return backend
+
+
+def read_positive_int(label: str, raw: object) -> int:
+    """``raw`` (an int, or a string of one) as a positive int."""
+    value: int | None = None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str):
+        try:
+            value = int(raw)
+        except ValueError:
+            value = None
+    if value is None:
+        raise ConfigError(f"{label}: {raw!r} is not an integer; allowed: positive integers")
+    if value <= 0:
+        raise ConfigError(f"{label}: {value} is not positive; allowed: positive integers")
+    return value
+
+
+def read_sizes(label: str, raw: object) -> tuple[int, ...]:
+    """``raw`` (a list of ints or strings) as an ascending, deduplicated tuple of positive ints."""
+    if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Sequence):
+        raise ConfigError(f"{label}: expected a list of positive integers, got {raw!r}")
+    if not raw:
+        raise ConfigError(f"{label}: empty list; allowed: one or more positive integers")
+    return tuple(sorted({read_positive_int(label, item) for item in raw}))
+
+
+def read_compiler(label: str, raw: object) -> str:
+    """``raw`` as one of ``TC_PIECEWISE_COMPILERS``."""
+    if raw not in TC_PIECEWISE_COMPILERS:
+        raise ConfigError(f"{label}: unknown compiler {raw!r}; allowed: {_names(TC_PIECEWISE_COMPILERS)}")
+    return str(raw)
+
+
+def read_switch(label: str, raw: object) -> bool:
+    """``raw`` as a switch: argparse gives ``True`` or ``None``, Python callers ``True`` or ``False``."""
+    if raw is None or isinstance(raw, bool):
+        return bool(raw)
+    raise ConfigError(f"{label}: expected True or False, got {raw!r}")
+
+
+def _reject_duplicate_keys(label: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ConfigError(f"{label}: phase {key!r} is given twice; give each phase at most once")
+        seen[key] = value
+    return seen
+
+
+def _json_type(value: object) -> str:
+    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def read_mode(label: str, raw: object) -> dict[Phase, Backend]:
+    """The ``--cuda-graph-mode`` value (JSON text, or a mapping from Python) as phase -> backend."""
+    parsed: object
+    if isinstance(raw, Mapping):
+        parsed = dict(raw)
+    elif isinstance(raw, str):
+        try:
+            parsed = json.loads(raw, object_pairs_hook=lambda pairs: _reject_duplicate_keys(label, pairs))
+        except json.JSONDecodeError as error:
+            raise ConfigError(
+                f"{label}: malformed JSON {raw!r} ({error.msg} at char {error.pos}); "
+                f"expected an object like {MODE_EXAMPLE}"
+            ) from None
+    else:
+        raise ConfigError(f"{label}: expected JSON text, got {raw!r}; e.g. {MODE_EXAMPLE}")
+    if not isinstance(parsed, dict):
+        raise ConfigError(
+            f"{label}: expected a JSON object mapping phase to backend, got {_json_type(parsed)} {raw!r}; "
+            f"e.g. {MODE_EXAMPLE}"
+        )
+    mode: dict[Phase, Backend] = {}
+    for key, value in parsed.items():
+        phase = read_phase(label, key)
+        mode[phase] = read_backend(label, value, phase)
+    return mode

@@ -1,0 +1,75 @@
+"""The words of CUDA-graph configuration: phases, backends, compilers, defaults, and the one error type.
+
+Pure data with no dependencies inside the package, so every other module can import it. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+
+
+class Phase(str, enum.Enum):
+    """A forward phase that can be graphed: decode steps keyed by batch size, prefill keyed by token count."""
+
+    DECODE = "decode"
+    PREFILL = "prefill"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Backend(str, enum.Enum):
+    """How a phase is captured and replayed (``disabled``: always eager)."""
+
+    FULL = "full"
+    BREAKABLE = "breakable"
+    TC_PIECEWISE = "tc_piecewise"
+    DISABLED = "disabled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+DEFAULT_CUDA_GRAPH_MODE: Mapping[Phase, Backend] = MappingProxyType(
+    {Phase.DECODE: Backend.FULL, Phase.PREFILL: Backend.BREAKABLE}
+)
+"""Decode replays one full graph; prefill graphs everything but attention."""
+
+ALLOWED_BACKENDS_PER_PHASE: Mapping[Phase, frozenset[Backend]] = MappingProxyType(
+    {
+        Phase.DECODE: frozenset(Backend),
+        # Prefill attention depends on per-request extend lengths, which one static graph cannot hold.
+        Phase.PREFILL: frozenset({Backend.BREAKABLE, Backend.TC_PIECEWISE, Backend.DISABLED}),
+    }
+)
+
+TC_PIECEWISE_COMPILERS: tuple[str, ...] = ("eager", "inductor")
+"""What torch.compile uses for the pieces of a ``tc_piecewise`` graph; the first is the default."""
+
+
+class ConfigError(ValueError):
+    """Bad CUDA-graph configuration input: the message names the flag or key, the value, and what is allowed."""
+
+
+def allowed_backends(phase: Phase) -> tuple[Backend, ...]:
+    """The backends ``phase`` accepts, in declaration order (for messages and help texts)."""
+    return tuple(backend for backend in Backend if backend in ALLOWED_BACKENDS_PER_PHASE[phase])
+
+
+def phase_key(phase: Phase, field_name: str) -> str:
+    """The dotted settings key of one phase field, as used in ``CudaGraphConfig.sources`` (``"decode.buckets"``)."""
+    return f"{phase.value}.{field_name}"
+
+
+class LegacyFlagWarning(FutureWarning):
+    """A deprecated CUDA-graph flag or keyword was used; the message names its replacement.
+
+    A ``FutureWarning`` (shown by default) because flags are typed by end users, who would never see a
+    ``DeprecationWarning`` raised inside a library.
+    """
+
+
+class OverriddenSettingWarning(UserWarning):
+    """The user gave one setting twice and the higher-precedence source won; the message names both."""

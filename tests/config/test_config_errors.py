@@ -1,0 +1,211 @@
+"""Every ConfigError: the message names the flag or key, the bad value and what is allowed; both routes agree."""
+
+from __future__ import annotations
+
+import pytest
+from config_helpers import recorded_warnings, resolve_argv
+
+from cudagraph.config import ConfigError, Environment, resolve
+
+# (argv, the same input as keywords, exact message)
+CASES = [
+    (
+        ["--cuda-graph-mode", '{"dcode": "full"}'],
+        {"cuda_graph_mode": '{"dcode": "full"}'},
+        "--cuda-graph-mode: unknown phase 'dcode'; allowed phases: decode, prefill",
+    ),
+    (
+        ["--cuda-graph-mode", '{"decode": "fulll"}'],
+        {"cuda_graph_mode": '{"decode": "fulll"}'},
+        "--cuda-graph-mode: unknown backend 'fulll' for decode; "
+        "allowed backends: full, breakable, tc_piecewise, disabled",
+    ),
+    (
+        ["--cuda-graph-mode", '{"decode": 1}'],
+        {"cuda_graph_mode": '{"decode": 1}'},
+        "--cuda-graph-mode: unknown backend 1 for decode; allowed backends: full, breakable, tc_piecewise, disabled",
+    ),
+    (
+        ["--cuda-graph-mode", '{"prefill": "full"}'],
+        {"cuda_graph_mode": '{"prefill": "full"}'},
+        "--cuda-graph-mode: backend 'full' is not allowed for prefill; allowed: breakable, tc_piecewise, disabled",
+    ),
+    (
+        ["--cuda-graph-mode", "{decode: full}"],
+        {"cuda_graph_mode": "{decode: full}"},
+        "--cuda-graph-mode: malformed JSON '{decode: full}' "
+        "(Expecting property name enclosed in double quotes at char 1); "
+        'expected an object like {"decode": "full", "prefill": "breakable"}',
+    ),
+    (
+        ["--cuda-graph-mode", '["decode"]'],
+        {"cuda_graph_mode": '["decode"]'},
+        "--cuda-graph-mode: expected a JSON object mapping phase to backend, got array '[\"decode\"]'; "
+        'e.g. {"decode": "full", "prefill": "breakable"}',
+    ),
+    (
+        ["--cuda-graph-mode", '"full"'],
+        {"cuda_graph_mode": '"full"'},
+        "--cuda-graph-mode: expected a JSON object mapping phase to backend, got string '\"full\"'; "
+        'e.g. {"decode": "full", "prefill": "breakable"}',
+    ),
+    (
+        ["--cuda-graph-mode", '{"decode": "full", "decode": "disabled"}'],
+        {"cuda_graph_mode": '{"decode": "full", "decode": "disabled"}'},
+        "--cuda-graph-mode: phase 'decode' is given twice; give each phase at most once",
+    ),
+    (
+        ["--decode-cuda-graph-backend", "graph"],
+        {"decode_cuda_graph_backend": "graph"},
+        "--decode-cuda-graph-backend: unknown backend 'graph' for decode; "
+        "allowed backends: full, breakable, tc_piecewise, disabled",
+    ),
+    (
+        ["--prefill-cuda-graph-backend", "full"],
+        {"prefill_cuda_graph_backend": "full"},
+        "--prefill-cuda-graph-backend: backend 'full' is not allowed for prefill; "
+        "allowed: breakable, tc_piecewise, disabled",
+    ),
+    (
+        ["--decode-cuda-graph-bs", "1", "0"],
+        {"decode_cuda_graph_bs": [1, 0]},
+        "--decode-cuda-graph-bs: 0 is not positive; allowed: positive integers",
+    ),
+    (
+        ["--decode-cuda-graph-bs", "-3"],
+        {"decode_cuda_graph_bs": [-3]},
+        "--decode-cuda-graph-bs: -3 is not positive; allowed: positive integers",
+    ),
+    (
+        ["--prefill-cuda-graph-tokens", "1.5"],
+        {"prefill_cuda_graph_tokens": ["1.5"]},
+        "--prefill-cuda-graph-tokens: '1.5' is not an integer; allowed: positive integers",
+    ),
+    (
+        ["--cuda-graph-bs", "x"],
+        {"cuda_graph_bs": ["x"]},
+        "--cuda-graph-bs: 'x' is not an integer; allowed: positive integers",
+    ),
+    (
+        ["--decode-cuda-graph-max-bs", "0"],
+        {"decode_cuda_graph_max_bs": 0},
+        "--decode-cuda-graph-max-bs: 0 is not positive; allowed: positive integers",
+    ),
+    (
+        ["--piecewise-cuda-graph-max-tokens", "lots"],
+        {"piecewise_cuda_graph_max_tokens": "lots"},
+        "--piecewise-cuda-graph-max-tokens: 'lots' is not an integer; allowed: positive integers",
+    ),
+    (
+        ["--decode-cuda-graph-bs", "8", "300", "--decode-cuda-graph-max-bs", "256"],
+        {"decode_cuda_graph_bs": [8, 300], "decode_cuda_graph_max_bs": 256},
+        "--decode-cuda-graph-bs: 300 exceeds the maximum 256 given by --decode-cuda-graph-max-bs; "
+        "allowed: positive integers up to 256",
+    ),
+    (
+        ["--piecewise-cuda-graph-tokens", "4096", "--prefill-cuda-graph-max-tokens", "2048"],
+        {"piecewise_cuda_graph_tokens": [4096], "prefill_cuda_graph_max_tokens": 2048},
+        "--piecewise-cuda-graph-tokens: 4096 exceeds the maximum 2048 given by --prefill-cuda-graph-max-tokens; "
+        "allowed: positive integers up to 2048",
+    ),
+    (
+        ["--tc-piecewise-compiler", "nvfuser"],
+        {"tc_piecewise_compiler": "nvfuser"},
+        "--tc-piecewise-compiler: unknown compiler 'nvfuser'; allowed: eager, inductor",
+    ),
+    (
+        ["--piecewise-cuda-graph-compiler", "aot"],
+        {"piecewise_cuda_graph_compiler": "aot"},
+        "--piecewise-cuda-graph-compiler: unknown compiler 'aot'; allowed: eager, inductor",
+    ),
+    (
+        ["--enforce-piecewise-cuda-graph", "--prefill-disable-cuda-graph", "--cuda-graph-mode", '{"prefill": "x"}'],
+        {
+            "enforce_piecewise_cuda_graph": True,
+            "prefill_disable_cuda_graph": True,
+            "cuda_graph_mode": '{"prefill": "x"}',
+        },
+        "--cuda-graph-mode: unknown backend 'x' for prefill; allowed backends: full, breakable, tc_piecewise, disabled",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "keywords", "message"), CASES, ids=[case[2][:60] for case in CASES])
+def test_error_message_is_exact_on_both_routes(argv: list[str], keywords: dict[str, object], message: str) -> None:
+    with recorded_warnings() as caught:
+        with pytest.raises(ConfigError) as from_flags:
+            resolve_argv(argv)
+        with pytest.raises(ConfigError) as from_keywords:
+            resolve(**keywords)
+    assert str(from_flags.value) == message
+    assert str(from_keywords.value) == message
+    assert "\n" not in message
+    assert isinstance(from_flags.value, ValueError)
+    assert caught == []
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"decode_cuda_graph_bs": []}, "--decode-cuda-graph-bs: empty list; allowed: one or more positive integers"),
+        ({"decode_cuda_graph_bs": 8}, "--decode-cuda-graph-bs: expected a list of positive integers, got 8"),
+        ({"decode_cuda_graph_bs": "1 2"}, "--decode-cuda-graph-bs: expected a list of positive integers, got '1 2'"),
+        (
+            {"decode_cuda_graph_bs": [True]},
+            "--decode-cuda-graph-bs: True is not an integer; allowed: positive integers",
+        ),
+        ({"decode_cuda_graph_bs": [2.0]}, "--decode-cuda-graph-bs: 2.0 is not an integer; allowed: positive integers"),
+        ({"debug_cuda_graph": "yes"}, "--debug-cuda-graph: expected True or False, got 'yes'"),
+        ({"disable_cuda_graph": 1}, "--disable-cuda-graph: expected True or False, got 1"),
+        (
+            {"cuda_graph_mode": 3},
+            '--cuda-graph-mode: expected JSON text, got 3; e.g. {"decode": "full", "prefill": "breakable"}',
+        ),
+        (
+            {"cuda_graph_mode": {"verify": "full"}},
+            "--cuda-graph-mode: unknown phase 'verify'; allowed phases: decode, prefill",
+        ),
+    ],
+)
+def test_python_only_errors(keywords: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        resolve(**keywords)
+    assert str(error.value) == message
+
+
+def test_unknown_keyword_lists_the_allowed_ones() -> None:
+    with pytest.raises(ConfigError) as error:
+        resolve(decode_cuda_graph_batch_sizes=[1])
+    message = str(error.value)
+    assert message.startswith("unknown CUDA-graph setting 'decode_cuda_graph_batch_sizes'; allowed keyword arguments: ")
+    assert "decode_cuda_graph_bs" in message and "piecewise_cuda_graph_compiler" in message
+
+
+def test_unknown_key_in_a_mapping_namespace() -> None:
+    with pytest.raises(ConfigError, match="unknown CUDA-graph setting 'model'"):
+        resolve({"model": "x"})
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"pipeline_parallel_size": 0}, "Environment.pipeline_parallel_size: 0 is not allowed; allowed: integers >= 1"),
+        (
+            {"pipeline_parallel_size": 1.5},
+            "Environment.pipeline_parallel_size: 1.5 is not allowed; allowed: integers >= 1",
+        ),
+        ({"gpu_memory_gib": 0}, "Environment.gpu_memory_gib: 0 is not allowed; allowed: a positive number or None"),
+        ({"device_type": ""}, "Environment.device_type: '' is not a device type; e.g. 'cuda', 'cpu'"),
+    ],
+)
+def test_environment_errors(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        Environment(**fields)  # type: ignore[arg-type]
+    assert str(error.value) == message
+
+
+def test_environment_must_be_an_environment() -> None:
+    with pytest.raises(
+        ConfigError, match=r"^environment: expected a cudagraph.config.Environment, got \{'lora': True\}"
+    ):
+        resolve(environment={"lora": True})  # type: ignore[arg-type]

@@ -1,0 +1,237 @@
+"""Every flag: registered in one argparse group, parsed raw, and resolved to the setting it names."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from config_helpers import parse, recorded_warnings, resolve_argv
+
+from cudagraph.config import (
+    LEGACY_FLAGS,
+    MODERN_FLAGS,
+    Backend,
+    CudaGraphConfig,
+    LegacyFlagWarning,
+    Phase,
+    add_cli_args,
+    default_buckets,
+    resolve,
+)
+
+tomllib = pytest.importorskip("tomllib", reason="reading refactor/renames.toml needs Python 3.11+")
+
+ROOT = Path(__file__).resolve().parents[2]
+ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in LEGACY_FLAGS)]
+
+ISSUE_FLAGS = {
+    "--cuda-graph-mode",
+    "--decode-cuda-graph-backend",
+    "--prefill-cuda-graph-backend",
+    "--decode-disable-cuda-graph",
+    "--prefill-disable-cuda-graph",
+    "--decode-cuda-graph-bs",
+    "--decode-cuda-graph-max-bs",
+    "--prefill-cuda-graph-tokens",
+    "--prefill-cuda-graph-max-tokens",
+    "--tc-piecewise-compiler",
+    "--debug-cuda-graph",
+    "--enable-cudagraph-gc",
+    "--disable-cuda-graph-padding",
+}
+ISSUE_LEGACY_FLAGS = {
+    "--disable-cuda-graph",
+    "--disable-piecewise-cuda-graph",
+    "--enable-breakable-cuda-graph",
+    "--enforce-piecewise-cuda-graph",
+    "--cuda-graph-bs",
+    "--cuda-graph-max-bs",
+    "--piecewise-cuda-graph-tokens",
+    "--piecewise-cuda-graph-max-tokens",
+    "--piecewise-cuda-graph-compiler",
+}
+
+
+def test_flag_set_is_exactly_the_issues() -> None:
+    assert set(MODERN_FLAGS) == ISSUE_FLAGS
+    assert {flag.option for flag in LEGACY_FLAGS} == ISSUE_LEGACY_FLAGS
+
+
+def test_all_flags_in_one_group() -> None:
+    parser = argparse.ArgumentParser()
+    group = add_cli_args(parser)
+    options = {option for action in group._group_actions for option in action.option_strings}
+    assert options == set(ALL_OPTIONS)
+    other_groups = [g for g in parser._action_groups if g is not group]
+    assert not any(set(a.option_strings) & set(ALL_OPTIONS) for g in other_groups for a in g._group_actions)
+
+
+def test_unset_flags_are_none() -> None:
+    namespace = parse([])
+    assert all(getattr(namespace, action) is None for action in vars(namespace))
+
+
+def test_help_lists_legacy_replacements() -> None:
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+    text = " ".join(parser.format_help().split())
+    assert "deprecated alias of --decode-disable-cuda-graph --prefill-disable-cuda-graph" in text
+    assert "deprecated alias of --prefill-cuda-graph-backend breakable" in text
+
+
+def test_no_flags_gives_defaults(no_warnings: object) -> None:
+    config = resolve_argv([])
+    assert config == resolve()
+    assert config.backend(Phase.DECODE) is Backend.FULL and config.backend(Phase.PREFILL) is Backend.BREAKABLE
+    assert config.decode.buckets == default_buckets(Phase.DECODE, 256) and config.decode.max_size == 256
+    assert config.prefill.buckets == default_buckets(Phase.PREFILL, 2048) and config.prefill.max_size == 2048
+    assert (config.tc_piecewise_compiler, config.debug, config.enable_gc, config.disable_padding) == (
+        "eager",
+        False,
+        False,
+        False,
+    )
+    assert set(config.sources.values()) == {
+        "default",
+        "default schedule up to decode.max_size",
+        "default schedule up to prefill.max_size",
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "check"),
+    [
+        (["--cuda-graph-mode", '{"decode": "breakable"}'], lambda c: c.decode.backend is Backend.BREAKABLE),
+        (["--decode-cuda-graph-backend", "tc_piecewise"], lambda c: c.decode.backend is Backend.TC_PIECEWISE),
+        (["--prefill-cuda-graph-backend", "tc_piecewise"], lambda c: c.prefill.backend is Backend.TC_PIECEWISE),
+        (["--decode-disable-cuda-graph"], lambda c: c.decode == c.decode.__class__(Backend.DISABLED, (), 0)),
+        (["--prefill-disable-cuda-graph"], lambda c: c.prefill == c.prefill.__class__(Backend.DISABLED, (), 0)),
+        (["--decode-cuda-graph-bs", "16", "2", "2"], lambda c: (c.decode.buckets, c.decode.max_size) == ((2, 16), 16)),
+        (["--decode-cuda-graph-max-bs", "20"], lambda c: c.decode.buckets == (1, 2, 4, 8, 16, 20)),
+        (["--prefill-cuda-graph-tokens", "64", "8"], lambda c: c.prefill.buckets == (8, 64)),
+        (["--prefill-cuda-graph-max-tokens", "40"], lambda c: c.prefill.buckets == (16, 32, 40)),
+        (["--tc-piecewise-compiler", "inductor"], lambda c: c.tc_piecewise_compiler == "inductor"),
+        (["--debug-cuda-graph"], lambda c: c.debug),
+        (["--enable-cudagraph-gc"], lambda c: c.enable_gc),
+        (["--disable-cuda-graph-padding"], lambda c: c.disable_padding),
+    ],
+    ids=lambda value: value[0] if isinstance(value, list) else "",
+)
+def test_each_modern_flag(argv: list[str], check: Callable[[CudaGraphConfig], bool], no_warnings: object) -> None:
+    config = resolve_argv(argv)
+    assert check(config)
+    assert config != resolve()
+    assert any(argv[0] in source for source in config.sources.values())
+
+
+LEGACY_EQUIVALENTS = [
+    (["--disable-cuda-graph"], ["--decode-disable-cuda-graph", "--prefill-disable-cuda-graph"]),
+    (["--disable-piecewise-cuda-graph"], ["--prefill-disable-cuda-graph"]),
+    (["--enable-breakable-cuda-graph"], ["--prefill-cuda-graph-backend", "breakable"]),
+    (["--enforce-piecewise-cuda-graph"], ["--prefill-cuda-graph-backend", "tc_piecewise"]),
+    (["--cuda-graph-bs", "3", "1"], ["--decode-cuda-graph-bs", "3", "1"]),
+    (["--cuda-graph-max-bs", "24"], ["--decode-cuda-graph-max-bs", "24"]),
+    (["--piecewise-cuda-graph-tokens", "100", "10"], ["--prefill-cuda-graph-tokens", "100", "10"]),
+    (["--piecewise-cuda-graph-max-tokens", "300"], ["--prefill-cuda-graph-max-tokens", "300"]),
+    (["--piecewise-cuda-graph-compiler", "inductor"], ["--tc-piecewise-compiler", "inductor"]),
+]
+
+
+def test_every_legacy_flag_has_an_equivalence_case() -> None:
+    assert {legacy[0] for legacy, _ in LEGACY_EQUIVALENTS} == ISSUE_LEGACY_FLAGS
+
+
+@pytest.mark.parametrize(("legacy", "modern"), LEGACY_EQUIVALENTS, ids=lambda value: value[0])
+def test_each_legacy_flag_warns_once_and_resolves_like_its_replacement(legacy: list[str], modern: list[str]) -> None:
+    with recorded_warnings() as modern_warnings:
+        expected = resolve_argv(modern)
+    assert modern_warnings == []
+    with recorded_warnings() as caught:
+        config = resolve(parse(legacy))
+    assert config == expected
+    assert f"legacy flag {legacy[0]}" in config.sources.values()  # the flag decided a value
+    assert len(caught) == 1
+    warning = caught[0]
+    assert warning.category is LegacyFlagWarning and issubclass(warning.category, FutureWarning)
+    message = str(warning.message)
+    assert message.startswith(f"{legacy[0]} (keyword {legacy[0][2:].replace('-', '_')}) is deprecated")
+    for option in (token for token in modern if token.startswith("--")):
+        assert option in message
+    assert "removed in 1.0.0" in message
+    assert warning.filename == __file__  # points at the caller of resolve, not inside the package
+
+
+LEGACY_KEYWORDS = {
+    "--disable-cuda-graph": {"disable_cuda_graph": True},
+    "--disable-piecewise-cuda-graph": {"disable_piecewise_cuda_graph": True},
+    "--enable-breakable-cuda-graph": {"enable_breakable_cuda_graph": True},
+    "--enforce-piecewise-cuda-graph": {"enforce_piecewise_cuda_graph": True},
+    "--cuda-graph-bs": {"cuda_graph_bs": [3, 1]},
+    "--cuda-graph-max-bs": {"cuda_graph_max_bs": 24},
+    "--piecewise-cuda-graph-tokens": {"piecewise_cuda_graph_tokens": [100, 10]},
+    "--piecewise-cuda-graph-max-tokens": {"piecewise_cuda_graph_max_tokens": 300},
+    "--piecewise-cuda-graph-compiler": {"piecewise_cuda_graph_compiler": "inductor"},
+}
+
+
+@pytest.mark.parametrize(("legacy", "modern"), LEGACY_EQUIVALENTS, ids=lambda value: value[0])
+def test_legacy_keyword_matches_legacy_flag(legacy: list[str], modern: list[str]) -> None:
+    with recorded_warnings() as flag_warnings:
+        from_flags = resolve_argv(legacy)
+    with recorded_warnings() as keyword_warnings:
+        from_keywords = resolve(**LEGACY_KEYWORDS[legacy[0]])
+    assert from_keywords == from_flags == resolve_argv(modern)
+    assert len(keyword_warnings) == 1
+    assert [(w.category, str(w.message)) for w in keyword_warnings] == [
+        (w.category, str(w.message)) for w in flag_warnings
+    ]
+
+
+def test_legacy_flag_warns_once_per_call_even_when_repeated() -> None:
+    for _ in range(2):
+        with recorded_warnings() as caught:
+            resolve_argv(["--cuda-graph-bs", "1", "--cuda-graph-bs", "2"])
+        assert len(caught) == 1
+
+
+def test_legacy_table_matches_renames_toml() -> None:
+    rows = tomllib.loads((ROOT / "refactor" / "renames.toml").read_text())["rename"]
+    flags = {row["old"]: row for row in rows if row["kind"] == "cli_flag"}
+    keywords = {row["old"]: row for row in rows if row["kind"] == "kwarg"}
+    for flag in LEGACY_FLAGS:
+        row = flags[flag.option]
+        expected = [(row["new"], row.get("value"))] + [(also, row.get("value")) for also in row.get("also", [])]
+        assert list(flag.replacement) == expected, flag.option
+        keyword_row = keywords[flag.dest]
+        assert [flag.replacement[0][0][2:].replace("-", "_")] == [keyword_row["new"]]
+        assert (row["deprecated_in"], row["removed_in"]) == ("0.1.0", "1.0.0")
+    assert set(flags) == {flag.option for flag in LEGACY_FLAGS}
+
+
+def test_engine_style_namespace_with_other_options() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model")
+    parser.add_argument("--max-num-reqs", type=int, default=64)
+    add_cli_args(parser)
+    config = resolve(parser.parse_args(["--model", "m", "--decode-cuda-graph-max-bs", "8"]))
+    assert config.decode.buckets == (1, 2, 4, 8)
+
+
+def test_keywords_replace_namespace_attributes() -> None:
+    config = resolve(parse(["--decode-cuda-graph-max-bs", "8"]), decode_cuda_graph_max_bs=4, debug_cuda_graph=True)
+    assert config.decode.buckets == (1, 2, 4) and config.debug
+
+
+def test_mapping_namespace_is_read_like_keywords() -> None:
+    assert resolve({"decode_cuda_graph_bs": [2, 1]}) == resolve(decode_cuda_graph_bs=[1, 2])
+
+
+def test_config_is_frozen() -> None:
+    config = resolve()
+    with pytest.raises(AttributeError):
+        config.debug = True  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.sources["debug"] = "x"  # type: ignore[index]
+    assert isinstance(config, CudaGraphConfig)

@@ -1,0 +1,167 @@
+"""Precedence (JSON > per-phase flags > legacy flags > defaults), override warnings, and same-rank conflicts."""
+
+from __future__ import annotations
+
+import pytest
+from config_helpers import recorded_warnings, resolve_argv
+
+from cudagraph.config import Backend, ConfigError, LegacyFlagWarning, OverriddenSettingWarning, Phase, resolve
+
+MODE = "--cuda-graph-mode"
+
+
+def overrides(caught: list) -> list[str]:
+    return [str(w.message) for w in caught if w.category is OverriddenSettingWarning]
+
+
+def test_json_beats_per_phase_flag_and_warns_naming_both() -> None:
+    with recorded_warnings() as caught:
+        config = resolve_argv([MODE, '{"decode": "breakable"}', "--decode-cuda-graph-backend", "tc_piecewise"])
+    assert config.decode.backend is Backend.BREAKABLE
+    assert config.sources["decode.backend"] == "json --cuda-graph-mode"
+    assert overrides(caught) == [
+        "decode.backend: --cuda-graph-mode 'breakable' overrides --decode-cuda-graph-backend 'tc_piecewise'"
+    ]
+
+
+def test_json_beats_per_phase_disable() -> None:
+    with recorded_warnings() as caught:
+        config = resolve_argv([MODE, '{"prefill": "tc_piecewise"}', "--prefill-disable-cuda-graph"])
+    assert config.prefill.backend is Backend.TC_PIECEWISE
+    assert overrides(caught) == [
+        "prefill.backend: --cuda-graph-mode 'tc_piecewise' overrides --prefill-disable-cuda-graph 'disabled'"
+    ]
+
+
+def test_per_phase_flag_beats_legacy_flag() -> None:
+    with recorded_warnings() as caught:
+        config = resolve_argv(["--prefill-cuda-graph-backend", "tc_piecewise", "--disable-piecewise-cuda-graph"])
+    assert config.prefill.backend is Backend.TC_PIECEWISE
+    assert overrides(caught) == [
+        "prefill.backend: --prefill-cuda-graph-backend 'tc_piecewise' overrides "
+        "--disable-piecewise-cuda-graph 'disabled'"
+    ]
+    assert [w.category for w in caught].count(LegacyFlagWarning) == 1
+
+
+def test_one_warning_names_every_overridden_source() -> None:
+    with recorded_warnings() as caught:
+        config = resolve_argv(
+            [MODE, '{"decode": "full"}', "--decode-cuda-graph-backend", "breakable", "--disable-cuda-graph"]
+        )
+    assert config.decode.backend is Backend.FULL
+    assert config.prefill.backend is Backend.DISABLED  # the legacy flag still decides the phase JSON leaves out
+    assert overrides(caught) == [
+        "decode.backend: --cuda-graph-mode 'full' overrides --decode-cuda-graph-backend 'breakable' and "
+        "--disable-cuda-graph 'disabled'"
+    ]
+
+
+def test_modern_bucket_flags_beat_legacy_ones() -> None:
+    with recorded_warnings() as caught:
+        config = resolve_argv(
+            [
+                "--decode-cuda-graph-bs",
+                "1",
+                "2",
+                "--cuda-graph-bs",
+                "4",
+                "--prefill-cuda-graph-max-tokens",
+                "32",
+                "--piecewise-cuda-graph-max-tokens",
+                "64",
+                "--tc-piecewise-compiler",
+                "eager",
+                "--piecewise-cuda-graph-compiler",
+                "inductor",
+            ]
+        )
+    assert config.decode.buckets == (1, 2) and config.prefill.buckets == (16, 32)
+    assert config.tc_piecewise_compiler == "eager"
+    assert overrides(caught) == [
+        "decode.buckets: --decode-cuda-graph-bs [1, 2] overrides --cuda-graph-bs [4]",
+        "prefill.max_size: --prefill-cuda-graph-max-tokens 32 overrides --piecewise-cuda-graph-max-tokens 64",
+        "tc_piecewise_compiler: --tc-piecewise-compiler 'eager' overrides --piecewise-cuda-graph-compiler 'inductor'",
+    ]
+
+
+def test_agreeing_sources_do_not_warn() -> None:
+    with recorded_warnings() as caught:
+        config = resolve_argv([MODE, '{"decode": "disabled"}', "--decode-disable-cuda-graph", "--disable-cuda-graph"])
+    assert config.decode.backend is Backend.DISABLED and config.prefill.backend is Backend.DISABLED
+    assert overrides(caught) == []
+
+
+def test_flags_of_one_level_that_agree_are_fine() -> None:
+    with pytest.warns(LegacyFlagWarning):
+        config = resolve_argv(["--disable-cuda-graph", "--disable-piecewise-cuda-graph"])
+    assert config.prefill.backend is Backend.DISABLED
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--decode-cuda-graph-backend", "full", "--decode-disable-cuda-graph"],
+            "decode.backend: --decode-cuda-graph-backend gives 'full' but "
+            "--decode-disable-cuda-graph gives 'disabled'; "
+            "both have the same precedence, so give only one",
+        ),
+        (
+            ["--enable-breakable-cuda-graph", "--enforce-piecewise-cuda-graph"],
+            "prefill.backend: --enable-breakable-cuda-graph gives 'breakable' but --enforce-piecewise-cuda-graph gives "
+            "'tc_piecewise'; both have the same precedence, so give only one",
+        ),
+        (
+            ["--disable-cuda-graph", "--enable-breakable-cuda-graph"],
+            "prefill.backend: --disable-cuda-graph gives 'disabled' but "
+            "--enable-breakable-cuda-graph gives 'breakable'; "
+            "both have the same precedence, so give only one",
+        ),
+    ],
+)
+def test_same_rank_disagreement_is_an_error(argv: list[str], message: str) -> None:
+    with recorded_warnings() as caught, pytest.raises(ConfigError) as error:
+        resolve_argv(argv)
+    assert str(error.value) == message
+    assert caught == []  # a failed resolution warns about nothing
+
+
+def test_per_phase_json_leaves_other_phase_to_flags() -> None:
+    config = resolve_argv([MODE, '{"decode": "breakable"}', "--prefill-cuda-graph-backend", "tc_piecewise"])
+    assert config.backend(Phase.DECODE) is Backend.BREAKABLE and config.backend(Phase.PREFILL) is Backend.TC_PIECEWISE
+    assert config.sources["prefill.backend"] == "flag --prefill-cuda-graph-backend"
+
+
+def test_empty_json_object_changes_nothing() -> None:
+    assert resolve_argv([MODE, "{}"]) == resolve()
+
+
+def test_json_mapping_from_python() -> None:
+    config = resolve(cuda_graph_mode={Phase.DECODE: Backend.DISABLED, "prefill": "tc_piecewise"})
+    assert config == resolve_argv([MODE, '{"decode": "disabled", "prefill": "tc_piecewise"}'])
+
+
+def test_explicit_buckets_and_max() -> None:
+    config = resolve(decode_cuda_graph_bs=[4, 2], decode_cuda_graph_max_bs=64)
+    assert (config.decode.buckets, config.decode.max_size) == ((2, 4), 64)
+    assert config.sources["decode.max_size"] == "flag --decode-cuda-graph-max-bs"
+    only_buckets = resolve(decode_cuda_graph_bs=[4, 2])
+    assert only_buckets.decode.max_size == 4
+    assert only_buckets.sources["decode.max_size"] == "derived from the largest of decode.buckets"
+
+
+def test_explicit_buckets_may_exceed_the_default_max() -> None:
+    assert resolve(decode_cuda_graph_bs=[512]).decode.buckets == (512,)
+
+
+def test_disabled_phase_has_no_buckets_even_when_given() -> None:
+    config = resolve(prefill_disable_cuda_graph=True, prefill_cuda_graph_tokens=[64], prefill_cuda_graph_max_tokens=64)
+    assert (config.prefill.buckets, config.prefill.max_size, config.prefill.enabled) == ((), 0, False)
+    assert config.sources["prefill.buckets"] == "derived from prefill.backend disabled"
+
+
+def test_false_switch_keywords_mean_not_given() -> None:
+    with recorded_warnings() as caught:
+        config = resolve(disable_cuda_graph=False, debug_cuda_graph=False, decode_cuda_graph_bs=None)
+    assert config == resolve() and caught == []

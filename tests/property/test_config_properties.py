@@ -1,0 +1,221 @@
+"""Properties of ``cudagraph.config.resolve`` over generated flag sets (JSON, per-phase, legacy, keywords, any mix).
+
+Run longer with ``HYPOTHESIS_PROFILE=deep`` (or ``--hypothesis-profile=deep``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from config_flagsets import (
+    FlagSet,
+    any_flag_sets,
+    argv,
+    dest,
+    environments,
+    outcome,
+    parse,
+    valid_flag_sets,
+    value_strategy,
+    via_cli,
+    via_keywords,
+)
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from cudagraph.config import LEGACY_FLAGS, Backend, Environment, LegacyFlagWarning, Phase, resolve
+from cudagraph.config.flags import FLAGS_BY_DEST, Arity, LegacyFlag
+
+flag_sets = st.one_of(valid_flag_sets(), any_flag_sets())
+
+
+@given(flag_sets, st.one_of(st.none(), environments))
+@example({"cuda_graph_mode": '{"decode": {}}'}, None)  # an unhashable JSON value is an unknown backend, not a TypeError
+@example({"cuda_graph_mode": "null"}, None)
+def test_resolution_is_total(flags: FlagSet, environment: Environment | None) -> None:
+    # outcome() lets only ConfigError through as a result; anything else raises here and fails the test.
+    for route in (via_cli, via_keywords):
+        config, error, _ = route(flags, environment)
+        assert (config is None) != (error is None)
+
+
+@given(flag_sets, st.one_of(st.none(), environments))
+@example({"decode_cuda_graph_bs": ["-1"]}, None)  # "-1" on a command line is a value, not an option
+@example({"cuda_graph_bs": ["007"]}, None)
+def test_keywords_and_command_line_agree(flags: FlagSet, environment: Environment | None) -> None:
+    cli_config, cli_error, cli_warnings = via_cli(flags, environment)
+    kw_config, kw_error, kw_warnings = via_keywords(flags, environment)
+    assert cli_error == kw_error
+    assert cli_config == kw_config
+    assert cli_warnings == kw_warnings
+    if cli_config is not None and kw_config is not None:
+        assert dict(cli_config.sources) == dict(kw_config.sources)
+
+
+def _json_mode(flags: FlagSet) -> dict[str, str]:
+    return json.loads(str(flags["cuda_graph_mode"])) if "cuda_graph_mode" in flags else {}
+
+
+@given(valid_flag_sets(), environments)
+@example({"cuda_graph_mode": '{"decode": "full"}', "decode_disable_cuda_graph": True}, Environment(device_type="cpu"))
+def test_json_entry_wins_for_its_phase(flags: FlagSet, environment: Environment) -> None:
+    config, _, _ = via_cli(flags, environment)
+    if config is None:
+        return
+    for phase_name, backend_name in _json_mode(flags).items():
+        assert config.backend(phase_name) is Backend(backend_name)
+        assert config.sources[f"{phase_name}.backend"] == "json --cuda-graph-mode"
+
+
+# Flags whose every claim concerns one phase only.
+PHASE_ONLY_FLAGS = {
+    Phase.DECODE: [
+        "--decode-cuda-graph-backend",
+        "--decode-disable-cuda-graph",
+        "--decode-cuda-graph-bs",
+        "--decode-cuda-graph-max-bs",
+        "--cuda-graph-bs",
+        "--cuda-graph-max-bs",
+    ],
+    Phase.PREFILL: [
+        "--prefill-cuda-graph-backend",
+        "--prefill-disable-cuda-graph",
+        "--prefill-cuda-graph-tokens",
+        "--prefill-cuda-graph-max-tokens",
+        "--disable-piecewise-cuda-graph",
+        "--enable-breakable-cuda-graph",
+        "--enforce-piecewise-cuda-graph",
+        "--piecewise-cuda-graph-tokens",
+        "--piecewise-cuda-graph-max-tokens",
+    ],
+}
+
+
+@st.composite
+def phase_only_flags(draw: st.DrawFn) -> tuple[Phase, FlagSet]:
+    phase = draw(st.sampled_from(list(Phase)))
+    options = draw(st.lists(st.sampled_from(PHASE_ONLY_FLAGS[phase]), min_size=1, max_size=4, unique=True))
+    return phase, {dest(option): draw(value_strategy(option, valid=draw(st.booleans()))) for option in options}
+
+
+@given(valid_flag_sets(), phase_only_flags(), environments)
+def test_flags_for_one_phase_never_change_the_other(
+    base: FlagSet, extra: tuple[Phase, FlagSet], environment: Environment
+) -> None:
+    phase, phase_flags = extra
+    other = Phase.PREFILL if phase is Phase.DECODE else Phase.DECODE
+    before, _, _ = via_cli(base, environment)
+    after, _, _ = via_cli({**base, **phase_flags}, environment)
+    if before is None or after is None:
+        return
+    assert after.for_phase(other) == before.for_phase(other)
+    for field_name in ("backend", "buckets", "max_size"):
+        assert after.sources[f"{other}.{field_name}"] == before.sources[f"{other}.{field_name}"]
+
+
+def _keys_touched(name: str) -> set[str]:
+    """The settings keys a (non-JSON) flag can claim, found by reading a canonical valid value."""
+    flag = FLAGS_BY_DEST[name]
+    sample = {Arity.SWITCH: True, Arity.MANY: ["1"]}.get(flag.arity)
+    if sample is None:
+        option = flag.replacement[0][0] if isinstance(flag, LegacyFlag) else flag.option
+        sample = {"backend": "disabled", "compiler": "eager"}.get(option.rsplit("-", 1)[-1], "1")
+    return set(flag.read(flag.option, sample))
+
+
+def _modern_equivalent(legacy: LegacyFlag, raw: object) -> FlagSet:
+    return {dest(option): (raw if value is None else value) for option, value in legacy.replacement}
+
+
+@st.composite
+def legacy_cases(draw: st.DrawFn) -> tuple[LegacyFlag, object, FlagSet]:
+    legacy = draw(st.sampled_from(LEGACY_FLAGS))
+    raw = draw(value_strategy(legacy.option, valid=draw(st.booleans())))
+    touched = _keys_touched(legacy.dest)
+    base = {
+        name: value
+        for name, value in draw(valid_flag_sets()).items()
+        if name == "cuda_graph_mode" or not (_keys_touched(name) & touched)
+    }
+    return legacy, raw, base
+
+
+@given(legacy_cases(), environments)
+@example(  # a legacy switch with a fixed modern value, under a JSON entry for the same phase
+    (
+        next(f for f in LEGACY_FLAGS if f.option == "--enable-breakable-cuda-graph"),
+        True,
+        {"cuda_graph_mode": '{"prefill": "tc_piecewise"}'},
+    ),
+    Environment(mla_attention=True),
+)
+def test_each_legacy_flag_resolves_like_its_modern_equivalent(
+    case: tuple[LegacyFlag, object, FlagSet], environment: Environment
+) -> None:
+    legacy, raw, base = case
+    old_config, old_error, old_warnings = via_cli({**base, legacy.dest: raw}, environment)
+    new_config, new_error, new_warnings = via_cli({**base, **_modern_equivalent(legacy, raw)}, environment)
+    assert old_config == new_config
+    assert (old_error is None) == (new_error is None)
+    if old_error is None:
+        deprecations = Counter(m for category, m in old_warnings if category is LegacyFlagWarning)
+        deprecations.subtract(m for category, m in new_warnings if category is LegacyFlagWarning)
+        assert +deprecations == Counter([legacy.deprecation_message()])
+
+
+@given(flag_sets, environments, environments)
+@example({"decode_cuda_graph_bs": ["3"], "decode_cuda_graph_max_bs": "500"}, Environment(), Environment())
+@example({"decode_cuda_graph_max_bs": "300"}, Environment(), Environment())  # the cap lies off the schedule
+def test_to_cli_args_resolves_back_to_an_equal_config(
+    flags: FlagSet, environment: Environment, other_environment: Environment
+) -> None:
+    config, _, _ = via_cli(flags, environment)
+    if config is None:
+        return
+    args = config.to_cli_args()
+    again, error, caught = outcome(lambda: resolve(parse(args), environment=other_environment))
+    assert error is None and again == config and caught == []
+    assert resolve(parse(args)) == config
+
+
+@given(flag_sets, environments)
+@example({"prefill_cuda_graph_backend": "tc_piecewise", "debug_cuda_graph": True}, Environment())
+@example({"cuda_graph_mode": '{"prefill": "breakable"}'}, Environment(mla_attention=True, device_type="cpu"))
+def test_rules_only_turn_unlocked_phases_off(flags: FlagSet, environment: Environment) -> None:
+    plain, plain_error, _ = via_cli(flags, Environment())
+    ruled, ruled_error, _ = via_cli(flags, environment)
+    assert plain_error == ruled_error  # the environment never makes input valid or invalid
+    if plain is None or ruled is None:
+        return
+    locked = _json_mode(flags) if plain_error is None else {}
+    for phase in Phase:
+        before, after = plain.backend(phase), ruled.backend(phase)
+        if phase.value in locked:
+            assert after is before
+        elif after is not before:
+            assert after is Backend.DISABLED
+            assert ruled.sources[f"{phase}.backend"].startswith("rule ")
+    assert (ruled.tc_piecewise_compiler, ruled.debug, ruled.enable_gc, ruled.disable_padding) == (
+        plain.tc_piecewise_compiler,
+        plain.debug,
+        plain.enable_gc,
+        plain.disable_padding,
+    )
+
+
+def test_strategies_produce_mostly_resolvable_sets() -> None:
+    # Guards the properties above against passing vacuously: valid flag sets must usually resolve.
+    from hypothesis import find, settings
+
+    resolved = []
+
+    @settings(max_examples=100, database=None)
+    @given(valid_flag_sets())
+    def collect(flags: FlagSet) -> None:
+        resolved.append(via_cli(flags)[0] is not None)
+
+    collect()
+    assert sum(resolved) >= 0.6 * len(resolved)
+    assert find(valid_flag_sets(), lambda f: "cuda_graph_mode" in f and len(f) > 4)  # JSON meets other flags
+    assert argv({"decode_cuda_graph_bs": ["1"]}) == ["--decode-cuda-graph-bs", "1"]
