@@ -1,5 +1,98 @@
-"""Primitives shared by every backend: breakable capture, capture-state flags, the forward context, the shared graph memory pool, gc freezing and weak references."""
+"""Primitives shared by every backend: breakable capture, capture-state flags, the forward context, the shared
+graph memory pool, gc freezing and weak references.
+
+Everything imports on a machine without CUDA; what needs a device (capturing, pools, memory readings) raises
+``CudaGraphsUnavailableError`` there.
+"""
+
+from .break_ops import BreakOptions, register_break_op, registered_break_ops, unregister_break_op
+from .breakable import (
+    BreakableCUDAGraph,
+    EagerBreakFunction,
+    EagerCall,
+    add_eager,
+    breakable_capture,
+    default_capture_stream,
+    eager_break,
+    force_split,
+)
+from .capture_state import (
+    enable_tc_piecewise_cuda_graph,
+    enable_torch_compile_warmup,
+    is_capture_mode,
+    is_in_breakable_cuda_graph,
+    is_in_tc_piecewise_cuda_graph,
+    is_in_torch_compile_warmup,
+    model_capture_mode,
+)
+from .errors import BreakableCaptureError, CudaGraphsUnavailableError, require_cuda
+from .forward_context import ForwardContext, get_forward_context, set_forward_context
+from .gc_control import freeze_gc
+from .graph_capture import (
+    CAPTURE_ERROR_MODES,
+    abort_capture,
+    anchor_pool,
+    begin_capture,
+    capture_cuda_graph,
+    end_capture,
+)
+from .memory import (
+    DeviceMemoryProbe,
+    GraphPoolHandle,
+    MemoryReading,
+    free_device_memory,
+    get_global_graph_memory_pool,
+    new_graph_pool,
+    read_device_memory,
+    set_global_graph_memory_pool,
+    weak_ref_tensor,
+    weak_ref_tensors,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "CAPTURE_ERROR_MODES",
+    "BreakOptions",
+    "BreakableCUDAGraph",
+    "BreakableCaptureError",
+    "CudaGraphsUnavailableError",
+    "DeviceMemoryProbe",
+    "EagerBreakFunction",
+    "EagerCall",
+    "ForwardContext",
+    "GraphPoolHandle",
+    "MemoryReading",
+    "__version__",
+    "abort_capture",
+    "add_eager",
+    "anchor_pool",
+    "begin_capture",
+    "breakable_capture",
+    "capture_cuda_graph",
+    "default_capture_stream",
+    "eager_break",
+    "enable_tc_piecewise_cuda_graph",
+    "enable_torch_compile_warmup",
+    "end_capture",
+    "force_split",
+    "free_device_memory",
+    "freeze_gc",
+    "get_forward_context",
+    "get_global_graph_memory_pool",
+    "is_capture_mode",
+    "is_in_breakable_cuda_graph",
+    "is_in_tc_piecewise_cuda_graph",
+    "is_in_torch_compile_warmup",
+    "model_capture_mode",
+    "new_graph_pool",
+    "read_device_memory",
+    "register_break_op",
+    "registered_break_ops",
+    "require_cuda",
+    "set_forward_context",
+    "set_global_graph_memory_pool",
+    "unregister_break_op",
+    "weak_ref_tensor",
+    "weak_ref_tensors",
+]

@@ -1,5 +1,30 @@
-"""How one shape is captured and replayed: the full, breakable and tc_piecewise backends behind one factory, `make_backend`."""
+"""How one shape is captured and replayed: the full, breakable and tc_piecewise backends behind one factory,
+`make_backend`.
+"""
+
+from .base import BaseCudaGraphBackend, GraphEntry
+from .breakable import BreakableCudaGraphBackend
+from .errors import (
+    CUDA_GRAPH_CAPTURE_FAILED_HINT,
+    TC_PIECEWISE_CUDA_GRAPH_CAPTURE_FAILED_MSG,
+    BackendUnavailableError,
+    CudaGraphCaptureError,
+)
+from .factory import BACKEND_CLASSES, make_backend
+from .full import FullCudaGraphBackend
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "BACKEND_CLASSES",
+    "CUDA_GRAPH_CAPTURE_FAILED_HINT",
+    "TC_PIECEWISE_CUDA_GRAPH_CAPTURE_FAILED_MSG",
+    "BackendUnavailableError",
+    "BaseCudaGraphBackend",
+    "BreakableCudaGraphBackend",
+    "CudaGraphCaptureError",
+    "FullCudaGraphBackend",
+    "GraphEntry",
+    "__version__",
+    "make_backend",
+]

@@ -1,0 +1,125 @@
+"""Capture-state flags, the forward context and freeze_gc: context-scoped, nestable, per thread."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+from cudagraph.backend_utils import (
+    ForwardContext,
+    enable_tc_piecewise_cuda_graph,
+    enable_torch_compile_warmup,
+    freeze_gc,
+    get_forward_context,
+    is_capture_mode,
+    is_in_breakable_cuda_graph,
+    is_in_tc_piecewise_cuda_graph,
+    is_in_torch_compile_warmup,
+    model_capture_mode,
+    set_forward_context,
+)
+from cudagraph.backend_utils.capture_state import breakable_cuda_graph_active
+
+FLAGS = [
+    (is_capture_mode, model_capture_mode),
+    (is_in_tc_piecewise_cuda_graph, enable_tc_piecewise_cuda_graph),
+    (is_in_torch_compile_warmup, enable_torch_compile_warmup),
+    (is_in_breakable_cuda_graph, breakable_cuda_graph_active),
+]
+
+
+@pytest.mark.parametrize(("read", "enable"), FLAGS, ids=[read.__name__ for read, _ in FLAGS])
+def test_flag_is_set_inside_and_restored_after_nesting(read, enable) -> None:
+    assert read() is False
+    with enable():
+        assert read() is True
+        with enable():
+            assert read() is True
+        assert read() is True
+    assert read() is False
+
+
+@pytest.mark.parametrize(("read", "enable"), FLAGS, ids=[read.__name__ for read, _ in FLAGS])
+def test_flag_is_restored_after_an_exception(read, enable) -> None:
+    with pytest.raises(ZeroDivisionError), enable():
+        1 / 0  # noqa: B018
+    assert read() is False
+
+
+def test_flags_are_independent() -> None:
+    with model_capture_mode():
+        assert not is_in_tc_piecewise_cuda_graph()
+        assert not is_in_torch_compile_warmup()
+        assert not is_in_breakable_cuda_graph()
+
+
+def test_flag_is_per_thread() -> None:
+    seen_in_thread: list[bool] = []
+    with model_capture_mode():
+        worker = threading.Thread(target=lambda: seen_in_thread.append(is_capture_mode()))
+        worker.start()
+        worker.join()
+        assert is_capture_mode()
+    assert seen_in_thread == [False]
+
+
+def test_forward_context_outside_one_is_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match=r"no forward context is set.*set_forward_context"):
+        get_forward_context()
+
+
+def test_forward_context_nests_and_restores() -> None:
+    outer = ForwardContext(forward_batch="outer", attn_backend="backend")
+    inner = ForwardContext(forward_batch="inner", extra={"layer": 3})
+    with set_forward_context(outer) as entered:
+        assert entered is outer
+        assert get_forward_context() is outer
+        with set_forward_context(inner):
+            assert get_forward_context().extra == {"layer": 3}
+        assert get_forward_context() is outer
+    with pytest.raises(RuntimeError):
+        get_forward_context()
+
+
+def test_forward_context_defaults_do_not_share_extra() -> None:
+    first, second = ForwardContext(), ForwardContext()
+    first.extra["key"] = 1
+    assert second.extra == {}
+    assert first.forward_batch is None and first.attn_backend is None
+
+
+def test_forward_context_is_per_thread() -> None:
+    errors: list[str] = []
+
+    def read_in_thread() -> None:
+        try:
+            get_forward_context()
+        except RuntimeError as error:
+            errors.append(str(error))
+
+    with set_forward_context(ForwardContext(forward_batch=1)):
+        worker = threading.Thread(target=read_in_thread)
+        worker.start()
+        worker.join()
+    assert len(errors) == 1
+
+
+def test_freeze_gc_freezes_inside_and_unfreezes_after() -> None:
+    assert gc.get_freeze_count() == 0
+    with freeze_gc():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_freeze_gc_unfreezes_after_an_exception() -> None:
+    with pytest.raises(KeyError), freeze_gc():
+        raise KeyError("boom")
+    assert gc.get_freeze_count() == 0
+
+
+def test_freeze_gc_with_gc_enabled_leaves_the_collector_alone() -> None:
+    with freeze_gc(enable_gc=True):
+        assert gc.get_freeze_count() == 0
+        assert gc.isenabled()

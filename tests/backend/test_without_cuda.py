@@ -1,0 +1,142 @@
+"""Without CUDA everything imports and the runtime says plainly that CUDA graphs need a CUDA device."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import cudagraph.backend as backend_package
+import cudagraph.backend_utils as utils_package
+from cudagraph.backend import BreakableCudaGraphBackend, FullCudaGraphBackend, make_backend
+from cudagraph.backend_utils import (
+    BreakableCUDAGraph,
+    CudaGraphsUnavailableError,
+    DeviceMemoryProbe,
+    breakable_capture,
+    free_device_memory,
+    new_graph_pool,
+    require_cuda,
+)
+
+NO_CUDA_MESSAGE = "CUDA graphs need a CUDA device"
+
+
+@pytest.fixture
+def no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend there is no CUDA, so these tests say the same on a GPU machine."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_packages_import_in_a_fresh_interpreter_without_cuda() -> None:
+    code = (
+        "import os, torch; os.environ['CUDA_VISIBLE_DEVICES'] = ''; "
+        "import cudagraph.backend, cudagraph.backend_utils; "
+        "print(cudagraph.backend.__version__, cudagraph.backend_utils.__version__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={"CUDA_VISIBLE_DEVICES": ""}, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0.1.0", "0.1.0"]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: make_backend("decode", "full", "cuda"),
+        lambda: make_backend("prefill", "breakable"),
+        lambda: FullCudaGraphBackend("cuda:0"),
+        lambda: BreakableCudaGraphBackend(),
+        lambda: BreakableCUDAGraph(),
+        lambda: breakable_capture().__enter__(),
+        lambda: new_graph_pool(),
+        lambda: free_device_memory(),
+        lambda: DeviceMemoryProbe(),
+        lambda: require_cuda(0),
+    ],
+    ids=[
+        "make_backend-full",
+        "make_backend-breakable",
+        "FullCudaGraphBackend",
+        "BreakableCudaGraphBackend",
+        "BreakableCUDAGraph",
+        "breakable_capture",
+        "new_graph_pool",
+        "free_device_memory",
+        "DeviceMemoryProbe",
+        "require_cuda",
+    ],
+)
+def test_runtime_entry_points_raise_one_clear_error(no_cuda: None, make) -> None:
+    with pytest.raises(CudaGraphsUnavailableError, match=NO_CUDA_MESSAGE):
+        make()
+
+
+def test_a_cpu_device_is_rejected_even_with_cuda_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(CudaGraphsUnavailableError, match="got device cpu"):
+        require_cuda("cpu")
+
+
+def test_unavailable_error_is_a_runtime_error() -> None:
+    assert issubclass(CudaGraphsUnavailableError, RuntimeError)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "is_capture_mode",
+        "model_capture_mode",
+        "freeze_gc",
+        "get_global_graph_memory_pool",
+        "set_global_graph_memory_pool",
+        "is_in_tc_piecewise_cuda_graph",
+        "enable_tc_piecewise_cuda_graph",
+        "is_in_torch_compile_warmup",
+        "enable_torch_compile_warmup",
+        "is_in_breakable_cuda_graph",
+        "ForwardContext",
+        "set_forward_context",
+        "get_forward_context",
+        "BreakableCUDAGraph",
+        "weak_ref_tensor",
+        "add_eager",
+        "eager_break",
+        "register_break_op",
+        "free_device_memory",
+        "DeviceMemoryProbe",
+        "CudaGraphsUnavailableError",
+    ],
+)
+def test_backend_utils_exports_the_fixed_names(name: str) -> None:
+    assert name in utils_package.__all__
+    assert getattr(utils_package, name).__doc__
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "BaseCudaGraphBackend",
+        "FullCudaGraphBackend",
+        "BreakableCudaGraphBackend",
+        "make_backend",
+        "TC_PIECEWISE_CUDA_GRAPH_CAPTURE_FAILED_MSG",
+    ],
+)
+def test_backend_exports_the_fixed_names(name: str) -> None:
+    assert name in backend_package.__all__
+    assert getattr(backend_package, name)
+
+
+def test_legacy_names_are_not_defined_here() -> None:
+    for legacy in ("get_is_capture_mode", "is_in_piecewise_cuda_graph", "enable_piecewise_cuda_graph"):
+        assert not hasattr(utils_package, legacy)
+    assert not hasattr(backend_package, "PIECEWISE_CUDA_GRAPH_CAPTURE_FAILED_MSG")
+
+
+def test_attention_metadata_flags() -> None:
+    assert FullCudaGraphBackend.captures_attn_metadata is True
+    assert BreakableCudaGraphBackend.captures_attn_metadata is False
