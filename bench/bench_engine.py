@@ -1,0 +1,126 @@
+"""Decode-step benchmark of the reference engine: eager, raw CUDAGraph.replay, and the runner (full, breakable).
+
+On the Qwen3-0.6B-shaped preset (random bf16 weights), decode batches of 1, 8, 32 and 128 requests with 128 cached
+tokens each. Also captures the default decode buckets up to 256 with each backend and reports seconds and bytes.
+Prints a table with ratios to the raw replay and the issue's targets, and writes JSON (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from cudagraph.config import Backend, CudaGraphConfig, Phase, PhaseConfig, resolve
+from cudagraph.engine.benchmark import bench_capture, bench_decode, format_table
+from cudagraph.engine.model import model_config_from_preset, random_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+
+TARGETS = {
+    "runner_over_raw": 1.05,
+    "runner_host_us": 20.0,
+    "batch1_step_ms": 1.5,
+    "capture_seconds": 5.0,
+    "capture_gib": 1.0,
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", "--output", dest="output", type=Path, default=Path("bench-results/bench_engine.json"))
+    parser.add_argument("--preset", default="qwen3-0.6b-random")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 128])
+    parser.add_argument("--context-len", type=int, default=128)
+    parser.add_argument("--max-context-len", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--capture-max-bs", type=int, default=256)
+    parser.add_argument("--attention-backend", default="torch")
+    return parser.parse_args(argv)
+
+
+def write(path: Path, result: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        reason = f"CUDA graphs need a CUDA device (torch {torch.__version__} sees none); nothing to benchmark"
+        print(reason)
+        write(args.output, {"skipped": reason})
+        return 0
+    device = torch.device("cuda")
+    model = random_model(model_config_from_preset(args.preset), seed=0, dtype=args.dtype, device=device)
+    cache = CacheConfig(max_num_reqs=max(args.batch_sizes), max_context_len=args.max_context_len)
+    # The runners under test are built per mode by bench_decode; the engine itself stays eager.
+    disabled = CudaGraphConfig(PhaseConfig(Backend.DISABLED, (), 0), PhaseConfig(Backend.DISABLED, (), 0))
+    model_runner = ModelRunner(model, disabled, cache_config=cache, attention_backend=args.attention_backend)
+
+    modes = ["eager", "raw", "full", "breakable"]
+    timings = bench_decode(model_runner, args.batch_sizes, modes, context_len=args.context_len, steps=args.steps)
+    capture_buckets = list(resolve(decode_cuda_graph_max_bs=args.capture_max_bs).for_phase(Phase.DECODE).buckets)
+    captures = [bench_capture(model_runner, backend, capture_buckets) for backend in (Backend.FULL, Backend.BREAKABLE)]
+    # For reference: the same full capture with one warm-up run per shape instead of two.
+    captures.append(bench_capture(model_runner, Backend.FULL, capture_buckets, num_warmups=1))
+
+    by_key = {(t.mode, t.batch_size): t for t in timings}
+    ratios = {
+        f"{mode}/raw@{bs}": by_key[(mode, bs)].step_ms / by_key[("raw", bs)].step_ms
+        for mode in ("eager", "full", "breakable")
+        for bs in args.batch_sizes
+    }
+    # Host work the runner adds on top of launching the graph: its call time minus the raw replay's.
+    overhead_us = {
+        f"{mode}@{bs}": by_key[(mode, bs)].host_us - by_key[("raw", bs)].host_us
+        for mode in ("full", "breakable")
+        for bs in args.batch_sizes
+    }
+    batch1 = args.batch_sizes[0]
+    checks = {
+        "runner full step within 1.05x of raw replay (all batch sizes)": max(
+            ratios[f"full/raw@{bs}"] for bs in args.batch_sizes
+        )
+        <= TARGETS["runner_over_raw"],
+        "runner full host work over raw replay <= 20 us": max(overhead_us[f"full@{bs}"] for bs in args.batch_sizes)
+        <= TARGETS["runner_host_us"],
+        f"batch-{batch1} decode step (runner full) <= 1.5 ms": by_key[("full", batch1)].step_ms
+        <= TARGETS["batch1_step_ms"],
+        "capture of default decode buckets (full) <= 5 s": captures[0].seconds <= TARGETS["capture_seconds"],
+        "capture of default decode buckets (full) <= 1 GiB": captures[0].bytes / 2**30 <= TARGETS["capture_gib"],
+    }
+    result = {
+        "device": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "preset": args.preset,
+        "dtype": args.dtype,
+        "attention_backend": args.attention_backend,
+        "context_len": args.context_len,
+        "max_context_len": args.max_context_len,
+        "timings": [t.as_dict() for t in timings],
+        "ratios": ratios,
+        "runner_host_overhead_us": overhead_us,
+        "captures": [c.as_dict() for c in captures],
+        "targets": TARGETS,
+        "checks": checks,
+    }
+    print(f"decode step, {args.preset} ({args.dtype}, {args.attention_backend} attention) on {result['device']}")
+    print(format_table(timings))
+    print("runner host work over raw replay (us): " + ", ".join(f"{k} {v:.1f}" for k, v in overhead_us.items()))
+    for capture in captures:
+        print(
+            f"capture {capture.backend} ({capture.num_warmups} warm-ups per shape): {len(capture.buckets)} buckets up "
+            f"to {max(capture.buckets)} in {capture.seconds:.2f} s, {capture.bytes / 2**30:.3f} GiB"
+        )
+    for name, passed in checks.items():
+        print(f"{'PASS' if passed else 'MISS'}  {name}")
+    write(args.output, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

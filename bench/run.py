@@ -1,0 +1,64 @@
+"""Run every ``bench/bench_*.py`` with the current interpreter and collect their JSON into ``bench-results/``.
+
+What ``nox -s bench`` calls. Each script is run as ``python3 bench/bench_NAME.py --out
+bench-results/bench_NAME.json`` (the path is also in ``$BENCH_OUTPUT``), with the workspace sources importable the
+way ``tests/gpu/run.py`` sets them up (carried wheels in ``.whl/`` included). ``bench-results/summary.json`` records
+every script's exit status and result. Positional arguments select scripts by substring (``python3 bench/run.py
+engine``); ``--`` passes the rest to every script.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench-results"
+
+
+def workspace_env() -> dict[str, str]:
+    """The GPU test runner's environment: workspace sources (and carried wheels) on ``PYTHONPATH``."""
+    spec = importlib.util.spec_from_file_location("gpu_run", ROOT / "tests" / "gpu" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.workspace_env()
+
+
+def main(argv: list[str]) -> int:
+    """Run the selected benchmarks; 0 when all of them succeeded."""
+    passthrough = argv[argv.index("--") + 1 :] if "--" in argv else []
+    selectors = argv[: argv.index("--")] if "--" in argv else argv
+    scripts = sorted((ROOT / "bench").glob("bench_*.py"))
+    scripts = [s for s in scripts if not selectors or any(sel in s.stem for sel in selectors)]
+    if not scripts:
+        print(f"no bench/bench_*.py matches {selectors}", file=sys.stderr)
+        return 2
+    RESULTS.mkdir(exist_ok=True)
+    env = workspace_env()
+    summary: dict[str, object] = {}
+    for script in scripts:
+        output = RESULTS / f"{script.stem}.json"
+        output.unlink(missing_ok=True)
+        print(f"== {script.relative_to(ROOT)}", flush=True)
+        started = time.perf_counter()
+        status = subprocess.call(
+            [sys.executable, str(script), "--out", str(output), *passthrough],
+            env={**env, "BENCH_OUTPUT": str(output)},
+            cwd=ROOT,
+        )
+        result = json.loads(output.read_text()) if output.is_file() else None
+        summary[script.stem] = {"returncode": status, "seconds": time.perf_counter() - started, "result": result}
+        if status != 0 or result is None:
+            print(f"!! {script.name} exited {status}{'' if result else ' without writing ' + str(output)}")
+    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"results in {RESULTS.relative_to(ROOT)}/")
+    return 0 if all(v["returncode"] == 0 and v["result"] is not None for v in summary.values()) else 1  # type: ignore[index]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,53 @@
+"""Attention backends over the paged KV cache and the registered attention operator the model calls.
+
+``torch`` runs anywhere; ``flashinfer`` needs the optional ``flashinfer-python`` package and a CUDA device.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .op import attend, unified_attention
+from .torch_backend import DecodeMetadata, ExtendMetadata, TorchAttentionBackend
+
+if TYPE_CHECKING:
+    from ..kv_cache import ReqToTokenPool, TokenToKVPool
+
+
+def _torch_backend(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
+    return TorchAttentionBackend(
+        req_to_token_pool, kv_pool, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.attention_scale
+    )
+
+
+def _flashinfer_backend(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
+    # Optional dependency: imported only when asked for, so the engine works without it.
+    module = importlib.import_module(".flashinfer_backend", __name__)
+    return module.FlashInferAttentionBackend(
+        req_to_token_pool, kv_pool, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.attention_scale
+    )
+
+
+ATTENTION_BACKENDS: dict[str, Callable[..., Any]] = {"torch": _torch_backend, "flashinfer": _flashinfer_backend}
+"""Attention backend name -> factory ``(req_to_token_pool, kv_pool, model_shape)``."""
+
+
+def make_attention_backend(name: str, req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
+    """The attention backend called ``name`` for this cache and model shape."""
+    factory = ATTENTION_BACKENDS.get(name)
+    if factory is None:
+        raise ValueError(f"unknown attention backend {name!r}; choose one of {sorted(ATTENTION_BACKENDS)}")
+    return factory(req_to_token_pool, kv_pool, shape)
+
+
+__all__ = [
+    "ATTENTION_BACKENDS",
+    "DecodeMetadata",
+    "ExtendMetadata",
+    "TorchAttentionBackend",
+    "attend",
+    "make_attention_backend",
+    "unified_attention",
+]

@@ -1,0 +1,265 @@
+"""Attention in plain torch over the paged KV cache: works on CPU and GPU, and inside graphs.
+
+Decode is graph-safe: its metadata (each row's KV slots and an additive mask hiding the slots past its length) lives
+in static buffers as wide as the request-to-token table, filled once per step by device-only ops, so a captured step
+has no host syncs and no shapes that depend on tensor values. Extend (prefill) attention loops over the requests on
+the host; it runs eagerly, also inside breakable and piecewise graphs, where it is the break.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from cudagraph.backend_utils import is_capture_mode
+from cudagraph.runner import ForwardBatch, ForwardMode
+
+from ..kv_cache import ReqToTokenPool, TokenToKVPool
+
+
+@dataclass(frozen=True)
+class DecodeMetadata:
+    """Per decode row: the KV slots of its first ``L`` tokens and which of them belong to the request."""
+
+    kv_slots: torch.Tensor
+    """[B, L] int32 slot of token ``j`` of row ``b`` (the scratch slot past its length)."""
+    kv_valid: torch.Tensor
+    """[B, L] bool ``j < seq_len[b]``."""
+    kv_bias: torch.Tensor
+    """[B, L] in the cache dtype: 0 where ``kv_valid``, ``-inf`` elsewhere (the SDPA mask, built once per step)."""
+
+
+@dataclass(frozen=True)
+class ExtendRequest:
+    """One request of an extend batch: where its new tokens sit and which KV slots it attends to."""
+
+    start: int
+    num_new: int
+    kv_slots: torch.Tensor
+    """[prefix + num_new] slots, in token order."""
+    causal_mask: torch.Tensor
+    """[num_new, prefix + num_new] bool: new token ``i`` sees tokens ``0 .. prefix + i``."""
+
+
+@dataclass(frozen=True)
+class ExtendMetadata:
+    """An extend batch's requests (the real ones; padded token rows past ``num_real_tokens`` get zeros)."""
+
+    requests: tuple[ExtendRequest, ...]
+    num_real_tokens: int
+
+
+class TorchAttentionBackend:
+    """Grouped-query attention over ``TokenToKVPool`` with ``ReqToTokenPool`` indirection, in plain torch."""
+
+    name = "torch"
+    needs_seq_lens_cpu = False
+    """The replay hook only picks static views; the graph derives everything else on the device."""
+
+    def __init__(
+        self,
+        req_to_token_pool: ReqToTokenPool,
+        kv_pool: TokenToKVPool,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float | None = None,
+    ) -> None:
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
+        self.req_to_token = req_to_token_pool.req_to_token
+        self.graph_width = int(self.req_to_token.shape[1])
+        """Columns of the static decode metadata: every slot a request can have (aligned for fused kernels)."""
+        self.kv_pool = kv_pool
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
+        self.forward_metadata: DecodeMetadata | None = None
+        self._graph_capacity = 0
+        self._graph_views: dict[int, DecodeMetadata] = {}
+        device = self.req_to_token.device
+        self._positions = torch.arange(self.graph_width, device=device)
+        self._no_bias = torch.zeros((), dtype=kv_pool.dtype, device=device)
+        self._masked_bias = torch.full((), float("-inf"), dtype=kv_pool.dtype, device=device)
+
+    # -- metadata ---------------------------------------------------------------------------------------------------
+
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        """Prepare a step. Eager decode sizes the metadata to the longest request (one host sync); inside a capture
+        the static metadata the capture hook chose is filled in place, so the fill becomes part of the graph."""
+        if not batch.forward_mode.is_decode():
+            batch.attn_metadata = None  # extend metadata is built from the host-side lengths on first use
+            return
+        if is_capture_mode() and self.forward_metadata is not None:
+            self._fill_decode_metadata(self.forward_metadata, batch.req_pool_indices, batch.seq_lens)
+            return
+        if batch.seq_lens_cpu is not None:
+            longest = int(batch.seq_lens_cpu.max()) if batch.batch_size else 1
+        else:
+            longest = int(batch.seq_lens.max()) if batch.batch_size else 1
+        width = min(-(-longest // 16) * 16, self.graph_width)  # aligned like the table, so SDPA needs no mask padding
+        metadata = self._empty_metadata(batch.batch_size, width)
+        self._fill_decode_metadata(metadata, batch.req_pool_indices, batch.seq_lens)
+        self.forward_metadata = metadata
+
+    def _empty_metadata(self, rows: int, width: int) -> DecodeMetadata:
+        device = self.req_to_token.device
+        return DecodeMetadata(
+            kv_slots=torch.zeros((rows, width), dtype=torch.int32, device=device),
+            kv_valid=torch.zeros((rows, width), dtype=torch.bool, device=device),
+            kv_bias=torch.zeros((rows, width), dtype=self.kv_pool.dtype, device=device),
+        )
+
+    def _fill_decode_metadata(
+        self, metadata: DecodeMetadata, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor
+    ) -> None:
+        width = metadata.kv_slots.shape[1]
+        torch.index_select(self.req_to_token[:, :width], 0, req_pool_indices, out=metadata.kv_slots)
+        torch.lt(self._positions[None, :width], seq_lens[:, None], out=metadata.kv_valid)
+        torch.where(metadata.kv_valid, self._no_bias, self._masked_bias, out=metadata.kv_bias)
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+        """Static decode metadata for ``max_bs`` rows of ``graph_width`` columns.
+
+        Only grows: views already handed to captured graphs keep the storage they were made from alive.
+        """
+        if max_bs <= self._graph_capacity:
+            return
+        self._graph_storage = self._empty_metadata(max_bs, self.graph_width)
+        self._graph_capacity = max_bs
+
+    def _graph_view(self, batch_size: int) -> DecodeMetadata:
+        view = self._graph_views.get(batch_size)
+        if view is None:
+            if batch_size > self._graph_capacity:
+                raise ValueError(
+                    f"batch size {batch_size} exceeds the graph state ({self._graph_capacity} rows); "
+                    "call init_cuda_graph_state with a larger max_bs first"
+                )
+            storage = self._graph_storage
+            view = DecodeMetadata(
+                storage.kv_slots[:batch_size], storage.kv_valid[:batch_size], storage.kv_bias[:batch_size]
+            )
+            self._graph_views[batch_size] = view
+        return view
+
+    def init_forward_metadata_capture_cuda_graph(
+        self,
+        batch_size: int,
+        num_tokens: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        forward_mode: ForwardMode,
+        **kwargs: object,
+    ) -> None:
+        """Decode: use the static view of ``batch_size`` rows (filled inside the captured forward)."""
+        self.forward_metadata = self._graph_view(batch_size) if forward_mode.is_decode() else None
+
+    def init_forward_metadata_replay_cuda_graph(
+        self,
+        batch_size: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_sum: int,
+        forward_mode: ForwardMode,
+        seq_lens_cpu: torch.Tensor | None = None,
+        **kwargs: object,
+    ) -> None:
+        """Decode: point at the static view of ``batch_size`` rows; the graph refills it from the static inputs."""
+        self.forward_metadata = self._graph_view(batch_size) if forward_mode.is_decode() else None
+
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        """1: a padded row attends to exactly one token, the scratch slot, so its softmax stays finite."""
+        return 1
+
+    # -- compute ----------------------------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        output: torch.Tensor,
+        layer_id: int,
+        batch: ForwardBatch,
+        kv_stored: bool = False,
+    ) -> None:
+        """Store this step's keys and values (unless ``kv_stored``), then write attention of ``q`` over the cache
+        into ``output``."""
+        if not kv_stored:
+            self.store_kv(k, v, layer_id, batch.out_cache_loc)
+        if batch.forward_mode.is_extend():
+            self._extend(q, output, layer_id, batch)
+        else:
+            assert self.forward_metadata is not None, "init_forward_metadata was not called for this decode step"
+            self._decode(q, output, layer_id, self.forward_metadata)
+
+    def store_kv(self, k: torch.Tensor, v: torch.Tensor, layer_id: int, out_cache_loc: torch.Tensor) -> None:
+        """Write keys and values ``[T, Hkv*D]`` to their slots (padded tokens all hit the scratch slot)."""
+        shape = (-1, self.num_kv_heads, self.head_dim)
+        self.kv_pool.k_buffer[layer_id].index_put_((out_cache_loc,), k.view(shape))
+        self.kv_pool.v_buffer[layer_id].index_put_((out_cache_loc,), v.view(shape))
+
+    def _decode(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, metadata: DecodeMetadata) -> None:
+        rows, width = metadata.kv_slots.shape
+        # One gather fetches keys and values ([B*L, 2, Hkv, D]); each is seen as [B, Hkv, L, D] with the head dim
+        # contiguous, which the fused kernels need.
+        gathered = self.kv_pool.kv_buffer[layer_id].index_select(0, metadata.kv_slots.view(-1))
+        keys = gathered[:, 0].view(rows, width, self.num_kv_heads, self.head_dim)
+        values = gathered[:, 1].view(rows, width, self.num_kv_heads, self.head_dim)
+        groups = self.num_heads // self.num_kv_heads
+        # The query heads sharing a kv head act as that head's query rows, so one fused SDPA call does grouped-query
+        # decode with no repeated keys; the mask only hides slots past each row's length.
+        queries = q.view(rows, self.num_kv_heads, groups, self.head_dim)
+        result = F.scaled_dot_product_attention(
+            queries,
+            keys.transpose(1, 2),
+            values.transpose(1, 2),
+            attn_mask=metadata.kv_bias[:, None, None, :],
+            scale=self.scale,
+        )
+        output.copy_(result.reshape(rows, -1))
+
+    def _extend(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, batch: ForwardBatch) -> None:
+        metadata = batch.attn_metadata
+        if not isinstance(metadata, ExtendMetadata):
+            metadata = self._build_extend_metadata(batch)
+            batch.attn_metadata = metadata
+        groups = self.num_heads // self.num_kv_heads
+        kv_cache = self.kv_pool.kv_buffer[layer_id]
+        for request in metadata.requests:
+            rows = slice(request.start, request.start + request.num_new)
+            gathered = kv_cache.index_select(0, request.kv_slots)
+            keys, values = gathered[:, 0], gathered[:, 1]
+            queries = q[rows].view(request.num_new, self.num_kv_heads, groups, self.head_dim)
+            scores = torch.einsum("nhgd,lhd->hgnl", queries, keys).float() * self.scale
+            scores.masked_fill_(~request.causal_mask, float("-inf"))
+            probs = torch.softmax(scores, dim=-1).to(values.dtype)
+            result = torch.einsum("hgnl,lhd->nhgd", probs, values)
+            output[rows] = result.reshape(request.num_new, -1)
+        if metadata.num_real_tokens < output.shape[0]:
+            output[metadata.num_real_tokens :].zero_()
+
+    def _build_extend_metadata(self, batch: ForwardBatch) -> ExtendMetadata:
+        if batch.extend_seq_lens_cpu is None or batch.extend_prefix_lens_cpu is None:
+            raise ValueError("an extend batch needs extend_seq_lens_cpu and extend_prefix_lens_cpu")
+        device = self.req_to_token.device
+        requests = []
+        start = 0
+        for index, (num_new, prefix) in enumerate(
+            zip(batch.extend_seq_lens_cpu, batch.extend_prefix_lens_cpu, strict=True)
+        ):
+            if num_new == 0:
+                continue
+            total = prefix + num_new
+            row = self.req_to_token.index_select(0, batch.req_pool_indices[index : index + 1])[0, :total]
+            positions = torch.arange(total, device=device)
+            query_positions = torch.arange(prefix, total, device=device)
+            causal = positions[None, :] <= query_positions[:, None]
+            requests.append(ExtendRequest(start, num_new, row, causal))
+            start += num_new
+        return ExtendMetadata(tuple(requests), start)

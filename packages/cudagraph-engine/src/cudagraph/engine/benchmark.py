@@ -1,0 +1,226 @@
+"""Decode-step timing: eager, a raw ``CUDAGraph.replay`` of the same forward, and the graph runners.
+
+Used by ``cudagraph-engine bench`` and ``bench/bench_engine.py``. Every mode runs the same ``ForwardBatch`` (a
+decode step over requests with ``context_len`` cached tokens), so the ratios compare like with like.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from cudagraph.backend_utils import model_capture_mode
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.runner import CaptureStats, DecodeCudaGraphRunner, ForwardBatch, ForwardMode
+
+from .model_runner import ModelRunner
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """One mode at one batch size."""
+
+    mode: str
+    batch_size: int
+    step_ms: float
+    """Mean time per step over back-to-back steps (the host may run ahead of the device)."""
+    latency_ms: float
+    """Median time of one step from launch to device idle."""
+    host_us: float
+    """Median host time of the step call alone, launched onto an idle device."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CaptureTiming:
+    """What capturing a set of decode buckets cost."""
+
+    backend: str
+    buckets: list[int]
+    num_warmups: int
+    seconds: float
+    bytes: int
+
+    @classmethod
+    def of(cls, backend: str, buckets: list[int], num_warmups: int, stats: CaptureStats) -> CaptureTiming:
+        """From a runner's capture stats."""
+        return cls(backend, buckets, num_warmups, stats.seconds, stats.bytes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return asdict(self)
+
+
+def decode_only_config(backend: Backend, buckets: list[int]) -> CudaGraphConfig:
+    """A config that graphs decode with ``backend`` at exactly ``buckets`` and leaves prefill eager."""
+    return CudaGraphConfig(
+        decode=PhaseConfig(backend, tuple(sorted(buckets)), max(buckets)),
+        prefill=PhaseConfig(Backend.DISABLED, (), 0),
+    )
+
+
+def synthetic_decode_batch(model_runner: ModelRunner, batch_size: int, context_len: int, seed: int = 0) -> ForwardBatch:
+    """``batch_size`` fresh requests of ``context_len`` cached tokens each (random ids, whatever KV is there),
+    decoding their next token. Their rows and slots stay allocated; ``release_synthetic_batch`` gives them back."""
+    device = model_runner.device
+    generator = torch.Generator().manual_seed(seed)
+    rows, slots = [], []
+    for _ in range(batch_size):
+        row = model_runner.req_to_token_pool.alloc()
+        request_slots = model_runner.token_to_kv_pool.alloc(context_len + 1)
+        model_runner.req_to_token_pool.write(row, 0, request_slots)
+        rows.append(row)
+        slots.append(request_slots[context_len])
+    vocab = model_runner.model.config.vocab_size
+    seq_lens_cpu = torch.full((batch_size,), context_len + 1, dtype=torch.int32)
+    return ForwardBatch(
+        forward_mode=ForwardMode.DECODE,
+        batch_size=batch_size,
+        input_ids=torch.randint(0, vocab, (batch_size,), generator=generator).to(device),
+        positions=torch.full((batch_size,), context_len, dtype=torch.int64, device=device),
+        seq_lens=seq_lens_cpu.to(device),
+        req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=device),
+        out_cache_loc=torch.stack(slots).to(device),
+        seq_lens_sum=int(seq_lens_cpu.sum()),
+        seq_lens_cpu=seq_lens_cpu,
+    )
+
+
+def release_synthetic_batch(model_runner: ModelRunner, batch: ForwardBatch, context_len: int) -> None:
+    """Give back the rows and slots ``synthetic_decode_batch`` took."""
+    for row in batch.req_pool_indices.tolist():
+        slots = model_runner.req_to_token_pool.req_to_token[row, : context_len + 1].to("cpu", torch.int64)
+        model_runner.token_to_kv_pool.free(slots)
+        model_runner.req_to_token_pool.free(row)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_step(
+    mode: str, batch_size: int, step: Callable[[], object], device: torch.device, steps: int = 50, warmup: int = 5
+) -> StepTiming:
+    """Time ``step``: back-to-back mean, synchronized median, and host time of the call on an idle device."""
+    for _ in range(warmup):
+        step()
+    _synchronize(device)
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _synchronize(device)
+    back_to_back = (time.perf_counter() - started) / steps
+    host, latency = [], []
+    for _ in range(steps):
+        launched = time.perf_counter()
+        step()
+        returned = time.perf_counter()
+        _synchronize(device)
+        host.append(returned - launched)
+        latency.append(time.perf_counter() - launched)
+    return StepTiming(
+        mode, batch_size, back_to_back * 1e3, statistics.median(latency) * 1e3, statistics.median(host) * 1e6
+    )
+
+
+def capture_raw_graph(model_runner: ModelRunner, batch: ForwardBatch) -> torch.cuda.CUDAGraph:
+    """One ``torch.cuda.CUDAGraph`` of ``model_runner.forward(batch)`` on ``batch``'s own tensors: the floor a runner
+    is measured against (no copies, no padding, no hooks at replay)."""
+    attn_backend = model_runner.attn_backend
+    attn_backend.init_cuda_graph_state(batch.batch_size, batch.batch_size)
+    graph = torch.cuda.CUDAGraph()
+    with model_capture_mode():
+        attn_backend.init_forward_metadata_capture_cuda_graph(
+            batch.batch_size, batch.batch_size, batch.req_pool_indices, batch.seq_lens, ForwardMode.DECODE
+        )
+        stream = torch.cuda.Stream(model_runner.device)
+        stream.wait_stream(torch.cuda.current_stream(model_runner.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                model_runner.forward(batch)
+        torch.cuda.current_stream(model_runner.device).wait_stream(stream)
+        with torch.cuda.graph(graph):
+            model_runner.forward(batch)
+    return graph
+
+
+def _step_of(
+    mode: str, model_runner: ModelRunner, batch: ForwardBatch, runners: dict[str, DecodeCudaGraphRunner]
+) -> Callable[[], object]:
+    """One decode step of ``batch`` the way ``mode`` runs it."""
+    if mode == "eager":
+        return lambda: model_runner.forward(batch)
+    if mode == "raw":
+        return capture_raw_graph(model_runner, batch).replay
+    runner = runners[mode]
+    return lambda: runner.replay(batch)
+
+
+def bench_decode(
+    model_runner: ModelRunner,
+    batch_sizes: list[int],
+    modes: list[str],
+    *,
+    context_len: int = 128,
+    steps: int = 50,
+) -> list[StepTiming]:
+    """Time every mode in ``modes`` (``eager``, ``raw``, ``full``, ``breakable``) at every batch size."""
+    runners: dict[str, DecodeCudaGraphRunner] = {}
+    for mode in modes:
+        if mode in ("full", "breakable"):
+            runner = DecodeCudaGraphRunner(
+                model_runner, decode_only_config(Backend(mode), batch_sizes), show_progress=False
+            )
+            runner.capture()
+            runners[mode] = runner
+    results = []
+    for batch_size in batch_sizes:
+        batch = synthetic_decode_batch(model_runner, batch_size, context_len, seed=batch_size)
+        for mode in modes:
+            step = _step_of(mode, model_runner, batch, runners)
+            results.append(time_step(mode, batch_size, step, model_runner.device, steps=steps))
+        release_synthetic_batch(model_runner, batch, context_len)
+    for runner in runners.values():
+        runner.shutdown()
+    return results
+
+
+def bench_capture(
+    model_runner: ModelRunner, backend: Backend, buckets: list[int], num_warmups: int = 2
+) -> CaptureTiming:
+    """Capture ``buckets`` with ``backend`` once, measure it, free it."""
+    config = decode_only_config(backend, buckets)
+    runner = DecodeCudaGraphRunner(model_runner, config, show_progress=False, num_warmups=num_warmups)
+    stats = runner.capture()
+    timing = CaptureTiming.of(str(backend), list(runner.buckets), num_warmups, stats)
+    runner.shutdown()
+    return timing
+
+
+def format_table(timings: list[StepTiming]) -> str:
+    """A plain-text table, one row per batch size, one column group per mode, with ratios to ``raw`` or eager."""
+    modes = list(dict.fromkeys(t.mode for t in timings))
+    by_key = {(t.mode, t.batch_size): t for t in timings}
+    reference = "raw" if "raw" in modes else modes[0]
+    header = (
+        ["batch"] + [f"{mode} ms" for mode in modes] + [f"{mode}/{reference}" for mode in modes if mode != reference]
+    )
+    header += [f"{mode} host us" for mode in modes]
+    lines = [" | ".join(header)]
+    for batch_size in sorted({t.batch_size for t in timings}):
+        row = [str(batch_size)]
+        row += [f"{by_key[(mode, batch_size)].step_ms:.3f}" for mode in modes]
+        base = by_key[(reference, batch_size)].step_ms
+        row += [f"{by_key[(mode, batch_size)].step_ms / base:.3f}x" for mode in modes if mode != reference]
+        row += [f"{by_key[(mode, batch_size)].host_us:.1f}" for mode in modes]
+        lines.append(" | ".join(row))
+    return "\n".join(lines)

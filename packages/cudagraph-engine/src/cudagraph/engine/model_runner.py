@@ -1,0 +1,204 @@
+"""The reference model runner: owns the model, the KV cache, the attention backend and the two graph runners.
+
+``run(batch)`` is the one entry the engine calls per step: a graph runner replays the batch when it can, the eager
+``forward`` takes everything else. ``forward`` is also what the graph runners capture, so it must stay free of host
+syncs and value-dependent shapes whenever ``is_capture_mode()`` is on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from cudagraph.backend_utils import ForwardContext, set_forward_context
+from cudagraph.config import CudaGraphConfig, Phase
+from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner
+
+from .attention import make_attention_backend
+from .attention.op import attend
+from .kv_cache import ReqToTokenPool, TokenToKVPool
+
+logger = logging.getLogger(__name__)
+
+
+class CausalLMLike(Protocol):
+    """What the runner needs from a model: ``forward(input_ids, positions, attend) -> hidden`` and the head."""
+
+    config: Any
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Any) -> torch.Tensor:
+        """Hidden states ``[T, H]`` after the final norm."""
+        ...
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits ``[N, vocab]`` of ``hidden`` ``[N, H]``."""
+        ...
+
+    def parameters(self) -> Any:
+        """The model's parameters (their device and dtype are the runner's)."""
+        ...
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """How big the KV cache is: request rows, tokens per request, and KV slots in total."""
+
+    max_num_reqs: int = 64
+    max_context_len: int = 1024
+    num_kv_slots: int | None = None
+    """Defaults to ``max_num_reqs * max_context_len`` (every request at full length)."""
+
+    def resolved_slots(self) -> int:
+        """The number of KV slots to allocate."""
+        return self.num_kv_slots if self.num_kv_slots is not None else self.max_num_reqs * self.max_context_len
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The attention dimensions the KV cache and the attention backend are sized from."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    attention_scale: float
+
+    @classmethod
+    def of(cls, model_config: Any) -> ModelShape:
+        """Read the dimensions from a ``cudagraph.engine.model.ModelConfig``."""
+        return cls(
+            num_layers=model_config.num_layers,
+            num_heads=model_config.num_heads,
+            num_kv_heads=model_config.num_kv_heads,
+            head_dim=model_config.head_dim,
+            attention_scale=model_config.attention_scale,
+        )
+
+
+GRAPHS_NEED_CUDA = "CUDA graphs need a CUDA device; the model runs on {device}, so every {phase} step runs eagerly"
+
+
+class ModelRunner:
+    """Runs forward steps of one model over a paged KV cache, replaying CUDA graphs where they apply.
+
+    The graph runners are created by ``init_decode_cuda_graph()`` and ``init_prefill_cuda_graph()`` (or both by
+    ``init_cuda_graphs()``); until then, and for batches they cannot take, steps run eagerly.
+    """
+
+    def __init__(
+        self,
+        model: CausalLMLike,
+        cuda_graph_config: CudaGraphConfig,
+        *,
+        cache_config: CacheConfig | None = None,
+        attention_backend: str = "torch",
+        show_progress: bool = False,
+    ) -> None:
+        first_parameter = next(iter(model.parameters()))
+        self.model = model
+        self.device: torch.device = first_parameter.device
+        self.dtype: torch.dtype = first_parameter.dtype
+        self.cuda_graph_config = cuda_graph_config
+        self.cache_config = cache_config or CacheConfig()
+        self.show_progress = show_progress
+        self.shape = ModelShape.of(model.config)
+        self.req_to_token_pool = ReqToTokenPool(
+            self.cache_config.max_num_reqs, self.cache_config.max_context_len, self.device
+        )
+        self.token_to_kv_pool = TokenToKVPool(
+            self.cache_config.resolved_slots(),
+            self.shape.num_layers,
+            self.shape.num_kv_heads,
+            self.shape.head_dim,
+            self.dtype,
+            self.device,
+        )
+        self.attn_backend = make_attention_backend(
+            attention_backend, self.req_to_token_pool, self.token_to_kv_pool, self.shape
+        )
+        self.decode_cuda_graph_runner: DecodeCudaGraphRunner | None = None
+        self.prefill_cuda_graph_runner: PrefillCudaGraphRunner | None = None
+
+    # -- graphs -----------------------------------------------------------------------------------------------------
+
+    def graphs_unavailable_reason(self, phase: Phase) -> str | None:
+        """Why ``phase`` runs eagerly (disabled, or no CUDA device), or ``None`` when it can be graphed."""
+        if not self.cuda_graph_config.for_phase(phase).enabled:
+            return (
+                f"{phase} CUDA graphs are disabled ({self.cuda_graph_config.sources.get(f'{phase}.backend', 'config')})"
+            )
+        if self.device.type != "cuda":
+            return GRAPHS_NEED_CUDA.format(device=self.device, phase=phase)
+        return None
+
+    def init_decode_cuda_graph(self) -> DecodeCudaGraphRunner | None:
+        """Create and capture the decode runner (``None``, with the reason logged, when decode runs eagerly)."""
+        reason = self.graphs_unavailable_reason(Phase.DECODE)
+        if reason is not None:
+            logger.warning(reason)
+            return None
+        runner = DecodeCudaGraphRunner(self, self.cuda_graph_config, show_progress=self.show_progress)
+        self._capture_or_free(runner)
+        self.decode_cuda_graph_runner = runner
+        return runner
+
+    def init_prefill_cuda_graph(self) -> PrefillCudaGraphRunner | None:
+        """Create and capture the prefill runner (``None``, with the reason logged, when prefill runs eagerly)."""
+        reason = self.graphs_unavailable_reason(Phase.PREFILL)
+        if reason is not None:
+            logger.warning(reason)
+            return None
+        runner = PrefillCudaGraphRunner(self, self.cuda_graph_config, show_progress=self.show_progress)
+        self._capture_or_free(runner)
+        self.prefill_cuda_graph_runner = runner
+        return runner
+
+    @staticmethod
+    def _capture_or_free(runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner) -> None:
+        try:
+            runner.capture()
+        except BaseException:
+            runner.shutdown()  # nothing half-captured stays behind (graphs, buffers, the pool reference)
+            raise
+
+    def init_cuda_graphs(self) -> None:
+        """Both phases: decode first, so prefill's smaller graphs reuse nothing decode needs later."""
+        self.init_decode_cuda_graph()
+        self.init_prefill_cuda_graph()
+
+    def shutdown(self) -> None:
+        """Free both graph runners (the model and the KV cache stay)."""
+        for runner in (self.decode_cuda_graph_runner, self.prefill_cuda_graph_runner):
+            if runner is not None:
+                runner.shutdown()
+        self.decode_cuda_graph_runner = self.prefill_cuda_graph_runner = None
+
+    # -- steps ------------------------------------------------------------------------------------------------------
+
+    def run(self, batch: ForwardBatch) -> torch.Tensor:
+        """Logits of ``batch``: replayed from a graph when a runner can take it, eager otherwise."""
+        runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner | None
+        runner = self.prefill_cuda_graph_runner if batch.forward_mode.is_extend() else self.decode_cuda_graph_runner
+        if runner is not None and runner.can_run(batch):
+            return runner.replay(batch)
+        return self.forward(batch)
+
+    @torch.no_grad()
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """Eager forward of ``batch`` (also what the graph runners capture): logits ``[B, vocab]``."""
+        if batch.forward_mode.is_idle():
+            # Nothing to compute eagerly; a decode graph replays idle batches when it must keep ranks in step.
+            return torch.empty((0, self.model.config.vocab_size), dtype=torch.float32, device=self.device)
+        self.attn_backend.init_forward_metadata(batch)
+        context = ForwardContext(forward_batch=batch, attn_backend=self.attn_backend, extra={})
+        with set_forward_context(context):
+            hidden = self.model.forward(batch.input_ids, batch.positions, attend)
+        if batch.forward_mode.is_extend():
+            assert batch.extend_start_loc is not None and batch.extend_seq_lens is not None
+            # Each request's last new token; padded requests (no tokens) clamp to row 0 and are sliced off later.
+            last_token = (batch.extend_start_loc + batch.extend_seq_lens - 1).clamp_min(0)
+            hidden = hidden.index_select(0, last_token)
+        return self.model.compute_logits(hidden)

@@ -1,0 +1,191 @@
+"""The part every runner shares: buckets, the capture loop, capture stats and teardown.
+
+The loop captures largest shape first into the backend's one shared pool with the garbage collector frozen, so the
+smaller graphs reuse the memory the largest one reserved. Subclasses own their static buffers and say how one shape
+is fed (``_prepare_capture``) and replayed (``replay``).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import ClassVar
+
+import torch
+from tqdm import tqdm
+
+from cudagraph.backend import BaseCudaGraphBackend, make_backend
+from cudagraph.backend_utils import freeze_gc
+from cudagraph.config import ConfigError, CudaGraphConfig, Phase, PhaseConfig
+
+from .buckets import pad_to_bucket
+from .forward_batch import ForwardBatch
+from .protocols import ModelRunnerLike
+from .static_buffers import StaticInputs
+from .stats import CaptureStats, ShapeCaptureStats
+
+logger = logging.getLogger(__name__)
+
+
+def free_device_bytes(device: torch.device) -> int:
+    """Free memory on ``device`` as the driver sees it (0 off CUDA), after returning cached blocks to it."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    free, _total = torch.cuda.mem_get_info(device)
+    return free
+
+
+class BaseCudaGraphRunner(abc.ABC):
+    """Buckets, capture loop and teardown shared by the decode and prefill runners.
+
+    ``backend`` defaults to ``make_backend`` for the phase's configured backend; pass one to use another (tests pass
+    a backend that re-runs the forward). ``show_progress`` turns the capture progress bar on or off;
+    ``num_warmups`` is how many eager runs precede each capture.
+    """
+
+    phase: ClassVar[Phase]
+    inputs: StaticInputs
+    """The static input buffers (allocated by the subclass for its largest bucket)."""
+
+    def __init__(
+        self,
+        model_runner: ModelRunnerLike,
+        config: CudaGraphConfig,
+        *,
+        backend: BaseCudaGraphBackend | None = None,
+        show_progress: bool = True,
+        num_warmups: int = 2,
+    ) -> None:
+        phase_config: PhaseConfig = config.for_phase(self.phase)
+        if not phase_config.enabled or not phase_config.buckets:
+            raise ConfigError(
+                f"{self.phase} CUDA graphs are disabled in this config (backend {phase_config.backend}, "
+                f"buckets {list(phase_config.buckets)}); run {self.phase} eagerly instead of creating a runner"
+            )
+        self.model_runner = model_runner
+        self.config = config
+        self.buckets: tuple[int, ...] = tuple(phase_config.buckets)
+        self.max_size: int = self.buckets[-1]
+        self.device = torch.device(model_runner.device)
+        self.backend: BaseCudaGraphBackend = backend or make_backend(
+            self.phase, phase_config.backend, self.device, num_warmups=num_warmups, debug=config.debug
+        )
+        self.show_progress = show_progress
+        self.stats = CaptureStats()
+        self.captured = False
+        # bucket_by_size[n]: the bucket a batch of n replays (n = 0 is an idle batch, which replays the smallest).
+        self.bucket_by_size: list[int | None] = [self.pad_to_bucket(max(n, 1)) for n in range(self.max_size + 1)]
+        self._buffers_allocated = False
+        self._allocate_static_buffers()
+        self._buffers_allocated = True
+
+    # -- what subclasses provide ------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _allocate_static_buffers(self) -> None:
+        """Allocate the static inputs for the largest bucket, filled with padding, and the attention graph state."""
+
+    @abc.abstractmethod
+    def _release_static_buffers(self) -> None:
+        """Drop every static buffer so ``shutdown`` leaves nothing on the device."""
+
+    @abc.abstractmethod
+    def _prepare_capture(self, shape: int) -> Callable[[], torch.Tensor]:
+        """Point the attention metadata at ``shape``'s static buffers and return the forward to capture."""
+
+    @abc.abstractmethod
+    def can_run(self, batch: ForwardBatch) -> bool:
+        """Whether ``batch`` can replay a captured graph (otherwise the caller runs it eagerly)."""
+
+    @abc.abstractmethod
+    def replay(self, batch: ForwardBatch) -> torch.Tensor:
+        """Logits of ``batch`` sliced to its real rows (eager forward when ``can_run`` is false)."""
+
+    # -- shared -----------------------------------------------------------------------------------------------------
+
+    def pad_to_bucket(self, size: int) -> int | None:
+        """The captured shape a batch of ``size`` replays: ``size`` itself when padding is disabled, else the
+        smallest bucket that holds it; ``None`` when no bucket fits."""
+        if self.config.disable_padding:
+            return size if size in self.buckets else None
+        return pad_to_bucket(self.buckets, size)
+
+    def capture(self) -> CaptureStats:
+        """Capture every bucket, largest first, into one shared pool; log and return what it cost.
+
+        After ``shutdown`` this allocates fresh static buffers and captures again.
+        """
+        if self.captured:
+            return self.stats
+        if not self._buffers_allocated:
+            self._allocate_static_buffers()
+            self._buffers_allocated = True
+        self.stats = CaptureStats()
+        self.backend.prepare(self)
+        started = time.perf_counter()
+        free_at_start = free_device_bytes(self.device)
+        with freeze_gc(self.config.enable_gc), self.backend.capture_session():
+            for shape in self._progress(sorted(self.buckets, reverse=True)):
+                self._capture_one_shape(shape)
+        self.captured = True
+        total_bytes = max(0, free_at_start - free_device_bytes(self.device))
+        self.stats.bytes = total_bytes
+        self.stats.seconds = time.perf_counter() - started
+        logger.info(
+            "captured %s %s graphs (%s): %s", len(self.buckets), self.phase, self.backend_name, self.stats.summary()
+        )
+        return self.stats
+
+    def capture_one_shape(self, shape: int) -> torch.Tensor:
+        """Capture ``shape`` alone (inside ``capture``'s session) and return its static output."""
+        forward_fn = self._prepare_capture(shape)
+        if self.config.debug:
+            # The backend records where the static inputs were and checks them before every replay.
+            return self.backend.capture_one(shape, forward_fn, static_inputs=self.static_input_tensors(shape))
+        return self.backend.capture_one(shape, forward_fn)
+
+    def static_input_tensors(self, shape: int) -> list[torch.Tensor]:
+        """The static buffers the graph of ``shape`` reads (checked against capture-time addresses in debug mode)."""
+        return list(self.inputs.tensors.values())
+
+    def _capture_one_shape(self, shape: int) -> None:
+        started = time.perf_counter()
+        # Per shape, the allocator's reserved growth (no sync, no cache flush, so the loop stays fast); the total in
+        # ``capture`` is the honest driver-side figure, which also counts instantiated graphs.
+        reserved_before = self._reserved_bytes()
+        self.capture_one_shape(shape)
+        used = max(0, self._reserved_bytes() - reserved_before)
+        self.stats.record(ShapeCaptureStats(shape=shape, seconds=time.perf_counter() - started, bytes=used))
+
+    def _reserved_bytes(self) -> int:
+        return torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0
+
+    def _progress(self, shapes: list[int]) -> Iterable[int]:
+        bar = tqdm(shapes, desc=f"capture {self.phase}", unit="graph", disable=not self.show_progress, leave=False)
+        for shape in bar:
+            if self.device.type == "cuda" and self.show_progress:
+                free, _ = torch.cuda.mem_get_info(self.device)
+                bar.set_postfix_str(f"shape={shape} free={free / 2**30:.2f} GiB")
+            yield shape
+
+    @property
+    def backend_name(self) -> str:
+        """The configured backend of this runner's phase."""
+        return str(self.config.backend(self.phase))
+
+    def shutdown(self) -> None:
+        """Free graphs, static outputs, static buffers and the pool reference; ``capture`` starts over afterwards."""
+        self.backend.cleanup()
+        self._release_static_buffers()
+        self._buffers_allocated = False
+        self.captured = False
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(backend={self.backend_name}, buckets={list(self.buckets)}, "
+            f"captured={self.captured})"
+        )

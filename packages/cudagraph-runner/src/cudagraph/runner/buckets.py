@@ -1,0 +1,19 @@
+"""Bucket lists and padding: which captured shape a batch of a given size replays."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from cudagraph.config import CudaGraphConfig
+
+
+def pad_to_bucket(buckets: Sequence[int], size: int) -> int | None:
+    """The smallest bucket that holds ``size`` (``buckets`` ascending), or ``None`` when ``size`` exceeds them all."""
+    index = bisect.bisect_left(buckets, size)
+    return buckets[index] if index < len(buckets) else None
+
+
+def get_batch_sizes_to_capture(config: CudaGraphConfig) -> list[int]:
+    """The decode batch sizes ``config`` captures, ascending (empty when decode graphs are disabled)."""
+    return list(config.decode.buckets) if config.decode.enabled else []

@@ -1,0 +1,122 @@
+"""Decode graphs keyed by batch size: one token per request, padded up to the nearest captured batch size."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+
+from cudagraph.backend_utils import ForwardContext, set_forward_context
+from cudagraph.config import Phase
+
+from .base import BaseCudaGraphRunner
+from .forward_batch import ForwardBatch, ForwardMode
+from .static_buffers import DECODE_FIELDS, StaticInputs
+
+_GRAPHED_MODES = frozenset({ForwardMode.DECODE, ForwardMode.IDLE})
+
+
+class DecodeCudaGraphRunner(BaseCudaGraphRunner):
+    """Replays decode (and idle) steps from graphs captured per batch size.
+
+    A step: copy the batch into the static buffers (one fused copy, padding re-applied only when the batch shrank),
+    let the attention backend refresh its static metadata, replay the padded bucket, slice the logits to the real
+    batch. Batches it cannot take are run eagerly through ``model_runner.forward``.
+    """
+
+    phase: ClassVar[Phase] = Phase.DECODE
+
+    def _allocate_static_buffers(self) -> None:
+        attn_backend = self.model_runner.attn_backend
+        self.inputs = StaticInputs.allocate(
+            DECODE_FIELDS,
+            max_tokens=self.max_size,
+            max_requests=self.max_size,
+            device=self.device,
+            seq_len_fill_value=attn_backend.get_cuda_graph_seq_len_fill_value(),
+        )
+        self.inputs.mirror_seq_lens_cpu = getattr(attn_backend, "needs_seq_lens_cpu", True)
+        attn_backend.init_cuda_graph_state(self.max_size, self.max_size)
+        self.static_batches = {bucket: self._static_batch(bucket) for bucket in self.buckets}
+        self.forward_contexts = {
+            bucket: ForwardContext(forward_batch=batch, attn_backend=attn_backend, extra={})
+            for bucket, batch in self.static_batches.items()
+        }
+
+    def _release_static_buffers(self) -> None:
+        self.static_batches.clear()
+        self.forward_contexts.clear()
+        self.inputs.release()
+
+    def _static_batch(self, bucket: int) -> ForwardBatch:
+        """A batch of ``bucket`` rows viewing the static buffers: what a graph of that size was captured with."""
+        view = self.inputs.view
+        return ForwardBatch(
+            forward_mode=ForwardMode.DECODE,
+            batch_size=bucket,
+            input_ids=view("input_ids", bucket),
+            positions=view("positions", bucket),
+            seq_lens=view("seq_lens", bucket),
+            req_pool_indices=view("req_pool_indices", bucket),
+            out_cache_loc=view("out_cache_loc", bucket),
+            seq_lens_sum=bucket * self.inputs.seq_len_fill_value,
+            seq_lens_cpu=self.inputs.seq_lens_cpu[:bucket],
+            attn_backend=self.model_runner.attn_backend,
+        )
+
+    def _prepare_capture(self, shape: int) -> Callable[[], torch.Tensor]:
+        batch = self.static_batches[shape]
+        self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph(
+            shape, shape, batch.req_pool_indices, batch.seq_lens, ForwardMode.DECODE
+        )
+        forward = self.model_runner.forward
+        return lambda: forward(batch)
+
+    def bucket_of(self, batch: ForwardBatch) -> int | None:
+        """The bucket ``batch`` replays, or ``None`` when it must run eagerly."""
+        if not self.captured or batch.forward_mode not in _GRAPHED_MODES or batch.batch_size > self.max_size:
+            return None
+        return self.bucket_by_size[batch.batch_size]
+
+    def _host_seq_lens(self, static_batch: ForwardBatch, batch: ForwardBatch) -> torch.Tensor | None:
+        # The host mirror is current only when it is kept and the batch brought host lengths (idle: all padding).
+        if self.inputs.mirror_seq_lens_cpu and (batch.seq_lens_cpu is not None or batch.batch_size == 0):
+            return static_batch.seq_lens_cpu
+        return None
+
+    def can_run(self, batch: ForwardBatch) -> bool:
+        """Decode or idle, with a batch size some bucket holds (exactly, when padding is disabled)."""
+        return self.bucket_of(batch) is not None
+
+    def replay(self, batch: ForwardBatch) -> torch.Tensor:
+        """Logits ``[batch_size, vocab]`` from the graph of the nearest bucket (eager when ``can_run`` is false).
+
+        The returned tensor views the graph's static output: it is overwritten by the next replay.
+        """
+        bucket = self.bucket_of(batch)
+        if bucket is None:
+            return self.model_runner.forward(batch)
+        batch_size = batch.batch_size
+        if batch.forward_mode is ForwardMode.DECODE:
+            self.inputs.load(batch, batch_size, batch_size)
+        else:
+            self.inputs.pad_from(0, 0)  # idle: every row is padding
+        static_batch = self.static_batches[bucket]
+        padded_sum = batch.seq_lens_sum + (bucket - batch_size) * self.inputs.seq_len_fill_value
+        self.model_runner.attn_backend.init_forward_metadata_replay_cuda_graph(
+            bucket,
+            static_batch.req_pool_indices,
+            static_batch.seq_lens,
+            padded_sum,
+            ForwardMode.DECODE,
+            seq_lens_cpu=self._host_seq_lens(static_batch, batch),
+        )
+        with self.backend.runtime_session():
+            if self.backend.captures_attn_metadata:
+                logits = self.backend.replay(bucket)
+            else:
+                # Eager breaks (attention) read the batch from the forward context at replay.
+                with set_forward_context(self.forward_contexts[bucket]):
+                    logits = self.backend.replay(bucket)
+        return logits if batch_size == bucket else logits[:batch_size]

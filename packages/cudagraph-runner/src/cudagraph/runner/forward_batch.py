@@ -1,0 +1,78 @@
+"""What one forward step carries from the engine to a runner: the mode, the tokens, and where their KV goes.
+
+Plain data: nothing here launches device work, so building a batch is free of host syncs.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+PADDING_REQ_POOL_INDEX = 0
+"""Request-to-token row reserved as scratch: padded rows of a graph point here, the engine never hands it out."""
+
+PADDING_KV_SLOT = 0
+"""KV slot reserved as scratch: padded tokens write their keys and values here, the engine never hands it out."""
+
+
+class ForwardMode(enum.IntEnum):
+    """What kind of step a batch is: one new token per request, a run of new tokens per request, or nothing."""
+
+    DECODE = 1
+    EXTEND = 2
+    IDLE = 3
+
+    def is_decode(self) -> bool:
+        """One token per request (decode graphs are keyed by batch size)."""
+        return self is ForwardMode.DECODE
+
+    def is_extend(self) -> bool:
+        """Prefill or chunked prefill: any number of tokens per request (prefill graphs are keyed by token count)."""
+        return self is ForwardMode.EXTEND
+
+    def is_idle(self) -> bool:
+        """No tokens at all: a rank with nothing to do still runs the graph so collectives stay aligned."""
+        return self is ForwardMode.IDLE
+
+
+@dataclass
+class ForwardBatch:
+    """One step's inputs, all on the engine's device unless the name ends in ``_cpu``.
+
+    ``T`` is the number of tokens (decode: ``T == batch_size``), ``B`` the number of requests. The ``extend_*``
+    fields are ``None`` in decode and idle batches.
+    """
+
+    forward_mode: ForwardMode
+    batch_size: int
+    input_ids: torch.Tensor
+    """[T] int64 token ids."""
+    positions: torch.Tensor
+    """[T] int64 position of each token in its request."""
+    seq_lens: torch.Tensor
+    """[B] int32 length of each request including this step's tokens."""
+    req_pool_indices: torch.Tensor
+    """[B] int64 row of each request in the request-to-token table."""
+    out_cache_loc: torch.Tensor
+    """[T] int64 KV slot each token's keys and values are written to."""
+    seq_lens_sum: int
+    seq_lens_cpu: torch.Tensor | None = None
+    extend_seq_lens: torch.Tensor | None = None
+    """[B] int32 new tokens of each request."""
+    extend_prefix_lens: torch.Tensor | None = None
+    """[B] int32 tokens of each request already in the KV cache."""
+    extend_start_loc: torch.Tensor | None = None
+    """[B] int32 index of each request's first new token in ``input_ids``."""
+    extend_num_tokens: int | None = None
+    extend_seq_lens_cpu: list[int] | None = None
+    extend_prefix_lens_cpu: list[int] | None = None
+    attn_backend: Any = None
+    attn_metadata: Any = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in this step (``T``)."""
+        return int(self.input_ids.shape[0])

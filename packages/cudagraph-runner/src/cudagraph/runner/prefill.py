@@ -1,0 +1,136 @@
+"""Prefill graphs keyed by token count: extend batches padded up to the nearest captured token count.
+
+A prefill graph has a fixed number of token rows (its bucket) and of request rows (``requests_per_graph``): padded
+tokens write to the scratch KV slot, padded requests own no tokens. Attention depends on every request's extend
+length, which one static graph cannot hold, so the default backend (breakable) runs it eagerly at replay; it reads
+the real per-request lengths from the batch in the forward context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+
+from cudagraph.backend_utils import ForwardContext, set_forward_context
+from cudagraph.config import Phase
+
+from .base import BaseCudaGraphRunner
+from .forward_batch import PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
+from .static_buffers import EXTEND_FIELDS, StaticInputs
+
+
+class PrefillCudaGraphRunner(BaseCudaGraphRunner):
+    """Replays extend steps from graphs captured per token count (breakable by default, tc_piecewise if set)."""
+
+    phase: ClassVar[Phase] = Phase.PREFILL
+
+    @property
+    def max_requests(self) -> int:
+        """Request rows of the largest graph: the engine's request rows, less the scratch row, at most one per token."""
+        table_rows = int(self.model_runner.req_to_token_pool.req_to_token.shape[0])
+        return max(1, min(self.max_size, table_rows - 1 - PADDING_REQ_POOL_INDEX))
+
+    def requests_per_graph(self, bucket: int) -> int:
+        """Request rows of the graph of ``bucket`` tokens."""
+        return min(bucket, self.max_requests)
+
+    def _allocate_static_buffers(self) -> None:
+        attn_backend = self.model_runner.attn_backend
+        self.inputs = StaticInputs.allocate(
+            EXTEND_FIELDS,
+            max_tokens=self.max_size,
+            max_requests=self.max_requests,
+            device=self.device,
+            seq_len_fill_value=attn_backend.get_cuda_graph_seq_len_fill_value(),
+        )
+        attn_backend.init_cuda_graph_state(self.max_requests, self.max_size)
+        self.static_batches = {bucket: self._static_batch(bucket) for bucket in self.buckets}
+        self.forward_contexts = {
+            bucket: ForwardContext(forward_batch=batch, attn_backend=attn_backend, extra={})
+            for bucket, batch in self.static_batches.items()
+        }
+
+    def _release_static_buffers(self) -> None:
+        self.static_batches.clear()
+        self.forward_contexts.clear()
+        self.inputs.release()
+
+    def _static_batch(self, bucket: int) -> ForwardBatch:
+        """All-padding batch of ``bucket`` tokens viewing the static buffers: what the graph is captured with."""
+        view = self.inputs.view
+        requests = self.requests_per_graph(bucket)
+        return ForwardBatch(
+            forward_mode=ForwardMode.EXTEND,
+            batch_size=0,
+            input_ids=view("input_ids", bucket),
+            positions=view("positions", bucket),
+            seq_lens=view("seq_lens", requests),
+            req_pool_indices=view("req_pool_indices", requests),
+            out_cache_loc=view("out_cache_loc", bucket),
+            seq_lens_sum=0,
+            seq_lens_cpu=self.inputs.seq_lens_cpu[:0],
+            extend_seq_lens=view("extend_seq_lens", requests),
+            extend_prefix_lens=view("extend_prefix_lens", requests),
+            extend_start_loc=view("extend_start_loc", requests),
+            extend_num_tokens=0,
+            extend_seq_lens_cpu=[],
+            extend_prefix_lens_cpu=[],
+            attn_backend=self.model_runner.attn_backend,
+        )
+
+    def _prepare_capture(self, shape: int) -> Callable[[], torch.Tensor]:
+        batch = self.static_batches[shape]
+        self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph(
+            self.requests_per_graph(shape),
+            shape,
+            batch.req_pool_indices,
+            batch.seq_lens,
+            ForwardMode.EXTEND,
+            forward_batch=batch,
+        )
+        forward = self.model_runner.forward
+        return lambda: forward(batch)
+
+    def can_run(self, batch: ForwardBatch) -> bool:
+        """Extend mode, a token count some bucket holds, and no more requests than that graph has rows for."""
+        if not self.captured or not batch.forward_mode.is_extend():
+            return False
+        bucket = self.pad_to_bucket(batch.num_tokens)
+        return bucket is not None and batch.batch_size <= self.requests_per_graph(bucket)
+
+    def replay(self, batch: ForwardBatch) -> torch.Tensor:
+        """Logits ``[batch_size, vocab]`` (each request's last token) from the graph of the nearest token bucket.
+
+        Eager when ``can_run`` is false. The returned tensor views the graph's static output.
+        """
+        if not self.can_run(batch):
+            return self.model_runner.forward(batch)
+        num_tokens, batch_size = batch.num_tokens, batch.batch_size
+        bucket = self.pad_to_bucket(num_tokens)
+        assert bucket is not None  # can_run checked it
+        self.inputs.load(batch, num_tokens, batch_size)
+        static_batch = self.static_batches[bucket]
+        # The captured forward and its eager breaks see this very batch object: its tensors stay the padded static
+        # views, its host-side fields are updated in place to describe the real requests.
+        static_batch.batch_size = batch_size
+        static_batch.seq_lens_sum = batch.seq_lens_sum
+        static_batch.seq_lens_cpu = self.inputs.seq_lens_cpu[:batch_size] if batch.seq_lens_cpu is not None else None
+        static_batch.extend_num_tokens = num_tokens
+        static_batch.extend_seq_lens_cpu = batch.extend_seq_lens_cpu
+        static_batch.extend_prefix_lens_cpu = batch.extend_prefix_lens_cpu
+        static_batch.attn_metadata = None
+        attn_backend = self.model_runner.attn_backend
+        attn_backend.init_forward_metadata_replay_cuda_graph(
+            self.requests_per_graph(bucket),
+            static_batch.req_pool_indices,
+            static_batch.seq_lens,
+            batch.seq_lens_sum,
+            ForwardMode.EXTEND,
+            seq_lens_cpu=static_batch.seq_lens_cpu,
+            forward_batch=static_batch,
+        )
+        with self.backend.runtime_session(), set_forward_context(self.forward_contexts[bucket]):
+            logits = self.backend.replay(bucket)
+        return logits[:batch_size]

@@ -1,0 +1,97 @@
+"""What a runner needs from the host engine, as typed ``Protocol``s (structural: engines need not inherit them)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from .forward_batch import ForwardBatch, ForwardMode
+
+
+@runtime_checkable
+class ReqToTokenPoolLike(Protocol):
+    """The request-to-token table: row ``r`` lists the KV slots of request ``r`` in token order."""
+
+    @property
+    def req_to_token(self) -> torch.Tensor:
+        """[rows, max_context_len] int32; row ``PADDING_REQ_POOL_INDEX`` is scratch."""
+        ...
+
+
+@runtime_checkable
+class AttentionBackendLike(Protocol):
+    """The attention hooks a runner calls around capture and replay.
+
+    The capture and replay hooks run outside any graph, before the forward is captured or replayed, and must only
+    update state in place (static buffers sized by ``init_cuda_graph_state``): a graph keeps the addresses it saw.
+
+    Optional attribute ``needs_seq_lens_cpu`` (default ``True``): ``False`` tells the decode runner the replay hook
+    never reads ``seq_lens_cpu``, so it skips keeping a padded host copy (one host copy less per step).
+    """
+
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        """Prepare an eager step (may sync with the host)."""
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+        """Allocate the static metadata buffers every captured shape will share."""
+
+    def init_forward_metadata_capture_cuda_graph(
+        self,
+        batch_size: int,
+        num_tokens: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        forward_mode: ForwardMode,
+        **kwargs: Any,
+    ) -> None:
+        """Point the metadata at the static buffers of one shape about to be captured."""
+
+    def init_forward_metadata_replay_cuda_graph(
+        self,
+        batch_size: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_sum: int,
+        forward_mode: ForwardMode,
+        seq_lens_cpu: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Refresh the static metadata of one captured shape for the step about to be replayed."""
+
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        """The ``seq_len`` that makes a padded row harmless (it attends only to the scratch slot)."""
+        ...
+
+
+@runtime_checkable
+class ModelRunnerLike(Protocol):
+    """The engine's model runner: a device, a dtype, a request-to-token pool, an attention backend and a forward."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model, the KV cache and every batch tensor live."""
+        ...
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The model's compute dtype."""
+        ...
+
+    @property
+    def req_to_token_pool(self) -> ReqToTokenPoolLike:
+        """The request-to-token table the attention backend reads."""
+        ...
+
+    @property
+    def attn_backend(self) -> AttentionBackendLike:
+        """The attention backend whose hooks the runners call."""
+        ...
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """Logits ``[B, vocab]``: one row per request (extend: each request's last token).
+
+        Called eagerly by the engine and inside capture by the runners; inside capture it must not sync with the
+        host or allocate shapes that depend on tensor values.
+        """
+        ...

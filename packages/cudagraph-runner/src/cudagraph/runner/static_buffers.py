@@ -1,0 +1,124 @@
+"""Static input buffers a graph reads: sized for the largest bucket, padded rows kept harmless.
+
+A padded row points at the scratch request row and the scratch KV slot and carries the attention backend's fill
+``seq_len``, so it never reads or writes a live request's cache. Copies go through one ``torch._foreach_copy_``
+per dtype (on CUDA, one fused kernel for all int64 fields and one for the int32 ones), with the per-size target
+views built once and cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .forward_batch import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, ForwardBatch
+
+
+@dataclass(frozen=True)
+class PaddedField:
+    """One static buffer: the ``ForwardBatch`` field it mirrors, its dtype, whether it is per token or per request,
+    and the value its padded rows hold (``None``: the attention backend's ``seq_len`` fill value)."""
+
+    name: str
+    dtype: torch.dtype
+    per_token: bool
+    padding: int | None
+
+
+DECODE_FIELDS = (
+    PaddedField("input_ids", torch.int64, per_token=True, padding=0),
+    PaddedField("positions", torch.int64, per_token=True, padding=0),
+    PaddedField("out_cache_loc", torch.int64, per_token=True, padding=PADDING_KV_SLOT),
+    PaddedField("seq_lens", torch.int32, per_token=False, padding=None),
+    PaddedField("req_pool_indices", torch.int64, per_token=False, padding=PADDING_REQ_POOL_INDEX),
+)
+"""Decode: one token per request, so every field has one row per request."""
+
+EXTEND_FIELDS = (
+    *DECODE_FIELDS,
+    PaddedField("extend_seq_lens", torch.int32, per_token=False, padding=0),
+    PaddedField("extend_prefix_lens", torch.int32, per_token=False, padding=0),
+    PaddedField("extend_start_loc", torch.int32, per_token=False, padding=0),
+)
+"""Extend: padded requests own no tokens (length 0 starting at 0); padded tokens write to the scratch slot."""
+
+
+@dataclass
+class StaticInputs:
+    """The static buffers of one runner, one tensor per ``PaddedField``, plus a CPU mirror of ``seq_lens``."""
+
+    fields: tuple[PaddedField, ...]
+    dtype_groups: tuple[tuple[PaddedField, ...], ...]
+    """``fields`` grouped by dtype, each group copied with one ``_foreach_copy_``."""
+    tensors: dict[str, torch.Tensor]
+    seq_lens_cpu: torch.Tensor
+    seq_len_fill_value: int
+    mirror_seq_lens_cpu: bool = True
+    """Keep ``seq_lens_cpu`` current (only attention backends that plan on the host need it)."""
+    _targets: dict[tuple[int, int], list[list[torch.Tensor]]] = field(default_factory=dict, repr=False)
+    _dirty_tokens: int = 0
+    _dirty_requests: int = 0
+
+    @classmethod
+    def allocate(
+        cls,
+        padded_fields: tuple[PaddedField, ...],
+        max_tokens: int,
+        max_requests: int,
+        device: torch.device,
+        seq_len_fill_value: int,
+    ) -> StaticInputs:
+        """Buffers for ``max_tokens`` tokens and ``max_requests`` requests, every row holding its padding."""
+        dtypes = dict.fromkeys(spec.dtype for spec in padded_fields)
+        groups = tuple(tuple(spec for spec in padded_fields if spec.dtype == dtype) for dtype in dtypes)
+        inputs = cls(padded_fields, groups, {}, torch.empty(0, dtype=torch.int32), seq_len_fill_value)
+        for spec in padded_fields:
+            rows = max_tokens if spec.per_token else max_requests
+            inputs.tensors[spec.name] = torch.full((rows,), inputs.padding_value(spec), dtype=spec.dtype, device=device)
+        inputs.seq_lens_cpu = torch.full((max_requests,), seq_len_fill_value, dtype=torch.int32)
+        return inputs
+
+    def padding_value(self, spec: PaddedField) -> int:
+        """The value padded rows of ``spec`` hold."""
+        return self.seq_len_fill_value if spec.padding is None else spec.padding
+
+    def view(self, name: str, rows: int) -> torch.Tensor:
+        """The first ``rows`` rows of buffer ``name``."""
+        return self.tensors[name][:rows]
+
+    def load(self, batch: ForwardBatch, num_tokens: int, num_requests: int) -> None:
+        """Copy ``batch``'s fields into the first rows, then re-pad rows a larger earlier batch left behind."""
+        key = (num_tokens, num_requests)
+        targets = self._targets.get(key)
+        if targets is None:
+            targets = [
+                [self.view(spec.name, num_tokens if spec.per_token else num_requests) for spec in group]
+                for group in self.dtype_groups
+            ]
+            self._targets[key] = targets
+        for group, group_targets in zip(self.dtype_groups, targets, strict=True):
+            # Same-dtype lists take the fused multi-tensor path: one launch per group, not one per field.
+            torch._foreach_copy_(group_targets, [getattr(batch, spec.name) for spec in group])
+        if self.mirror_seq_lens_cpu and batch.seq_lens_cpu is not None:
+            self.seq_lens_cpu[:num_requests].copy_(batch.seq_lens_cpu)
+        self.pad_from(num_tokens, num_requests)
+
+    def pad_from(self, num_tokens: int, num_requests: int) -> None:
+        """Make every row from ``num_tokens`` / ``num_requests`` on hold padding (no launch when they already do)."""
+        if self._dirty_tokens > num_tokens or self._dirty_requests > num_requests:
+            self._repad(num_tokens, num_requests)
+        self._dirty_tokens, self._dirty_requests = num_tokens, num_requests
+
+    def _repad(self, num_tokens: int, num_requests: int) -> None:
+        # Rows past this batch still hold an earlier batch's live slots and rows; a padded graph row would use them.
+        for spec in self.fields:
+            start, stop = (num_tokens, self._dirty_tokens) if spec.per_token else (num_requests, self._dirty_requests)
+            if stop > start:
+                self.tensors[spec.name][start:stop].fill_(self.padding_value(spec))
+        self.seq_lens_cpu[num_requests : self._dirty_requests].fill_(self.seq_len_fill_value)
+
+    def release(self) -> None:
+        """Drop every buffer and cached view."""
+        self.tensors.clear()
+        self._targets.clear()

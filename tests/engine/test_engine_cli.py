@@ -1,0 +1,73 @@
+"""The ``cudagraph-engine`` command line on the CPU: the scripted JSON interface, model directories, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudagraph.engine.cli import main
+from cudagraph.engine.model import model_config_from_preset, random_model, reference_greedy, save_model
+
+PROMPTS = [[1, 2, 3], [7, 300, 9, 11, 4], [42]]
+
+
+def prompt_args(prompts: list[list[int]]) -> list[str]:
+    return [arg for prompt in prompts for arg in ("--prompt-token-ids", ",".join(map(str, prompt)))]
+
+
+def test_python_dash_m_prints_the_scripted_json_and_says_why_graphs_are_off() -> None:
+    command = [sys.executable, "-m", "cudagraph.engine", "generate", "--preset", "tiny-qwen3-random"]
+    command += [*prompt_args(PROMPTS), "--max-new-tokens", "5", "--json", "--device", "cpu"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=0, device="cpu")
+    assert payload == {"outputs": [{"output_token_ids": reference_greedy(model, p, 5)} for p in PROMPTS]}
+    assert "CUDA graphs need a CUDA device" in result.stderr
+
+
+def test_model_directory_in_its_own_dtype(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = random_model(model_config_from_preset("tiny-llama-random"), seed=4, device="cpu")
+    save_model(model, tmp_path / "llama")
+    argv = ["generate", "--model", str(tmp_path / "llama"), *prompt_args(PROMPTS[:2]), "--max-new-tokens", "3"]
+    assert main([*argv, "--json", "--device", "cpu"]) == 0
+    outputs = json.loads(capsys.readouterr().out)["outputs"]
+    assert [o["output_token_ids"] for o in outputs] == [reference_greedy(model, p, 3) for p in PROMPTS[:2]]
+    # Without --json: one human-readable line per prompt.
+    assert main([*argv, "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"prompt {i}: {o['output_token_ids']}" for i, o in enumerate(outputs)]
+
+
+def test_temperature_and_dtype_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["generate", "--preset", "tiny-qwen3-random", *prompt_args(PROMPTS), "--max-new-tokens", "6", "--json"]
+    argv += ["--device", "cpu", "--temperature", "3.0", "--seed", "5", "--dtype", "bfloat16"]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out) == first
+    assert [len(o["output_token_ids"]) for o in first["outputs"]] == [6, 6, 6]
+
+
+@pytest.mark.parametrize("bad", ["1,x,3", "", "-1"])
+def test_bad_prompt_token_ids_are_rejected_with_an_example(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["generate", "--preset", "tiny-qwen3-random", "--prompt-token-ids", bad, "--device", "cpu"])
+    assert exited.value.code == 2
+    assert "e.g. 1,2,3" in capsys.readouterr().err
+
+
+def test_bench_on_cpu_times_eager_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "bench.json"
+    argv = ["bench", "--preset", "tiny-llama-random", "--device", "cpu", "--batch-sizes", "1", "3"]
+    assert main([*argv, "--steps", "2", "--context-len", "8", "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(output.read_text())
+    assert "CUDA graphs need a CUDA device" in result["graphs"]
+    assert [(t["mode"], t["batch_size"]) for t in result["timings"]] == [("eager", 1), ("eager", 3)]
+    assert all(t["step_ms"] > 0 for t in result["timings"])
+    assert "eager ms" in printed

@@ -1,0 +1,152 @@
+"""The decode runner against the real engine on the CPU, with a backend that re-runs the captured forward."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from conftest import RerunBackend, admit, graph_config, make_model_runner, prefill_eagerly, prompts_of
+
+from cudagraph.config import Backend, ConfigError, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.batch import make_decode_batch
+from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, DecodeCudaGraphRunner, ForwardBatch, ForwardMode
+
+
+def captured_runner(model_runner, config=None, **backend_options) -> tuple[DecodeCudaGraphRunner, RerunBackend]:
+    backend = RerunBackend(**backend_options)
+    runner = DecodeCudaGraphRunner(
+        model_runner, config or model_runner.cuda_graph_config, backend=backend, show_progress=False
+    )
+    runner.capture()
+    return runner, backend
+
+
+def decode_batch(model_runner, batch_size: int, seed: int = 0) -> ForwardBatch:
+    requests = admit(model_runner, prompts_of([3 + (i % 5) for i in range(batch_size)], seed=seed))
+    prefill_eagerly(model_runner, requests)
+    return make_decode_batch(requests, model_runner.device)
+
+
+def test_capture_goes_largest_first_and_records_stats(model_runner) -> None:
+    runner, backend = captured_runner(model_runner)
+    assert backend.captured_order == [8, 4, 2, 1]
+    assert backend.prepared == 1
+    assert runner.stats.graphs == 4
+    assert [shape.shape for shape in runner.stats.per_shape] == [8, 4, 2, 1]
+    assert runner.stats.seconds > 0
+
+
+@pytest.mark.parametrize("captures_attn_metadata", [True, False], ids=["full-like", "breakable-like"])
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 5, 8])
+def test_replay_matches_eager_and_uses_the_padded_bucket(batch_size: int, captures_attn_metadata: bool) -> None:
+    model_runner = make_model_runner()
+    runner, backend = captured_runner(model_runner, captures_attn_metadata=captures_attn_metadata)
+    batch = decode_batch(model_runner, batch_size)
+    eager = model_runner.forward(batch).clone()
+    replayed = runner.replay(batch)
+    assert backend.replayed == [runner.pad_to_bucket(batch_size)]
+    assert replayed.shape == eager.shape == (batch_size, model_runner.model.config.vocab_size)
+    torch.testing.assert_close(replayed, eager, rtol=1e-5, atol=1e-5)
+    assert torch.equal(replayed.argmax(-1), eager.argmax(-1))
+
+
+def test_padded_rows_point_at_scratch_after_a_larger_batch(model_runner) -> None:
+    runner, _ = captured_runner(model_runner)
+    large = decode_batch(model_runner, 8, seed=1)
+    runner.replay(large)
+    small = ForwardBatch(
+        forward_mode=ForwardMode.DECODE,
+        batch_size=3,
+        input_ids=large.input_ids[:3],
+        positions=large.positions[:3],
+        seq_lens=large.seq_lens[:3],
+        req_pool_indices=large.req_pool_indices[:3],
+        out_cache_loc=large.out_cache_loc[:3],
+        seq_lens_sum=int(large.seq_lens_cpu[:3].sum()),
+        seq_lens_cpu=large.seq_lens_cpu[:3],
+    )
+    k_before = model_runner.token_to_kv_pool.k_buffer[0].clone()
+    runner.replay(small)
+    static = runner.inputs.tensors
+    fill = model_runner.attn_backend.get_cuda_graph_seq_len_fill_value()
+    assert static["out_cache_loc"][3:8].tolist() == [PADDING_KV_SLOT] * 5
+    assert static["req_pool_indices"][3:8].tolist() == [PADDING_REQ_POOL_INDEX] * 5
+    assert static["seq_lens"][3:8].tolist() == [fill] * 5
+    assert static["req_pool_indices"][:3].tolist() == large.req_pool_indices[:3].tolist()
+    # Only the three real tokens' slots and the scratch slot may change; the other five requests' KV must not.
+    changed = (model_runner.token_to_kv_pool.k_buffer[0] != k_before).any(dim=(1, 2)).nonzero().flatten().tolist()
+    assert set(changed) <= {PADDING_KV_SLOT, *large.out_cache_loc[:3].tolist()}
+
+
+def test_batches_it_cannot_take_run_eagerly(model_runner) -> None:
+    runner, backend = captured_runner(model_runner)
+    too_large = decode_batch(model_runner, 9)
+    assert not runner.can_run(too_large)
+    eager = model_runner.forward(too_large).clone()
+    torch.testing.assert_close(runner.replay(too_large), eager)
+    assert backend.replayed == []
+    extend = ForwardBatch(
+        ForwardMode.EXTEND,
+        1,
+        too_large.input_ids[:1],
+        too_large.positions[:1],
+        too_large.seq_lens[:1],
+        too_large.req_pool_indices[:1],
+        too_large.out_cache_loc[:1],
+        0,
+    )
+    assert not runner.can_run(extend)
+
+
+def test_disable_padding_takes_only_exact_buckets() -> None:
+    model_runner = make_model_runner(config=graph_config(disable_padding=True))
+    runner, _ = captured_runner(model_runner)
+    assert runner.can_run(decode_batch(model_runner, 4))
+    assert not runner.can_run(decode_batch(model_runner, 3))
+
+
+def test_idle_batch_replays_the_smallest_bucket(model_runner) -> None:
+    runner, backend = captured_runner(model_runner)
+    empty = torch.empty(0, dtype=torch.int64)
+    idle = ForwardBatch(ForwardMode.IDLE, 0, empty, empty, empty.int(), empty, empty, 0)
+    assert runner.can_run(idle)
+    assert runner.replay(idle).shape == (0, model_runner.model.config.vocab_size)
+    assert backend.replayed == [1]
+
+
+def test_an_idle_batch_runs_eagerly_without_a_runner(model_runner) -> None:
+    empty = torch.empty(0, dtype=torch.int64)
+    idle = ForwardBatch(ForwardMode.IDLE, 0, empty, empty, empty.int(), empty, empty, 0)
+    assert model_runner.run(idle).shape == (0, model_runner.model.config.vocab_size)
+
+
+def test_not_captured_runner_cannot_run_and_recapture_after_shutdown_works(model_runner) -> None:
+    backend = RerunBackend()
+    runner = DecodeCudaGraphRunner(model_runner, model_runner.cuda_graph_config, backend=backend, show_progress=False)
+    batch = decode_batch(model_runner, 2)
+    assert not runner.can_run(batch)
+    runner.capture()
+    first = runner.replay(batch).clone()
+    runner.shutdown()
+    assert backend.cleaned == 1 and not runner.captured and not runner.can_run(batch)
+    runner.capture()
+    torch.testing.assert_close(runner.replay(batch), first)
+
+
+def test_a_disabled_phase_cannot_get_a_runner(model_runner) -> None:
+    config = CudaGraphConfig(
+        decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.BREAKABLE, (16,), 16)
+    )
+    with pytest.raises(ConfigError, match="decode CUDA graphs are disabled"):
+        DecodeCudaGraphRunner(model_runner, config, backend=RerunBackend())
+
+
+def test_model_runner_on_cpu_says_graphs_need_cuda_and_runs_eagerly(model_runner, caplog) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert model_runner.init_decode_cuda_graph() is None
+        assert model_runner.init_prefill_cuda_graph() is None
+    assert "CUDA graphs need a CUDA device" in caplog.text
+    assert model_runner.decode_cuda_graph_runner is None
+    batch = decode_batch(model_runner, 2)
+    torch.testing.assert_close(model_runner.run(batch), model_runner.forward(batch))

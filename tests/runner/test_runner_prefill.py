@@ -1,0 +1,88 @@
+"""The prefill runner against the real engine on the CPU, with a backend that re-runs the captured forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import RerunBackend, admit, make_model_runner, prefill_eagerly, prompts_of
+
+from cudagraph.engine.batch import SamplingParams, make_decode_batch, make_extend_batch
+from cudagraph.engine.generate import generate
+from cudagraph.runner import DecodeCudaGraphRunner, PrefillCudaGraphRunner
+
+
+def captured_prefill_runner(model_runner) -> tuple[PrefillCudaGraphRunner, RerunBackend]:
+    backend = RerunBackend(captures_attn_metadata=False)
+    runner = PrefillCudaGraphRunner(model_runner, model_runner.cuda_graph_config, backend=backend, show_progress=False)
+    runner.capture()
+    return runner, backend
+
+
+@pytest.mark.parametrize(("lengths", "bucket"), [([5], 16), ([5, 9], 16), ([16], 16), ([7, 11, 3], 32), ([30, 20], 64)])
+def test_extend_replay_matches_eager(lengths: list[int], bucket: int) -> None:
+    model_runner = make_model_runner()
+    runner, backend = captured_prefill_runner(model_runner)
+    assert backend.captured_order == [64, 32, 16]
+    requests = admit(model_runner, prompts_of(lengths))
+    batch = make_extend_batch(requests, model_runner.device)
+    eager = model_runner.forward(batch).clone()
+    replayed = runner.replay(batch)
+    assert backend.replayed == [bucket]
+    assert replayed.shape == (len(lengths), model_runner.model.config.vocab_size)
+    torch.testing.assert_close(replayed, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_extend_over_a_cached_prefix_matches_eager() -> None:
+    model_runner = make_model_runner()
+    runner, backend = captured_prefill_runner(model_runner)
+    requests = admit(model_runner, prompts_of([12, 6], seed=3))
+    full_prompts = [list(r.prompt_ids) for r in requests]
+    for request in requests:  # cache the first half of each prompt, extend the rest
+        request.prompt_ids = request.prompt_ids[: len(request.prompt_ids) // 2]
+    prefill_eagerly(model_runner, requests)
+    for request, prompt in zip(requests, full_prompts, strict=True):
+        request.prompt_ids, request.output_ids = prompt, []
+    batch = make_extend_batch(requests, model_runner.device)
+    assert batch.extend_prefix_lens_cpu == [6, 3]
+    eager = model_runner.forward(batch).clone()
+    torch.testing.assert_close(runner.replay(batch), eager, rtol=1e-5, atol=1e-5)
+    assert backend.replayed == [16]
+
+
+def test_prefill_runner_leaves_what_it_cannot_take_to_eager() -> None:
+    model_runner = make_model_runner()
+    runner, backend = captured_prefill_runner(model_runner)
+    too_long = make_extend_batch(admit(model_runner, prompts_of([40, 30])), model_runner.device)
+    assert not runner.can_run(too_long)
+    torch.testing.assert_close(runner.replay(too_long), model_runner.forward(too_long))
+    requests = admit(model_runner, prompts_of([4]))
+    prefill_eagerly(model_runner, requests)
+    assert not runner.can_run(make_decode_batch(requests, model_runner.device))
+    assert backend.replayed == []
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen3-random", "tiny-llama-random"])
+def test_generate_with_both_runners_gives_the_eager_tokens(preset: str) -> None:
+    prompts = prompts_of([3, 17, 8, 1, 25, 9, 4, 12, 6, 2], seed=7)
+    # Different lengths make the decode batch shrink through several buckets (and start above the largest).
+    params = [SamplingParams(max_new_tokens=n) for n in (2, 9, 4, 6, 3, 8, 5, 7, 2, 10)]
+    eager_runner = make_model_runner(preset)
+    expected = [out.output_token_ids for out in generate(eager_runner, prompts, params)]
+
+    graphed = make_model_runner(preset)
+    decode_backend, prefill_backend = RerunBackend(), RerunBackend(captures_attn_metadata=False)
+    config = graphed.cuda_graph_config
+    graphed.decode_cuda_graph_runner = DecodeCudaGraphRunner(
+        graphed, config, backend=decode_backend, show_progress=False
+    )
+    graphed.prefill_cuda_graph_runner = PrefillCudaGraphRunner(
+        graphed, config, backend=prefill_backend, show_progress=False
+    )
+    graphed.decode_cuda_graph_runner.capture()
+    graphed.prefill_cuda_graph_runner.capture()
+    got = [out.output_token_ids for out in generate(graphed, prompts, params, max_prefill_tokens=32)]
+    assert got == expected
+    assert [len(tokens) for tokens in got] == [p.max_new_tokens for p in params]
+    # Both runners really replayed, and at more than one bucket.
+    assert len(set(decode_backend.replayed)) > 1
+    assert prefill_backend.replayed
