@@ -1,5 +1,23 @@
-"""Legacy module paths and names kept importable, each warning once, until the removal version in `refactor/renames.toml`."""
+"""Legacy module paths and names, kept importable until the removal version in ``refactor/renames.toml``.
+
+``cudagraph.legacy.cuda_graph_runner``, ``.piecewise_context_manager``, ``.breakable_cuda_graph`` and
+``.server_args`` serve the table's symbol rows: the object returned is the new object itself, and each use warns once
+at the user's line. ``LegacyAliasesMixin`` / ``install_legacy_aliases`` give legacy attribute and method names on top
+of the new classes. Nothing here is hand-listed: the rename table drives it all.
+"""
+
+from ._aliases import LegacyAliasesMixin, install_legacy_aliases
+from ._schedule import LEGACY_MODULES, ShimEntry, shim_entries
+from ._warnings import forget_warned_sites
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "LEGACY_MODULES",
+    "LegacyAliasesMixin",
+    "ShimEntry",
+    "__version__",
+    "forget_warned_sites",
+    "install_legacy_aliases",
+    "shim_entries",
+]
