@@ -161,8 +161,10 @@ FLASHINFER_MODEL = model_config_from_preset("tiny-qwen3-random").with_overrides(
 @pytest.mark.parametrize("backend", [Backend.DISABLED, Backend.FULL, Backend.BREAKABLE])
 def test_flashinfer_decode_logits_match_the_torch_backend(backend: Backend) -> None:
     with (
-        engine(FLASHINFER_MODEL, EAGER, dtype="bfloat16") as reference,
-        engine(FLASHINFER_MODEL, config(backend, Backend.DISABLED), attention="flashinfer", dtype="bfloat16") as flash,
+        # float16, not bfloat16: two different attention kernels round differently, and bfloat16's 8-bit mantissa
+        # lets that difference reach 5% of a logit after a few layers (seen on the H100); float16 keeps it ~8x smaller.
+        engine(FLASHINFER_MODEL, EAGER, dtype="float16") as reference,
+        engine(FLASHINFER_MODEL, config(backend, Backend.DISABLED), attention="flashinfer", dtype="float16") as flash,
     ):
         for model_runner in (reference, flash):
             fill_cache(model_runner, seed=9)
