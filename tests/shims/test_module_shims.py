@@ -105,5 +105,5 @@ def test_error_filter_turns_each_use_into_an_error(tmp_path: Path) -> None:
     for _ in range(2):  # a use that raised is not recorded as warned: it raises again
         with warnings.catch_warnings():
             warnings.simplefilter("error", DeprecationWarning)
-            with pytest.raises(DeprecationWarning, match="cudagraph.legacy.server_args.Phase"):
+            with pytest.raises(DeprecationWarning, match=r"cudagraph\.legacy\.server_args\.Phase"):
                 _run_file(user_file)

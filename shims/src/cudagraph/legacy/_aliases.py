@@ -59,7 +59,7 @@ class _EnumMemberAlias:
 
     def __get__(self, instance: object, owner: type) -> Any:
         warn_legacy_use(f"enum_member:{self.row.old}", _message(self.row, "enum member"))
-        return owner[self.row.new]
+        return getattr(owner, self.row.new)
 
 
 def _defines(cls: type, name: str) -> bool:

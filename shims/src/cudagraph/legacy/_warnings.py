@@ -22,7 +22,7 @@ _lock = threading.Lock()
 
 
 def _user_frame() -> FrameType | None:
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         inside_shims = str(Path(filename).resolve().parent) == _PACKAGE_DIR if not filename.startswith("<") else False

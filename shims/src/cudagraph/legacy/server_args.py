@@ -1,4 +1,6 @@
-"""Deprecated: `cudagraph.legacy.server_args`. Every name here forwards to its new home (see `refactor/renames.toml`).
+"""Deprecated: ``cudagraph.legacy.server_args``.
+
+Every name here forwards to its new home (see ``refactor/renames.toml``).
 
 Each use warns once (`DeprecationWarning`) at the line that used it; run `cudagraph-migrate` to move code over.
 """

@@ -46,8 +46,8 @@ def register_break_op(op: BreakOp, *, capture_stub: Callable[..., Any] | None = 
 
 def unregister_break_op(op: BreakOp) -> None:
     """Stop breaking on ``op`` (no error if it was not registered)."""
-    _BREAK_PACKETS.pop(op, None)  # type: ignore[call-overload]
-    _BREAK_OVERLOADS.pop(op, None)  # type: ignore[call-overload]
+    _BREAK_PACKETS.pop(op, None)  # type: ignore[call-overload, arg-type]
+    _BREAK_OVERLOADS.pop(op, None)  # type: ignore[call-overload, arg-type]
 
 
 def break_options(op: torch._ops.OpOverload) -> BreakOptions | None:
