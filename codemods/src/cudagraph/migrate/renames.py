@@ -180,7 +180,9 @@ def _load(path: Path) -> RenameTable:
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise RenameTableError(f"cannot read rename table {path}: {error}") from error
     if document.get("schema") != SCHEMA_VERSION:
-        raise RenameTableError(f"{path}: schema = {document.get('schema')!r}; this loader reads schema {SCHEMA_VERSION}")
+        raise RenameTableError(
+            f"{path}: schema = {document.get('schema')!r}; this loader reads schema {SCHEMA_VERSION}"
+        )
     raw_rows = document.get("rename", [])
     rows = tuple(_parse_row(path, index, raw) for index, raw in enumerate(raw_rows, start=1))
     table = RenameTable(rows=rows, source=path)

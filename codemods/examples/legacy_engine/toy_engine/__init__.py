@@ -1,0 +1,1 @@
+"""A toy engine in the legacy style: what `cudagraph-migrate` is for."""

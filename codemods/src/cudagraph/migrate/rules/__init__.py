@@ -1,0 +1,89 @@
+"""The rule table: one codemod per module, each with a code, so selection and listing fall out of the table.
+
+Rules run in table order on one parse of the file: imports first, so the later spelling-based rules see the new
+module paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..renames import RenameKind, RenameTable
+from .attributes import LegacyMembers
+from .base import MigrationCommand
+from .cli_flags import LegacyCliFlags
+from .config_strings import LegacyConfigStrings
+from .dotted_strings import LegacyDottedStrings
+from .enum_members import LegacyEnumMembers
+from .imports import LegacyImports
+from .keywords import LegacyKeywords
+
+__all__ = ["RULES", "Rule", "RuleSelectionError", "select_rules"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One codemod: its code (``--select``/``--ignore``), a short name, the row kinds it reads, its command class."""
+
+    code: str
+    name: str
+    kinds: tuple[RenameKind, ...]
+    command: type[MigrationCommand]
+    summary: str
+
+    def triggers(self, table: RenameTable) -> frozenset[str]:
+        """Text of which at least one must occur in a file for this rule to have anything to do there."""
+        return self.command.triggers(table)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "CG101",
+        "legacy-imports",
+        (RenameKind.MODULE, RenameKind.SYMBOL),
+        LegacyImports,
+        "imports of legacy modules and symbols, and every use of what they bound",
+    ),
+    Rule(
+        "CG102",
+        "legacy-dotted-strings",
+        (RenameKind.MODULE, RenameKind.SYMBOL),
+        LegacyDottedStrings,
+        'dotted legacy paths in strings, e.g. mock.patch("legacy.module.Name")',
+    ),
+    Rule(
+        "CG201",
+        "legacy-members",
+        (RenameKind.ATTRIBUTE, RenameKind.METHOD),
+        LegacyMembers,
+        "renamed model-runner and graph-runner attributes and methods",
+    ),
+    Rule("CG301", "legacy-enum-members", (RenameKind.ENUM_MEMBER,), LegacyEnumMembers, "renamed enum members"),
+    Rule("CG302", "legacy-config-strings", (RenameKind.CONFIG_STRING,), LegacyConfigStrings, "legacy config values"),
+    Rule("CG401", "legacy-keywords", (RenameKind.KWARG,), LegacyKeywords, "legacy server-argument keywords in calls"),
+    Rule("CG402", "legacy-cli-flags", (RenameKind.CLI_FLAG,), LegacyCliFlags, "legacy flags in argument lists"),
+)
+
+
+class RuleSelectionError(ValueError):
+    """A ``--select``/``--ignore`` entry matched no rule."""
+
+
+def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = (), rules: Sequence[Rule] = RULES) -> list[Rule]:
+    """The rules chosen by code prefixes or names (``CG1`` picks a group), in table order.
+
+    ``select`` empty means all rules; ``ignore`` then removes. Every entry must match at least one rule.
+    """
+    select, ignore = list(select), list(ignore)
+    chosen = [rule for rule in rules if not select or any(_matches(rule, entry) for entry in select)]
+    for entry in [*select, *ignore]:
+        if not any(_matches(rule, entry) for rule in rules):
+            known = ", ".join(f"{rule.code} ({rule.name})" for rule in rules)
+            raise RuleSelectionError(f"no rule matches {entry!r}; rules are: {known}; a code prefix such as CG1 works")
+    return [rule for rule in chosen if not any(_matches(rule, entry) for entry in ignore)]
+
+
+def _matches(rule: Rule, entry: str) -> bool:
+    entry = entry.strip()
+    return bool(entry) and (rule.code.upper().startswith(entry.upper()) or rule.name == entry)

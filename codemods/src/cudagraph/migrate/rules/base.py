@@ -1,0 +1,191 @@
+"""What every rule shares: the libcst codemod base class, edit counting and the legacy-module matcher."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import PurePath
+from typing import TypeVar
+
+import libcst as cst
+from libcst.codemod import CodemodCommand, CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from ..renames import Rename, RenameTable
+
+
+class MigrationCommand(CodemodCommand, cst.CSTTransformer):
+    """A libcst codemod driven by the rename table that counts its edits and collects notes for the user.
+
+    A ``CodemodCommand`` (context, metadata, the add-imports pass) visiting as a plain ``CSTTransformer``: the rules
+    use no matcher decorators, and libcst's matcher-aware transformer costs several times a plain visit per file.
+
+    Subclasses call :meth:`edited` once per rewritten occurrence and :meth:`note` where a legacy use was found but
+    could not be rewritten safely (it stays as written and the user is told where).
+    """
+
+    DESCRIPTION = "Rewrite legacy CUDA-graph names."
+
+    def __init__(self, context: CodemodContext, table: RenameTable) -> None:
+        CodemodCommand.__init__(self, context)
+        self.table = table
+        self.edits = 0
+        self.notes: list[str] = []
+        self._pending_notes: list[tuple[cst.CSTNode | None, str]] = []
+
+    @classmethod
+    def triggers(cls, table: RenameTable) -> frozenset[str]:
+        """Text of which at least one must occur in a file for this rule to have anything to do there."""
+        raise NotImplementedError(f"{cls.__name__} must say which text triggers it")
+
+    def edited(self, count: int = 1) -> None:
+        """Record ``count`` rewritten occurrences."""
+        self.edits += count
+
+    def note(self, node: cst.CSTNode | None, message: str) -> None:
+        """Record a legacy use left as written; its line is looked up once the rule has finished."""
+        self._pending_notes.append((node, message))
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        """Visit the whole module with this rule's ``visit_``/``leave_`` methods."""
+        return tree.visit(self)
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        """Run this rule on ``tree`` with its metadata, then add any imports it asked for.
+
+        Unlike libcst's default this does not deep-copy the tree for the metadata wrapper: a copy per rule per file
+        cost as much as the rewrite itself. That is safe because every rule receives a tree in which no node object
+        occurs twice (fresh from the parser, or rewritten by an earlier rule that only builds new nodes), and the
+        rules that share a node between two places (keywords, flags) need no metadata but positions for notes.
+        """
+        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+        with self.resolve(wrapper):
+            self.context = replace(self.context, wrapper=wrapper)
+            tree = self.transform_module_impl(wrapper.module)
+        self._resolve_notes(wrapper)
+        if self.context.scratch.get(AddImportsVisitor.CONTEXT_KEY):
+            tree = AddImportsVisitor(self.context).transform_module(tree)
+        return tree
+
+    def _resolve_notes(self, wrapper: MetadataWrapper) -> None:
+        if not self._pending_notes:
+            return
+        positions = wrapper.resolve(PositionProvider)
+        for node, message in self._pending_notes:
+            position = positions.get(node) if node is not None else None
+            self.notes.append(f"{position.start.line}: {message}" if position is not None else message)
+        self._pending_notes.clear()
+
+
+@dataclass(frozen=True)
+class LegacyModuleMatch:
+    """A dotted name that starts at a legacy module: its row and the dotted parts after it."""
+
+    row: Rename
+    rest: tuple[str, ...]
+
+
+class LegacyModuleMatcher:
+    """Find legacy modules in dotted names, absolute or relative to the file being migrated.
+
+    Relative imports are resolved against the file's own directory parts, and then match a legacy module by its
+    trailing components, so a vendored copy (``third_party/sglang/srt/model_executor/x.py`` doing
+    ``from .cuda_graph_runner import ...``) is recognised wherever it was vendored.
+    """
+
+    def __init__(self, table: RenameTable, filename: str | None) -> None:
+        self.table = table
+        self.package_parts: tuple[str, ...] = PurePath(filename).parent.parts if filename else ()
+        self._by_parts = sorted(
+            ((tuple(old.split(".")), row) for old, row in table.modules.items()), key=lambda item: -len(item[0])
+        )
+
+    def resolve_relative(self, level: int, dotted: str) -> tuple[str, ...]:
+        """The parts of a relative name ``level`` dots up from the file's package (level 1 is the package itself)."""
+        base = self.package_parts[: len(self.package_parts) - (level - 1)] if level > 1 else self.package_parts
+        return (*base, *(part for part in dotted.split(".") if part))
+
+    def match(self, dotted: str, *, level: int = 0) -> LegacyModuleMatch | None:
+        """The legacy module ``dotted`` starts with (or, when relative, ends its resolved package path with)."""
+        if level == 0 and dotted.startswith("."):
+            level = len(dotted) - len(dotted.lstrip("."))
+            dotted = dotted[level:]
+        if level:
+            return self._match_relative(self.resolve_relative(level, dotted))
+        parts = tuple(dotted.split("."))
+        for module_parts, row in self._by_parts:
+            if parts[: len(module_parts)] == module_parts:
+                return LegacyModuleMatch(row, parts[len(module_parts) :])
+        return None
+
+    def _match_relative(self, parts: Sequence[str]) -> LegacyModuleMatch | None:
+        # Try every split point: the legacy module is the longest tail of the prefix parts[:end].
+        for end in range(len(parts), 0, -1):
+            prefix = tuple(parts[:end])
+            for module_parts, row in self._by_parts:
+                if len(prefix) >= len(module_parts) and prefix[-len(module_parts) :] == module_parts:
+                    return LegacyModuleMatch(row, tuple(parts[end:]))
+        return None
+
+
+def dotted_name(node: cst.BaseExpression) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else ``None``."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = dotted_name(node.value)
+        return f"{head}.{node.attr.value}" if head is not None else None
+    return None
+
+
+def dotted_expression(dotted: str) -> cst.Name | cst.Attribute:
+    """The Name/Attribute chain spelling ``dotted``."""
+    head, *tail = dotted.split(".")
+    expression: cst.Name | cst.Attribute = cst.Name(head)
+    for part in tail:
+        expression = cst.Attribute(value=expression, attr=cst.Name(part))
+    return expression
+
+
+ItemT = TypeVar("ItemT", cst.Arg, cst.BaseElement)
+
+_PLAIN_COMMA = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+
+
+def splice(items: Sequence[ItemT], replacements: dict[int, list[ItemT]]) -> list[ItemT]:
+    """``items`` with ``items[i]`` replaced by ``replacements[i]`` (possibly none), keeping the comma layout.
+
+    New items borrow the separator of the item they replace, so a one-per-line call stays one-per-line, and the
+    sequence keeps (or keeps lacking) its trailing comma.
+    """
+    result: list[ItemT] = []
+    for index, item in enumerate(items):
+        if index not in replacements:
+            result.append(item)
+            continue
+        group = replacements[index]
+        between = item.comma if isinstance(item.comma, cst.Comma) else _PLAIN_COMMA
+        for position, new_item in enumerate(group):
+            comma = item.comma if position == len(group) - 1 else between
+            result.append(new_item.with_changes(comma=comma))
+    if result and items:
+        had_trailing = isinstance(items[-1].comma, cst.Comma)
+        if not had_trailing:
+            result[-1] = result[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        elif not isinstance(result[-1].comma, cst.Comma):
+            result[-1] = result[-1].with_changes(comma=items[-1].comma)
+    return result
+
+
+def string_value(node: cst.BaseExpression) -> str | None:
+    """The text of a plain (non-f, non-bytes) one-piece string literal, else ``None``."""
+    if not isinstance(node, cst.SimpleString) or "b" in node.prefix.lower():
+        return None
+    value = node.evaluated_value
+    return value if isinstance(value, str) else None
+
+
+def with_string_value(node: cst.SimpleString, value: str) -> cst.SimpleString:
+    """``node`` holding ``value``, in the same prefix and quotes (``value`` holds no quote or backslash)."""
+    return node.with_changes(value=f"{node.prefix}{node.quote}{value}{node.quote}")

@@ -1,0 +1,386 @@
+"""CG101: imports of legacy modules and symbols, and every reference that goes through them.
+
+Driven by the ``module`` and ``symbol`` rows. Names are followed through libcst's scope analysis, so only bindings
+that really came from a legacy module change: an engine's own ``ForwardContext`` from its own module is left alone.
+
+- ``from legacy import a, b as c``: one ``from new import ...`` per destination module (split), and names from several
+  legacy imports of one block that land in the same module share one statement (merged). The user's alias is kept;
+  an unaliased renamed name is renamed at every use (plain and in string annotations, and in ``__all__``), unless the
+  new name is already taken in that scope, in which case the import keeps the old local name as an alias.
+- ``import legacy as m`` / ``from pkg import legacy as m``: ``import new as m``; ``m.Old`` becomes ``m.New``, or the
+  full new dotted path (plus its import) when the name moved to another module.
+- ``import legacy``: ``import new`` and ``legacy.Old`` becomes ``new.module.New``.
+- Relative imports are resolved against the file's path (see ``LegacyModuleMatcher``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import (
+    BaseAssignment,
+    ImportAssignment,
+    Scope,
+    ScopeProvider,
+)
+
+from ..renames import Rename, RenameTable
+from .base import LegacyModuleMatcher, MigrationCommand, dotted_expression, dotted_name
+
+
+@dataclass(frozen=True)
+class ImportedName:
+    """One name a rewritten ``from ... import`` brings in: the new name, the local alias (if any), a comment."""
+
+    name: str
+    alias: str | None
+    comment: str | None = None
+
+
+@dataclass
+class StatementPlan:
+    """What one legacy import statement becomes: statements in order (each a code string)."""
+
+    statements: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _BlockMerge:
+    """Per block: the destination modules already placed, so later legacy imports in the block merge into them."""
+
+    names_by_module: dict[str, list[ImportedName]] = field(default_factory=dict)
+    owner_by_module: dict[str, int] = field(default_factory=dict)
+    multiline_by_module: dict[str, bool] = field(default_factory=dict)
+    existing: set[tuple[str, str, str | None]] = field(default_factory=set)
+    """``(module, name, alias)`` of the block's non-legacy from-imports, so a merge never imports a name twice."""
+
+
+class LegacyImports(MigrationCommand):
+    """Rewrite imports of legacy modules and symbols to their new homes, following every use of the bindings."""
+
+    METADATA_DEPENDENCIES = (ScopeProvider,)
+
+    @classmethod
+    def triggers(cls, table: RenameTable) -> frozenset[str]:
+        """Text that must occur in a file for this rule to have anything to do (relative imports included)."""
+        return frozenset(old.rpartition(".")[2] for old in table.modules)
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        """Plan every import rewrite over the whole module first (merges need it), then apply the plan."""
+        self.matcher = LegacyModuleMatcher(self.table, self.context.filename)
+        self.statement_plans: dict[int, StatementPlan] = {}
+        self.renamed_names: dict[int, str] = {}
+        self.renamed_strings: dict[int, dict[str, str]] = {}
+        self.module_level_renames: dict[str, str] = {}
+        self.module_uses: dict[int, tuple[Rename, bool]] = {}
+        planner = _Planner(self)
+        tree.visit(planner)
+        planner.finish()
+        if not self.statement_plans:
+            return tree
+        return tree.visit(self)
+
+    # --- applying the plan -------------------------------------------------------------------------------------
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
+        """Replace a line holding legacy imports with the planned statements, keeping its comments."""
+        plans = [self.statement_plans.get(id(small)) for small in original_node.body]
+        if not any(plan is not None for plan in plans):
+            return updated_node
+        lines: list[cst.SimpleStatementLine] = []
+        for small, plan in zip(updated_node.body, plans, strict=True):
+            if plan is None:
+                lines.append(cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]))
+                continue
+            self.edited()
+            lines.extend(_parse_line(code) for code in plan.statements)
+        if not lines:
+            return cst.RemoveFromParent()
+        lines[0] = lines[0].with_changes(leading_lines=original_node.leading_lines)
+        lines[-1] = lines[-1].with_changes(trailing_whitespace=original_node.trailing_whitespace)
+        return cst.FlattenSentinel(lines)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        """Rename a use of a binding whose imported name changed."""
+        new_name = self.renamed_names.get(id(original_node))
+        if new_name is None:
+            return updated_node
+        self.edited()
+        return updated_node.with_changes(value=new_name)
+
+    def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
+        """Rename bindings inside a string annotation."""
+        renames = self.renamed_strings.get(id(original_node))
+        if not renames:
+            return updated_node
+        value = updated_node.value
+        for old, new in renames.items():
+            value = re.sub(rf"(?<![\w.]){re.escape(old)}(?!\w)", new, value)
+        if value != updated_node.value:
+            self.edited()
+        return updated_node.with_changes(value=value)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute | cst.Name:
+        """``m.Old`` through a legacy module binding becomes ``m.New`` or the full new path."""
+        use = self.module_uses.get(id(original_node.value))
+        if use is None:
+            return updated_node
+        module_row, through_alias = use
+        symbol = self.table.symbol(module_row.old, original_node.attr.value)
+        if symbol is None:
+            self.note(
+                original_node,
+                f"{module_row.old}.{original_node.attr.value} is not in the rename table; left as written",
+            )
+            return updated_node
+        self.edited()
+        if through_alias and symbol.new_module == module_row.new:
+            return updated_node.with_changes(attr=cst.Name(symbol.new_name))
+        AddImportsVisitor.add_needed_import(self.context, symbol.new_module)
+        return dotted_expression(symbol.new)
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        """Keep ``__all__`` in step with renamed module-level bindings."""
+        if any(dotted_name(target.target) == "__all__" for target in updated_node.targets):
+            return updated_node.with_changes(value=self._rename_all(updated_node.value))
+        return updated_node
+
+    def leave_AugAssign(self, original_node: cst.AugAssign, updated_node: cst.AugAssign) -> cst.AugAssign:
+        """``__all__ += [...]`` too."""
+        if dotted_name(updated_node.target) == "__all__":
+            return updated_node.with_changes(value=self._rename_all(updated_node.value))
+        return updated_node
+
+    def _rename_all(self, value: cst.BaseExpression) -> cst.BaseExpression:
+        if not self.module_level_renames or not isinstance(value, (cst.List, cst.Tuple, cst.Set)):
+            return value
+        elements = []
+        for element in value.elements:
+            item = element.value
+            if isinstance(item, cst.SimpleString) and item.evaluated_value in self.module_level_renames:
+                quote = item.quote
+                new_value = self.module_level_renames[str(item.evaluated_value)]
+                item = item.with_changes(value=f"{item.prefix}{quote}{new_value}{quote}")
+                self.edited()
+            elements.append(element.with_changes(value=item))
+        return value.with_changes(elements=elements)
+
+
+def _parse_line(code: str) -> cst.SimpleStatementLine:
+    statement = cst.parse_statement(code)
+    assert isinstance(statement, cst.SimpleStatementLine)
+    return statement
+
+
+def _format_from_import(module: str, names: list[ImportedName], multiline: bool) -> str:
+    spelled = [f"{item.name} as {item.alias}" if item.alias else item.name for item in names]
+    if not multiline:
+        return f"from {module} import {', '.join(spelled)}"
+    lines = []
+    for text, item in zip(spelled, names, strict=True):
+        lines.append(f"    {text},{'  ' + item.comment if item.comment else ''}")
+    return f"from {module} import (\n" + "\n".join(lines) + "\n)"
+
+
+def _format_import(module: str, alias: str | None) -> str:
+    return f"import {module} as {alias}" if alias else f"import {module}"
+
+
+def _alias_comment(alias: cst.ImportAlias) -> str | None:
+    comma = alias.comma
+    if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+        comment = comma.whitespace_after.first_line.comment
+        return comment.value if comment else None
+    return None
+
+
+def _is_multiline(node: cst.ImportFrom) -> bool:
+    return node.lpar is not None and "\n" in cst.Module([]).code_for_node(node)
+
+
+def _alias_name(alias: cst.ImportAlias) -> str:
+    return str(dotted_name(alias.name))
+
+
+def _as_name(alias: cst.ImportAlias) -> str | None:
+    if alias.asname is None:
+        return None
+    name = alias.asname.name
+    return name.value if isinstance(name, cst.Name) else None
+
+
+class _Planner(cst.CSTVisitor):
+    """Walk the module once, deciding what each legacy import statement becomes and which uses get renamed."""
+
+    def __init__(self, command: LegacyImports) -> None:
+        super().__init__()
+        self.command = command
+        self.table = command.table
+        self.blocks: list[_BlockMerge] = [_BlockMerge()]
+        self.pending: list[tuple[int, _BlockMerge, list[str]]] = []
+
+    # Blocks: names merge only within one statement list.
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        """Enter a statement list."""
+        self.blocks.append(_BlockMerge())
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        """Leave a statement list."""
+        self.blocks.pop()
+
+    def visit_Import(self, node: cst.Import) -> None:
+        """``import legacy [as m]``."""
+        statements: list[str] = []
+        kept: list[cst.ImportAlias] = []
+        for alias in node.names:
+            match = self.command.matcher.match(_alias_name(alias))
+            if match is None or match.rest:
+                kept.append(alias)
+                continue
+            local = _as_name(alias)
+            self._record_module_uses(node, local or _alias_name(alias), match.row, through_alias=local is not None)
+            statements.append(_format_import(match.row.new, local))
+        if not statements:
+            return
+        if kept:
+            kept_code = ", ".join(
+                cst.Module([]).code_for_node(alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for alias in kept
+            )
+            statements.insert(0, f"import {kept_code}")
+        self.command.statement_plans[id(node)] = StatementPlan(statements)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        """``from legacy import a, b as c`` and ``from pkg import legacy_module``."""
+        level = len(node.relative)
+        module = dotted_name(node.module) if node.module is not None else ""
+        assert module is not None
+        module_match = self.command.matcher.match(module, level=level) if (module or level) else None
+        if module_match is not None and module_match.rest:
+            module_match = None
+        if isinstance(node.names, cst.ImportStar):
+            if module_match is not None:
+                self.command.note(node, f"star import from {module_match.row.old}: migrate it by hand")
+            return
+        if module_match is None:
+            self._plan_module_imports(node, module, level)
+            return
+        self._plan_symbol_imports(node, module_match.row)
+
+    def _plan_module_imports(self, node: cst.ImportFrom, module: str, level: int) -> None:
+        """``from pkg import legacy_module [as m]`` -> ``import new as m``; other names stay where they are."""
+        assert not isinstance(node.names, cst.ImportStar)
+        statements: list[str] = []
+        kept: list[cst.ImportAlias] = []
+        for alias in node.names:
+            name = _alias_name(alias)
+            dotted = f"{module}.{name}" if module else name
+            match = self.command.matcher.match(dotted, level=level)
+            if match is None or match.rest:
+                kept.append(alias)
+                if not level:
+                    self.blocks[-1].existing.add((module, name, _as_name(alias)))
+                continue
+            local = _as_name(alias) or name
+            self._record_module_uses(node, local, match.row, through_alias=True)
+            statements.append(_format_import(match.row.new, local))
+        if not statements:
+            return
+        if kept:
+            names = ", ".join(
+                cst.Module([]).code_for_node(alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for alias in kept
+            )
+            statements.insert(0, f"from {'.' * level}{module} import {names}")
+        self.command.statement_plans[id(node)] = StatementPlan(statements)
+
+    def _plan_symbol_imports(self, node: cst.ImportFrom, legacy: Rename) -> None:
+        assert not isinstance(node.names, cst.ImportStar)
+        block = self.blocks[-1]
+        scope = self.command.get_metadata(ScopeProvider, node, None)
+        placed_here: list[str] = []
+        for alias in node.names:
+            old_name = _alias_name(alias)
+            local = _as_name(alias)
+            symbol = self.table.symbol(legacy.old, old_name)
+            if symbol is None:
+                self.command.note(node, f"{legacy.old}.{old_name} is not in the rename table; assumed moved unchanged")
+                new_module, new_name = legacy.new, old_name
+            else:
+                new_module, new_name = symbol.new_module, symbol.new_name
+            if local is None and new_name != old_name:
+                if scope is not None and _name_taken(scope, new_name, new_module):
+                    local = old_name
+                else:
+                    self._rename_binding(node, scope, old_name, new_name)
+            if local == new_name:
+                local = None
+            imported = ImportedName(new_name, local, _alias_comment(alias))
+            names = block.names_by_module.setdefault(new_module, [])
+            if new_module not in block.owner_by_module:
+                block.owner_by_module[new_module] = id(node)
+                block.multiline_by_module[new_module] = _is_multiline(node)
+                placed_here.append(new_module)
+            if all((item.name, item.alias) != (imported.name, imported.alias) for item in names):
+                names.append(imported)
+        self.command.statement_plans[id(node)] = StatementPlan()
+        self.pending.append((id(node), block, placed_here))
+
+    def _record_module_uses(
+        self, node: cst.Import | cst.ImportFrom, binding: str, row: Rename, *, through_alias: bool
+    ) -> None:
+        """Remember every use of a binding of a legacy module, so ``binding.Name`` can be rewritten."""
+        scope = self.command.get_metadata(ScopeProvider, node, None)
+        if scope is None:
+            return
+        for assignment in scope.assignments[binding]:
+            if isinstance(assignment, ImportAssignment) and assignment.node is node:
+                for access in assignment.references:
+                    self.command.module_uses[id(access.node)] = (row, through_alias)
+
+    def _rename_binding(self, node: cst.ImportFrom, scope: Scope | None, old: str, new: str) -> None:
+        if scope is None:
+            return
+        for assignment in scope.assignments[old]:
+            if not isinstance(assignment, ImportAssignment) or assignment.node is not node:
+                continue
+            for access in assignment.references:
+                if isinstance(access.node, cst.Name):
+                    self.command.renamed_names[id(access.node)] = new
+                else:
+                    self.command.renamed_strings.setdefault(id(access.node), {})[old] = new
+        if scope is scope.globals:
+            self.command.module_level_renames[old] = new
+
+    def finish(self) -> None:
+        """Write the merged ``from new import ...`` statements into the statements that own each module."""
+        for statement_id, block, placed in self.pending:
+            plan = self.command.statement_plans[statement_id]
+            for module in placed:
+                names = [
+                    item
+                    for item in block.names_by_module[module]
+                    if (module, item.name, item.alias) not in block.existing
+                ]
+                if names:
+                    plan.statements.append(_format_from_import(module, names, block.multiline_by_module[module]))
+
+
+def _name_taken(scope: Scope, name: str, new_module: str) -> bool:
+    """Whether ``name`` is already bound in ``scope`` by anything but an import of that name from ``new_module``."""
+    for assignment in _assignments(scope, name):
+        node = getattr(assignment, "node", None)  # builtins have no defining node
+        if isinstance(node, cst.ImportFrom) and node.module is not None and dotted_name(node.module) == new_module:
+            continue
+        return True
+    return False
+
+
+def _assignments(scope: Scope, name: str) -> Iterator[BaseAssignment]:
+    yield from scope.assignments[name]
+    if scope is not scope.globals:
+        yield from scope.globals.assignments[name]

@@ -1,0 +1,85 @@
+"""CG401: legacy server-argument keywords in calls (``disable_piecewise_cuda_graph=True``), driven by ``kwarg`` rows.
+
+Per row shape (see ``refactor/renames.toml``):
+
+- plain rename: the keyword is renamed, the value kept;
+- ``also`` (one legacy switch became one per phase): one keyword per target, each with the same value;
+- ``value`` (a boolean switch became a valued option): ``=True`` becomes ``new="value"``, ``=False`` is dropped (it
+  asked for nothing), anything else is left as written with a note, since its truth is only known at run time.
+
+A keyword the call already passes is never passed twice: an identical value is dropped, a different one is left as
+written with a note.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..renames import Rename, RenameKind, RenameTable
+from .base import MigrationCommand, splice
+
+_EMPTY_MODULE = cst.Module([])
+
+
+class LegacyKeywords(MigrationCommand):
+    """Rewrite legacy server-argument keywords in every call."""
+
+    @classmethod
+    def triggers(cls, table: RenameTable) -> frozenset[str]:
+        """Text that must occur in a file for this rule to have anything to do."""
+        return frozenset(f"{row.old}=" for row in table.of_kind(RenameKind.KWARG))
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        """Load the rows, then rewrite."""
+        self.rows = self.table.by_old(RenameKind.KWARG)
+        return super().transform_module_impl(tree)
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        """Replace each legacy keyword argument by its per-phase form."""
+        if not any(arg.keyword is not None and arg.keyword.value in self.rows for arg in updated_node.args):
+            return updated_node
+        passed = {
+            arg.keyword.value: _code(arg.value)
+            for arg in updated_node.args
+            if arg.keyword is not None and arg.keyword.value not in self.rows
+        }
+        replacements: dict[int, list[cst.Arg]] = {}
+        for index, arg in enumerate(updated_node.args):
+            row = self.rows.get(arg.keyword.value) if arg.keyword is not None else None
+            if row is None:
+                continue
+            new_args = self._replacement(original_node, arg, row)
+            if new_args is None:
+                continue
+            kept = []
+            for new_arg in new_args:
+                assert new_arg.keyword is not None
+                name, code = new_arg.keyword.value, _code(new_arg.value)
+                if name not in passed:
+                    passed[name] = code
+                    kept.append(new_arg)
+                elif passed[name] != code:
+                    self.note(original_node, f"{row.old}= conflicts with {name}={passed[name]}; left as written")
+                    break
+            else:
+                replacements[index] = kept
+                self.edited()
+        if not replacements:
+            return updated_node
+        return updated_node.with_changes(args=splice(updated_node.args, replacements))
+
+    def _replacement(self, call: cst.Call, arg: cst.Arg, row: Rename) -> list[cst.Arg] | None:
+        if row.value is None:
+            return [arg.with_changes(keyword=cst.Name(target)) for target in row.targets]
+        literal = arg.value.value if isinstance(arg.value, cst.Name) else None
+        if literal == "True":
+            value = cst.SimpleString(repr(row.value).replace("'", '"'))
+            return [arg.with_changes(keyword=cst.Name(target), value=value) for target in row.targets]
+        if literal == "False":
+            return []
+        self.note(call, f"{row.old}={_code(arg.value)} is not a literal True/False; set {row.new}= by hand")
+        return None
+
+
+def _code(node: cst.CSTNode) -> str:
+    return _EMPTY_MODULE.code_for_node(node)

@@ -1,0 +1,53 @@
+"""Fixture pairs under ``fixtures/``: ``NAME.in.py`` (legacy) and ``NAME.out.py`` (expected), discovered by name.
+
+A first line ``# migrate-fixture: path=some/dir/file.py select=CG1`` sets the path the source pretends to live at
+(relative imports resolve against it) and the rules to run; by default the path is ``fixtures/NAME.py`` and all rules
+run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudagraph.migrate.engine import SourceMigration, migrate_source
+from cudagraph.migrate.renames import load_renames
+from cudagraph.migrate.rules import select_rules
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_HEADER = re.compile(r"#\s*migrate-fixture:(.*)")
+
+
+@dataclass(frozen=True)
+class FixtureCase:
+    """One fixture pair."""
+
+    name: str
+    source: Path
+    expected: Path
+
+    @property
+    def options(self) -> dict[str, str]:
+        """``key=value`` settings from the header line."""
+        first_line = self.source.read_text().splitlines()[0]
+        match = _HEADER.match(first_line)
+        return dict(item.split("=", 1) for item in match.group(1).split()) if match else {}
+
+    @property
+    def virtual_path(self) -> str:
+        """The path the source is migrated as."""
+        return self.options.get("path", f"fixtures/{self.name}.py")
+
+    def migrate(self, text: str) -> SourceMigration:
+        """Migrate ``text`` as this fixture's file with this fixture's rules."""
+        select = [code for code in self.options.get("select", "").split(",") if code]
+        return migrate_source(text, self.virtual_path, select_rules(select), load_renames())
+
+
+def discover_cases() -> list[FixtureCase]:
+    """Every ``*.in.py`` under ``fixtures/`` with its ``.out.py``."""
+    return [
+        FixtureCase(path.name.removesuffix(".in.py"), path, path.with_name(path.name.replace(".in.py", ".out.py")))
+        for path in sorted(FIXTURES.glob("*.in.py"))
+    ]
