@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from cudagraph.backend import BaseCudaGraphBackend, make_backend
-from cudagraph.backend_utils import freeze_gc
+from cudagraph.backend_utils import ForwardContext, freeze_gc
 from cudagraph.config import ConfigError, CudaGraphConfig, Phase, PhaseConfig
 
 from .buckets import pad_to_bucket
@@ -90,8 +90,22 @@ class BaseCudaGraphRunner(abc.ABC):
         """Allocate the static inputs for the largest bucket, filled with padding, and the attention graph state."""
 
     @abc.abstractmethod
+    def _static_batch(self, bucket: int) -> ForwardBatch:
+        """A batch of ``bucket`` rows viewing the static buffers: what the graph of that shape is captured with."""
+
+    def _index_static_batches(self, attn_backend: object) -> None:
+        """One static batch per bucket, and the forward context its eager breaks read at replay."""
+        self.static_batches: dict[int, ForwardBatch] = {bucket: self._static_batch(bucket) for bucket in self.buckets}
+        self.forward_contexts: dict[int, ForwardContext] = {
+            bucket: ForwardContext(forward_batch=batch, attn_backend=attn_backend, extra={})
+            for bucket, batch in self.static_batches.items()
+        }
+
     def _release_static_buffers(self) -> None:
         """Drop every static buffer so ``shutdown`` leaves nothing on the device."""
+        self.static_batches.clear()
+        self.forward_contexts.clear()
+        self.inputs.release()
 
     @abc.abstractmethod
     def _prepare_capture(self, shape: int) -> Callable[[], torch.Tensor]:

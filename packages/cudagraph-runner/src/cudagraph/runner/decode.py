@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from cudagraph.backend_utils import ForwardContext, set_forward_context
+from cudagraph.backend_utils import set_forward_context
 from cudagraph.config import Phase
 
 from .base import BaseCudaGraphRunner
@@ -38,16 +38,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         )
         self.inputs.mirror_seq_lens_cpu = getattr(attn_backend, "needs_seq_lens_cpu", True)
         attn_backend.init_cuda_graph_state(self.max_size, self.max_size)
-        self.static_batches = {bucket: self._static_batch(bucket) for bucket in self.buckets}
-        self.forward_contexts = {
-            bucket: ForwardContext(forward_batch=batch, attn_backend=attn_backend, extra={})
-            for bucket, batch in self.static_batches.items()
-        }
-
-    def _release_static_buffers(self) -> None:
-        self.static_batches.clear()
-        self.forward_contexts.clear()
-        self.inputs.release()
+        self._index_static_batches(attn_backend)
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """A batch of ``bucket`` rows viewing the static buffers: what a graph of that size was captured with."""

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import torch
 
-from cudagraph.backend_utils import ForwardContext, set_forward_context
+from cudagraph.backend_utils import set_forward_context
 from cudagraph.config import Phase
 
 from .base import BaseCudaGraphRunner
@@ -46,16 +46,7 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             seq_len_fill_value=attn_backend.get_cuda_graph_seq_len_fill_value(),
         )
         attn_backend.init_cuda_graph_state(self.max_requests, self.max_size)
-        self.static_batches = {bucket: self._static_batch(bucket) for bucket in self.buckets}
-        self.forward_contexts = {
-            bucket: ForwardContext(forward_batch=batch, attn_backend=attn_backend, extra={})
-            for bucket, batch in self.static_batches.items()
-        }
-
-    def _release_static_buffers(self) -> None:
-        self.static_batches.clear()
-        self.forward_contexts.clear()
-        self.inputs.release()
+        self._index_static_batches(attn_backend)
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """All-padding batch of ``bucket`` tokens viewing the static buffers: what the graph is captured with."""
