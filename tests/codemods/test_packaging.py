@@ -25,7 +25,6 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "wheel",
             "-q",
             "--no-deps",
-            "--no-build-isolation",
             "-w",
             str(out),
             str(CODEMODS),
