@@ -9,15 +9,16 @@ import tomllib
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
-DISTRIBUTION_DIRS = (
-    "packages/cudagraph-config",
-    "packages/cudagraph-backend-utils",
-    "packages/cudagraph-backend",
-    "packages/cudagraph-runner",
-    "packages/cudagraph-engine",
-    "codemods",
-    "shims",
-)
+
+
+def _workspace_member_dirs() -> tuple[str, ...]:
+    """The distributions' folders, from the root pyproject's workspace members (the one list of them)."""
+    members = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"]["workspace"]["members"]
+    found = (path for pattern in members for path in sorted(ROOT.glob(pattern)) if (path / "pyproject.toml").is_file())
+    return tuple(str(path.relative_to(ROOT)) for path in found)
+
+
+DISTRIBUTION_DIRS = _workspace_member_dirs()
 
 
 @dataclass(frozen=True)

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import tomllib
+from distributions.workspace import load_distributions  # tests/ is on sys.path: it holds the root conftest
 from packaging.version import Version
 
 from cudagraph.legacy import shim_entries
 
-ROOT = Path(__file__).resolve().parents[2]
-DISTRIBUTION_DIRS = {
-    "cudagraph-config": "packages/cudagraph-config",
-    "cudagraph-backend-utils": "packages/cudagraph-backend-utils",
-    "cudagraph-backend": "packages/cudagraph-backend",
-    "cudagraph-runner": "packages/cudagraph-runner",
-    "cudagraph-engine": "packages/cudagraph-engine",
-}
+DISTRIBUTIONS = load_distributions()
 
 
 def _version(distribution: str) -> Version:
-    pyproject = ROOT / DISTRIBUTION_DIRS[distribution] / "pyproject.toml"
-    return Version(tomllib.loads(pyproject.read_text())["project"]["version"])
+    return Version(DISTRIBUTIONS[distribution].version)
 
 
 def overdue(entries) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -22,6 +22,8 @@ from .attention.op import attend
 from .kv_cache import ReqToTokenPool, TokenToKVPool
 
 logger = logging.getLogger(__name__)
+
+RunnerT = TypeVar("RunnerT", DecodeCudaGraphRunner, PrefillCudaGraphRunner)
 
 
 class CausalLMLike(Protocol):
@@ -136,24 +138,21 @@ class ModelRunner:
 
     def init_decode_cuda_graph(self) -> DecodeCudaGraphRunner | None:
         """Create and capture the decode runner (``None``, with the reason logged, when decode runs eagerly)."""
-        reason = self.graphs_unavailable_reason(Phase.DECODE)
-        if reason is not None:
-            logger.warning(reason)
-            return None
-        runner = DecodeCudaGraphRunner(self, self.cuda_graph_config, show_progress=self.show_progress)
-        self._capture_or_free(runner)
-        self.decode_cuda_graph_runner = runner
-        return runner
+        self.decode_cuda_graph_runner = self._init_runner(Phase.DECODE, DecodeCudaGraphRunner)
+        return self.decode_cuda_graph_runner
 
     def init_prefill_cuda_graph(self) -> PrefillCudaGraphRunner | None:
         """Create and capture the prefill runner (``None``, with the reason logged, when prefill runs eagerly)."""
-        reason = self.graphs_unavailable_reason(Phase.PREFILL)
+        self.prefill_cuda_graph_runner = self._init_runner(Phase.PREFILL, PrefillCudaGraphRunner)
+        return self.prefill_cuda_graph_runner
+
+    def _init_runner(self, phase: Phase, runner_type: type[RunnerT]) -> RunnerT | None:
+        reason = self.graphs_unavailable_reason(phase)
         if reason is not None:
             logger.warning(reason)
             return None
-        runner = PrefillCudaGraphRunner(self, self.cuda_graph_config, show_progress=self.show_progress)
+        runner = runner_type(self, self.cuda_graph_config, show_progress=self.show_progress)
         self._capture_or_free(runner)
-        self.prefill_cuda_graph_runner = runner
         return runner
 
     @staticmethod
