@@ -246,14 +246,7 @@ class _Planner(cst.CSTVisitor):
             local = _as_name(alias)
             self._record_module_uses(node, local or _alias_name(alias), match.row, through_alias=local is not None)
             statements.append(_format_import(match.row.new, local))
-        if not statements:
-            return
-        if kept:
-            kept_code = ", ".join(
-                cst.Module([]).code_for_node(alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for alias in kept
-            )
-            statements.insert(0, f"import {kept_code}")
-        self.command.statement_plans[id(node)] = StatementPlan(statements)
+        self._plan_rewrite(node, statements, kept, "import ")
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         """``from legacy import a, b as c`` and ``from pkg import legacy_module``."""
@@ -289,13 +282,19 @@ class _Planner(cst.CSTVisitor):
             local = _as_name(alias) or name
             self._record_module_uses(node, local, match.row, through_alias=True)
             statements.append(_format_import(match.row.new, local))
+        self._plan_rewrite(node, statements, kept, f"from {'.' * level}{module} import ")
+
+    def _plan_rewrite(
+        self, node: cst.Import | cst.ImportFrom, statements: list[str], kept: list[cst.ImportAlias], kept_prefix: str
+    ) -> None:
+        """Replace ``node`` by ``statements``, preceded by one ``kept_prefix`` statement for the names that stay."""
         if not statements:
             return
         if kept:
             names = ", ".join(
                 cst.Module([]).code_for_node(alias.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for alias in kept
             )
-            statements.insert(0, f"from {'.' * level}{module} import {names}")
+            statements.insert(0, kept_prefix + names)
         self.command.statement_plans[id(node)] = StatementPlan(statements)
 
     def _plan_symbol_imports(self, node: cst.ImportFrom, legacy: Rename) -> None:
