@@ -1,8 +1,8 @@
 """Fixture pairs under ``fixtures/``: ``NAME.in.py`` (legacy) and ``NAME.out.py`` (expected), discovered by name.
 
-A first line ``# migrate-fixture: path=some/dir/file.py select=CG1`` sets the path the source pretends to live at
-(relative imports resolve against it) and the rules to run; by default the path is ``fixtures/NAME.py`` and all rules
-run.
+A first line ``# migrate-fixture: path=some/dir/file.py select=CG1 rewrite-argv=yes`` sets the path the source
+pretends to live at (relative imports resolve against it), the rules to run and the run switches; by default the path
+is ``fixtures/NAME.py``, all rules run and argv lists are only listed.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudagraph.migrate.engine import SourceMigration, migrate_source
+from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import load_renames
 from cudagraph.migrate.rules import select_rules
 
@@ -42,7 +43,8 @@ class FixtureCase:
     def migrate(self, text: str) -> SourceMigration:
         """Migrate ``text`` as this fixture's file with this fixture's rules."""
         select = [code for code in self.options.get("select", "").split(",") if code]
-        return migrate_source(text, self.virtual_path, select_rules(select), load_renames())
+        options = RunOptions(rewrite_argv=self.options.get("rewrite-argv") == "yes")
+        return migrate_source(text, self.virtual_path, select_rules(select), load_renames(), options)
 
 
 def discover_cases() -> list[FixtureCase]:

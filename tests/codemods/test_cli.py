@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cudagraph.migrate.cli import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, main
+from cudagraph.migrate.cli import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
 
 from .fixture_cases import FIXTURES
 
@@ -42,30 +42,54 @@ def test_rewrites_in_place_by_default(tree: Path, capsys: pytest.CaptureFixture[
     assert (tree / "pkg" / "server.py").read_text() == MIGRATED.read_text()
     assert (tree / "pkg" / "runner.py").read_text() == (FIXTURES / "from_import_alias.out.py").read_text()
     summary = capsys.readouterr().err
-    assert "files scanned: 4   changed: 3   unchanged: 1   failed: 0" in summary
+    assert "files scanned: 4   parsed: 3   changed: 2   unchanged: 2   failed: 0" in summary
+    assert "argv candidates: 6 (--rewrite-argv)" in summary
+    # another program's command lines stay as they are unless asked
+    assert (tree / "vendor" / "launch.py").read_bytes() == (FIXTURES / "cli_flags.in.py").read_bytes()
     assert main([str(tree), "--check", "--no-progress"]) == EXIT_OK
+    assert main([str(tree), "--rewrite-argv", "--no-progress"]) == EXIT_OK
+    assert (tree / "vendor" / "launch.py").read_text() == (FIXTURES / "cli_flags.out.py").read_text()
 
 
-def test_diff_prints_and_writes_nothing(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_diff_prints_a_patch_git_applies_and_writes_nothing(
+    tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = tmp_path / "expected"
+    shutil.copytree(tree, expected)
+    assert main([str(expected), "--no-progress"]) == EXIT_OK
+    monkeypatch.chdir(tree)
     before = _snapshot(tree)
-    assert main([str(tree / "pkg" / "server.py"), "--diff", "--no-progress"]) == EXIT_OK
+    assert main(["pkg", "--diff", "--no-progress"]) == EXIT_CHANGES
     assert _snapshot(tree) == before
+    diff = capsys.readouterr().out
+    assert "--- a/pkg/server.py\n+++ b/pkg/server.py\n" in diff
+    applied = subprocess.run(["git", "apply", "-"], input=diff, text=True, capture_output=True, cwd=tree)
+    assert applied.returncode == 0, applied.stderr
+    assert _snapshot(tree) == _snapshot(expected)
+    assert main(["pkg", "--diff", "--no-progress"]) == EXIT_OK  # nothing left to change
+    assert capsys.readouterr().out == ""
+
+
+def test_diff_of_one_file(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tree / "pkg" / "server.py"), "--diff", "--no-progress"]) == EXIT_CHANGES
     diff = capsys.readouterr().out
     assert "-    a = resolve(disable_cuda_graph=True)\n" in diff
     assert "+    a = resolve(decode_disable_cuda_graph=True, prefill_disable_cuda_graph=True)\n" in diff
 
 
-def test_check_exits_one_when_something_would_change(tree: Path) -> None:
+def test_check_lists_the_files_and_exits_one(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = _snapshot(tree)
     assert main([str(tree), "--check", "--no-progress"]) == EXIT_CHANGES
     assert _snapshot(tree) == before
+    listed = capsys.readouterr().out.splitlines()
+    assert listed == [f"would migrate: {tree / 'pkg' / 'runner.py'}", f"would migrate: {tree / 'pkg' / 'server.py'}"]
     assert main([str(tree / "pkg" / "clean.py"), "--check", "--no-progress"]) == EXIT_OK
 
 
 def test_an_unparsable_file_is_reported_and_left_untouched(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     broken = tree / "pkg" / "broken.py"
     shutil.copy(UNPARSABLE, broken)
-    assert main([str(tree), "--no-progress"]) == EXIT_ERROR
+    assert main([str(tree), "--no-progress"]) == EXIT_ERROR == 1
     assert broken.read_bytes() == UNPARSABLE.read_bytes()
     assert (tree / "pkg" / "server.py").read_text() == MIGRATED.read_text()  # the rest still migrates
     err = capsys.readouterr().err
@@ -75,20 +99,20 @@ def test_an_unparsable_file_is_reported_and_left_untouched(tree: Path, capsys: p
 
 def test_select_and_ignore_pick_rules(tree: Path) -> None:
     server = tree / "pkg" / "server.py"
-    assert main([str(server), "--select", "CG402", "--no-progress"]) == EXIT_OK
+    assert main([str(server), "--select", "CG402", "--rewrite-argv", "--no-progress"]) == EXIT_OK
     assert server.read_bytes() == LEGACY.read_bytes()  # no flag lists in this file
-    assert main([str(tree), "--ignore", "CG4", "--no-progress"]) == EXIT_OK
+    assert main([str(tree), "--ignore", "CG4", "--rewrite-argv", "--no-progress"]) == EXIT_OK
     assert "disable_cuda_graph=True" in server.read_text()
     assert "--disable-piecewise-cuda-graph" in (tree / "vendor" / "launch.py").read_text()
     assert "from cudagraph.runner import" in (tree / "pkg" / "runner.py").read_text()
-    assert main([str(tree), "--select", "legacy-keywords,CG402", "--no-progress"]) == EXIT_OK
+    assert main([str(tree), "--select", "legacy-keywords,CG402", "--rewrite-argv", "--no-progress"]) == EXIT_OK
     assert server.read_text() == MIGRATED.read_text()
     assert "--disable-piecewise-cuda-graph" not in (tree / "vendor" / "launch.py").read_text()
 
 
 def test_unknown_rule_is_an_error(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = _snapshot(tree)
-    assert main([str(tree), "--select", "CG999"]) == EXIT_ERROR
+    assert main([str(tree), "--select", "CG999"]) == EXIT_USAGE
     assert "no rule matches 'CG999'" in capsys.readouterr().err
     assert _snapshot(tree) == before
 
@@ -106,18 +130,18 @@ def test_exclude_skips_matching_paths(tree: Path, capsys: pytest.CaptureFixture[
     assert "files scanned: 2" in capsys.readouterr().err
 
 
-def test_missing_path_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(tmp_path / "nowhere"), "--no-progress"]) == EXIT_ERROR
+def test_missing_path_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "nowhere"), "--no-progress"]) == EXIT_USAGE
     assert "no such file or directory" in capsys.readouterr().err
 
 
 def test_summary_counts_edits_per_rule(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tree), "--check", "--no-progress"]) == EXIT_CHANGES
     rows = {line.split()[0]: line.split()[2:] for line in capsys.readouterr().err.splitlines() if line.startswith("CG")}
-    # kwargs.in.py: 13 keywords rewritten (2 left for the user); cli_flags.in.py: 10 flags in lists (not the
-    # parser's own add_argument); from_import_alias.in.py: 1 import statement + 1 renamed use
+    # kwargs.in.py: 13 keywords rewritten (2 left for the user); cli_flags.in.py: flags only listed (no
+    # --rewrite-argv); from_import_alias.in.py: 1 import statement + 1 renamed use
     assert rows["CG401"] == ["13", "1"]
-    assert rows["CG402"] == ["10", "1"]
+    assert rows["CG402"] == ["0", "0"]
     assert rows["CG101"] == ["2", "1"]
     assert rows["CG301"] == ["0", "0"]
 
@@ -152,3 +176,63 @@ def test_line_endings_survive(tmp_path: Path) -> None:
         script.read_bytes()
         == b"from cudagraph.runner import DecodeCudaGraphRunner\r\n\r\nx = DecodeCudaGraphRunner\r\n"
     )
+
+
+def test_stdin_to_stdout(monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(LEGACY.read_bytes())))
+    assert main(["-", "--no-progress"]) == EXIT_OK
+    assert capsysbinary.readouterr().out == MIGRATED.read_bytes()
+
+
+def test_gitignore_is_honoured(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tree / ".gitignore").write_text("vendor/\n# generated\npkg/runner.py\n")
+    assert main([str(tree), "--check", "--no-progress", "--rewrite-argv"]) == EXIT_CHANGES
+    out = capsys.readouterr()
+    assert out.out.splitlines() == [f"would migrate: {tree / 'pkg' / 'server.py'}"]
+    assert "files scanned: 2" in out.err
+    assert main([str(tree), "--check", "--no-progress", "--no-gitignore"]) == EXIT_CHANGES
+    assert "files scanned: 4" in capsys.readouterr().err
+
+
+def test_quiet_prints_errors_only_and_verbose_lists_what_was_left_alone(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copy(FIXTURES / "attributes_tied.in.py", tree / "pkg" / "tied.py")
+    assert main([str(tree), "-q", "--no-progress"]) == EXIT_OK
+    assert capsys.readouterr().err == ""
+    shutil.copy(FIXTURES / "attributes_tied.in.py", tree / "pkg" / "tied.py")
+    assert main([str(tree), "-v", "--no-progress"]) == EXIT_OK
+    err = capsys.readouterr().err
+    assert "skip: " in err and ".graph_runner: receiver not tied to" in err
+
+
+def test_progress_without_a_terminal_prints_one_line_per_tenth(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for index in range(20):
+        (tmp_path / f"m{index}.py").write_text("x = 1\n")
+    assert main([str(tmp_path)]) == EXIT_OK
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("migrating:")]
+    assert lines[0] == "migrating: 2/20 files (10%)" and lines[-1] == "migrating: 20/20 files (100%)"
+    assert len(lines) == 10
+
+
+def test_a_result_that_would_not_import_is_never_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The post-condition: a rename table whose target does not exist makes the file fail, untouched."""
+    from cudagraph.migrate.renames import renames_path
+
+    table = tmp_path / "renames.toml"
+    table.write_text(
+        renames_path()
+        .read_text()
+        .replace('new = "cudagraph.runner.DecodeCudaGraphRunner"', 'new = "cudagraph.runner.NoSuchRunner"')
+    )
+    script = tmp_path / "engine.py"
+    legacy = b"from cudagraph.legacy.cuda_graph_runner import CudaGraphRunner\n\nRUNNER = CudaGraphRunner\n"
+    script.write_bytes(legacy)
+    assert main([str(tmp_path / "engine.py"), "--renames", str(table), "--no-progress"]) == EXIT_ERROR
+    assert script.read_bytes() == legacy
+    err = capsys.readouterr().err
+    assert "would import names that do not exist: cudagraph.runner.NoSuchRunner (line 1)" in err

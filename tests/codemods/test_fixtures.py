@@ -9,6 +9,7 @@ import libcst as cst
 import pytest
 
 from cudagraph.migrate.renames import Rename, RenameKind, load_renames
+from cudagraph.migrate.rules.base import FindingKind
 
 from .fixture_cases import FIXTURES, FixtureCase, discover_cases
 
@@ -101,8 +102,12 @@ def test_the_engines_own_forward_context_is_untouched() -> None:
     assert "engine_forward_context.ForwardContext()" in migrated
 
 
+def _notes(case: FixtureCase) -> list[str]:
+    return [str(f) for f in case.migrate(case.source.read_text()).findings if f.kind is FindingKind.NOTE]
+
+
 def test_what_cannot_be_rewritten_safely_is_reported() -> None:
-    notes = {case.name: case.migrate(case.source.read_text()).notes for case in CASES}
+    notes = {case.name: _notes(case) for case in CASES}
     assert notes["star_import"] == [
         "CG101 3: star import from sglang.srt.model_executor.cuda_graph_runner: migrate it by hand"
     ]
@@ -111,4 +116,43 @@ def test_what_cannot_be_rewritten_safely_is_reported() -> None:
         "set prefill_cuda_graph_backend= by hand",
         "CG401 24: disable_piecewise_cuda_graph= conflicts with prefill_disable_cuda_graph=False; left as written",
     ]
-    assert all(not found for name, found in notes.items() if name not in {"star_import", "kwargs"})
+    assert notes["unexported_names_stay"] == [
+        "CG101 3: _allocate_decode_buffers, set_torch_compile_config: not exported by cudagraph.runner and not in the "
+        "rename table; kept on sglang.srt.model_executor.cuda_graph_runner",
+        "CG101 9: LogitsProcessorOutput: not exported by cudagraph.runner and not in the rename table; kept on "
+        "sglang.srt.model_executor.cuda_graph_runner",
+        "CG101 19: sglang.srt.model_executor.cuda_graph_runner.get_pcg_capture_stream: cudagraph.runner has no such "
+        "name; left as written",
+        "CG101 20: bcg is used as a module object; the legacy import stays",
+    ]
+    definition = "defines legacy flag --cuda-graph-bs: define the flags with cudagraph.config.add_cli_args"
+    assert notes["cli_flags_listed_only"] == [f"CG402 20: {definition}"]
+    assert notes["cli_flags"] == [f"CG402 21: {definition}"]  # one header line more
+    expected_elsewhere = {"star_import", "kwargs", "unexported_names_stay", "cli_flags", "cli_flags_listed_only"}
+    assert all(not found for name, found in notes.items() if name not in expected_elsewhere)
+
+
+def test_names_not_tied_to_the_legacy_api_are_listed_not_rewritten() -> None:
+    skips = {
+        case.name: [str(f) for f in case.migrate(case.source.read_text()).findings if f.kind is FindingKind.SKIP]
+        for case in CASES
+    }
+    assert skips["attributes_tied"] == [
+        "CG201 36: .graph_runner: receiver not tied to cudagraph.engine.ModelRunner, "
+        "cudagraph.legacy.LegacyAliasesMixin; left as written"
+    ]
+    assert skips["other_programs_keywords"] == [
+        "CG401 9: disable_cuda_graph=: callee not tied to cudagraph.config.resolve; left as written"
+    ]
+    own = next(case for case in CASES if case.name == "attributes_own_classes")
+    assert own.expected.read_text() == own.source.read_text()
+
+
+def test_argv_lists_are_listed_without_rewrite_argv() -> None:
+    (listed,) = [case for case in CASES if case.name == "cli_flags_listed_only"]
+    found = [str(f) for f in listed.migrate(listed.source.read_text()).findings if f.kind is FindingKind.ARGV]
+    assert len(found) == 6 and all("passes legacy flag" in line for line in found)
+    assert found[0] == (
+        "CG402 6: argument list passes legacy flag(s) --disable-piecewise-cuda-graph, --cuda-graph-bs, "
+        "--cuda-graph-max-bs"
+    )

@@ -144,11 +144,16 @@ ROW = 'kind = "{kind}"\nold = "{old}"\nnew = "{new}"\ndeprecated_in = "0.1.0"\nr
             "lives in 'x.y', which has no module row",
         ),
         (
-            "schema = 1\n" + ("[[rename]]\n" + ROW.format(kind="kwarg", old="a", new="b")) * 2,
-            "kwarg 'a' appears twice",
+            "schema = 1\n" + ("[[rename]]\n" + ROW.format(kind="cli_flag", old="a", new="b")) * 2,
+            "cli_flag 'a' appears twice",
         ),
         ("schema = 1\n[[rename]]\n" + ROW.format(kind="module", old="a b", new="c"), "need dotted Python paths"),
         ("schema = 1\n[[rename]]\n" + ROW.format(kind="kwarg", old="a", new="b") + "colour = 1\n", "unknown field"),
+        ("schema = 1\n[[rename]]\n" + ROW.format(kind="kwarg", old="a", new="b"), "kwarg rows need 'owners'"),
+        (
+            "schema = 1\n[[rename]]\n" + ROW.format(kind="kwarg", old="a", new="b") + 'owners = ["not dotted!"]\n',
+            "'owners' must be a list of dotted qualified names",
+        ),
     ],
 )
 def test_a_malformed_table_is_rejected_with_the_reason(tmp_path: Path, body: str, message: str) -> None:

@@ -1,34 +1,51 @@
 """``cudagraph-migrate PATH...``: rewrite legacy CUDA-graph names in place, or show (``--diff``) / check (``--check``).
 
-Exit status: 0 done (or nothing to change), 1 ``--check`` found files that would change, 2 errors (a file that does not
-parse or cannot be written, a missing path, a bad option). Diffs go to stdout; progress, notes and the summary go to
-stderr, so ``--diff`` output can be piped straight into ``git apply``.
+Conventions follow ruff and black. Exit status: 0 done (or nothing to change); 1 ``--check``/``--diff`` found files
+that would change, or a file failed (it does not parse, cannot be written, or its migration would not import: such
+a file is left untouched); 2 usage errors (a bad option, a missing path). Patches and ``--check``'s file list go to
+stdout; progress, findings and the summary go to stderr, so ``--diff`` output can be piped straight into
+``git apply``. ``-`` reads one file from stdin and writes the migrated text to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TextIO
 
 from tqdm import tqdm
 
 from . import __version__
+from .engine import MigrationError
 from .files import discover
+from .options import RunOptions
 from .renames import RenameTableError, load_renames
 from .rules import RULES, RuleSelectionError, select_rules
-from .runner import FileReport, MigrationOptions, RunReport, migrate_files
+from .rules.base import FindingKind
+from .runner import (
+    FileReport,
+    MigrationOptions,
+    RunReport,
+    migrate_bytes,
+    migrate_files,
+    usable_cpus,
+    with_project_reexports,
+)
 
-__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "build_parser", "format_summary", "main"]
+__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "build_parser", "format_summary", "main"]
 
 EXIT_OK = 0
 """Everything migrated, or nothing to migrate."""
 EXIT_CHANGES = 1
-"""``--check``: at least one file would change."""
-EXIT_ERROR = 2
-"""A file failed, a path is missing, or an option is wrong."""
+"""``--check``/``--diff``: at least one file would change; or a file failed and was left untouched."""
+EXIT_ERROR = EXIT_CHANGES
+"""A file failed (reported, left untouched)."""
+EXIT_USAGE = 2
+"""A bad option or a missing path: nothing was done."""
+STDIN = "-"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,16 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cudagraph-migrate",
         description="Rewrite code from the legacy CUDA-graph names to the cudagraph packages (refactor/renames.toml).",
     )
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to migrate (*.py found under)")
-    parser.add_argument("--diff", action="store_true", help="print a unified diff and write nothing")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if any file would change")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to migrate; - reads stdin")
+    parser.add_argument("--diff", action="store_true", help="print a git-apply-able patch, write nothing")
+    parser.add_argument("--check", action="store_true", help="list files that would change, write nothing")
     parser.add_argument("--select", action="append", default=[], metavar="CODES", help="only these rules (CG101,CG2)")
     parser.add_argument("--ignore", action="append", default=[], metavar="CODES", help="skip these rules")
     parser.add_argument("--list-rules", action="store_true", help="list the rules and exit")
-    parser.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip matching paths")
-    parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="worker processes (0: one per CPU)")
+    parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN", help="gitignore-style pattern")
+    parser.add_argument("--no-gitignore", action="store_true", help="also migrate files .gitignore excludes")
+    parser.add_argument(
+        "--rewrite-argv",
+        action="store_true",
+        help="also rewrite legacy flags in argv lists and command strings (other programs' command lines: "
+        "only when those programs use cudagraph.config's flags)",
+    )
+    cpus = usable_cpus()
+    parser.add_argument("-j", "--jobs", type=int, default=cpus, metavar="N", help=f"worker processes (default {cpus})")
     parser.add_argument("--renames", metavar="TOML", help="a rename table other than the installed one")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("-q", "--quiet", action="store_true", help="print errors only")
+    verbosity.add_argument("-v", "--verbose", action="store_true", help="also list names left alone as not legacy")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
@@ -58,62 +86,110 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list_rules:
         _list_rules(sys.stdout)
         return EXIT_OK
-    if not args.paths:
+    problem = _usage_problem(args)
+    if problem:
         parser.print_usage(sys.stderr)
-        print("cudagraph-migrate: error: give at least one PATH (or --list-rules)", file=sys.stderr)
-        return EXIT_ERROR
-    if args.jobs < 0:
-        print(f"cudagraph-migrate: error: -j {args.jobs}: give a count >= 1, or 0 for one per CPU", file=sys.stderr)
-        return EXIT_ERROR
+        print(f"cudagraph-migrate: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         load_renames(args.renames)
         rules = select_rules(_split(args.select), _split(args.ignore))
     except (RenameTableError, RuleSelectionError) as error:
         print(f"cudagraph-migrate: error: {error}", file=sys.stderr)
-        return EXIT_ERROR
-    discovery = discover(args.paths, args.exclude)
-    for missing in discovery.missing:
-        print(f"cudagraph-migrate: error: {missing}: no such file or directory", file=sys.stderr)
+        return EXIT_USAGE
     options = MigrationOptions(
         rule_codes=tuple(rule.code for rule in rules),
         write=not (args.diff or args.check),
         diff=args.diff,
         table_path=args.renames,
+        run=RunOptions(rewrite_argv=args.rewrite_argv),
     )
-    jobs = args.jobs or os.cpu_count() or 1
-    progress = None if args.no_progress else _progress_bar
-    report = migrate_files(discovery.files, options, jobs=jobs, progress=progress)
-    _print_details(report, show_diff=args.diff)
-    print(format_summary(report, written=options.write), file=sys.stderr)
-    if discovery.missing or report.count("failed"):
+    if args.paths == [STDIN]:
+        return _migrate_stdin(options, args)
+    discovery = discover(args.paths, args.exclude, use_gitignore=not args.no_gitignore)
+    if discovery.missing:
+        for missing in discovery.missing:
+            print(f"cudagraph-migrate: error: {missing}: no such file or directory", file=sys.stderr)
+        return EXIT_USAGE
+    started = time.perf_counter()
+    roots = [Path(path) for path in args.paths if Path(path).is_dir()] or [Path.cwd()]
+    options = with_project_reexports(options, discovery.files, roots)
+    progress = None if args.no_progress or args.quiet else _progress
+    report = migrate_files(discovery.files, options, jobs=args.jobs, progress=progress)
+    _print_details(report, args)
+    if not args.quiet:
+        print(format_summary(report, written=options.write, seconds=time.perf_counter() - started), file=sys.stderr)
+    if report.count("failed"):
         return EXIT_ERROR
-    if args.check and report.count("changed"):
+    if (args.check or args.diff) and report.count("changed"):
         return EXIT_CHANGES
     return EXIT_OK
 
 
-def format_summary(report: RunReport, *, written: bool) -> str:
-    """The summary table: files scanned/changed/unchanged/failed, then edits and files per rule."""
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    if not args.paths:
+        return "give at least one PATH (or - for stdin, or --list-rules)"
+    if STDIN in args.paths and len(args.paths) > 1:
+        return "- (stdin) cannot be combined with other paths"
+    if args.jobs < 1:
+        return f"-j {args.jobs}: give a count of at least 1"
+    return None
+
+
+def _migrate_stdin(options: MigrationOptions, args: argparse.Namespace) -> int:
+    source = sys.stdin.buffer.read()
+    try:
+        result = migrate_bytes(source, "<stdin>", options)
+    except MigrationError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.stdout.buffer.write(source)
+        return EXIT_ERROR
+    for finding in result.findings:
+        if finding.kind is not FindingKind.SKIP or args.verbose:
+            print(f"{finding.kind.value}: <stdin>: {finding}", file=sys.stderr)
+    if args.check or args.diff:
+        if args.diff and result.changed:
+            from .runner import unified_patch
+
+            sys.stdout.write(unified_patch("<stdin>", result.original, result.migrated))
+        return EXIT_CHANGES if result.changed else EXIT_OK
+    sys.stdout.buffer.write(result.migrated)
+    return EXIT_OK
+
+
+def format_summary(report: RunReport, *, written: bool, seconds: float | None = None) -> str:
+    """The summary: files scanned/parsed/changed/failed, edits and files per rule, then what was left alone."""
     changed = "changed" if written else "would change"
+    took = f" in {seconds:.1f} s" if seconds is not None else ""
     lines = [
-        f"files scanned: {len(report.files)}   {changed}: {report.count('changed')}   "
-        f"unchanged: {report.count('unchanged')}   failed: {report.count('failed')}",
+        f"files scanned: {len(report.files)}   parsed: {report.parsed()}   {changed}: {report.count('changed')}   "
+        f"unchanged: {report.count('unchanged')}   failed: {report.count('failed')}{took}",
         f"{'rule':<6} {'name':<24} {'edits':>6} {'files':>6}",
     ]
     for rule in report.rules:
         edits, files = report.edits_per_rule()[rule.code]
         lines.append(f"{rule.code:<6} {rule.name:<24} {edits:>6} {files:>6}")
+    lines.append(
+        f"left for you: {report.findings(FindingKind.NOTE)} note(s)   "
+        f"argv candidates: {report.findings(FindingKind.ARGV)} (--rewrite-argv)   "
+        f"not tied to the legacy API: {report.findings(FindingKind.SKIP)} (-v lists them)"
+    )
     return "\n".join(lines)
 
 
-def _print_details(report: RunReport, *, show_diff: bool) -> None:
+def _print_details(report: RunReport, args: argparse.Namespace) -> None:
     for file_report in report.files:
-        if show_diff and file_report.diff:
+        if args.check and file_report.status == "changed":
+            print(f"would migrate: {file_report.path}")
+        if args.diff and file_report.diff:
             sys.stdout.write(file_report.diff)
         if file_report.error:
             print(f"error: {file_report.error}", file=sys.stderr)
-        for note in file_report.notes:
-            print(f"note: {file_report.path}: {note}", file=sys.stderr)
+        if args.quiet:
+            continue
+        for finding in file_report.findings:
+            if finding.kind is not FindingKind.SKIP or args.verbose:
+                print(f"{finding.kind.value}: {file_report.path}: {finding}", file=sys.stderr)
     sys.stdout.flush()
 
 
@@ -129,8 +205,16 @@ def _split(entries: Sequence[str]) -> list[str]:
     return [part for entry in entries for part in entry.split(",") if part.strip()]
 
 
-def _progress_bar(reports: Iterator[FileReport], total: int) -> Iterator[FileReport]:
-    yield from tqdm(reports, total=total, file=sys.stderr, unit="file", desc="migrating", disable=None, leave=False)
+def _progress(reports: Iterator[FileReport], total: int) -> Iterator[FileReport]:
+    """A bar on a terminal; elsewhere (CI logs) one line per tenth of the files."""
+    if sys.stderr.isatty():
+        yield from tqdm(reports, total=total, file=sys.stderr, unit="file", desc="migrating", leave=False)
+        return
+    step = max(1, total // 10)
+    for done, report in enumerate(reports, start=1):
+        if done % step == 0 or done == total:
+            print(f"migrating: {done}/{total} files ({100 * done // total}%)", file=sys.stderr, flush=True)
+        yield report
 
 
 if __name__ == "__main__":

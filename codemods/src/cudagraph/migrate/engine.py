@@ -1,23 +1,36 @@
-"""Migrate one file's source: parse once, run the selected rules in order, report edits per rule.
+"""Migrate one file's source: a cheap text prefilter, one parse, the selected rules in order, then the post-condition.
 
-Pure function of (source, path, rules, table): no file I/O here, so tests, the CLI workers and the example share it.
+Pure function of (source, path, rules, table, exports): no file I/O here, so tests, the CLI workers and the example
+share it. The rules run as one :class:`libcst.codemod.Codemod` on a single parse; a file that mentions nothing a rule
+looks for is skipped before parsing, which is what keeps a run over a large tree fast. Every result must pass
+:func:`cudagraph.migrate.verify.unresolved_references` (it parses, and each ``cudagraph`` name it newly imports
+exists), or the file is reported as failed and never written.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.codemod import CodemodContext
+from libcst.codemod import Codemod, CodemodContext, SkipFile
 
+from .exports import ExportsManifest, load_exports
+from .options import RunOptions
 from .renames import RenameTable
 from .rules import Rule
+from .rules.base import Finding
+from .rules.cli_flags import REWRITE_ARGV_KEY
+from .rules.owners import REEXPORTS_KEY
+from .verify import unresolved_references
+
+__all__ = ["MigrationError", "SourceMigration", "migrate_source"]
 
 
 class MigrationError(Exception):
-    """The file could not be migrated (it does not parse, or a rule failed on it); it must be left untouched."""
+    """The file could not be migrated (it does not parse, a rule failed, or the result would not import)."""
 
 
 @dataclass
@@ -28,8 +41,10 @@ class SourceMigration:
     migrated: bytes
     edits: dict[str, int] = field(default_factory=dict)
     """Rewritten occurrences per rule code (rules with none are absent)."""
-    notes: list[str] = field(default_factory=list)
-    """Legacy uses left as written, each ``"CODE line: message"``."""
+    findings: list[Finding] = field(default_factory=list)
+    """What the rules reported: legacy uses left for the user, names not tied to the legacy API, argv candidates."""
+    parsed: bool = False
+    """Whether the prefilter let the file through to the parser."""
 
     @property
     def changed(self) -> bool:
@@ -37,36 +52,95 @@ class SourceMigration:
         return self.migrated != self.original
 
 
-def migrate_source(source: bytes | str, path: str, rules: Sequence[Rule], table: RenameTable) -> SourceMigration:
+class _RuleChain(Codemod):
+    """The selected rules as one libcst codemod: each rule transforms the tree the previous one produced."""
+
+    DESCRIPTION = "Rewrite legacy CUDA-graph names to the cudagraph packages."
+
+    def __init__(
+        self, context: CodemodContext, rules: Sequence[Rule], table: RenameTable, exports: ExportsManifest
+    ) -> None:
+        super().__init__(context)
+        self.rules = rules
+        self.table = table
+        self.exports = exports
+        self.result = SourceMigration(b"", b"", parsed=True)
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        """Run every rule in order, collecting edits and findings."""
+        for rule in self.rules:
+            command = rule.command(self.context, self.table, self.exports)
+            try:
+                tree = command.transform_module(tree)
+            except SkipFile:
+                raise
+            except Exception as error:  # a rule bug must fail this file, not the run
+                raise MigrationError(f"rule {rule.code} failed: {type(error).__name__}: {error}") from error
+            if command.edits:
+                self.result.edits[rule.code] = command.edits
+            self.result.findings.extend(sorted(command.findings, key=lambda finding: finding.line))
+        return tree
+
+
+def migrate_source(
+    source: bytes | str,
+    path: str,
+    rules: Sequence[Rule],
+    table: RenameTable,
+    options: RunOptions | None = None,
+    exports: ExportsManifest | None = None,
+) -> SourceMigration:
     """Run ``rules`` over ``source`` (the text of the file at ``path``; relative imports resolve against ``path``).
 
-    Raises :class:`MigrationError` when the source does not parse or a rule fails; nothing is half-applied since the
-    caller writes only a complete result.
+    Raises :class:`MigrationError` when the source does not parse, a rule fails, or the result would not pass the
+    post-condition; nothing is half-applied since the caller writes only a complete result.
     """
+    options = options or RunOptions()
+    exports = exports or load_exports()
     original = source.encode("utf-8") if isinstance(source, str) else source
     text = original.decode("utf-8", errors="replace")
-    active = [rule for rule in rules if any(trigger in text for trigger in rule.triggers(table))]
+    markers = _reexport_markers(options.reexports)
+    active = [rule for rule in rules if rule.applies(text, path, table, markers)]
     if not active:
-        # Nothing to rewrite, but a file that does not parse is still reported; the C parser checks it cheaply.
-        _check_syntax(original, path)
         return SourceMigration(original, original)
     try:
         tree = cst.parse_module(original)
     except cst.ParserSyntaxError as error:
         _check_syntax(original, path)  # the C parser names the line more precisely where it also fails
         raise MigrationError(f"{path}:{error.raw_line}:{error.raw_column}: does not parse: {error.message}") from None
-    result = SourceMigration(original, original)
-    for rule in active:
-        command = rule.command(CodemodContext(filename=path), table)
-        try:
-            tree = command.transform_module(tree)
-        except Exception as error:  # a rule bug must fail this file, not the run
-            raise MigrationError(f"{path}: rule {rule.code} failed: {type(error).__name__}: {error}") from error
-        if command.edits:
-            result.edits[rule.code] = command.edits
-        result.notes.extend(f"{rule.code} {note}" for note in command.notes)
-    result.migrated = tree.bytes
+    scratch = {REWRITE_ARGV_KEY: options.rewrite_argv, REEXPORTS_KEY: _reexports(options.reexports)}
+    context = CodemodContext(filename=path, scratch=scratch)
+    chain = _RuleChain(context, active, table, exports)
+    try:
+        migrated = chain.transform_module(tree).bytes
+    except MigrationError as error:
+        raise MigrationError(f"{path}: {error}") from error
+    result = chain.result
+    result.original, result.migrated = original, migrated
+    if result.changed:
+        _check_postcondition(original, migrated, path, exports)
     return result
+
+
+@functools.lru_cache(maxsize=4)
+def _reexport_markers(pairs: tuple[tuple[str, str], ...]) -> frozenset[str]:
+    """The last part of every project module that re-exports a legacy name (``server_args``)."""
+    return frozenset(qualified.rpartition(".")[0].rpartition(".")[2] for qualified, _ in pairs)
+
+
+@functools.lru_cache(maxsize=4)
+def _reexports(pairs: tuple[tuple[str, str], ...]) -> Mapping[str, str]:
+    return dict(pairs)
+
+
+def _check_postcondition(original: bytes, migrated: bytes, path: str, exports: ExportsManifest) -> None:
+    try:
+        missing = unresolved_references(original, migrated, exports, path)
+    except SyntaxError as error:
+        raise MigrationError(f"{path}: the migrated text would not parse ({error.msg}, line {error.lineno})") from None
+    if missing:
+        names = ", ".join(f"{reference.spelled()} (line {reference.line})" for reference in missing)
+        raise MigrationError(f"{path}: the migrated text would import names that do not exist: {names}; left untouched")
 
 
 def _check_syntax(source: bytes, path: str) -> None:

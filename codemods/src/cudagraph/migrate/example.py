@@ -2,12 +2,15 @@
 
 Copies the example (``codemods/examples/legacy_engine`` in a checkout, packaged data in a wheel) to a scratch
 directory, migrates it in place, prints the diff and the summary, then runs the example's own tests with pytest in a
-subprocess against the migrated copy. The exit status is pytest's (or 2 when migration itself failed).
+subprocess against the migrated copy. The exit status is pytest's (or 1 when migration itself failed). The example's
+argument lists are its own engine's command line (parsed with ``cudagraph.config.add_cli_args``), so it is migrated
+as such an engine's owner would: with ``--rewrite-argv``.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import subprocess
 import sys
@@ -17,8 +20,10 @@ from pathlib import Path
 
 from .cli import EXIT_ERROR, format_summary
 from .files import discover
+from .options import RunOptions
 from .rules import RULES
-from .runner import MigrationOptions, migrate_files
+from .rules.base import FindingKind
+from .runner import MigrationOptions, migrate_files, with_project_reexports
 
 __all__ = ["example_source", "main", "migrate_example"]
 
@@ -40,15 +45,19 @@ def migrate_example(destination: Path) -> tuple[Path, int]:
     """Copy the example to ``destination/legacy_engine``, migrate it, print diff and summary; (path, failed files)."""
     target = destination / "legacy_engine"
     shutil.copytree(example_source(), target, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
-    options = MigrationOptions(rule_codes=tuple(rule.code for rule in RULES), write=True, diff=True)
-    report = migrate_files(discover([target]).files, options)
+    options = MigrationOptions(
+        rule_codes=tuple(rule.code for rule in RULES), write=True, diff=True, run=RunOptions(rewrite_argv=True)
+    )
+    files = discover([target]).files
+    report = migrate_files(files, with_project_reexports(options, files, [target]))
     for file_report in report.files:
         if file_report.diff:
             sys.stdout.write(file_report.diff.replace(str(target) + "/", ""))
         if file_report.error:
             print(f"error: {file_report.error}", file=sys.stderr)
-        for note in file_report.notes:
-            print(f"note: {file_report.path}: {note}", file=sys.stderr)
+        for finding in file_report.findings:
+            if finding.kind is not FindingKind.SKIP:
+                print(f"{finding.kind.value}: {file_report.path}: {finding}", file=sys.stderr)
     print(format_summary(report, written=True))
     sys.stdout.flush()
     return target, report.count("failed")
@@ -72,7 +81,7 @@ def _migrate_and_test(workdir: Path, pytest_args: Sequence[str]) -> int:
     if failed:
         return EXIT_ERROR
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *pytest_args]
-    print(f"$ (cd {target} && {' '.join(command[1:])})", flush=True)
+    print(f"$ (cd {target} && {shlex.join(command)})", flush=True)
     return subprocess.run(command, cwd=target, check=False).returncode
 
 

@@ -1,12 +1,13 @@
-"""Finding the Python files to migrate and writing results atomically.
+"""Finding the Python files to migrate (``.gitignore`` and ``--exclude`` honoured) and writing results atomically.
 
-A write goes to a temporary file in the same directory and is renamed over the original, so an interrupted run
-leaves every file either as it was or fully migrated, never half-written.
+Discovery prunes hidden directories (``.git``, ``.venv``, ``.nox``...), ``__pycache__`` and ``node_modules`` while
+walking, and every directory's ``.gitignore`` applies below it (``pathspec`` implements git's matching). A write goes
+to a temporary file in the same directory and is renamed over the original, so an interrupted run leaves every file
+either as it was or fully migrated, never half-written.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import stat
 import tempfile
@@ -14,10 +15,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pathspec
+
 __all__ = ["Discovery", "atomic_write", "discover"]
 
 _SKIPPED_DIRECTORIES = frozenset({"__pycache__", "node_modules"})
-"""Never descended into, besides hidden directories (``.git``, ``.venv``, ``.nox``...)."""
+"""Never descended into, besides hidden directories."""
 
 
 @dataclass
@@ -28,44 +31,58 @@ class Discovery:
     missing: list[str] = field(default_factory=list)
 
 
-def discover(paths: Iterable[str | Path], exclude: Sequence[str] = ()) -> Discovery:
-    """Every ``*.py`` file under ``paths`` (files given directly are taken as they are), sorted, minus ``exclude``.
+def discover(paths: Iterable[str | Path], exclude: Sequence[str] = (), *, use_gitignore: bool = True) -> Discovery:
+    """Every ``*.py`` file under ``paths`` (files given directly are taken as they are), sorted, minus exclusions.
 
-    An ``exclude`` glob matches a path relative to the argument it was found under, or any one component of it
-    (``--exclude 'tests'``, ``--exclude 'vendor/*'``, ``--exclude '*_pb2.py'``).
+    ``exclude`` holds gitignore-style patterns matched against paths relative to the argument they were found under
+    (``vendor`` anywhere, ``pkg/*.py``, ``*_pb2.py``); a file named directly is excluded when its name matches.
     """
+    excluded = pathspec.GitIgnoreSpec.from_lines(exclude)
     found: dict[Path, None] = {}
     missing: list[str] = []
     for raw in paths:
         root = Path(raw)
         if root.is_file():
-            if not _excluded(Path(root.name), exclude):
+            if not excluded.match_file(root.name):
                 found[root] = None
         elif root.is_dir():
-            for path in sorted(_walk(root)):
-                if not _excluded(path.relative_to(root), exclude):
-                    found[path] = None
+            for path in sorted(_walk(root, excluded, use_gitignore)):
+                found[path] = None
         else:
             missing.append(str(raw))
     return Discovery(files=list(found), missing=missing)
 
 
-def _walk(root: Path) -> Iterable[Path]:
+def _walk(root: Path, excluded: pathspec.PathSpec, use_gitignore: bool) -> Iterable[Path]:
+    ignores: list[tuple[Path, pathspec.PathSpec]] = []
     for directory, subdirectories, filenames in os.walk(root):
-        subdirectories[:] = [
-            name for name in subdirectories if not name.startswith(".") and name not in _SKIPPED_DIRECTORIES
-        ]
+        here = Path(directory)
+        ignores = [(base, spec) for base, spec in ignores if here == base or base in here.parents]
+        if use_gitignore and ".gitignore" in filenames:
+            lines = (here / ".gitignore").read_text(encoding="utf-8", errors="replace").splitlines()
+            ignores.append((here, pathspec.GitIgnoreSpec.from_lines(lines)))
+
+        subdirectories[:] = sorted(
+            name
+            for name in subdirectories
+            if not name.startswith(".")
+            and name not in _SKIPPED_DIRECTORIES
+            and not _skipped(here / name, True, root, excluded, ignores)
+        )
         for filename in filenames:
-            if filename.endswith(".py"):
-                yield Path(directory, filename)
+            path = here / filename
+            if filename.endswith(".py") and not _skipped(path, False, root, excluded, ignores):
+                yield path
 
 
-def _excluded(relative: Path, patterns: Sequence[str]) -> bool:
-    text = relative.as_posix()
-    return any(
-        fnmatch.fnmatch(text, pattern) or any(fnmatch.fnmatch(part, pattern) for part in relative.parts)
-        for pattern in patterns
-    )
+def _skipped(
+    path: Path, is_dir: bool, root: Path, excluded: pathspec.PathSpec, ignores: list[tuple[Path, pathspec.PathSpec]]
+) -> bool:
+    """Whether ``--exclude`` (relative to ``root``) or a ``.gitignore`` above ``path`` drops it."""
+    suffix = "/" if is_dir else ""
+    if excluded.match_file(path.relative_to(root).as_posix() + suffix):
+        return True
+    return any(spec.match_file(path.relative_to(base).as_posix() + suffix) for base, spec in ignores)
 
 
 def atomic_write(path: Path, data: bytes) -> None:

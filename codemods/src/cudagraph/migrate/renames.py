@@ -66,7 +66,11 @@ class RenameKind(str, enum.Enum):
 
 _DOTTED_KINDS = frozenset({RenameKind.MODULE, RenameKind.SYMBOL})
 _REQUIRED_FIELDS = ("kind", "old", "new", "deprecated_in", "removed_in", "note")
-_OPTIONAL_FIELDS = ("also", "value")
+_OPTIONAL_FIELDS = ("also", "value", "owners")
+_SCOPED_KINDS = frozenset(
+    {RenameKind.ATTRIBUTE, RenameKind.METHOD, RenameKind.ENUM_MEMBER, RenameKind.CONFIG_STRING, RenameKind.KWARG}
+)
+"""Kinds whose names are common words: each row names the owners its rename is tied to."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,9 @@ class Rename:
     """Further targets where one legacy switch became several (``disable_cuda_graph`` -> both per-phase switches)."""
     value: str | None = None
     """The value the new option takes where a legacy boolean switch became a valued option."""
+    owners: tuple[str, ...] = ()
+    """Qualified names (new spellings) of the classes or functions this name belongs to; the rename applies only
+    where a call, receiver, subclass or argument is tied to one of them."""
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -210,6 +217,14 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
     value = raw.get("value")
     if value is not None and not isinstance(value, str):
         raise RenameTableError(f"{where}: 'value' must be a string")
+    owners = raw.get("owners", [])
+    if not isinstance(owners, list) or not all(isinstance(item, str) and _is_dotted(item) for item in owners):
+        raise RenameTableError(f"{where}: 'owners' must be a list of dotted qualified names")
+    if kind in _SCOPED_KINDS and not owners:
+        raise RenameTableError(
+            f"{where}: {kind.value} rows need 'owners' (the legacy API the name belongs to), so the rename never "
+            "touches another program's name of the same spelling"
+        )
     row = Rename(
         kind=kind,
         old=str(raw["old"]),
@@ -219,6 +234,7 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
         note=str(raw["note"]),
         also=tuple(also),
         value=value,
+        owners=tuple(owners),
     )
     if kind in _DOTTED_KINDS and not all(_is_dotted(name) for name in (row.old, row.new)):
         raise RenameTableError(f"{where}: {kind.value} rows need dotted Python paths, got {row.old!r} -> {row.new!r}")

@@ -1,24 +1,39 @@
 """Migrate many files, in worker processes when asked, and gather one report.
 
-Each worker reads, migrates and (unless only checking) writes its file itself, so results never travel back as
-whole file contents; only the diff does, when one was asked for.
+Each worker reads, migrates and (unless only checking) writes its file itself, so results never travel back as whole
+file contents; only the diff does, when one was asked for. Files go to the workers in chunks, and each worker loads
+the rename table, the exports manifest and the rules once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .engine import MigrationError, migrate_source
+from .engine import MigrationError, SourceMigration, migrate_source
+from .exports import load_exports
 from .files import atomic_write
+from .options import RunOptions
+from .reexports import collect_reexports
 from .renames import load_renames
 from .rules import Rule, select_rules
+from .rules.base import Finding, FindingKind
 
-__all__ = ["FileReport", "MigrationOptions", "RunReport", "migrate_files"]
+__all__ = [
+    "FileReport",
+    "MigrationOptions",
+    "RunReport",
+    "migrate_file",
+    "migrate_files",
+    "unified_patch",
+    "with_project_reexports",
+]
 
 
 @dataclass(frozen=True)
@@ -30,9 +45,11 @@ class MigrationOptions:
     write: bool = True
     """Rewrite changed files in place."""
     diff: bool = False
-    """Return a unified diff of each changed file."""
+    """Return a ``git apply``-able patch of each changed file."""
     table_path: str | None = None
     """The rename table to read (default: the installed one)."""
+    run: RunOptions = field(default_factory=RunOptions)
+    """Switches the rules read (``--rewrite-argv``)."""
 
 
 @dataclass
@@ -43,9 +60,15 @@ class FileReport:
     status: str
     """``changed``, ``unchanged`` or ``failed``."""
     edits: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     error: str | None = None
     diff: str | None = None
+    parsed: bool = False
+    """Whether the file got past the text prefilter to the parser."""
+
+    def of_kind(self, kind: FindingKind) -> list[Finding]:
+        """The findings of one kind."""
+        return [finding for finding in self.findings if finding.kind is kind]
 
 
 @dataclass
@@ -59,6 +82,14 @@ class RunReport:
         """Files with ``status``."""
         return sum(report.status == status for report in self.files)
 
+    def parsed(self) -> int:
+        """Files that got past the text prefilter."""
+        return sum(report.parsed for report in self.files)
+
+    def findings(self, kind: FindingKind) -> int:
+        """Findings of one kind over all files."""
+        return sum(len(report.of_kind(kind)) for report in self.files)
+
     def edits_per_rule(self) -> dict[str, tuple[int, int]]:
         """Per rule code: (occurrences rewritten, files touched)."""
         totals = {rule.code: (0, 0) for rule in self.rules}
@@ -69,24 +100,37 @@ class RunReport:
         return totals
 
 
+def with_project_reexports(options: MigrationOptions, files: Sequence[Path], roots: Sequence[Path]) -> MigrationOptions:
+    """``options`` carrying the legacy names the project's own modules re-export (see :mod:`.reexports`)."""
+    found = collect_reexports(files, roots, load_renames(options.table_path), load_exports())
+    run = dataclasses.replace(options.run, reexports=tuple(sorted(found.items())))
+    return dataclasses.replace(options, run=run)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
 def migrate_files(
     files: Sequence[Path],
     options: MigrationOptions,
     jobs: int = 1,
     progress: Callable[[Iterator[FileReport], int], Iterator[FileReport]] | None = None,
 ) -> RunReport:
-    """Migrate ``files`` with ``jobs`` processes; ``progress`` wraps the stream of reports (a progress bar)."""
+    """Migrate ``files`` with ``jobs`` processes; ``progress`` wraps the stream of reports (a progress display)."""
     worker = functools.partial(migrate_file, options=options)
     rules = _rules(options.rule_codes)
     if jobs <= 1 or len(files) <= 1:
         stream: Iterator[FileReport] = map(worker, files)
-        reports = list(progress(stream, len(files)) if progress else stream)
-        return RunReport(reports, rules)
-    chunksize = max(1, len(files) // (jobs * 16))
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return RunReport(list(progress(stream, len(files)) if progress else stream), rules)
+    chunksize = max(1, min(64, len(files) // (jobs * 8)))
+    with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
         stream = pool.map(worker, files, chunksize=chunksize)
-        reports = list(progress(stream, len(files)) if progress else stream)
-    return RunReport(reports, rules)
+        return RunReport(list(progress(stream, len(files)) if progress else stream), rules)
 
 
 def migrate_file(path: Path, options: MigrationOptions) -> FileReport:
@@ -95,20 +139,31 @@ def migrate_file(path: Path, options: MigrationOptions) -> FileReport:
         original = path.read_bytes()
     except OSError as error:
         return FileReport(str(path), "failed", error=f"{path}: cannot read: {error.strerror or error}")
-    table = load_renames(options.table_path)
     try:
-        result = migrate_source(original, str(path), _rules(options.rule_codes), table)
+        result = migrate_bytes(original, str(path), options)
     except MigrationError as error:
-        return FileReport(str(path), "failed", error=str(error))
+        return FileReport(str(path), "failed", error=str(error), parsed=True)
+    report = _report(str(path), result)
     if not result.changed:
-        return FileReport(str(path), "unchanged", notes=result.notes)
-    diff = _unified_diff(path, result.original, result.migrated) if options.diff else None
+        return report
+    if options.diff:
+        report.diff = unified_patch(str(path), result.original, result.migrated)
     if options.write:
         try:
             atomic_write(path, result.migrated)
         except OSError as error:
             return FileReport(str(path), "failed", error=f"{path}: cannot write: {error.strerror or error}")
-    return FileReport(str(path), "changed", edits=result.edits, notes=result.notes, diff=diff)
+    return report
+
+
+def migrate_bytes(source: bytes, path: str, options: MigrationOptions) -> SourceMigration:
+    """Migrate ``source`` as the file at ``path`` with ``options``' rules and table (no I/O)."""
+    return migrate_source(source, path, _rules(options.rule_codes), load_renames(options.table_path), options.run)
+
+
+def _report(path: str, result: SourceMigration) -> FileReport:
+    status = "changed" if result.changed else "unchanged"
+    return FileReport(path, status, edits=result.edits, findings=result.findings, parsed=result.parsed)
 
 
 @functools.lru_cache(maxsize=16)
@@ -116,7 +171,17 @@ def _rules(codes: tuple[str, ...]) -> list[Rule]:
     return select_rules(select=codes) if codes else []
 
 
-def _unified_diff(path: Path, before: bytes, after: bytes) -> str:
-    old = before.decode("utf-8", errors="replace").splitlines(keepends=True)
-    new = after.decode("utf-8", errors="replace").splitlines(keepends=True)
-    return "".join(difflib.unified_diff(old, new, fromfile=str(path), tofile=str(path)))
+def unified_patch(path: str, before: bytes, after: bytes) -> str:
+    """A ``git apply``-able unified diff (``a/`` and ``b/`` sides, relative to the working directory when inside it).
+
+    libcst's ``diff_code`` names both sides with one filename and drops the marker for a last line without a
+    newline, so the patch is built here with :mod:`difflib` on lines that keep their endings.
+    """
+    relative = os.path.relpath(path)
+    name = Path(path).as_posix().lstrip("/") if relative.startswith("..") else Path(relative).as_posix()
+    old = before.decode("utf-8", errors="surrogateescape").splitlines(keepends=True)
+    new = after.decode("utf-8", errors="surrogateescape").splitlines(keepends=True)
+    lines = []
+    for line in difflib.unified_diff(old, new, fromfile=f"a/{name}", tofile=f"b/{name}"):
+        lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(lines)

@@ -36,8 +36,12 @@ class Rule:
         """Text of which at least one must occur in a file for this rule to have anything to do there."""
         return self.command.triggers(table)
 
+    def applies(self, text: str, path: str, table: RenameTable, markers: frozenset[str] = frozenset()) -> bool:
+        """Whether this rule could have anything to do in ``text``, the file at ``path`` (a cheap text test)."""
+        return self.command.applies(text, path, table, markers)
 
-RULES: tuple[Rule, ...] = (
+
+_RULE_TABLE: tuple[Rule, ...] = (
     Rule(
         "CG101",
         "legacy-imports",
@@ -64,6 +68,12 @@ RULES: tuple[Rule, ...] = (
     Rule("CG401", "legacy-keywords", (RenameKind.KWARG,), LegacyKeywords, "legacy server-argument keywords in calls"),
     Rule("CG402", "legacy-cli-flags", (RenameKind.CLI_FLAG,), LegacyCliFlags, "legacy flags in argument lists"),
 )
+
+
+for _rule in _RULE_TABLE:
+    _rule.command.CODE = _rule.code
+RULES: tuple[Rule, ...] = _RULE_TABLE
+"""Every rule, in the order they run on a file."""
 
 
 class RuleSelectionError(ValueError):

@@ -1,9 +1,15 @@
-"""CG201: renamed attributes and methods of the model runner and the graph runners.
+"""CG201: renamed attributes and methods of the model runner and the graph runners, only on the legacy API.
 
-Driven by the ``attribute`` and ``method`` rows. Rewrites attribute access (``runner.graph_runner``), method and
-class-attribute definitions inside class bodies, and the name string of ``getattr``/``hasattr``/``setattr``/
-``delattr``/``patch.object``/``monkeypatch.setattr``. These names are matched by spelling, not by type, since the
-receiver's class is rarely knowable statically; a dotted chain that spells a legacy module path is left to CG101.
+Driven by the ``attribute`` and ``method`` rows, each naming its owners (``cudagraph.engine.ModelRunner``,
+``cudagraph.runner.BaseCudaGraphRunner``, ...). A member is renamed only where :mod:`.owners` ties it to one:
+
+- ``receiver.old`` where the receiver is an instance of an owner (``self`` in a subclass, an annotated parameter, a
+  variable assigned ``Owner(...)``), and ``getattr``/``hasattr``/``setattr``/``delattr(receiver, "old")``;
+- ``patch.object(Owner, "old")`` and ``Owner.old`` on the class itself;
+- method and class-attribute definitions in the body of a subclass of an owner (an override keeps overriding).
+
+A receiver whose type is unknown here is left as written and listed (``-v``); one known to be something else (an
+engine's own ``graph_runner``) is left alone.
 """
 
 from __future__ import annotations
@@ -12,13 +18,19 @@ import libcst as cst
 
 from ..renames import RenameKind, RenameTable
 from .base import MigrationCommand, dotted_name, string_value, with_string_value
+from .owners import OWNER_METADATA, UNKNOWN, OwnerResolver, canonicalizer_for, owner_rows
 
-_NAME_STRING_CALLS = frozenset({"getattr", "hasattr", "setattr", "delattr", "object"})
-"""Calls whose second argument names an attribute (``object`` is ``mock.patch.object``)."""
+_NAME_STRING_CALLS = frozenset({"getattr", "hasattr", "setattr", "delattr"})
+"""Calls whose second argument names an attribute of the first (an instance)."""
+_PATCH_OBJECT_CALLS = frozenset({"object"})
+"""``mock.patch.object(target, "name")`` / ``patch.object``: the target is usually a class."""
 
 
 class LegacyMembers(MigrationCommand):
-    """Rename legacy attributes and methods wherever they are accessed or defined."""
+    """Rename legacy attributes and methods where the receiver or class is tied to the row's owners."""
+
+    METADATA_DEPENDENCIES = OWNER_METADATA
+    TIED_TO_OWNERS = True
 
     @classmethod
     def triggers(cls, table: RenameTable) -> frozenset[str]:
@@ -27,9 +39,10 @@ class LegacyMembers(MigrationCommand):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
-        self.renames = {row.old: row.new for row in self.table.of_kind(RenameKind.ATTRIBUTE, RenameKind.METHOD)}
-        self.legacy_module_paths = frozenset(self.table.modules)
-        self.enclosing: list[str] = []
+        self.rows = owner_rows(self.table, RenameKind.ATTRIBUTE, RenameKind.METHOD)
+        self.owners = OwnerResolver(self, canonicalizer_for(self))
+        self.class_stack: list[cst.ClassDef] = []
+        self.function_depth: list[int] = [0]
         return super().transform_module_impl(tree)
 
     def visit_Import(self, node: cst.Import) -> bool:
@@ -41,72 +54,87 @@ class LegacyMembers(MigrationCommand):
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        """Track that definitions below are class members."""
-        self.enclosing.append("class")
+        """Definitions directly below belong to this class."""
+        self.class_stack.append(node)
+        self.function_depth.append(0)
 
     def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
         """Leave the class."""
-        self.enclosing.pop()
+        self.class_stack.pop()
+        self.function_depth.pop()
         return updated_node
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        """Track that definitions below are locals."""
-        self.enclosing.append("function")
+        """Definitions below are locals of the function."""
+        self.function_depth[-1] += 1
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
-        """Rename a method defined directly in a class body."""
-        self.enclosing.pop()
-        if self._in_class_body():
-            return updated_node.with_changes(name=self._renamed(updated_node.name))
-        return updated_node
+        """Rename a method defined directly in the body of a subclass of an owner."""
+        self.function_depth[-1] -= 1
+        return updated_node.with_changes(name=self._renamed_definition(updated_node.name))
 
     def leave_AnnAssign(self, original_node: cst.AnnAssign, updated_node: cst.AnnAssign) -> cst.AnnAssign:
-        """Rename a class-level attribute declaration (``graph_runner: Runner | None = None``)."""
-        if self._in_class_body() and isinstance(updated_node.target, cst.Name):
-            return updated_node.with_changes(target=self._renamed(updated_node.target))
+        """A class-level attribute declaration (``graph_runner: Runner | None = None``) in an owner's subclass."""
+        if isinstance(updated_node.target, cst.Name):
+            return updated_node.with_changes(target=self._renamed_definition(updated_node.target))
         return updated_node
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
-        """Rename a class-level attribute default (``graph_runner = None``)."""
-        if not self._in_class_body():
-            return updated_node
+        """A class-level attribute default (``graph_runner = None``) in an owner's subclass."""
         targets = [
-            target.with_changes(target=self._renamed(target.target)) if isinstance(target.target, cst.Name) else target
+            target.with_changes(target=self._renamed_definition(target.target))
+            if isinstance(target.target, cst.Name)
+            else target
             for target in updated_node.targets
         ]
         return updated_node.with_changes(targets=targets)
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
-        """``x.graph_runner`` -> ``x.decode_cuda_graph_runner`` (not inside a legacy module path)."""
-        if updated_node.attr.value not in self.renames or self._spells_legacy_module(original_node):
+        """``receiver.graph_runner`` -> ``receiver.decode_cuda_graph_runner`` where the receiver is an owner's."""
+        row = self.rows.get(updated_node.attr.value)
+        if row is None:
             return updated_node
-        return updated_node.with_changes(attr=self._renamed(updated_node.attr))
+        new, owners = row
+        if not self._tied(original_node.value, owners, original_node, updated_node.attr.value):
+            return updated_node
+        self.edited()
+        return updated_node.with_changes(attr=updated_node.attr.with_changes(value=new))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
-        """``getattr(runner, "graph_runner")`` and friends."""
+        """``getattr(runner, "graph_runner")``, ``patch.object(Runner, "capture_one_batch_size")`` and friends."""
         callee = dotted_name(updated_node.func)
-        if callee is None or callee.rpartition(".")[2] not in _NAME_STRING_CALLS or len(updated_node.args) < 2:
+        short = callee.rpartition(".")[2] if callee else None
+        if short not in _NAME_STRING_CALLS | _PATCH_OBJECT_CALLS or len(updated_node.args) < 2:
             return updated_node
         name_arg = updated_node.args[1]
         name = string_value(name_arg.value)
-        if name is None or name not in self.renames or not isinstance(name_arg.value, cst.SimpleString):
+        row = self.rows.get(name) if name is not None else None
+        if row is None or not isinstance(name_arg.value, cst.SimpleString):
+            return updated_node
+        new, owners = row
+        if not self._tied(original_node.args[0].value, owners, original_node, str(name)):
             return updated_node
         self.edited()
-        new_arg = name_arg.with_changes(value=with_string_value(name_arg.value, self.renames[name]))
+        new_arg = name_arg.with_changes(value=with_string_value(name_arg.value, new))
         return updated_node.with_changes(args=[updated_node.args[0], new_arg, *updated_node.args[2:]])
 
-    def _in_class_body(self) -> bool:
-        return bool(self.enclosing) and self.enclosing[-1] == "class"
+    def _tied(self, receiver: cst.BaseExpression, owners: tuple[str, ...], where: cst.CSTNode, name: str) -> bool:
+        """Whether ``receiver`` is an owner's instance or class; reports an unknown receiver."""
+        if self.owners.refers_to(receiver, owners):
+            return True  # the class itself (Owner.old, patch.object(Owner, "old"))
+        types = self.owners.instance_types(receiver)
+        if types is UNKNOWN:
+            self.skip(where, f".{name}: receiver not tied to {', '.join(owners)}; left as written")
+            return False
+        return bool(types & frozenset(owners))
 
-    def _renamed(self, name: cst.Name) -> cst.Name:
-        new = self.renames.get(name.value)
-        if new is None:
+    def _renamed_definition(self, name: cst.Name) -> cst.Name:
+        """``name`` renamed when it is defined directly in the body of a class that subclasses an owner."""
+        row = self.rows.get(name.value)
+        if row is None or not self.class_stack or self.function_depth[-1]:
+            return name
+        new, owners = row
+        if not self.owners.ancestors(self.class_stack[-1]) & frozenset(owners):
             return name
         self.edited()
         return name.with_changes(value=new)
-
-    def _spells_legacy_module(self, node: cst.Attribute) -> bool:
-        dotted = dotted_name(node)
-        return dotted is not None and any(
-            path == dotted or path.startswith(dotted + ".") for path in self.legacy_module_paths
-        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePath
@@ -12,7 +13,32 @@ from libcst.codemod import CodemodCommand, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ..exports import ExportsManifest, load_exports
 from ..renames import Rename, RenameTable
+
+
+class FindingKind(str, enum.Enum):
+    """What a finding tells the user."""
+
+    NOTE = "note"
+    """A legacy use left as written that the user has to finish by hand."""
+    SKIP = "skip"
+    """A same-spelled name left alone because nothing ties it to the legacy API (listed with ``-v``)."""
+    ARGV = "argv"
+    """A legacy flag in another program's command line, rewritten only with ``--rewrite-argv``."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a rule reports about a file: its kind, the rule, the line (0 if unknown) and the message."""
+
+    kind: FindingKind
+    code: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.line}: {self.message}" if self.line else f"{self.code} {self.message}"
 
 
 class MigrationCommand(CodemodCommand, cst.CSTTransformer):
@@ -21,23 +47,46 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
     A ``CodemodCommand`` (context, metadata, the add-imports pass) visiting as a plain ``CSTTransformer``: the rules
     use no matcher decorators, and libcst's matcher-aware transformer costs several times a plain visit per file.
 
-    Subclasses call :meth:`edited` once per rewritten occurrence and :meth:`note` where a legacy use was found but
-    could not be rewritten safely (it stays as written and the user is told where).
+    Subclasses call :meth:`edited` once per rewritten occurrence, :meth:`note` where a legacy use was found but
+    could not be rewritten safely (it stays as written and the user is told where), :meth:`skip` where a
+    same-spelled name could not be tied to the legacy API (left alone; listed with ``-v``), and :meth:`candidate`
+    for another program's command line that only ``--rewrite-argv`` touches.
     """
+
+    CODE = ""
+    """The rule code findings are reported under (set by the rule table)."""
 
     DESCRIPTION = "Rewrite legacy CUDA-graph names."
 
-    def __init__(self, context: CodemodContext, table: RenameTable) -> None:
+    def __init__(self, context: CodemodContext, table: RenameTable, exports: ExportsManifest | None = None) -> None:
         CodemodCommand.__init__(self, context)
         self.table = table
+        self.exports = exports if exports is not None else load_exports()
         self.edits = 0
-        self.notes: list[str] = []
-        self._pending_notes: list[tuple[cst.CSTNode | None, str]] = []
+        self.findings: list[Finding] = []
+        self._pending: list[tuple[cst.CSTNode | None, FindingKind, str]] = []
+
+    TIED_TO_OWNERS = False
+    """Whether the rule only rewrites what is tied to the legacy API, which a file can only reach through an import
+    of a ``cudagraph`` or legacy module (so a file naming neither is skipped unparsed)."""
 
     @classmethod
     def triggers(cls, table: RenameTable) -> frozenset[str]:
         """Text of which at least one must occur in a file for this rule to have anything to do there."""
         raise NotImplementedError(f"{cls.__name__} must say which text triggers it")
+
+    @classmethod
+    def applies(cls, text: str, path: str, table: RenameTable, markers: frozenset[str] = frozenset()) -> bool:
+        """The cheap text prefilter: whether this rule could have anything to do in ``text`` (the file at ``path``).
+
+        ``markers`` are the last parts of the project's modules that re-export legacy names: a file can reach the
+        legacy API through them too.
+        """
+        if not any(trigger in text for trigger in cls.triggers(table)):
+            return False
+        if not cls.TIED_TO_OWNERS or "cudagraph" in text or any(module in text for module in table.modules):
+            return True
+        return any(marker in text for marker in markers)
 
     def edited(self, count: int = 1) -> None:
         """Record ``count`` rewritten occurrences."""
@@ -45,7 +94,15 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
 
     def note(self, node: cst.CSTNode | None, message: str) -> None:
         """Record a legacy use left as written; its line is looked up once the rule has finished."""
-        self._pending_notes.append((node, message))
+        self._pending.append((node, FindingKind.NOTE, message))
+
+    def skip(self, node: cst.CSTNode | None, message: str) -> None:
+        """Record a same-spelled name left alone because nothing ties it to the legacy API."""
+        self._pending.append((node, FindingKind.SKIP, message))
+
+    def candidate(self, node: cst.CSTNode | None, message: str) -> None:
+        """Record a legacy flag in another program's command line (rewritten only with ``--rewrite-argv``)."""
+        self._pending.append((node, FindingKind.ARGV, message))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Visit the whole module with this rule's ``visit_``/``leave_`` methods."""
@@ -69,13 +126,14 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         return tree
 
     def _resolve_notes(self, wrapper: MetadataWrapper) -> None:
-        if not self._pending_notes:
+        if not self._pending:
             return
         positions = wrapper.resolve(PositionProvider)
-        for node, message in self._pending_notes:
+        for node, kind, message in self._pending:
             position = positions.get(node) if node is not None else None
-            self.notes.append(f"{position.start.line}: {message}" if position is not None else message)
-        self._pending_notes.clear()
+            line = position.start.line if position is not None else 0
+            self.findings.append(Finding(kind, self.CODE, line, message))
+        self._pending.clear()
 
 
 @dataclass(frozen=True)
@@ -157,7 +215,8 @@ def splice(items: Sequence[ItemT], replacements: dict[int, list[ItemT]]) -> list
     """``items`` with ``items[i]`` replaced by ``replacements[i]`` (possibly none), keeping the comma layout.
 
     New items borrow the separator of the item they replace, so a one-per-line call stays one-per-line, and the
-    sequence keeps (or keeps lacking) its trailing comma.
+    sequence keeps (or keeps lacking) its trailing comma. A comment on that separator (which precedes the *next*
+    item) stays after the last new item only, never between a new flag and its value.
     """
     result: list[ItemT] = []
     for index, item in enumerate(items):
@@ -165,7 +224,12 @@ def splice(items: Sequence[ItemT], replacements: dict[int, list[ItemT]]) -> list
             result.append(item)
             continue
         group = replacements[index]
-        between = item.comma if isinstance(item.comma, cst.Comma) else _PLAIN_COMMA
+        if (
+            not group and result
+        ):  # a dropped item: the one before it takes over its separator (the layout to what follows)
+            result[-1] = result[-1].with_changes(comma=item.comma)
+            continue
+        between = _without_comment(item.comma) if isinstance(item.comma, cst.Comma) else _PLAIN_COMMA
         for position, new_item in enumerate(group):
             comma = item.comma if position == len(group) - 1 else between
             result.append(new_item.with_changes(comma=comma))
@@ -176,6 +240,14 @@ def splice(items: Sequence[ItemT], replacements: dict[int, list[ItemT]]) -> list
         elif not isinstance(result[-1].comma, cst.Comma):
             result[-1] = result[-1].with_changes(comma=items[-1].comma)
     return result
+
+
+def _without_comment(comma: cst.Comma) -> cst.Comma:
+    """``comma`` with the same line break and indentation but no comment or blank lines after it."""
+    after = comma.whitespace_after
+    if isinstance(after, cst.ParenthesizedWhitespace):
+        after = after.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=())
+    return comma.with_changes(whitespace_after=after)
 
 
 def string_value(node: cst.BaseExpression) -> str | None:

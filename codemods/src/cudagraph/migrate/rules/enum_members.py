@@ -1,6 +1,7 @@
 """CG301: renamed enum members (``Backend.TCPIECEWISE`` -> ``Backend.TC_PIECEWISE``), driven by ``enum_member`` rows.
 
-Matched by attribute spelling: the member names are distinctive and the enum is reached through many aliases.
+Only an attribute whose value :mod:`.owners` ties to the row's owner enum (``cudagraph.config.Backend``, also through
+its legacy spellings) is renamed; another enum with a member of the same name is left alone.
 """
 
 from __future__ import annotations
@@ -9,10 +10,14 @@ import libcst as cst
 
 from ..renames import RenameKind, RenameTable
 from .base import MigrationCommand
+from .owners import OWNER_METADATA, OwnerResolver, canonicalizer_for, owner_rows
 
 
 class LegacyEnumMembers(MigrationCommand):
-    """Rename legacy enum members at every attribute access."""
+    """Rename legacy enum members reached through the owner enum."""
+
+    METADATA_DEPENDENCIES = OWNER_METADATA
+    TIED_TO_OWNERS = True
 
     @classmethod
     def triggers(cls, table: RenameTable) -> frozenset[str]:
@@ -21,13 +26,20 @@ class LegacyEnumMembers(MigrationCommand):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
-        self.renames = {row.old: row.new for row in self.table.of_kind(RenameKind.ENUM_MEMBER)}
+        self.rows = owner_rows(self.table, RenameKind.ENUM_MEMBER)
+        self.owners = OwnerResolver(self, canonicalizer_for(self))
         return super().transform_module_impl(tree)
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
-        """``X.TCPIECEWISE`` -> ``X.TC_PIECEWISE``."""
-        new = self.renames.get(updated_node.attr.value)
-        if new is None:
+        """``Backend.TCPIECEWISE`` -> ``Backend.TC_PIECEWISE``."""
+        row = self.rows.get(updated_node.attr.value)
+        if row is None:
+            return updated_node
+        new, owners = row
+        if not self.owners.refers_to(original_node.value, owners):
+            self.skip(
+                original_node, f".{updated_node.attr.value}: not reached through {', '.join(owners)}; left as written"
+            )
             return updated_node
         self.edited()
         return updated_node.with_changes(attr=updated_node.attr.with_changes(value=new))

@@ -1,15 +1,19 @@
 """CG101: imports of legacy modules and symbols, and every reference that goes through them.
 
-Driven by the ``module`` and ``symbol`` rows. Names are followed through libcst's scope analysis, so only bindings
-that really came from a legacy module change: an engine's own ``ForwardContext`` from its own module is left alone.
+Driven by the ``module`` and ``symbol`` rows and the exports manifest. Names are followed through libcst's scope
+analysis, so only bindings that really came from a legacy module change: an engine's own ``ForwardContext`` from its
+own module is left alone. A name moves only where it will resolve: it has a ``symbol`` row, or the new module exports
+it; every other name stays imported from the legacy module, in a statement of its own, and is reported.
 
 - ``from legacy import a, b as c``: one ``from new import ...`` per destination module (split), and names from several
   legacy imports of one block that land in the same module share one statement (merged). The user's alias is kept;
   an unaliased renamed name is renamed at every use (plain and in string annotations, and in ``__all__``), unless the
   new name is already taken in that scope, in which case the import keeps the old local name as an alias.
 - ``import legacy as m`` / ``from pkg import legacy as m``: ``import new as m``; ``m.Old`` becomes ``m.New``, or the
-  full new dotted path (plus its import) when the name moved to another module.
-- ``import legacy``: ``import new`` and ``legacy.Old`` becomes ``new.module.New``.
+  full new dotted path (plus its import) when the name moved to another module. Where ``m`` is also used for a name
+  that does not move (or on its own), the legacy import stays; the names that move are rewritten to their full new
+  paths and the rest are reported.
+- ``import legacy``: ``import new`` and ``legacy.Old`` becomes ``new.module.New`` (same rule for names that stay).
 - Relative imports are resolved against the file's path (see ``LegacyModuleMatcher``).
 """
 
@@ -18,12 +22,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 import libcst as cst
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import (
     BaseAssignment,
     ImportAssignment,
+    ParentNodeProvider,
     Scope,
     ScopeProvider,
 )
@@ -62,12 +68,28 @@ class _BlockMerge:
 class LegacyImports(MigrationCommand):
     """Rewrite imports of legacy modules and symbols to their new homes, following every use of the bindings."""
 
-    METADATA_DEPENDENCIES = (ScopeProvider,)
+    METADATA_DEPENDENCIES = (ScopeProvider, ParentNodeProvider)
 
     @classmethod
     def triggers(cls, table: RenameTable) -> frozenset[str]:
-        """Text that must occur in a file for this rule to have anything to do (relative imports included)."""
-        return frozenset(old.rpartition(".")[2] for old in table.modules)
+        """Every legacy module path (absolute imports name it in full)."""
+        return frozenset(table.modules)
+
+    @classmethod
+    def applies(cls, text: str, path: str, table: RenameTable, markers: frozenset[str] = frozenset()) -> bool:
+        """A legacy module path in full, or (for relative imports) its last part in a file under its top package.
+
+        A relative import can only reach ``sglang.srt.model_executor.cuda_graph_runner`` from a file inside a
+        directory named ``sglang`` (a vendored copy included), so the short name is looked for only there.
+        """
+        if any(module in text for module in table.modules):
+            return True
+        if any(_parent(module) in text and module.rpartition(".")[2] in text for module in table.modules):
+            return True  # from package import legacy_module
+        directories = set(PurePath(path).parent.parts)
+        return any(
+            module.partition(".")[0] in directories and module.rpartition(".")[2] in text for module in table.modules
+        )
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Plan every import rewrite over the whole module first (merges need it), then apply the plan."""
@@ -76,7 +98,8 @@ class LegacyImports(MigrationCommand):
         self.renamed_names: dict[int, str] = {}
         self.renamed_strings: dict[int, dict[str, str]] = {}
         self.module_level_renames: dict[str, str] = {}
-        self.module_uses: dict[int, tuple[Rename, bool]] = {}
+        self.module_uses: dict[int, tuple[Rename, bool, bool]] = {}
+        """Access node of a legacy module binding -> (module row, bound through an alias, legacy import kept)."""
         planner = _Planner(self)
         tree.visit(planner)
         planner.finish()
@@ -131,19 +154,29 @@ class LegacyImports(MigrationCommand):
         use = self.module_uses.get(id(original_node.value))
         if use is None:
             return updated_node
-        module_row, through_alias = use
-        symbol = self.table.symbol(module_row.old, original_node.attr.value)
-        if symbol is None:
+        module_row, through_alias, import_kept = use
+        target = self.command_target(module_row, original_node.attr.value)
+        if target is None:
             self.note(
                 original_node,
-                f"{module_row.old}.{original_node.attr.value} is not in the rename table; left as written",
+                f"{module_row.old}.{original_node.attr.value}: {module_row.new} has no such name; left as written",
             )
             return updated_node
+        new_module, new_name = target
         self.edited()
-        if through_alias and symbol.new_module == module_row.new:
-            return updated_node.with_changes(attr=cst.Name(symbol.new_name))
-        AddImportsVisitor.add_needed_import(self.context, symbol.new_module)
-        return dotted_expression(symbol.new)
+        if through_alias and not import_kept and new_module == module_row.new:
+            return updated_node.with_changes(attr=cst.Name(new_name))
+        AddImportsVisitor.add_needed_import(self.context, new_module)
+        return dotted_expression(f"{new_module}.{new_name}")
+
+    def command_target(self, module_row: Rename, name: str) -> tuple[str, str] | None:
+        """Where ``name`` of the legacy module ``module_row`` lives now: a symbol row, or exported unchanged."""
+        symbol = self.table.symbol(module_row.old, name)
+        if symbol is not None:
+            return symbol.new_module, symbol.new_name
+        if self.exports.exports(module_row.new, name):
+            return module_row.new, name
+        return None
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         """Keep ``__all__`` in step with renamed module-level bindings."""
@@ -204,6 +237,16 @@ def _is_multiline(node: cst.ImportFrom) -> bool:
     return node.lpar is not None and "\n" in cst.Module([]).code_for_node(node)
 
 
+def _parent(module: str) -> str:
+    return module.rpartition(".")[0] or module
+
+
+def _spelled_module(node: cst.ImportFrom) -> str:
+    """The module of a from-import as written, relative dots included."""
+    module = dotted_name(node.module) if node.module is not None else None
+    return "." * len(node.relative) + (module or "")
+
+
 def _alias_name(alias: cst.ImportAlias) -> str:
     return str(dotted_name(alias.name))
 
@@ -244,7 +287,10 @@ class _Planner(cst.CSTVisitor):
                 kept.append(alias)
                 continue
             local = _as_name(alias)
-            self._record_module_uses(node, local or _alias_name(alias), match.row, through_alias=local is not None)
+            binding = local or _alias_name(alias)
+            if self._record_module_uses(node, binding, match.row, through_alias=local is not None):
+                kept.append(alias)
+                continue
             statements.append(_format_import(match.row.new, local))
         self._plan_rewrite(node, statements, kept, "import ")
 
@@ -280,7 +326,9 @@ class _Planner(cst.CSTVisitor):
                     self.blocks[-1].existing.add((module, name, _as_name(alias)))
                 continue
             local = _as_name(alias) or name
-            self._record_module_uses(node, local, match.row, through_alias=True)
+            if self._record_module_uses(node, local, match.row, through_alias=True):
+                kept.append(alias)
+                continue
             statements.append(_format_import(match.row.new, local))
         self._plan_rewrite(node, statements, kept, f"from {'.' * level}{module} import ")
 
@@ -302,15 +350,24 @@ class _Planner(cst.CSTVisitor):
         block = self.blocks[-1]
         scope = self.command.get_metadata(ScopeProvider, node, None)
         placed_here: list[str] = []
+        staying = [alias for alias in node.names if self.command.command_target(legacy, _alias_name(alias)) is None]
+        staying_ids = {id(alias) for alias in staying}
+        if len(staying) == len(node.names):
+            self._report_staying(node, legacy, staying)
+            return  # nothing moves: the statement stays exactly as written
+        statements: list[str] = []
+        if staying:
+            self._report_staying(node, legacy, staying)
+            kept = [ImportedName(_alias_name(alias), _as_name(alias), _alias_comment(alias)) for alias in staying]
+            statements.append(_format_from_import(_spelled_module(node), kept, _is_multiline(node)))
         for alias in node.names:
+            if id(alias) in staying_ids:
+                continue
             old_name = _alias_name(alias)
             local = _as_name(alias)
-            symbol = self.table.symbol(legacy.old, old_name)
-            if symbol is None:
-                self.command.note(node, f"{legacy.old}.{old_name} is not in the rename table; assumed moved unchanged")
-                new_module, new_name = legacy.new, old_name
-            else:
-                new_module, new_name = symbol.new_module, symbol.new_name
+            target = self.command.command_target(legacy, old_name)
+            assert target is not None
+            new_module, new_name = target
             if local is None and new_name != old_name:
                 if scope is not None and _name_taken(scope, new_name, new_module):
                     local = old_name
@@ -326,20 +383,43 @@ class _Planner(cst.CSTVisitor):
                 placed_here.append(new_module)
             if all((item.name, item.alias) != (imported.name, imported.alias) for item in names):
                 names.append(imported)
-        self.command.statement_plans[id(node)] = StatementPlan()
+        self.command.statement_plans[id(node)] = StatementPlan(statements)
         self.pending.append((id(node), block, placed_here))
+
+    def _report_staying(self, node: cst.ImportFrom, legacy: Rename, staying: list[cst.ImportAlias]) -> None:
+        names = ", ".join(_alias_name(alias) for alias in staying)
+        self.command.note(
+            node, f"{names}: not exported by {legacy.new} and not in the rename table; kept on {legacy.old}"
+        )
 
     def _record_module_uses(
         self, node: cst.Import | cst.ImportFrom, binding: str, row: Rename, *, through_alias: bool
-    ) -> None:
-        """Remember every use of a binding of a legacy module, so ``binding.Name`` can be rewritten."""
+    ) -> bool:
+        """Remember every use of a binding of a legacy module, so ``binding.Name`` can be rewritten.
+
+        Returns whether the legacy import must stay: ``binding`` is used on its own, or for a name that does not
+        move (reported, and left on the legacy module).
+        """
         scope = self.command.get_metadata(ScopeProvider, node, None)
         if scope is None:
-            return
-        for assignment in scope.assignments[binding]:
-            if isinstance(assignment, ImportAssignment) and assignment.node is node:
-                for access in assignment.references:
-                    self.command.module_uses[id(access.node)] = (row, through_alias)
+            return True
+        accesses = [
+            access.node
+            for assignment in scope.assignments[binding]
+            if isinstance(assignment, ImportAssignment) and assignment.node is node
+            for access in assignment.references
+        ]
+        keep = False
+        for access in accesses:
+            parent = self.command.get_metadata(ParentNodeProvider, access, None)
+            if not isinstance(parent, cst.Attribute) or parent.value is not access:
+                self.command.note(access, f"{binding} is used as a module object; the legacy import stays")
+                keep = True
+            elif self.command.command_target(row, parent.attr.value) is None:
+                keep = True  # reported when the attribute is visited
+        for access in accesses:
+            self.command.module_uses[id(access)] = (row, through_alias, keep)
+        return keep
 
     def _rename_binding(self, node: cst.ImportFrom, scope: Scope | None, old: str, new: str) -> None:
         if scope is None:

@@ -1,4 +1,8 @@
-"""CG401: legacy server-argument keywords in calls (``disable_piecewise_cuda_graph=True``), driven by ``kwarg`` rows.
+"""CG401: legacy server-argument keywords in calls of the legacy API, driven by ``kwarg`` rows.
+
+Only a call whose callee :mod:`.owners` ties to one of the row's owners (``cudagraph.config.resolve``, in any of its
+legacy spellings) is rewritten: another program's ``ServerArgs(disable_cuda_graph=...)`` has its own keyword of the
+same name and is never touched; a callee that cannot be resolved is left as written and listed (``-v``).
 
 Per row shape (see ``refactor/renames.toml``):
 
@@ -17,12 +21,16 @@ import libcst as cst
 
 from ..renames import Rename, RenameKind, RenameTable
 from .base import MigrationCommand, splice
+from .owners import OWNER_METADATA, OwnerResolver, canonicalizer_for
 
 _EMPTY_MODULE = cst.Module([])
 
 
 class LegacyKeywords(MigrationCommand):
-    """Rewrite legacy server-argument keywords in every call."""
+    """Rewrite legacy server-argument keywords in calls of the legacy API."""
+
+    METADATA_DEPENDENCIES = OWNER_METADATA
+    TIED_TO_OWNERS = True
 
     @classmethod
     def triggers(cls, table: RenameTable) -> frozenset[str]:
@@ -32,11 +40,23 @@ class LegacyKeywords(MigrationCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
         self.rows = self.table.by_old(RenameKind.KWARG)
+        self.owners = OwnerResolver(self, canonicalizer_for(self))
         return super().transform_module_impl(tree)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """Replace each legacy keyword argument by its per-phase form."""
-        if not any(arg.keyword is not None and arg.keyword.value in self.rows for arg in updated_node.args):
+        legacy = [
+            arg.keyword.value for arg in updated_node.args if arg.keyword is not None and arg.keyword.value in self.rows
+        ]
+        if not legacy:
+            return updated_node
+        owners = frozenset(owner for name in legacy for owner in self.rows[name].owners)
+        callee = self.owners.class_types(original_node.func)
+        if not callee & owners:
+            if not self.owners.is_known(original_node.func):
+                self.skip(
+                    original_node, f"{legacy[0]}=: callee not tied to {', '.join(sorted(owners))}; left as written"
+                )
             return updated_node
         passed = {
             arg.keyword.value: _code(arg.value)
@@ -70,7 +90,8 @@ class LegacyKeywords(MigrationCommand):
 
     def _replacement(self, call: cst.Call, arg: cst.Arg, row: Rename) -> list[cst.Arg] | None:
         if row.value is None:
-            return [arg.with_changes(keyword=cst.Name(target)) for target in row.targets]
+            # each target gets its own copy of the value: no node may occur twice in the tree later rules analyse
+            return [arg.with_changes(keyword=cst.Name(target), value=arg.value.deep_clone()) for target in row.targets]
         literal = arg.value.value if isinstance(arg.value, cst.Name) else None
         if literal == "True":
             value = cst.SimpleString(repr(row.value).replace("'", '"'))

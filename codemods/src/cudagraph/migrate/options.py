@@ -1,0 +1,17 @@
+"""Run-wide switches every worker needs, in one frozen dataclass (picklable, so it crosses process boundaries)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["RunOptions"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a migration run may rewrite beyond imports and the legacy API itself."""
+
+    rewrite_argv: bool = False
+    """Rewrite legacy flags in argv lists and command strings (other programs' command lines); off by default."""
+    reexports: tuple[tuple[str, str], ...] = ()
+    """``project.module.Name -> new qualified name`` for legacy names the project re-exports (see ``reexports``)."""

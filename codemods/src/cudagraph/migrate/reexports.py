@@ -1,0 +1,78 @@
+"""Names a project re-exports from the legacy API, learnt before the rules run, so a use in another file is tied too.
+
+``toy_engine/server_args.py`` imports ``Backend`` from ``cudagraph.legacy.server_args``; a test importing
+``from toy_engine.server_args import Backend`` then holds the legacy API's ``Backend`` although its own file never
+names a legacy module. One cheap pass over the files the prefilter keeps (:mod:`ast`, module-level imports only) maps
+``toy_engine.server_args.Backend`` to ``cudagraph.config.Backend``; the owner checks of the scoped rules consult it.
+Only names that move are recorded: a name that stays on its legacy import is not the new API's.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from .exports import ExportsManifest
+from .renames import RenameTable
+
+__all__ = ["collect_reexports", "module_names"]
+
+
+def module_names(path: Path, roots: Sequence[Path]) -> list[str]:
+    """The dotted names ``path`` may be imported as: relative to each root it is under, with and without the root's
+    own package name (``pkg/a/b.py`` under root ``pkg``: ``a.b`` and ``pkg.a.b``)."""
+    names: list[str] = []
+    for root in roots:
+        try:
+            relative = path.resolve().relative_to(root.resolve())
+        except ValueError:
+            continue
+        parts = list(relative.with_suffix("").parts)
+        if parts and parts[-1] == "__init__":
+            parts.pop()
+        if parts:
+            names.append(".".join(parts))
+        if (root / "__init__.py").is_file():
+            names.append(".".join([root.resolve().name, *parts]))
+    return names
+
+
+def collect_reexports(
+    files: Iterable[Path], roots: Sequence[Path], table: RenameTable, exports: ExportsManifest
+) -> dict[str, str]:
+    """``importing.module.Name -> new.module.NewName`` for module-level imports of moving legacy names."""
+    legacy_modules = tuple(table.modules)
+    found: dict[str, str] = {}
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if not any(module in text for module in legacy_modules):
+            continue
+        try:
+            tree = ast.parse(text, filename=str(path))
+        except SyntaxError:
+            continue
+        bindings = dict(_module_level_bindings(tree.body, table, exports))
+        for name in module_names(path, roots):
+            for local, target in bindings.items():
+                found[f"{name}.{local}"] = target
+    return found
+
+
+def _module_level_bindings(
+    body: Sequence[ast.stmt], table: RenameTable, exports: ExportsManifest
+) -> Iterable[tuple[str, str]]:
+    for statement in body:
+        if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module in table.modules:
+            row = table.modules[statement.module]
+            for alias in statement.names:
+                symbol = table.symbol(row.old, alias.name)
+                if symbol is not None:
+                    yield alias.asname or alias.name, symbol.new
+                elif exports.exports(row.new, alias.name):
+                    yield alias.asname or alias.name, f"{row.new}.{alias.name}"
+        elif isinstance(statement, (ast.If, ast.Try)):
+            yield from _module_level_bindings(statement.body, table, exports)
