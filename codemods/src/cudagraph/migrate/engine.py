@@ -19,11 +19,12 @@ from libcst.codemod import Codemod, CodemodContext, SkipFile
 
 from .exports import ExportsManifest, load_exports
 from .options import RunOptions
+from .reexports import imported_names
 from .renames import RenameTable
 from .rules import Rule
-from .rules.base import Finding
+from .rules.base import Finding, QuickView
 from .rules.cli_flags import REWRITE_ARGV_KEY
-from .rules.owners import REEXPORTS_KEY
+from .rules.owners import REEXPORTS_KEY, Canonicalizer
 from .verify import unresolved_references
 
 __all__ = ["MigrationError", "SourceMigration", "migrate_source"]
@@ -66,6 +67,11 @@ class _RuleChain(Codemod):
         self.exports = exports
         self.result = SourceMigration(b"", b"", parsed=True)
 
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        """Run the chain; each rule manages its own metadata (see ``MigrationCommand.transform_module``), so the
+        whole-tree copy libcst's default makes for a chain that reads no metadata itself is skipped."""
+        return self.transform_module_impl(tree)
+
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Run every rule in order, collecting edits and findings."""
         for rule in self.rules:
@@ -104,19 +110,38 @@ def migrate_source(
     if not active:
         return SourceMigration(original, original)
     try:
+        module_ast = ast.parse(original, filename=path)
+    except SyntaxError as error:
+        raise MigrationError(f"{path}:{error.lineno}:{error.offset}: does not parse: {error.msg}") from None
+    reexports = _reexports(options.reexports)
+    canonicalizer = Canonicalizer(table, exports, reexports)
+    view = QuickView(
+        module_ast, text, path, table, options.rewrite_argv, imported_names(module_ast, canonicalizer.canonical)
+    )
+    findings: list[Finding] = []
+    transforming = []
+    for rule in active:
+        quick = rule.command.quick_findings(view)
+        if quick is None:
+            transforming.append(rule)
+        else:
+            findings.extend(quick)
+    if not transforming:
+        return SourceMigration(original, original, findings=findings, parsed=True)
+    try:
         tree = cst.parse_module(original)
     except cst.ParserSyntaxError as error:
-        _check_syntax(original, path)  # the C parser names the line more precisely where it also fails
         raise MigrationError(f"{path}:{error.raw_line}:{error.raw_column}: does not parse: {error.message}") from None
-    scratch = {REWRITE_ARGV_KEY: options.rewrite_argv, REEXPORTS_KEY: _reexports(options.reexports)}
+    scratch = {REWRITE_ARGV_KEY: options.rewrite_argv, REEXPORTS_KEY: reexports}
     context = CodemodContext(filename=path, scratch=scratch)
-    chain = _RuleChain(context, active, table, exports)
+    chain = _RuleChain(context, transforming, table, exports)
     try:
         migrated = chain.transform_module(tree).bytes
     except MigrationError as error:
         raise MigrationError(f"{path}: {error}") from error
     result = chain.result
     result.original, result.migrated = original, migrated
+    result.findings = sorted([*findings, *result.findings], key=lambda finding: (finding.code, finding.line))
     if result.changed:
         _check_postcondition(original, migrated, path, exports)
     return result
@@ -141,10 +166,3 @@ def _check_postcondition(original: bytes, migrated: bytes, path: str, exports: E
     if missing:
         names = ", ".join(f"{reference.spelled()} (line {reference.line})" for reference in missing)
         raise MigrationError(f"{path}: the migrated text would import names that do not exist: {names}; left untouched")
-
-
-def _check_syntax(source: bytes, path: str) -> None:
-    try:
-        ast.parse(source, filename=path)
-    except SyntaxError as error:
-        raise MigrationError(f"{path}:{error.lineno}:{error.offset}: does not parse: {error.msg}") from None

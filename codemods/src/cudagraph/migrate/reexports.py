@@ -10,13 +10,13 @@ Only names that move are recorded: a name that stays on its legacy import is not
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from .exports import ExportsManifest
 from .renames import RenameTable
 
-__all__ = ["collect_reexports", "module_names"]
+__all__ = ["collect_reexports", "imported_names", "module_names"]
 
 
 def module_names(path: Path, roots: Sequence[Path]) -> list[str]:
@@ -76,3 +76,15 @@ def _module_level_bindings(
                     yield alias.asname or alias.name, f"{row.new}.{alias.name}"
         elif isinstance(statement, (ast.If, ast.Try)):
             yield from _module_level_bindings(statement.body, table, exports)
+
+
+def imported_names(tree: ast.Module, canonical: Callable[[str], str]) -> frozenset[str]:
+    """Canonical qualified names a file imports: ``module.Name`` of every from-import, and every imported module."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+            found.add(node.module)
+            found.update(canonical(f"{node.module}.{alias.name}") for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return frozenset(found)

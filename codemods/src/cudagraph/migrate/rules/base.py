@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -41,6 +42,23 @@ class Finding:
         return f"{self.code} {self.line}: {self.message}" if self.line else f"{self.code} {self.message}"
 
 
+@dataclass
+class QuickView:
+    """A file as :mod:`ast` sees it, for the rules' cheap checks before any libcst work."""
+
+    tree: ast.Module
+    text: str
+    path: str
+    table: RenameTable
+    rewrite_argv: bool
+    imported: frozenset[str]
+    """Canonical qualified names the file imports: ``module.Name`` of from-imports, and imported modules."""
+
+    def reaches_any(self, owners: Sequence[str]) -> bool:
+        """Whether an owner, or the module that defines it, is imported here."""
+        return any(owner in self.imported or owner.rpartition(".")[0] in self.imported for owner in owners)
+
+
 class MigrationCommand(CodemodCommand, cst.CSTTransformer):
     """A libcst codemod driven by the rename table that counts its edits and collects notes for the user.
 
@@ -74,6 +92,26 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
     def triggers(cls, table: RenameTable) -> frozenset[str]:
         """Text of which at least one must occur in a file for this rule to have anything to do there."""
         raise NotImplementedError(f"{cls.__name__} must say which text triggers it")
+
+    @classmethod
+    def quick_findings(cls, view: QuickView) -> list[Finding] | None:
+        """The rule's findings read off the :mod:`ast` tree when it certainly rewrites nothing, else ``None``.
+
+        A rule that has nothing to rewrite in a file skips libcst altogether (its scope analysis and a full
+        transform of a large file cost seconds where :mod:`ast` costs milliseconds). The default: a rule tied to
+        owners has nothing to do where no owner of a row whose name occurs in the file can be imported.
+        """
+        if not cls.TIED_TO_OWNERS:
+            return None
+        for trigger, owners in cls.owners_by_trigger(view.table).items():
+            if trigger in view.text and view.reaches_any(owners):
+                return None
+        return []
+
+    @classmethod
+    def owners_by_trigger(cls, table: RenameTable) -> dict[str, tuple[str, ...]]:
+        """For a rule tied to owners: each text that triggers a row, and that row's owners."""
+        return {}
 
     @classmethod
     def applies(cls, text: str, path: str, table: RenameTable, markers: frozenset[str] = frozenset()) -> bool:
@@ -113,17 +151,21 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
 
         Unlike libcst's default this does not deep-copy the tree for the metadata wrapper: a copy per rule per file
         cost as much as the rewrite itself. That is safe because every rule receives a tree in which no node object
-        occurs twice (fresh from the parser, or rewritten by an earlier rule that only builds new nodes), and the
-        rules that share a node between two places (keywords, flags) need no metadata but positions for notes.
+        occurs twice (fresh from the parser, or rewritten by an earlier rule that only builds new nodes; the rules
+        that expand one item into several give each its own copy). A rule that edits nothing hands the very same
+        tree on, so the next rule reuses the metadata already computed for it (one scope analysis serves every
+        scoped rule of a file whose imports did not change).
         """
-        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+        wrapper = _shared_wrapper(self.context, tree)
         with self.resolve(wrapper):
             self.context = replace(self.context, wrapper=wrapper)
-            tree = self.transform_module_impl(wrapper.module)
+            transformed = self.transform_module_impl(wrapper.module)
         self._resolve_notes(wrapper)
+        if not self.edits:
+            return tree
         if self.context.scratch.get(AddImportsVisitor.CONTEXT_KEY):
-            tree = AddImportsVisitor(self.context).transform_module(tree)
-        return tree
+            transformed = AddImportsVisitor(self.context).transform_module(transformed)
+        return transformed
 
     def _resolve_notes(self, wrapper: MetadataWrapper) -> None:
         if not self._pending:
@@ -134,6 +176,19 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
             line = position.start.line if position is not None else 0
             self.findings.append(Finding(kind, self.CODE, line, message))
         self._pending.clear()
+
+
+_WRAPPER_KEY = "cudagraph.migrate.metadata_wrapper"
+
+
+def _shared_wrapper(context: CodemodContext, tree: cst.Module) -> MetadataWrapper:
+    """The metadata wrapper of ``tree``, reused while the rules pass the same tree object along."""
+    cached = context.scratch.get(_WRAPPER_KEY)
+    if isinstance(cached, MetadataWrapper) and cached.module is tree:
+        return cached
+    wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+    context.scratch[_WRAPPER_KEY] = wrapper
+    return wrapper
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,23 @@ an element already present is not written twice.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 
 import libcst as cst
 
 from ..renames import Rename, RenameKind, RenameTable
-from .base import MigrationCommand, dotted_name, splice, string_value, with_string_value
+from .base import (
+    Finding,
+    FindingKind,
+    MigrationCommand,
+    QuickView,
+    dotted_name,
+    splice,
+    string_value,
+    with_string_value,
+)
 
 REWRITE_ARGV_KEY = "cudagraph.migrate.rewrite_argv"
 """``CodemodContext.scratch`` key: true when argv lists and command strings are to be rewritten."""
@@ -41,6 +51,16 @@ class LegacyCliFlags(MigrationCommand):
     def triggers(cls, table: RenameTable) -> frozenset[str]:
         """Text that must occur in a file for this rule to have anything to do."""
         return frozenset(row.old for row in table.of_kind(RenameKind.CLI_FLAG))
+
+    @classmethod
+    def quick_findings(cls, view: QuickView) -> list[Finding] | None:
+        """Without ``--rewrite-argv`` this rule only reports: definitions and argv candidates, found with :mod:`ast`."""
+        if view.rewrite_argv:
+            return None
+        flags = frozenset(view.table.by_old(RenameKind.CLI_FLAG))
+        scan = _ArgvScan(flags, cls.CODE)
+        scan.visit(view.tree)
+        return sorted(scan.findings, key=lambda finding: finding.line)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
@@ -146,3 +166,59 @@ def _element_text(element: cst.BaseElement) -> str | None:
     if isinstance(element, cst.Element) and isinstance(element.value, cst.SimpleString):
         return string_value(element.value)
     return None
+
+
+class _ArgvScan(ast.NodeVisitor):
+    """The reporting half of :class:`LegacyCliFlags` over an :mod:`ast` tree: the same findings, no rewrite."""
+
+    def __init__(self, flags: frozenset[str], code: str) -> None:
+        self.flags = flags
+        self.code = code
+        self.calls: list[str] = []
+        self.findings: list[Finding] = []
+
+    def _is_flag(self, node: ast.AST) -> str | None:
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.partition("=")[0] in self.flags
+        ):
+            return node.value
+        return None
+
+    def visit_Call(self, node: ast.Call) -> None:
+        callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        self.calls.append(callee)
+        if callee in _DEFINITION_CALLS:
+            for arg in node.args:
+                flag = self._is_flag(arg)
+                if flag is not None:
+                    message = f"defines legacy flag {flag}: define the flags with cudagraph.config.add_cli_args"
+                    self.findings.append(Finding(FindingKind.NOTE, self.code, node.lineno, message))
+        elif callee in _COMMAND_CALLS:
+            for arg in node.args:
+                if (
+                    isinstance(arg, ast.Constant)
+                    and isinstance(arg.value, str)
+                    and _WHITESPACE.search(arg.value.strip())
+                ):
+                    found = [token for token in _WHITESPACE.split(arg.value) if token.partition("=")[0] in self.flags]
+                    if found:
+                        message = f"command string passes legacy flag(s) {', '.join(found)}"
+                        self.findings.append(Finding(FindingKind.ARGV, self.code, arg.lineno, message))
+        self.generic_visit(node)
+        self.calls.pop()
+
+    def _sequence(self, node: ast.List | ast.Tuple | ast.Set) -> None:
+        if not (self.calls and self.calls[-1] in _DEFINITION_CALLS):
+            found = [flag for flag in map(self._is_flag, node.elts) if flag is not None]
+            if found:
+                message = f"argument list passes legacy flag(s) {', '.join(found)}"
+                self.findings.append(Finding(FindingKind.ARGV, self.code, node.lineno, message))
+        self.generic_visit(node)
+
+    visit_List = visit_Tuple = visit_Set = _sequence
+
+
+def _constant_text(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None

@@ -29,6 +29,11 @@ class LegacyConfigStrings(MigrationCommand):
         """Text that must occur in a file for this rule to have anything to do."""
         return frozenset(row.old for row in table.of_kind(RenameKind.CONFIG_STRING))
 
+    @classmethod
+    def owners_by_trigger(cls, table: RenameTable) -> dict[str, tuple[str, ...]]:
+        """Each row's trigger text and its owners."""
+        return {row.old: row.owners for row in table.of_kind(RenameKind.CONFIG_STRING)}
+
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
         self.rows = owner_rows(self.table, RenameKind.CONFIG_STRING)

@@ -19,8 +19,9 @@ it; every other name stays imported from the legacy module, in a statement of it
 
 from __future__ import annotations
 
+import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
@@ -35,7 +36,7 @@ from libcst.metadata import (
 )
 
 from ..renames import Rename, RenameTable
-from .base import LegacyModuleMatcher, MigrationCommand, dotted_expression, dotted_name
+from .base import Finding, LegacyModuleMatcher, MigrationCommand, QuickView, dotted_expression, dotted_name
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class _BlockMerge:
 class LegacyImports(MigrationCommand):
     """Rewrite imports of legacy modules and symbols to their new homes, following every use of the bindings."""
 
-    METADATA_DEPENDENCIES = (ScopeProvider, ParentNodeProvider)
+    METADATA_DEPENDENCIES = (ScopeProvider,)
 
     @classmethod
     def triggers(cls, table: RenameTable) -> frozenset[str]:
@@ -91,6 +92,24 @@ class LegacyImports(MigrationCommand):
             module.partition(".")[0] in directories and module.rpartition(".")[2] in text for module in table.modules
         )
 
+    @classmethod
+    def quick_findings(cls, view: QuickView) -> list[Finding] | None:
+        """Nothing to do (no libcst work) where no import statement names a legacy module."""
+        matcher = LegacyModuleMatcher(view.table, view.path)
+        for node in ast.walk(view.tree):
+            if isinstance(node, ast.Import) and any(matcher.match(alias.name) for alias in node.names):
+                return None
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if (module or node.level) and matcher.match(module, level=node.level):
+                    return None
+                if any(
+                    matcher.match(f"{module}.{alias.name}" if module else alias.name, level=node.level)
+                    for alias in node.names
+                ):
+                    return None
+        return []
+
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Plan every import rewrite over the whole module first (merges need it), then apply the plan."""
         self.matcher = LegacyModuleMatcher(self.table, self.context.filename)
@@ -100,6 +119,7 @@ class LegacyImports(MigrationCommand):
         self.module_level_renames: dict[str, str] = {}
         self.module_uses: dict[int, tuple[Rename, bool, bool]] = {}
         """Access node of a legacy module binding -> (module row, bound through an alias, legacy import kept)."""
+        self._parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None
         planner = _Planner(self)
         tree.visit(planner)
         planner.finish()
@@ -168,6 +188,14 @@ class LegacyImports(MigrationCommand):
             return updated_node.with_changes(attr=cst.Name(new_name))
         AddImportsVisitor.add_needed_import(self.context, new_module)
         return dotted_expression(f"{new_module}.{new_name}")
+
+    def parent_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The parent of ``node``; parents are computed only for the few files that bind a legacy module."""
+        if self._parents is None:
+            wrapper = self.context.wrapper
+            assert wrapper is not None
+            self._parents = wrapper.resolve(ParentNodeProvider)
+        return self._parents.get(node)
 
     def command_target(self, module_row: Rename, name: str) -> tuple[str, str] | None:
         """Where ``name`` of the legacy module ``module_row`` lives now: a symbol row, or exported unchanged."""
@@ -411,7 +439,7 @@ class _Planner(cst.CSTVisitor):
         ]
         keep = False
         for access in accesses:
-            parent = self.command.get_metadata(ParentNodeProvider, access, None)
+            parent = self.command.parent_of(access)
             if not isinstance(parent, cst.Attribute) or parent.value is not access:
                 self.command.note(access, f"{binding} is used as a module object; the legacy import stays")
                 keep = True

@@ -37,6 +37,11 @@ class LegacyKeywords(MigrationCommand):
         """Text that must occur in a file for this rule to have anything to do."""
         return frozenset(f"{row.old}=" for row in table.of_kind(RenameKind.KWARG))
 
+    @classmethod
+    def owners_by_trigger(cls, table: RenameTable) -> dict[str, tuple[str, ...]]:
+        """Each row's trigger text and its owners."""
+        return {f"{row.old}=": row.owners for row in table.of_kind(RenameKind.KWARG)}
+
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
         self.rows = self.table.by_old(RenameKind.KWARG)
