@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from cudagraph.backend import BaseCudaGraphBackend, make_backend
-from cudagraph.backend_utils import ForwardContext, freeze_gc
+from cudagraph.backend_utils import CaptureOptions, ForwardContext, freeze_gc
 from cudagraph.config import ConfigError, CudaGraphConfig, Phase, PhaseConfig
 
 from .buckets import pad_to_bucket
@@ -72,7 +72,10 @@ class BaseCudaGraphRunner(abc.ABC):
         self.max_size: int = self.buckets[-1]
         self.device = torch.device(model_runner.device)
         self.backend: BaseCudaGraphBackend = backend or make_backend(
-            self.phase, phase_config.backend, self.device, num_warmups=num_warmups, debug=config.debug
+            self.phase,
+            phase_config.backend,
+            self.device,
+            options=CaptureOptions(num_warmups=num_warmups, debug=config.debug, freeze_gc=not config.enable_gc),
         )
         self.show_progress = show_progress
         self.stats = CaptureStats()
