@@ -39,8 +39,16 @@ def test_add_eager_outside_a_capture_is_a_plain_call() -> None:
     assert x.tolist() == [2.0, 2.0, 2.0]
 
 
-def test_force_split_outside_a_capture_does_nothing() -> None:
-    assert force_split() is None
+def test_break_points_outside_a_capture_never_touch_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_device(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a break point outside a capture must not touch CUDA")
+
+    for name in ("current_stream", "current_device", "is_current_stream_capturing", "CUDAGraph"):
+        monkeypatch.setattr(torch.cuda, name, no_device)
+    x = torch.ones(2)
+    force_split()
+    assert add_eager(torch.add, x, 1.0).tolist() == [2.0, 2.0]
+    force_split()
 
 
 def test_eager_break_decorator_keeps_the_function() -> None:

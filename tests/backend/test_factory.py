@@ -12,7 +12,7 @@ from cudagraph.backend import (
     FullCudaGraphBackend,
     make_backend,
 )
-from cudagraph.backend_utils import CudaGraphsUnavailableError
+from cudagraph.backend_utils import CaptureOptions, CudaGraphsUnavailableError
 from cudagraph.config import ALLOWED_BACKENDS_PER_PHASE, Backend, ConfigError, Phase
 
 
@@ -25,10 +25,17 @@ def test_prefill_full_is_rejected_naming_the_allowed_backends() -> None:
         assert str(allowed) in message
 
 
-@pytest.mark.parametrize(("phase", "backend"), [("decode", "pcg"), ("encode", "full"), ("", "breakable")])
-def test_unknown_names_are_config_errors(phase: str, backend: str) -> None:
-    with pytest.raises(ConfigError, match=r"unknown CUDA-graph (phase|backend).*allowed: "):
+@pytest.mark.parametrize(
+    ("phase", "backend", "named"),
+    [("decode", "pcg", "backend 'pcg'"), ("encode", "full", "phase 'encode'"), ("", "breakable", "phase ''")],
+)
+def test_unknown_names_are_config_errors_naming_the_value_and_the_allowed_ones(
+    phase: str, backend: str, named: str
+) -> None:
+    with pytest.raises(ConfigError, match=rf"unknown {named}.*allowed") as raised:
         make_backend(phase, backend, "cuda")
+    allowed = Phase if "phase" in named else Backend
+    assert all(member.value in str(raised.value) for member in allowed)
 
 
 @pytest.mark.parametrize("phase", list(Phase))
@@ -38,20 +45,49 @@ def test_disabled_is_a_config_error_not_a_backend(phase: Phase) -> None:
 
 
 @pytest.mark.parametrize("phase", list(Phase))
-def test_tc_piecewise_says_it_is_not_available_yet(phase: Phase) -> None:
-    with pytest.raises(BackendUnavailableError, match=r"tc_piecewise.*not available yet.*breakable") as raised:
+def test_tc_piecewise_says_it_is_not_available_yet_and_names_what_is(phase: Phase) -> None:
+    with pytest.raises(BackendUnavailableError, match=r"tc_piecewise.*not available yet") as raised:
         make_backend(phase, "tc_piecewise", "cuda")
-    assert not isinstance(raised.value, NotImplementedError)
+    # The suggestion lists exactly the built backends the phase allows (prefill may not use full).
+    suggested = str(raised.value).split(" use ")[1].split(" instead")[0].split(", ")
+    assert suggested == [
+        str(backend)
+        for backend, cls in BACKEND_CLASSES.items()
+        if cls is not None and backend in ALLOWED_BACKENDS_PER_PHASE[phase]
+    ]
+    assert ("full" in suggested) is (phase is Phase.DECODE)
 
 
-def test_every_graph_backend_has_a_table_row() -> None:
-    assert set(BACKEND_CLASSES) == set(Backend) - {Backend.DISABLED}
-    assert BACKEND_CLASSES[Backend.FULL] is FullCudaGraphBackend
-    assert BACKEND_CLASSES[Backend.BREAKABLE] is BreakableCudaGraphBackend
+@pytest.mark.parametrize(
+    ("phase", "backend", "expected"),
+    [
+        ("decode", "full", FullCudaGraphBackend),
+        ("decode", Backend.BREAKABLE, BreakableCudaGraphBackend),
+        (Phase.PREFILL, "breakable", BreakableCudaGraphBackend),
+    ],
+)
+def test_allowed_pairs_build_their_backend_with_the_options_given(
+    monkeypatch: pytest.MonkeyPatch, phase: str, backend: str, expected: type
+) -> None:
+    built: list[tuple[type, dict[str, object]]] = []
+
+    def record_init(self: object, device: object, **kwargs: object) -> None:
+        built.append((type(self), {"device": device, **kwargs}))
+
+    for cls in (FullCudaGraphBackend, BreakableCudaGraphBackend):
+        monkeypatch.setattr(cls, "__init__", record_init)
+    options = CaptureOptions(num_warmups=3, debug=True)
+    make_backend(phase, backend, "cuda:1", options=options, share_global_pool=False)
+    assert built == [
+        (
+            expected,
+            {"device": "cuda:1", "phase": Phase(phase), "options": options, "pool": None, "share_global_pool": False},
+        )
+    ]
 
 
 @pytest.mark.parametrize(("phase", "backend"), [("decode", "full"), ("decode", "breakable"), ("prefill", "breakable")])
 def test_allowed_pairs_reach_the_device_check(monkeypatch: pytest.MonkeyPatch, phase: str, backend: str) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(CudaGraphsUnavailableError, match="CUDA graphs need a CUDA device"):
-        make_backend(phase, backend, "cuda", num_warmups=3)
+        make_backend(phase, backend, "cuda", options=CaptureOptions(num_warmups=3))

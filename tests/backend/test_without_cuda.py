@@ -15,10 +15,13 @@ from cudagraph.backend_utils import (
     BreakableCUDAGraph,
     CudaGraphsUnavailableError,
     DeviceMemoryProbe,
+    GraphPool,
     breakable_capture,
     free_device_memory,
+    get_global_graph_memory_pool,
     new_graph_pool,
     require_cuda,
+    set_global_graph_memory_pool,
 )
 
 NO_CUDA_MESSAGE = "CUDA graphs need a CUDA device"
@@ -53,6 +56,8 @@ def test_packages_import_in_a_fresh_interpreter_without_cuda() -> None:
         lambda: BreakableCUDAGraph(),
         lambda: breakable_capture().__enter__(),
         lambda: new_graph_pool(),
+        lambda: GraphPool.create(),
+        lambda: GraphPool.shared("cuda"),
         lambda: free_device_memory(),
         lambda: DeviceMemoryProbe(),
         lambda: require_cuda(0),
@@ -65,6 +70,8 @@ def test_packages_import_in_a_fresh_interpreter_without_cuda() -> None:
         "BreakableCUDAGraph",
         "breakable_capture",
         "new_graph_pool",
+        "GraphPool.create",
+        "GraphPool.shared",
         "free_device_memory",
         "DeviceMemoryProbe",
         "require_cuda",
@@ -81,8 +88,42 @@ def test_a_cpu_device_is_rejected_even_with_cuda_present(monkeypatch: pytest.Mon
         require_cuda("cpu")
 
 
-def test_unavailable_error_is_a_runtime_error() -> None:
-    assert issubclass(CudaGraphsUnavailableError, RuntimeError)
+@pytest.fixture
+def no_global_pool() -> object:
+    """Leave the process-wide pool as it was."""
+    previous = get_global_graph_memory_pool()
+    set_global_graph_memory_pool(None)
+    yield
+    set_global_graph_memory_pool(previous)
+
+
+def test_global_pool_round_trips_a_legacy_handle(no_global_pool: None) -> None:
+    handle = (0, 7)  # what torch.cuda.graph_pool_handle() returns; legacy code passes it around bare
+    set_global_graph_memory_pool(handle)
+    assert get_global_graph_memory_pool() is handle
+    shared = GraphPool.shared()  # adopts the published handle: no device needed
+    assert shared.handle is handle and shared.is_shared
+    set_global_graph_memory_pool(None)
+    assert get_global_graph_memory_pool() is None and not shared.is_shared
+
+
+def test_each_shared_user_releases_only_itself(no_global_pool: None) -> None:
+    creator = GraphPool.adopt((0, 1))
+    set_global_graph_memory_pool(creator)
+    user = GraphPool.shared()
+    assert user is not creator and user.handle == creator.handle
+    user.release()  # another user's cleanup leaves the pool published for the creator
+    assert get_global_graph_memory_pool() == (0, 1)
+    creator.release()  # the published object's release unpublishes it, so the next capture starts a new pool
+    assert get_global_graph_memory_pool() is None
+
+
+def test_setting_the_published_handle_again_keeps_the_published_pool(no_global_pool: None) -> None:
+    creator = GraphPool.adopt((0, 2))
+    set_global_graph_memory_pool(creator)
+    set_global_graph_memory_pool((0, 2))
+    creator.release()
+    assert get_global_graph_memory_pool() is None
 
 
 @pytest.mark.parametrize(
@@ -135,8 +176,3 @@ def test_legacy_names_are_not_defined_here() -> None:
     for legacy in ("get_is_capture_mode", "is_in_piecewise_cuda_graph", "enable_piecewise_cuda_graph"):
         assert not hasattr(utils_package, legacy)
     assert not hasattr(backend_package, "PIECEWISE_CUDA_GRAPH_CAPTURE_FAILED_MSG")
-
-
-def test_attention_metadata_flags() -> None:
-    assert FullCudaGraphBackend.captures_attn_metadata is True
-    assert BreakableCudaGraphBackend.captures_attn_metadata is False

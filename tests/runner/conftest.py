@@ -1,76 +1,20 @@
-"""Fixtures for the runner tests: a tiny real engine on the CPU and a backend that "replays" by re-running.
+"""Fixtures for the runner tests: a tiny real engine on the CPU, replayed through ``CpuReplayBackend``.
 
-``RerunBackend`` stands in for a CUDA-graph backend on a machine without CUDA. Capturing a shape records the
-forward (a closure over the runner's static buffers); replaying runs that forward again, in capture mode, on
-whatever the runner copied into those buffers. So every runner step is checked for what a graph would see: the
-static buffers and the graph-path attention metadata, never the caller's batch.
+The test double stands in for the full and breakable backends on a machine without CUDA (see
+``cudagraph.backend.testing``): every runner step is checked for what a graph would see, the static buffers and the
+graph-path attention metadata, never the caller's batch; breakable replays run recorded segments and the eager
+attention breaks in order.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-
 import pytest
 import torch
 
-from cudagraph.backend_utils import is_capture_mode, model_capture_mode
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import Request, SamplingParams, make_extend_batch
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
-
-
-class RerunBackend:
-    """A CPU stand-in for a graph backend: capture records ``forward_fn``, replay re-runs it in capture mode."""
-
-    def __init__(self, captures_attn_metadata: bool = True) -> None:
-        self.captures_attn_metadata = captures_attn_metadata
-        self.forward_fns: dict[int, Callable[[], torch.Tensor]] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
-        self.captured_order: list[int] = []
-        self.replayed: list[int] = []
-        self.prepared = 0
-        self.cleaned = 0
-        self.in_session = False
-
-    def prepare(self, runner: object) -> None:
-        self.prepared += 1
-
-    @contextlib.contextmanager
-    def capture_session(self, stream: object = None) -> Iterator[None]:
-        self.in_session = True
-        with model_capture_mode():
-            yield
-        self.in_session = False
-
-    def capture_one(self, shape: int, forward_fn: Callable[[], torch.Tensor]) -> torch.Tensor:
-        assert self.in_session and is_capture_mode()
-        output = forward_fn()
-        self.forward_fns[shape] = forward_fn
-        self.outputs[shape] = output
-        self.captured_order.append(shape)
-        return output
-
-    def has_shape(self, shape: int) -> bool:
-        return shape in self.forward_fns
-
-    def replay(self, shape: int, **kwargs: object) -> torch.Tensor:
-        with model_capture_mode():
-            output = self.forward_fns[shape]()
-        # A graph writes into the same static output every replay.
-        self.outputs[shape].copy_(output)
-        self.replayed.append(shape)
-        return self.outputs[shape]
-
-    @contextlib.contextmanager
-    def runtime_session(self) -> Iterator[None]:
-        yield
-
-    def cleanup(self) -> None:
-        self.forward_fns.clear()
-        self.outputs.clear()
-        self.cleaned += 1
 
 
 def graph_config(

@@ -1,4 +1,4 @@
-"""The decode runner against the real engine on the CPU, with a backend that re-runs the captured forward."""
+"""The decode runner against the real engine on the CPU, through the full and breakable test doubles."""
 
 from __future__ import annotations
 
@@ -6,15 +6,19 @@ import logging
 
 import pytest
 import torch
-from conftest import RerunBackend, admit, graph_config, make_model_runner, prefill_eagerly, prompts_of
+from conftest import admit, graph_config, make_model_runner, prefill_eagerly, prompts_of
 
+from cudagraph.backend.testing import CpuReplayBackend
+from cudagraph.backend_utils import CaptureOptions
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import make_decode_batch
 from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, DecodeCudaGraphRunner, ForwardBatch, ForwardMode
 
 
-def captured_runner(model_runner, config=None, **backend_options) -> tuple[DecodeCudaGraphRunner, RerunBackend]:
-    backend = RerunBackend(**backend_options)
+def captured_runner(
+    model_runner, config=None, backend_kind: Backend = Backend.FULL, **backend_options
+) -> tuple[DecodeCudaGraphRunner, CpuReplayBackend]:
+    backend = CpuReplayBackend(backend_kind, **backend_options)
     runner = DecodeCudaGraphRunner(
         model_runner, config or model_runner.cuda_graph_config, backend=backend, show_progress=False
     )
@@ -37,11 +41,11 @@ def test_capture_goes_largest_first_and_records_stats(model_runner) -> None:
     assert runner.stats.seconds > 0
 
 
-@pytest.mark.parametrize("captures_attn_metadata", [True, False], ids=["full-like", "breakable-like"])
+@pytest.mark.parametrize("backend_kind", [Backend.FULL, Backend.BREAKABLE])
 @pytest.mark.parametrize("batch_size", [1, 2, 3, 5, 8])
-def test_replay_matches_eager_and_uses_the_padded_bucket(batch_size: int, captures_attn_metadata: bool) -> None:
+def test_replay_matches_eager_and_uses_the_padded_bucket(batch_size: int, backend_kind: Backend) -> None:
     model_runner = make_model_runner()
-    runner, backend = captured_runner(model_runner, captures_attn_metadata=captures_attn_metadata)
+    runner, backend = captured_runner(model_runner, backend_kind=backend_kind)
     batch = decode_batch(model_runner, batch_size)
     eager = model_runner.forward(batch).clone()
     replayed = runner.replay(batch)
@@ -122,7 +126,7 @@ def test_an_idle_batch_runs_eagerly_without_a_runner(model_runner) -> None:
 
 
 def test_not_captured_runner_cannot_run_and_recapture_after_shutdown_works(model_runner) -> None:
-    backend = RerunBackend()
+    backend = CpuReplayBackend()
     runner = DecodeCudaGraphRunner(model_runner, model_runner.cuda_graph_config, backend=backend, show_progress=False)
     batch = decode_batch(model_runner, 2)
     assert not runner.can_run(batch)
@@ -139,7 +143,7 @@ def test_a_disabled_phase_cannot_get_a_runner(model_runner) -> None:
         decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.BREAKABLE, (16,), 16)
     )
     with pytest.raises(ConfigError, match="decode CUDA graphs are disabled"):
-        DecodeCudaGraphRunner(model_runner, config, backend=RerunBackend())
+        DecodeCudaGraphRunner(model_runner, config, backend=CpuReplayBackend())
 
 
 def test_model_runner_on_cpu_says_graphs_need_cuda_and_runs_eagerly(model_runner, caplog) -> None:
@@ -150,3 +154,45 @@ def test_model_runner_on_cpu_says_graphs_need_cuda_and_runs_eagerly(model_runner
     assert model_runner.decode_cuda_graph_runner is None
     batch = decode_batch(model_runner, 2)
     torch.testing.assert_close(model_runner.run(batch), model_runner.forward(batch))
+
+
+def test_buckets_above_the_phase_max_size_are_not_captured_and_run_eagerly(model_runner) -> None:
+    config = CudaGraphConfig(
+        decode=PhaseConfig(Backend.FULL, (1, 2, 4, 8, 16), 8), prefill=PhaseConfig(Backend.DISABLED, (), 0)
+    )
+    runner, backend = captured_runner(model_runner, config)
+    assert backend.captured_order == [8, 4, 2, 1] and runner.max_size == 8
+    above = decode_batch(model_runner, 9)
+    assert runner.can_run(ForwardBatch(**{**vars(above), "batch_size": 8}))
+    assert not runner.can_run(above)
+    torch.testing.assert_close(runner.replay(above), model_runner.forward(above))
+    assert backend.replayed == []
+
+
+def test_capture_stats_describe_the_latest_capture_only(model_runner) -> None:
+    runner, _ = captured_runner(model_runner)
+    first = runner.stats
+    runner.shutdown()
+    runner.capture()
+    assert first.graphs == runner.stats.graphs == 4
+    assert [shape.shape for shape in runner.stats.per_shape] == [8, 4, 2, 1]
+    # The total is measured around the whole capture: never less than its shapes.
+    assert runner.stats.seconds >= sum(shape.seconds for shape in runner.stats.per_shape) > 0
+
+
+def test_breakable_replay_is_one_segment_more_than_attention_breaks(model_runner) -> None:
+    runner, backend = captured_runner(model_runner, backend_kind=Backend.BREAKABLE)
+    layers = model_runner.shape.num_layers
+    for bucket in runner.buckets:
+        tape = backend.entries[bucket].graph
+        assert (tape.num_segments, tape.num_eager_calls) == (layers + 1, layers)
+
+
+def test_debug_mode_catches_a_static_buffer_that_moved(model_runner) -> None:
+    runner, _ = captured_runner(model_runner, options=CaptureOptions(debug=True))
+    batch = decode_batch(model_runner, 3)
+    runner.replay(batch)  # buffers in place: fine
+    # Rebinding a buffer (instead of copying into it) leaves the graph reading the old memory.
+    runner.inputs.tensors["positions"] = runner.inputs.tensors["positions"].clone()
+    with pytest.raises(RuntimeError, match="static inputs are not where the graph was captured"):
+        runner.replay(batch)

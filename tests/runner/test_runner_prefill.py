@@ -1,18 +1,20 @@
-"""The prefill runner against the real engine on the CPU, with a backend that re-runs the captured forward."""
+"""The prefill runner against the real engine on the CPU, through the breakable test double."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import RerunBackend, admit, make_model_runner, prefill_eagerly, prompts_of
+from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
 
+from cudagraph.backend.testing import CpuReplayBackend
+from cudagraph.config import Backend
 from cudagraph.engine.batch import SamplingParams, make_decode_batch, make_extend_batch
 from cudagraph.engine.generate import generate
 from cudagraph.runner import DecodeCudaGraphRunner, PrefillCudaGraphRunner
 
 
-def captured_prefill_runner(model_runner) -> tuple[PrefillCudaGraphRunner, RerunBackend]:
-    backend = RerunBackend(captures_attn_metadata=False)
+def captured_prefill_runner(model_runner) -> tuple[PrefillCudaGraphRunner, CpuReplayBackend]:
+    backend = CpuReplayBackend(Backend.BREAKABLE)
     runner = PrefillCudaGraphRunner(model_runner, model_runner.cuda_graph_config, backend=backend, show_progress=False)
     runner.capture()
     return runner, backend
@@ -70,7 +72,7 @@ def test_generate_with_both_runners_gives_the_eager_tokens(preset: str) -> None:
     expected = [out.output_token_ids for out in generate(eager_runner, prompts, params)]
 
     graphed = make_model_runner(preset)
-    decode_backend, prefill_backend = RerunBackend(), RerunBackend(captures_attn_metadata=False)
+    decode_backend, prefill_backend = CpuReplayBackend(Backend.FULL), CpuReplayBackend(Backend.BREAKABLE)
     config = graphed.cuda_graph_config
     graphed.decode_cuda_graph_runner = DecodeCudaGraphRunner(
         graphed, config, backend=decode_backend, show_progress=False

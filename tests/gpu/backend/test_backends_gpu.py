@@ -9,7 +9,7 @@ import torch
 from backend_gpu_model import DecodeHarness, TinyLlama
 
 from cudagraph.backend import BaseCudaGraphBackend, make_backend
-from cudagraph.backend_utils import BreakableCUDAGraph, DeviceMemoryProbe, free_device_memory
+from cudagraph.backend_utils import BreakableCUDAGraph, CaptureOptions, DeviceMemoryProbe, free_device_memory
 
 pytestmark = pytest.mark.gpu
 
@@ -119,7 +119,13 @@ def test_weak_outputs_do_not_keep_the_pool_alive(tiny_llama: TinyLlama, backend_
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         before = torch.cuda.memory_reserved()
-        backend = make_backend("decode", backend_name, "cuda", share_global_pool=False, weak_outputs=weak_outputs)
+        backend = make_backend(
+            "decode",
+            backend_name,
+            "cuda",
+            share_global_pool=False,
+            options=CaptureOptions(weak_ref_outputs=weak_outputs),
+        )
         backend.capture_stream = stream
         outputs = []
         with backend.capture_session():

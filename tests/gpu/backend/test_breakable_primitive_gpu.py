@@ -15,6 +15,7 @@ import torch
 from cudagraph.backend_utils import (
     BreakableCaptureError,
     BreakableCUDAGraph,
+    CaptureOptions,
     add_eager,
     breakable_capture,
     eager_break,
@@ -90,11 +91,13 @@ def chain(x: torch.Tensor, weight: torch.Tensor, breaks: list[Callable[[torch.Te
     return h.tanh() @ weight
 
 
-def capture_and_compare(forward: Callable[[torch.Tensor], torch.Tensor], **graph_options) -> BreakableCUDAGraph:
+def capture_and_compare(
+    forward: Callable[[torch.Tensor], torch.Tensor], options: CaptureOptions | None = None
+) -> BreakableCUDAGraph:
     """Capture ``forward`` on a static input, then check replay == eager on three fresh inputs."""
     generator = torch.Generator(device="cuda").manual_seed(0)
     static_x = torch.randn(16, 64, device="cuda", generator=generator)
-    graph = BreakableCUDAGraph(pool=new_graph_pool(), **graph_options)
+    graph = BreakableCUDAGraph(pool=new_graph_pool(), options=options)
     with graph.capture():
         assert is_in_breakable_cuda_graph()
         static_out = forward(static_x)
@@ -197,7 +200,9 @@ def test_force_split_makes_a_segment_without_eager_work(weight: torch.Tensor) ->
 
 
 def test_split_every_op_replays_exactly(weight: torch.Tensor) -> None:
-    graph = capture_and_compare(lambda x: chain(x, weight, [BREAKS["operator-copy-back"]]), split_every_op=True)
+    graph = capture_and_compare(
+        lambda x: chain(x, weight, [BREAKS["operator-copy-back"]]), CaptureOptions(split_every_op=True)
+    )
     assert graph.num_eager_calls == 1
     assert graph.num_segments >= 6  # matmul, sin, mul, add, tanh, matmul: one segment each
 
@@ -224,7 +229,7 @@ def test_barrier_runs_before_each_eager_break_at_capture(weight: torch.Tensor) -
     barriers: list[int] = []
     graph = capture_and_compare(
         lambda x: chain(x, weight, [BREAKS["explicit-into"], BREAKS["operator-copy-back"]]),
-        barrier=lambda: barriers.append(len(barriers)),
+        CaptureOptions(barrier=lambda: barriers.append(len(barriers))),
     )
     assert barriers == [0, 1]
     graph.replay()
@@ -234,7 +239,7 @@ def test_barrier_runs_before_each_eager_break_at_capture(weight: torch.Tensor) -
 def test_debug_mode_catches_a_moved_argument() -> None:
     cache = torch.zeros(16, 64, device="cuda")
     static_x = torch.randn(16, 64, device="cuda")
-    graph = BreakableCUDAGraph(pool=new_graph_pool(), debug=True)
+    graph = BreakableCUDAGraph(pool=new_graph_pool(), options=CaptureOptions(debug=True))
     with graph.capture():
         h = static_x * 2
         add_eager(normalize_into, h, cache)

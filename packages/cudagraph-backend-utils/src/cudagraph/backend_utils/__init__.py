@@ -1,11 +1,11 @@
-"""Primitives shared by every backend: breakable capture, capture-state flags, the forward context, the shared
-graph memory pool, gc freezing and weak references.
+"""Primitives shared by every backend: breakable capture, capture-state flags, the forward context, the graph memory
+pool (``GraphPool``, the only owner of the allocator's pool hooks), capture options, gc freezing and weak references.
 
 Everything imports on a machine without CUDA; what needs a device (capturing, pools, memory readings) raises
 ``CudaGraphsUnavailableError`` there.
 """
 
-from .break_ops import BreakOptions, register_break_op, registered_break_ops, unregister_break_op
+from .break_ops import BreakOptions, break_options, register_break_op, registered_break_ops, unregister_break_op
 from .breakable import (
     BreakableCUDAGraph,
     EagerBreakFunction,
@@ -16,6 +16,7 @@ from .breakable import (
     eager_break,
     force_split,
 )
+from .capture_options import CaptureOptions
 from .capture_state import (
     enable_tc_piecewise_cuda_graph,
     enable_torch_compile_warmup,
@@ -28,23 +29,20 @@ from .capture_state import (
 from .errors import BreakableCaptureError, CudaGraphsUnavailableError, require_cuda
 from .forward_context import ForwardContext, get_forward_context, set_forward_context
 from .gc_control import freeze_gc
-from .graph_capture import (
+from .graph_pool import (
     CAPTURE_ERROR_MODES,
-    abort_capture,
-    anchor_pool,
-    begin_capture,
+    GraphPool,
+    GraphPoolHandle,
     capture_cuda_graph,
-    end_capture,
+    get_global_graph_memory_pool,
+    new_graph_pool,
+    set_global_graph_memory_pool,
 )
 from .memory import (
     DeviceMemoryProbe,
-    GraphPoolHandle,
     MemoryReading,
     free_device_memory,
-    get_global_graph_memory_pool,
-    new_graph_pool,
     read_device_memory,
-    set_global_graph_memory_pool,
     weak_ref_tensor,
     weak_ref_tensors,
 )
@@ -56,25 +54,24 @@ __all__ = [
     "BreakOptions",
     "BreakableCUDAGraph",
     "BreakableCaptureError",
+    "CaptureOptions",
     "CudaGraphsUnavailableError",
     "DeviceMemoryProbe",
     "EagerBreakFunction",
     "EagerCall",
     "ForwardContext",
+    "GraphPool",
     "GraphPoolHandle",
     "MemoryReading",
     "__version__",
-    "abort_capture",
     "add_eager",
-    "anchor_pool",
-    "begin_capture",
+    "break_options",
     "breakable_capture",
     "capture_cuda_graph",
     "default_capture_stream",
     "eager_break",
     "enable_tc_piecewise_cuda_graph",
     "enable_torch_compile_warmup",
-    "end_capture",
     "force_split",
     "free_device_memory",
     "freeze_gc",

@@ -21,9 +21,9 @@ Constraints, and why:
 - One capture per thread; nesting is an error.
 - Python values an eager function returns are the capture-time values; only tensors are refreshed at replay.
 
-Debug mode (``debug=True``, or the environment variable ``CUDAGRAPH_BREAKABLE_DEBUG=1`` read once at import)
-records the ops of each segment for error messages and the addresses of every eager argument at capture, and checks
-them before each replay; it adds detail and checks, never changes results.
+Debug mode (``CaptureOptions(debug=True)``, or the environment variable ``CUDAGRAPH_BREAKABLE_DEBUG=1`` read once at
+import) records the ops of each segment for error messages and the addresses of every eager argument at capture, and
+checks them before each replay; it adds detail and checks, never changes results.
 
 Example (on a CUDA machine)::
 
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -52,12 +51,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
 from .break_ops import break_options
+from .capture_options import CaptureOptions
 from .capture_state import breakable_cuda_graph_active
 from .errors import BreakableCaptureError, require_cuda
-from .graph_capture import abort_capture, anchor_pool, begin_capture, end_capture
-from .memory import GraphPoolHandle, get_global_graph_memory_pool, new_graph_pool, weak_ref_tensor
-
-_DEBUG_DEFAULT = os.environ.get("CUDAGRAPH_BREAKABLE_DEBUG", "").strip() not in ("", "0", "false", "False")
+from .graph_pool import GraphPool, GraphPoolHandle, get_global_graph_memory_pool
+from .memory import weak_ref_tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -113,47 +111,27 @@ class BreakableCUDAGraph:
     """A forward pass captured as ordered graph segments and eager calls; ``replay()`` runs them in order.
 
     Args:
-        pool: graph pool handle to allocate from (share one across captures so they reuse memory); default: the
-            global graph pool if one is set, else a new pool (read it back from ``.pool`` to share it).
-        debug: record segment ops and eager argument addresses, and check the addresses before each replay.
-        split_every_op: end a segment after every op (one op per graph), to bisect which op breaks a capture.
-        barrier: called before each eager break while capturing (e.g. a process-group barrier, so that ranks
-            capturing at different speeds meet before an eager collective); not called at replay.
-        capture_error_mode: ``"global"`` (default), ``"thread_local"`` or ``"relaxed"``, as in ``torch.cuda.graph``.
+        pool: the pool to allocate from (share one across captures so they reuse memory): a ``GraphPool``, whose
+            owner releases it, or a bare handle, which this graph holds until ``reset()``; default: the global
+            pool's handle if one is set, else a new pool of this graph's own (read it back from ``.pool`` to share
+            it).
+        options: the capture switches this primitive reads: ``debug`` (segment ops and eager argument addresses,
+            checked before each replay), ``split_every_op``, ``barrier`` and ``capture_error_mode``.
     """
 
-    __slots__ = (
-        "_anchor",
-        "_eager_calls",
-        "_owns_pool",
-        "_segments",
-        "_steps",
-        "barrier",
-        "capture_error_mode",
-        "debug",
-        "pool",
-        "split_every_op",
-    )
+    __slots__ = ("_eager_calls", "_makes_own_pools", "_releases_pool", "_segments", "_steps", "options", "pool")
 
     def __init__(
-        self,
-        *,
-        pool: GraphPoolHandle | None = None,
-        debug: bool | None = None,
-        split_every_op: bool = False,
-        barrier: Callable[[], None] | None = None,
-        capture_error_mode: str = "global",
+        self, *, pool: GraphPool | GraphPoolHandle | None = None, options: CaptureOptions | None = None
     ) -> None:
         require_cuda()
         if pool is None:
             pool = get_global_graph_memory_pool()
-        self._owns_pool = pool is None
-        self.pool: GraphPoolHandle = pool if pool is not None else new_graph_pool()
-        self._anchor: torch.cuda.CUDAGraph | None = None
-        self.debug = _DEBUG_DEFAULT if debug is None else debug
-        self.split_every_op = split_every_op
-        self.barrier = barrier
-        self.capture_error_mode = capture_error_mode
+        # A pool object belongs to whoever passed it; a handle (or a pool made here) is this graph's to release.
+        self._releases_pool = not isinstance(pool, GraphPool)
+        self._makes_own_pools = pool is None
+        self.pool: GraphPool = GraphPool.create() if pool is None else GraphPool.of(pool)
+        self.options = options if options is not None else CaptureOptions()
         self._segments: tuple[_Segment, ...] = ()
         self._eager_calls: tuple[EagerCall, ...] = ()
         self._steps: tuple[Callable[[], object], ...] = ()
@@ -200,9 +178,8 @@ class BreakableCUDAGraph:
         if self._steps:
             raise BreakableCaptureError("this BreakableCUDAGraph already holds a capture; call reset() first")
         capture_stream = stream if stream is not None else default_capture_stream()
-        if self._anchor is None:
-            # Keeps the pool valid while segments are dropped or a failed capture is freed (see anchor_pool).
-            self._anchor = anchor_pool(self.pool, capture_stream)
+        # Keeps the pool valid while segments are dropped or a failed capture is freed.
+        self.pool.hold(capture_stream)
         capture_stream.wait_stream(torch.cuda.current_stream())
         recorder = _CaptureRecorder(self, capture_stream)
         token = _ACTIVE_CAPTURE.set(recorder)
@@ -213,11 +190,11 @@ class BreakableCUDAGraph:
                 recorder.end_segment(reason="the end of capture")
         except BaseException:
             recorder.abort()
-            if self._owns_pool and self._anchor is not None:
-                # A failed capture may leave torch routing to this pool (see end_capture): retry in a fresh one.
-                self._anchor.reset()
-                self._anchor = None
-                self.pool = new_graph_pool()
+            if self._makes_own_pools:
+                # A failed capture may leave torch routing to this pool (see GraphPool.end_capture): retry in a
+                # fresh one.
+                self.pool.release()
+                self.pool.renew()
             raise
         finally:
             _ACTIVE_CAPTURE.reset(token)
@@ -228,7 +205,7 @@ class BreakableCUDAGraph:
 
     def replay(self) -> None:
         """Run every segment and eager call in capture order on the current stream."""
-        if self.debug:
+        if self.options.debug:
             self.check_addresses()
         for step in self._steps:
             step()
@@ -248,19 +225,19 @@ class BreakableCUDAGraph:
     def reset(self) -> None:
         """Free every segment, eager call and copy-back buffer; the object can capture again.
 
-        A pool this graph made itself is released and replaced by a new one. A pool passed in is released once no
-        graph uses it; capturing into that handle again then needs ``torch.cuda.empty_cache()`` first.
+        A pool this graph made itself is released and replaced by a new one. A handle passed in is released once no
+        graph uses it (capturing into that handle again then needs ``torch.cuda.empty_cache()`` first); a
+        ``GraphPool`` passed in is left to its owner.
         """
         for segment in self._segments:
             segment.graph.reset()
         self._segments = ()
         self._eager_calls = ()
         self._steps = ()
-        if self._anchor is not None:
-            self._anchor.reset()
-            self._anchor = None
-            if self._owns_pool:
-                self.pool = new_graph_pool()
+        if self._releases_pool:
+            self.pool.release()
+            if self._makes_own_pools:
+                self.pool.renew()
 
     def __repr__(self) -> str:
         return f"BreakableCUDAGraph(segments={self.num_segments}, eager_calls={self.num_eager_calls})"
@@ -268,13 +245,18 @@ class BreakableCUDAGraph:
 
 @contextlib.contextmanager
 def breakable_capture(
-    graph: BreakableCUDAGraph | None = None, *, stream: torch.cuda.Stream | None = None, **options: Any
+    graph: BreakableCUDAGraph | None = None,
+    *,
+    stream: torch.cuda.Stream | None = None,
+    pool: GraphPool | GraphPoolHandle | None = None,
+    options: CaptureOptions | None = None,
 ) -> Iterator[BreakableCUDAGraph]:
-    """Capture the block into ``graph`` (a new ``BreakableCUDAGraph(**options)`` by default) and yield it."""
+    """Capture the block into ``graph`` (a new ``BreakableCUDAGraph(pool=pool, options=options)`` by default) and
+    yield it."""
     if graph is None:
-        graph = BreakableCUDAGraph(**options)
-    elif options:
-        raise TypeError(f"pass options ({', '.join(options)}) to BreakableCUDAGraph, not with an existing graph")
+        graph = BreakableCUDAGraph(pool=pool, options=options)
+    elif pool is not None or options is not None:
+        raise TypeError("pass pool and options to BreakableCUDAGraph, not with an existing graph")
     with graph.capture(stream):
         yield graph
 
@@ -301,7 +283,7 @@ class _CaptureRecorder:
         return [step for step in self.steps if isinstance(step, _Segment)]
 
     def begin_segment(self) -> None:
-        self.current = begin_capture(self.graph.pool, self.graph.capture_error_mode)
+        self.current = self.graph.pool.begin_capture(self.graph.options.capture_error_mode)
         self.current_ops = []
         self.side_streams = {}
 
@@ -311,7 +293,7 @@ class _CaptureRecorder:
         if segment is None:
             return
         try:
-            recorded = end_capture(segment, self.graph.pool)
+            recorded = self.graph.pool.end_capture(segment)
         except Exception as error:
             raise self._segment_error(reason, error) from error
         if recorded:
@@ -337,7 +319,7 @@ class _CaptureRecorder:
         stream = torch.cuda.current_stream()
         if stream.cuda_stream != self.stream.cuda_stream:
             self.side_streams.setdefault(stream.cuda_stream, stream)
-        if self.graph.debug:
+        if self.graph.options.debug:
             self.current_ops.append(op_name)
 
     def split(self, reason: str) -> None:
@@ -366,8 +348,8 @@ class _CaptureRecorder:
                 f"{self.stream!r}: call eager breaks on the capture stream (join side streams first)"
             )
         self.end_segment(reason)
-        if self.graph.barrier is not None:
-            self.graph.barrier()
+        if self.graph.options.barrier is not None:
+            self.graph.options.barrier()
         self.running_eager = True
         try:
             result = (capture_stub or fn)(*args, **kwargs)
@@ -386,7 +368,7 @@ class _CaptureRecorder:
         # A result that is one of the arguments was written in place; anything else is refreshed by copying back.
         needs_copy = any(tensor.data_ptr() not in argument_addresses for tensor in result_tensors)
         recorded_addresses: tuple[tuple[int, torch.Tensor, int], ...] = ()
-        if self.graph.debug:
+        if self.graph.options.debug:
             recorded_addresses = tuple(
                 (index, tensor, tensor.data_ptr()) for index, tensor in enumerate(argument_tensors)
             )
@@ -404,7 +386,7 @@ class _CaptureRecorder:
         """Free everything recorded after a failure: the segment in progress and every finished one."""
         if self.current is not None:
             with torch.cuda.stream(self.stream):
-                abort_capture(self.current, self.graph.pool)
+                self.graph.pool.abort_capture(self.current)
             self.current = None
         for segment in self.segments:
             segment.graph.reset()
@@ -453,7 +435,7 @@ class _BreakDispatchMode(TorchDispatchMode):
             return recorder.eager_break(func, args, kwargs, options.capture_stub, name=str(func))
         recorder.note_op(str(func))
         result = func(*args, **kwargs)
-        if recorder.graph.split_every_op:
+        if recorder.graph.options.split_every_op:
             recorder.split(f"the op {func} (split_every_op)")
         return result
 

@@ -1,9 +1,10 @@
-"""Graph memory: the shared pool handle, non-owning references to graph outputs, and honest memory readings.
+"""Graph memory: non-owning references to graph outputs, and honest memory readings (the pool is ``graph_pool``).
 
 Two pitfalls shape this module. A graph output held strongly pins its block of the shared pool, so the next capture
 cannot reuse it (many shapes then cost many times the memory); ``weak_ref_tensor`` gives an alias that reads the
 same memory without pinning it. And the caching allocator keeps freed blocks, so free memory read without
-``empty_cache`` first says nothing about what a capture took; ``read_device_memory`` always returns the cache first.
+``empty_cache`` first says nothing about what a capture took; ``read_device_memory`` returns the cache first unless
+told not to.
 """
 
 from __future__ import annotations
@@ -14,28 +15,6 @@ from typing import Any
 import torch
 
 from .errors import require_cuda
-
-GraphPoolHandle = Any
-"""What ``torch.cuda.graph_pool_handle()`` returns (an opaque id tuple); it does not keep memory alive by itself."""
-
-_global_graph_memory_pool: GraphPoolHandle | None = None
-
-
-def get_global_graph_memory_pool() -> GraphPoolHandle | None:
-    """The pool every backend of this process captures into by default, or ``None`` before the first capture."""
-    return _global_graph_memory_pool
-
-
-def set_global_graph_memory_pool(pool: GraphPoolHandle | None) -> None:
-    """Make ``pool`` the process-wide default graph pool (``None`` forgets it, so the next capture makes a new one)."""
-    global _global_graph_memory_pool
-    _global_graph_memory_pool = pool
-
-
-def new_graph_pool(device: torch.device | str | int | None = None) -> GraphPoolHandle:
-    """A fresh graph pool handle on ``device`` (raises ``CudaGraphsUnavailableError`` without CUDA)."""
-    with torch.cuda.device(require_cuda(device)):
-        return torch.cuda.graph_pool_handle()
 
 
 def weak_ref_tensor(tensor: torch.Tensor) -> torch.Tensor:
@@ -76,11 +55,16 @@ class MemoryReading:
     """Memory in live tensors."""
 
 
-def read_device_memory(device: torch.device | str | int | None = None) -> MemoryReading:
-    """Synchronize ``device``, return the allocator's free cached blocks to the driver, then read its memory."""
+def read_device_memory(device: torch.device | str | int | None = None, *, settle: bool = True) -> MemoryReading:
+    """Synchronize ``device``, return the allocator's free cached blocks to the driver, then read its memory.
+
+    ``settle=False`` skips the synchronization and the cache flush: a cheap reading for progress displays and
+    per-step figures, in which free memory does not count blocks the allocator merely cached.
+    """
     device = require_cuda(device)
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
+    if settle:
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
     free_bytes, _total = torch.cuda.mem_get_info(device)
     return MemoryReading(
         free_bytes=free_bytes,

@@ -16,14 +16,13 @@ from typing import Any, ClassVar
 import torch
 
 from cudagraph.backend_utils import (
-    GraphPoolHandle,
-    anchor_pool,
+    CaptureOptions,
+    GraphPool,
+    MemoryReading,
     default_capture_stream,
-    get_global_graph_memory_pool,
     model_capture_mode,
-    new_graph_pool,
+    read_device_memory,
     require_cuda,
-    set_global_graph_memory_pool,
     weak_ref_tensors,
 )
 from cudagraph.config import Backend, Phase
@@ -37,17 +36,35 @@ def _nothing_to_replay() -> None:
 
 @dataclass
 class GraphEntry:
-    """One captured shape: its graph, the bound replay callable, its static output and (debug) input addresses."""
+    """Everything captured for one shape (a backend keeps one per shape, keyed by it): the graph, the bound replay
+    callable, the static output and, in debug mode, where the static inputs were at capture."""
 
     shape: int
+    """The shape descriptor: the runner's bucket (decode: batch size; prefill: token count)."""
     graph: Any
     """A ``torch.cuda.CUDAGraph`` or ``BreakableCUDAGraph`` (``None`` when the forward launched no work)."""
     replay: Callable[[], None]
     """Bound once at capture, so replay does no lookups."""
     output: Any
-    """The static output (weakly held by default)."""
+    """The static output (weakly held unless ``CaptureOptions.weak_ref_outputs`` is off)."""
     input_addresses: tuple[int, ...] = ()
     """Data pointers of the static inputs at capture (recorded in debug mode when the runner passes them)."""
+
+    def check_input_addresses(self, static_inputs: Sequence[torch.Tensor]) -> None:
+        """Raise if ``static_inputs`` are not where they were at capture (the graph would read stale memory)."""
+        addresses = tuple(tensor.data_ptr() for tensor in static_inputs)
+        if addresses == self.input_addresses:
+            return
+        moved = [
+            f"input {index}: {before:#x} -> {after:#x}"
+            for index, (before, after) in enumerate(zip(self.input_addresses, addresses, strict=False))
+            if before != after
+        ]
+        raise RuntimeError(
+            f"shape {self.shape}: static inputs are not where the graph was captured to read them "
+            f"({'; '.join(moved) or f'{len(self.input_addresses)} inputs at capture, {len(addresses)} now'}); "
+            f"copy new values into the captured buffers instead of passing new tensors"
+        )
 
     def release(self) -> None:
         """Free the graph; the entry must not be replayed afterwards."""
@@ -64,12 +81,10 @@ class BaseCudaGraphBackend(abc.ABC):
     Args:
         device: the CUDA device (raises ``CudaGraphsUnavailableError`` without CUDA).
         phase: the phase this backend serves (only used in messages).
-        num_warmups: eager runs of the forward before each capture (lazy initialization, autotuning, allocator).
-        debug: record static-input addresses at capture and check them at replay (``replay(..., static_inputs=)``).
-        pool: graph pool handle to capture into; default: the global pool (created and published if unset) when
-            ``share_global_pool``, else a private one.
-        weak_outputs: hold outputs without pinning their pool memory (default); ``False`` keeps them alive.
-        capture_error_mode: as in ``torch.cuda.graph``.
+        options: the capture switches (warm-ups, debug address checks, weak outputs, capture error mode, and the
+            breakable ones); default ``CaptureOptions()``.
+        pool: the ``GraphPool`` to capture into; default: one on the process-wide pool when ``share_global_pool``,
+            else a private one, made at the first capture session.
     """
 
     backend: ClassVar[Backend]
@@ -82,27 +97,18 @@ class BaseCudaGraphBackend(abc.ABC):
         device: torch.device | str | int | None = None,
         *,
         phase: Phase | str | None = None,
-        num_warmups: int = 2,
-        debug: bool = False,
-        pool: GraphPoolHandle | None = None,
+        options: CaptureOptions | None = None,
+        pool: GraphPool | None = None,
         share_global_pool: bool = True,
-        weak_outputs: bool = True,
-        capture_error_mode: str = "global",
     ) -> None:
         self.device = require_cuda(device)
-        if num_warmups < 0:
-            raise ValueError(f"num_warmups must be >= 0, got {num_warmups}")
         self.phase = Phase(phase) if phase is not None else None
-        self.num_warmups = num_warmups
-        self.debug = debug
-        self.pool: GraphPoolHandle | None = pool
+        self.options = options if options is not None else CaptureOptions()
+        self.pool: GraphPool | None = pool
         self.share_global_pool = share_global_pool
-        self.weak_outputs = weak_outputs
-        self.capture_error_mode = capture_error_mode
         self.entries: dict[int, GraphEntry] = {}
+        """Per-shape capture state, keyed by shape."""
         self.capture_stream: torch.cuda.Stream | None = None
-        self._pool_anchor: torch.cuda.CUDAGraph | None = None
-        self._retired_pool_anchors: list[torch.cuda.CUDAGraph] = []
         self._session_stream: torch.cuda.Stream | None = None
 
     # -- capture ----------------------------------------------------------------------------------------------------
@@ -110,13 +116,10 @@ class BaseCudaGraphBackend(abc.ABC):
     def prepare(self, runner: object) -> None:  # noqa: B027 - a hook: full and breakable need nothing here
         """Called by a runner before its capture loop (tc_piecewise compiles the model here)."""
 
-    def ensure_pool(self) -> GraphPoolHandle:
-        """The pool this backend captures into, created (and published as the global one, if shared) on first use."""
+    def ensure_pool(self) -> GraphPool:
+        """The pool this backend captures into, made on first use (on the process-wide handle, if shared)."""
         if self.pool is None:
-            shared = get_global_graph_memory_pool() if self.share_global_pool else None
-            self.pool = shared if shared is not None else new_graph_pool(self.device)
-            if self.share_global_pool and shared is None:
-                set_global_graph_memory_pool(self.pool)
+            self.pool = GraphPool.shared(self.device) if self.share_global_pool else GraphPool.create(self.device)
         return self.pool
 
     @contextlib.contextmanager
@@ -129,10 +132,8 @@ class BaseCudaGraphBackend(abc.ABC):
             if stream is None:
                 stream = self.capture_stream if self.capture_stream is not None else default_capture_stream()
             self.capture_stream = stream
-            pool = self.ensure_pool()
-            if self._pool_anchor is None:
-                # Keeps the pool valid while failed captures are freed (see anchor_pool); released by cleanup().
-                self._pool_anchor = anchor_pool(pool, stream)
+            # Keeps the pool valid while failed captures are freed; released by cleanup().
+            self.ensure_pool().hold(stream)
         with torch.cuda.device(self.device), model_capture_mode():
             torch.cuda.synchronize(self.device)
             self._session_stream = stream
@@ -145,7 +146,7 @@ class BaseCudaGraphBackend(abc.ABC):
     def capture_one(
         self, shape: int, forward_fn: Callable[[], Any], *, static_inputs: Sequence[torch.Tensor] = ()
     ) -> Any:
-        """Warm ``forward_fn`` up ``num_warmups`` times, capture it as ``shape``, and return its static output.
+        """Warm ``forward_fn`` up ``options.num_warmups`` times, capture it as ``shape``, return its static output.
 
         Must run inside ``capture_session``. Capturing a shape again replaces the old graph. On any failure
         (exception, out-of-memory, op illegal under capture) nothing of this shape is kept and one
@@ -156,36 +157,38 @@ class BaseCudaGraphBackend(abc.ABC):
             raise RuntimeError(f"{type(self).__name__}.capture_one({shape}) must run inside `with capture_session():`")
         self.discard(shape)
         stream.wait_stream(torch.cuda.current_stream(self.device))
+        pool = self.ensure_pool()
         try:
             with torch.cuda.stream(stream):
-                for _ in range(self.num_warmups):
+                for _ in range(self.options.num_warmups):
                     forward_fn()
-            entry = self._capture(shape, forward_fn, stream)
+            entry = self._capture(shape, forward_fn, stream, pool)
         except Exception as cause:
-            self._move_to_fresh_pool(stream)
+            # torch may still route allocations to the pool after a failed capture: later shapes use a new handle,
+            # graphs already captured keep the old one alive.
+            pool.renew()
+            pool.hold(stream)
             raise CudaGraphCaptureError(shape, str(self.backend), cause, CUDA_GRAPH_CAPTURE_FAILED_HINT) from cause
-        if self.weak_outputs:
+        if self.options.weak_ref_outputs:
             # The pool may give this memory to the next (smaller) capture: graphs in one pool never run together.
             entry.output = weak_ref_tensors(entry.output)
-        if self.debug:
+        if self.options.debug:
             entry.input_addresses = tuple(tensor.data_ptr() for tensor in static_inputs)
         self.entries[shape] = entry
         return entry.output
 
-    def _move_to_fresh_pool(self, stream: torch.cuda.Stream) -> None:
-        # After a failed capture torch may still route allocations to the pool (see end_capture), so later shapes
-        # go to a new one; graphs already captured keep the old pool alive, its anchor is released by cleanup().
-        if self._pool_anchor is not None:
-            self._retired_pool_anchors.append(self._pool_anchor)
-        published = self.pool is not None and get_global_graph_memory_pool() is self.pool
-        self.pool = new_graph_pool(self.device)
-        self._pool_anchor = anchor_pool(self.pool, stream)
-        if published:
-            set_global_graph_memory_pool(self.pool)
-
     @abc.abstractmethod
-    def _capture(self, shape: int, forward_fn: Callable[[], Any], stream: torch.cuda.Stream) -> GraphEntry:
-        """Capture ``forward_fn`` on ``stream`` into ``self.pool``; free everything captured if it fails."""
+    def _capture(
+        self, shape: int, forward_fn: Callable[[], Any], stream: torch.cuda.Stream, pool: GraphPool
+    ) -> GraphEntry:
+        """Capture ``forward_fn`` on ``stream`` into ``pool``; free everything captured if it fails."""
+
+    def memory_reading(self, *, settle: bool = True) -> MemoryReading:
+        """This backend's device memory now (``settle=False``: no sync, no cache flush; see ``read_device_memory``).
+
+        Runners account for capture memory through this, so they never ask a device for readings themselves.
+        """
+        return read_device_memory(self.device, settle=settle)
 
     # -- replay -----------------------------------------------------------------------------------------------------
 
@@ -209,24 +212,10 @@ class BaseCudaGraphBackend(abc.ABC):
             raise KeyError(
                 f"shape {shape} was not captured by this {self.backend} backend; captured: {list(self.shapes)}"
             )
-        if self.debug and static_inputs is not None:
-            self._check_input_addresses(entry, static_inputs)
+        if self.options.debug and static_inputs is not None:
+            entry.check_input_addresses(static_inputs)
         entry.replay()
         return entry.output
-
-    def _check_input_addresses(self, entry: GraphEntry, static_inputs: Sequence[torch.Tensor]) -> None:
-        addresses = tuple(tensor.data_ptr() for tensor in static_inputs)
-        if addresses != entry.input_addresses:
-            moved = [
-                f"input {index}: {before:#x} -> {after:#x}"
-                for index, (before, after) in enumerate(zip(entry.input_addresses, addresses, strict=False))
-                if before != after
-            ]
-            raise RuntimeError(
-                f"shape {entry.shape}: static inputs are not where the graph was captured to read them "
-                f"({'; '.join(moved) or f'{len(entry.input_addresses)} inputs at capture, {len(addresses)} now'}); "
-                f"copy new values into the captured buffers instead of passing new tensors"
-            )
 
     def runtime_session(self) -> contextlib.AbstractContextManager[None]:
         """Context manager around one step of replays (full and breakable need none; tc_piecewise sets its flag)."""
@@ -241,20 +230,15 @@ class BaseCudaGraphBackend(abc.ABC):
             entry.release()
 
     def cleanup(self) -> None:
-        """Free every graph and output and drop the pool reference, so that the memory returns to the device.
+        """Free every graph and output and release the pool, so that the memory returns to the device.
 
         A later capture session starts a new pool (on the same capture stream).
         """
         for entry in self.entries.values():
             entry.release()
         self.entries.clear()
-        for anchor in [*self._retired_pool_anchors, self._pool_anchor]:
-            if anchor is not None:
-                anchor.reset()
-        self._retired_pool_anchors.clear()
-        self._pool_anchor = None
-        if self.pool is not None and get_global_graph_memory_pool() is self.pool:
-            set_global_graph_memory_pool(None)
+        if self.pool is not None:
+            self.pool.release()
         self.pool = None
         # The capture stream is kept: torch keeps a cuBLAS workspace per stream for the life of the process, so a
         # new stream per capture session would grow memory with every recapture.

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from cudagraph.backend_utils import BreakableCUDAGraph
-from cudagraph.config import Backend, Phase
+from cudagraph.backend_utils import BreakableCUDAGraph, GraphPool
+from cudagraph.config import Backend
 
 from .base import BaseCudaGraphBackend, GraphEntry
 
@@ -21,34 +21,16 @@ class BreakableCudaGraphBackend(BaseCudaGraphBackend):
     The attention metadata is therefore computed outside the graph, before every replay
     (``captures_attn_metadata = False``).
 
-    Extra options: ``split_every_op`` (one op per segment, for bisecting capture bugs) and ``barrier`` (called
-    before each eager break while capturing).
+    The breakable switches (``split_every_op``, ``barrier``) come with the other capture options.
     """
 
     backend = Backend.BREAKABLE
     captures_attn_metadata = False
 
-    def __init__(
-        self,
-        device: torch.device | str | int | None = None,
-        *,
-        phase: Phase | str | None = None,
-        split_every_op: bool = False,
-        barrier: Callable[[], None] | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(device, phase=phase, **options)
-        self.split_every_op = split_every_op
-        self.barrier = barrier
-
-    def _capture(self, shape: int, forward_fn: Callable[[], Any], stream: torch.cuda.Stream) -> GraphEntry:
-        graph = BreakableCUDAGraph(
-            pool=self.ensure_pool(),
-            debug=self.debug,
-            split_every_op=self.split_every_op,
-            barrier=self.barrier,
-            capture_error_mode=self.capture_error_mode,
-        )
+    def _capture(
+        self, shape: int, forward_fn: Callable[[], Any], stream: torch.cuda.Stream, pool: GraphPool
+    ) -> GraphEntry:
+        graph = BreakableCUDAGraph(pool=pool, options=self.options)
         with graph.capture(stream):
             output = forward_fn()
         return GraphEntry(shape=shape, graph=graph, replay=graph.replay, output=output)

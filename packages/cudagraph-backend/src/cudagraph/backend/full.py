@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from cudagraph.backend_utils import capture_cuda_graph
+from cudagraph.backend_utils import GraphPool
 from cudagraph.config import Backend
 
 from .base import BaseCudaGraphBackend, GraphEntry, _nothing_to_replay
@@ -23,9 +23,9 @@ class FullCudaGraphBackend(BaseCudaGraphBackend):
     backend = Backend.FULL
     captures_attn_metadata = True
 
-    def _capture(self, shape: int, forward_fn: Callable[[], Any], stream: torch.cuda.Stream) -> GraphEntry:
-        graph, output = capture_cuda_graph(
-            forward_fn, pool=self.ensure_pool(), stream=stream, capture_error_mode=self.capture_error_mode
-        )
+    def _capture(
+        self, shape: int, forward_fn: Callable[[], Any], stream: torch.cuda.Stream, pool: GraphPool
+    ) -> GraphEntry:
+        graph, output = pool.capture(forward_fn, stream=stream, capture_error_mode=self.options.capture_error_mode)
         replay = graph.replay if graph is not None else _nothing_to_replay
         return GraphEntry(shape=shape, graph=graph, replay=replay, output=output)

@@ -2,7 +2,8 @@
 
 The loop captures largest shape first into the backend's one shared pool with the garbage collector frozen, so the
 smaller graphs reuse the memory the largest one reserved. Subclasses own their static buffers and say how one shape
-is fed (``_prepare_capture``) and replayed (``replay``).
+is fed (``_prepare_capture``) and replayed (``replay``). Everything device-specific (capturing, replaying, reading
+memory) is the backend's: this module runs the same code whatever backend it is given.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import abc
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from tqdm import tqdm
 
 from cudagraph.backend import BaseCudaGraphBackend, make_backend
-from cudagraph.backend_utils import ForwardContext, freeze_gc
+from cudagraph.backend_utils import CaptureOptions, ForwardContext, freeze_gc
 from cudagraph.config import ConfigError, CudaGraphConfig, Phase, PhaseConfig
 
 from .buckets import pad_to_bucket
@@ -29,22 +31,22 @@ from .stats import CaptureStats, ShapeCaptureStats
 logger = logging.getLogger(__name__)
 
 
-def free_device_bytes(device: torch.device) -> int:
-    """Free memory on ``device`` as the driver sees it (0 off CUDA), after returning cached blocks to it."""
-    if device.type != "cuda":
-        return 0
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    free, _total = torch.cuda.mem_get_info(device)
-    return free
+@dataclass
+class StaticBucket:
+    """What one bucket replays with: the batch viewing the static buffers that its graph was captured with, and the
+    forward context its eager breaks read at replay."""
+
+    batch: ForwardBatch
+    forward_context: ForwardContext
 
 
 class BaseCudaGraphRunner(abc.ABC):
     """Buckets, capture loop and teardown shared by the decode and prefill runners.
 
-    ``backend`` defaults to ``make_backend`` for the phase's configured backend; pass one to use another (tests pass
-    a backend that re-runs the forward). ``show_progress`` turns the capture progress bar on or off;
-    ``num_warmups`` is how many eager runs precede each capture.
+    ``backend`` defaults to ``make_backend`` for the phase's configured backend, with capture options from the
+    config (``debug``, ``enable_gc``) and ``num_warmups`` eager runs before each capture; pass one to use another
+    (tests pass ``cudagraph.backend.testing.CpuReplayBackend``). ``show_progress`` turns the capture progress bar on
+    or off. Buckets above the phase's ``max_size`` are not captured, so batches above it run eagerly.
     """
 
     phase: ClassVar[Phase]
@@ -61,21 +63,29 @@ class BaseCudaGraphRunner(abc.ABC):
         num_warmups: int = 2,
     ) -> None:
         phase_config: PhaseConfig = config.for_phase(self.phase)
-        if not phase_config.enabled or not phase_config.buckets:
+        buckets = tuple(bucket for bucket in phase_config.buckets if bucket <= phase_config.max_size)
+        if not phase_config.enabled or not buckets:
             raise ConfigError(
                 f"{self.phase} CUDA graphs are disabled in this config (backend {phase_config.backend}, "
-                f"buckets {list(phase_config.buckets)}); run {self.phase} eagerly instead of creating a runner"
+                f"buckets {list(phase_config.buckets)}, max size {phase_config.max_size}); run {self.phase} eagerly "
+                f"instead of creating a runner"
             )
         self.model_runner = model_runner
         self.config = config
-        self.buckets: tuple[int, ...] = tuple(phase_config.buckets)
+        self.buckets: tuple[int, ...] = buckets
+        """The shapes this runner captures: the phase's buckets up to its ``max_size``, ascending."""
         self.max_size: int = self.buckets[-1]
+        """The largest captured shape: static buffers are sized for it, and larger batches run eagerly."""
         self.device = torch.device(model_runner.device)
         self.backend: BaseCudaGraphBackend = backend or make_backend(
-            self.phase, phase_config.backend, self.device, num_warmups=num_warmups, debug=config.debug
+            self.phase,
+            phase_config.backend,
+            self.device,
+            options=CaptureOptions(num_warmups=num_warmups, debug=config.debug, freeze_gc=not config.enable_gc),
         )
         self.show_progress = show_progress
         self.stats = CaptureStats()
+        """The cost of the latest ``capture()`` (empty before the first)."""
         self.captured = False
         # bucket_by_size[n]: the bucket a batch of n replays (n = 0 is an idle batch, which replays the smallest).
         self.bucket_by_size: list[int | None] = [self.pad_to_bucket(max(n, 1)) for n in range(self.max_size + 1)]
@@ -93,18 +103,17 @@ class BaseCudaGraphRunner(abc.ABC):
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """A batch of ``bucket`` rows viewing the static buffers: what the graph of that shape is captured with."""
 
-    def _index_static_batches(self, attn_backend: object) -> None:
-        """One static batch per bucket, and the forward context its eager breaks read at replay."""
-        self.static_batches: dict[int, ForwardBatch] = {bucket: self._static_batch(bucket) for bucket in self.buckets}
-        self.forward_contexts: dict[int, ForwardContext] = {
-            bucket: ForwardContext(forward_batch=batch, attn_backend=attn_backend, extra={})
-            for bucket, batch in self.static_batches.items()
-        }
+    def _index_static_buckets(self, attn_backend: object) -> None:
+        """One ``StaticBucket`` per bucket: its static batch and the forward context its eager breaks read."""
+        self.static_buckets: dict[int, StaticBucket] = {}
+        for bucket in self.buckets:
+            batch = self._static_batch(bucket)
+            context = ForwardContext(forward_batch=batch, attn_backend=attn_backend, extra={})
+            self.static_buckets[bucket] = StaticBucket(batch, context)
 
     def _release_static_buffers(self) -> None:
         """Drop every static buffer so ``shutdown`` leaves nothing on the device."""
-        self.static_batches.clear()
-        self.forward_contexts.clear()
+        self.static_buckets.clear()
         self.inputs.release()
 
     @abc.abstractmethod
@@ -138,17 +147,19 @@ class BaseCudaGraphRunner(abc.ABC):
         if not self._buffers_allocated:
             self._allocate_static_buffers()
             self._buffers_allocated = True
-        self.stats = CaptureStats()
+        per_shape: list[ShapeCaptureStats] = []
         self.backend.prepare(self)
         started = time.perf_counter()
-        free_at_start = free_device_bytes(self.device)
-        with freeze_gc(self.config.enable_gc), self.backend.capture_session():
+        free_at_start = self.backend.memory_reading().free_bytes
+        with freeze_gc(enable_gc=not self.backend.options.freeze_gc), self.backend.capture_session():
             for shape in self._progress(sorted(self.buckets, reverse=True)):
-                self._capture_one_shape(shape)
+                per_shape.append(self._capture_one_shape(shape))
         self.captured = True
-        total_bytes = max(0, free_at_start - free_device_bytes(self.device))
-        self.stats.bytes = total_bytes
-        self.stats.seconds = time.perf_counter() - started
+        self.stats = CaptureStats(
+            per_shape=tuple(per_shape),
+            seconds=time.perf_counter() - started,
+            bytes=max(0, free_at_start - self.backend.memory_reading().free_bytes),
+        )
         logger.info(
             "captured %s %s graphs (%s): %s", len(self.buckets), self.phase, self.backend_name, self.stats.summary()
         )
@@ -157,32 +168,36 @@ class BaseCudaGraphRunner(abc.ABC):
     def capture_one_shape(self, shape: int) -> torch.Tensor:
         """Capture ``shape`` alone (inside ``capture``'s session) and return its static output."""
         forward_fn = self._prepare_capture(shape)
-        if self.config.debug:
+        if self.backend.options.debug:
             # The backend records where the static inputs were and checks them before every replay.
             return self.backend.capture_one(shape, forward_fn, static_inputs=self.static_input_tensors(shape))
         return self.backend.capture_one(shape, forward_fn)
+
+    def replay_graph(self, shape: int) -> torch.Tensor:
+        """Replay the captured ``shape`` and return its static output (in debug mode, after checking that the static
+        buffers are where the graph was captured to read them)."""
+        if self.backend.options.debug:
+            return self.backend.replay(shape, static_inputs=self.static_input_tensors(shape))
+        return self.backend.replay(shape)
 
     def static_input_tensors(self, shape: int) -> list[torch.Tensor]:
         """The static buffers the graph of ``shape`` reads (checked against capture-time addresses in debug mode)."""
         return list(self.inputs.tensors.values())
 
-    def _capture_one_shape(self, shape: int) -> None:
+    def _capture_one_shape(self, shape: int) -> ShapeCaptureStats:
         started = time.perf_counter()
         # Per shape, the allocator's reserved growth (no sync, no cache flush, so the loop stays fast); the total in
         # ``capture`` is the honest driver-side figure, which also counts instantiated graphs.
-        reserved_before = self._reserved_bytes()
+        reserved_before = self.backend.memory_reading(settle=False).reserved_bytes
         self.capture_one_shape(shape)
-        used = max(0, self._reserved_bytes() - reserved_before)
-        self.stats.record(ShapeCaptureStats(shape=shape, seconds=time.perf_counter() - started, bytes=used))
-
-    def _reserved_bytes(self) -> int:
-        return torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0
+        used = max(0, self.backend.memory_reading(settle=False).reserved_bytes - reserved_before)
+        return ShapeCaptureStats(shape=shape, seconds=time.perf_counter() - started, bytes=used)
 
     def _progress(self, shapes: list[int]) -> Iterable[int]:
         bar = tqdm(shapes, desc=f"capture {self.phase}", unit="graph", disable=not self.show_progress, leave=False)
         for shape in bar:
-            if self.device.type == "cuda" and self.show_progress:
-                free, _ = torch.cuda.mem_get_info(self.device)
+            if self.show_progress:
+                free = self.backend.memory_reading(settle=False).free_bytes
                 bar.set_postfix_str(f"shape={shape} free={free / 2**30:.2f} GiB")
             yield shape
 

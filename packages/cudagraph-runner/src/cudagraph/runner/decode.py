@@ -38,7 +38,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         )
         self.inputs.mirror_seq_lens_cpu = getattr(attn_backend, "needs_seq_lens_cpu", True)
         attn_backend.init_cuda_graph_state(self.max_size, self.max_size)
-        self._index_static_batches(attn_backend)
+        self._index_static_buckets(attn_backend)
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """A batch of ``bucket`` rows viewing the static buffers: what a graph of that size was captured with."""
@@ -53,11 +53,10 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             out_cache_loc=view("out_cache_loc", bucket),
             seq_lens_sum=bucket * self.inputs.seq_len_fill_value,
             seq_lens_cpu=self.inputs.seq_lens_cpu[:bucket],
-            attn_backend=self.model_runner.attn_backend,
         )
 
     def _prepare_capture(self, shape: int) -> Callable[[], torch.Tensor]:
-        batch = self.static_batches[shape]
+        batch = self.static_buckets[shape].batch
         self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph(
             shape, shape, batch.req_pool_indices, batch.seq_lens, ForwardMode.DECODE
         )
@@ -93,7 +92,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             self.inputs.load(batch, batch_size, batch_size)
         else:
             self.inputs.pad_from(0, 0)  # idle: every row is padding
-        static_batch = self.static_batches[bucket]
+        static_bucket = self.static_buckets[bucket]
+        static_batch = static_bucket.batch
         padded_sum = batch.seq_lens_sum + (bucket - batch_size) * self.inputs.seq_len_fill_value
         self.model_runner.attn_backend.init_forward_metadata_replay_cuda_graph(
             bucket,
@@ -105,9 +105,9 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         )
         with self.backend.runtime_session():
             if self.backend.captures_attn_metadata:
-                logits = self.backend.replay(bucket)
+                logits = self.replay_graph(bucket)
             else:
                 # Eager breaks (attention) read the batch from the forward context at replay.
-                with set_forward_context(self.forward_contexts[bucket]):
-                    logits = self.backend.replay(bucket)
+                with set_forward_context(static_bucket.forward_context):
+                    logits = self.replay_graph(bucket)
         return logits if batch_size == bucket else logits[:batch_size]

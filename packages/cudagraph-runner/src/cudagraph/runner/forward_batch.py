@@ -69,7 +69,6 @@ class ForwardBatch:
     extend_num_tokens: int | None = None
     extend_seq_lens_cpu: list[int] | None = None
     extend_prefix_lens_cpu: list[int] | None = None
-    attn_backend: Any = None
     attn_metadata: Any = None
 
     @property

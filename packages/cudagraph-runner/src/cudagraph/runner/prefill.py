@@ -46,7 +46,7 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             seq_len_fill_value=attn_backend.get_cuda_graph_seq_len_fill_value(),
         )
         attn_backend.init_cuda_graph_state(self.max_requests, self.max_size)
-        self._index_static_batches(attn_backend)
+        self._index_static_buckets(attn_backend)
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """All-padding batch of ``bucket`` tokens viewing the static buffers: what the graph is captured with."""
@@ -68,11 +68,10 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             extend_num_tokens=0,
             extend_seq_lens_cpu=[],
             extend_prefix_lens_cpu=[],
-            attn_backend=self.model_runner.attn_backend,
         )
 
     def _prepare_capture(self, shape: int) -> Callable[[], torch.Tensor]:
-        batch = self.static_batches[shape]
+        batch = self.static_buckets[shape].batch
         self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph(
             self.requests_per_graph(shape),
             shape,
@@ -102,7 +101,8 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         bucket = self.pad_to_bucket(num_tokens)
         assert bucket is not None  # can_run checked it
         self.inputs.load(batch, num_tokens, batch_size)
-        static_batch = self.static_batches[bucket]
+        static_bucket = self.static_buckets[bucket]
+        static_batch = static_bucket.batch
         # The captured forward and its eager breaks see this very batch object: its tensors stay the padded static
         # views, its host-side fields are updated in place to describe the real requests.
         static_batch.batch_size = batch_size
@@ -122,6 +122,6 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             seq_lens_cpu=static_batch.seq_lens_cpu,
             forward_batch=static_batch,
         )
-        with self.backend.runtime_session(), set_forward_context(self.forward_contexts[bucket]):
-            logits = self.backend.replay(bucket)
+        with self.backend.runtime_session(), set_forward_context(static_bucket.forward_context):
+            logits = self.replay_graph(bucket)
         return logits[:batch_size]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -15,21 +15,21 @@ class ShapeCaptureStats:
     """Device memory that left the free pool while this shape was captured (shared-pool growth, not its size)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CaptureStats:
-    """The cost of one runner's capture: totals and every shape in capture order (largest first)."""
+    """The cost of one ``capture()`` of one runner: every shape in capture order (largest first) and the totals,
+    measured once around the whole capture (a recapture after ``shutdown`` gets new stats)."""
 
-    graphs: int = 0
+    per_shape: tuple[ShapeCaptureStats, ...] = ()
     seconds: float = 0.0
+    """Wall time of the whole capture: preparing the backend, warm-ups and every shape."""
     bytes: int = 0
-    per_shape: list[ShapeCaptureStats] = field(default_factory=list)
+    """Device memory the capture kept, as the driver sees it (pool blocks and instantiated graphs)."""
 
-    def record(self, shape_stats: ShapeCaptureStats) -> None:
-        """Add one captured shape to the totals."""
-        self.per_shape.append(shape_stats)
-        self.graphs += 1
-        self.seconds += shape_stats.seconds
-        self.bytes += shape_stats.bytes
+    @property
+    def graphs(self) -> int:
+        """Shapes captured."""
+        return len(self.per_shape)
 
     def summary(self) -> str:
         """One line for the log: how many graphs, how long, how much memory."""

@@ -35,7 +35,7 @@ _WORKSPACES: dict[torch.device, _Workspaces] = {}
 
 
 def _shared_workspaces(device: torch.device) -> _Workspaces:
-    """One set of workspaces per device for the whole process (they are never freed; see ``_share_workspace``)."""
+    """One set of workspaces per device for the whole process, never freed (why: ``_share_workspace``)."""
     if device.index is None:
         device = torch.device(device.type, torch.cuda.current_device())
     workspaces = _WORKSPACES.get(device)
@@ -107,12 +107,16 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
     def _share_workspace(
         self, wrapper: flashinfer.BatchDecodeWithPagedKVCacheWrapper
     ) -> flashinfer.BatchDecodeWithPagedKVCacheWrapper:
-        # Every wrapper is re-planned right before it runs, so one set of workspaces serves them all. Set directly
-        # (what reset_workspace_buffer does, minus allocating a fresh pinned buffer per wrapper): pinned buffers that
-        # async plan copies used are then never freed, which torch's pool-aware host allocator does not survive
-        # when a graph capture begins afterwards.
-        wrapper._float_workspace_buffer = self._workspaces.float_buffer
-        wrapper._int_workspace_buffer = self._workspaces.int_buffer
+        """Point ``wrapper`` at the process's shared workspaces (every wrapper is re-planned right before it runs,
+        so one set serves them all).
+
+        The device buffers go through the public ``reset_workspace_buffer``. That method also gives the wrapper a
+        fresh pinned host buffer, which plans stage their copies in; it is swapped for the shared one before any
+        plan has used it, the one place this module sets a FlashInfer attribute directly. Why: a pinned buffer that
+        async plan copies used must never be freed, as torch's pool-aware host allocator does not survive that when
+        a graph capture begins afterwards; per-wrapper buffers would be freed with their wrapper at shutdown.
+        """
+        wrapper.reset_workspace_buffer(self._workspaces.float_buffer, self._workspaces.int_buffer)
         wrapper._pin_memory_int_workspace_buffer = self._workspaces.pinned_int_buffer
         return wrapper
 
