@@ -1,7 +1,19 @@
 """Graphs against eager on a real GPU: decode (full, breakable) for every batch size 1..64, prefill (breakable),
-and the FlashInfer attention backend against the torch one.
+and FlashInfer's decode attention against the torch backend's.
 
 Random-weight float32 models keep greedy ties out of the comparison: a graph must reproduce eager tokens exactly.
+The bfloat16 tests compare logits (or attention outputs) at ``BF16_LOGITS``, each where that claim holds:
+
+- graphs against eager of the same attention backend (torch, FlashInfer), whole model: the same kernels on the same
+  inputs, so only what a graph changes (padding, static buffers, replay) can make them differ;
+- FlashInfer against torch attention, one attention call: the same ``q`` over the same paged keys and values.
+
+There is deliberately no whole-model FlashInfer-against-torch comparison. Two different attention kernels round
+differently in bfloat16 (by one bfloat16 step here and there); each layer feeds that into the next layer and finally
+the LM head, so whole-model logits of the two backends drift past the tolerance (measured on an H100, eager against
+eager: 13 of 512 logits, by up to 0.05) while every single attention call agrees well within it (at most 0.008). The
+op-level test is where the kernels are compared; the graph tests compare each backend only with itself.
+
 Every engine is shut down even when a test fails, so a failure never leaves a graph pool behind for the next test.
 """
 
@@ -14,16 +26,20 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from cudagraph.backend_utils import ForwardContext, set_forward_context
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, unified_attention
 from cudagraph.engine.batch import Request, SamplingParams, make_extend_batch
 from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.runner import ForwardBatch, ForwardMode
 
 BF16_LOGITS = {"rtol": 2e-2, "atol": 2e-2}
-"""How close two bfloat16 logits must be: the torch backend's graph against its eager run, and FlashInfer against
-the torch backend (both graphed and eager), so no FlashInfer test is looser than the torch backend's own."""
+"""How close two bfloat16 results must be: a graph's logits against eager logits of the same backend (torch or
+FlashInfer), and FlashInfer's attention output against the torch backend's for one call, so no FlashInfer test is
+looser than the torch backend's own."""
 
 DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
@@ -160,41 +176,115 @@ NO_FLASHINFER = importlib.util.find_spec("flashinfer") is None
 FLASHINFER_MODEL = model_config_from_preset("tiny-qwen3-random").with_overrides(head_dim=64)
 
 
+def decode_batch_of_lengths(model_runner: ModelRunner, context_lens: list[int], seed: int) -> ForwardBatch:
+    """One fresh request per entry of ``context_lens``, with that many cached tokens (whatever KV is in their slots),
+    decoding its next token. ``release_decode_batch`` gives the rows and slots back."""
+    device = model_runner.device
+    rows, new_token_slots = [], []
+    for context_len in context_lens:
+        row = model_runner.req_to_token_pool.alloc()
+        slots = model_runner.token_to_kv_pool.alloc(context_len + 1)
+        model_runner.req_to_token_pool.write(row, 0, slots)
+        rows.append(row)
+        new_token_slots.append(slots[context_len])
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model_runner.model.config.vocab_size
+    seq_lens_cpu = torch.tensor(context_lens, dtype=torch.int32) + 1
+    return ForwardBatch(
+        forward_mode=ForwardMode.DECODE,
+        batch_size=len(context_lens),
+        input_ids=torch.randint(0, vocab, (len(context_lens),), generator=generator).to(device),
+        positions=torch.tensor(context_lens, dtype=torch.int64, device=device),
+        seq_lens=seq_lens_cpu.to(device),
+        req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=device),
+        out_cache_loc=torch.stack(new_token_slots).to(device),
+        seq_lens_sum=int(seq_lens_cpu.sum()),
+        seq_lens_cpu=seq_lens_cpu,
+    )
+
+
+def release_decode_batch(model_runner: ModelRunner, batch: ForwardBatch) -> None:
+    """Give back the rows and slots ``decode_batch_of_lengths`` took."""
+    assert batch.seq_lens_cpu is not None
+    for row, seq_len in zip(batch.req_pool_indices.tolist(), batch.seq_lens_cpu.tolist(), strict=True):
+        slots = model_runner.req_to_token_pool.req_to_token[row, :seq_len].to("cpu", torch.int64)
+        model_runner.token_to_kv_pool.free(slots)
+        model_runner.req_to_token_pool.free(row)
+
+
+def attention_output(
+    attn_backend: TorchAttentionBackend,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layer_id: int,
+    batch: ForwardBatch,
+) -> torch.Tensor:
+    """One call of the registered attention op for ``layer_id`` under ``attn_backend``, as the model makes it: the
+        step's keys and values are already stored, the op only attends. (FlashInfer's backend is a torch backend whose
+    decode goes through FlashInfer.)"""
+    attn_backend.init_forward_metadata(batch)
+    output = torch.empty_like(q)
+    with set_forward_context(ForwardContext(forward_batch=batch, attn_backend=attn_backend)):
+        unified_attention(q, k, v, output, layer_id, kv_stored=True)
+    return output
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
-@pytest.mark.parametrize("backend", [Backend.DISABLED, Backend.FULL, Backend.BREAKABLE])
-def test_flashinfer_decode_logits_match_the_torch_backend(backend: Backend) -> None:
-    with (
-        engine(FLASHINFER_MODEL, EAGER, dtype="bfloat16") as reference,
-        engine(FLASHINFER_MODEL, config(backend, Backend.DISABLED), attention="flashinfer", dtype="bfloat16") as flash,
-    ):
-        for model_runner in (reference, flash):
-            fill_cache(model_runner, seed=9)
-        for batch_size in (1, 3, 16, 40):
-            # Both engines allocate the same rows and slots, so both attend over the same random keys and values.
-            reference_batch = synthetic_decode_batch(reference, batch_size, context_len=70, seed=batch_size)
-            flash_batch = synthetic_decode_batch(flash, batch_size, context_len=70, seed=batch_size)
-            assert torch.equal(reference_batch.out_cache_loc, flash_batch.out_cache_loc)
-            want = reference.forward(reference_batch)
-            have = flash.run(flash_batch)
-            torch.testing.assert_close(have, want, **BF16_LOGITS)
-            release_synthetic_batch(reference, reference_batch, 70)
-            release_synthetic_batch(flash, flash_batch, 70)
+@pytest.mark.parametrize("batch_size", [1, 3, 16, 40])
+def test_flashinfer_decode_attention_matches_the_torch_backend_on_one_layer(batch_size: int) -> None:
+    """One attention call, both backends over the very same cache tensors: requests of different lengths (one of
+    them attending only to its own new token), a grouped-query layout, bfloat16 throughout."""
+    with engine(FLASHINFER_MODEL, EAGER, attention="flashinfer", dtype="bfloat16") as flash:
+        fill_cache(flash, seed=9)
+        shape = flash.shape
+        assert shape.num_heads > shape.num_kv_heads, "the model should exercise grouped-query attention"
+        # The torch backend reads the FlashInfer engine's own pools: same slots, same keys and values, by construction.
+        torch_attention = make_attention_backend("torch", flash.req_to_token_pool, flash.token_to_kv_pool, shape)
+        generator = torch.Generator().manual_seed(batch_size)
+        context_lens = [0, *torch.randint(1, 150, (batch_size - 1,), generator=generator).tolist()]
+        batch = decode_batch_of_lengths(flash, context_lens, seed=batch_size)
+        device_generator = torch.Generator(device="cuda").manual_seed(batch_size)
+
+        def activations(width: int) -> torch.Tensor:
+            return torch.randn(batch_size, width, generator=device_generator, device="cuda").to(torch.bfloat16)
+
+        q = activations(shape.num_heads * shape.head_dim)
+        k = activations(shape.num_kv_heads * shape.head_dim)
+        v = activations(shape.num_kv_heads * shape.head_dim)
+        layer_id = shape.num_layers - 1
+        torch_attention.store_kv(k, v, layer_id, batch.out_cache_loc)
+        want = attention_output(torch_attention, q, k, v, layer_id, batch)
+        have = attention_output(flash.attn_backend, q, k, v, layer_id, batch)
+        assert have.dtype == want.dtype == torch.bfloat16
+        torch.testing.assert_close(have, want, **BF16_LOGITS)
+        # A row that sees only its new token returns that token's value, in every query head of the group.
+        groups = shape.num_heads // shape.num_kv_heads
+        only_value = v[0].view(shape.num_kv_heads, 1, shape.head_dim).expand(-1, groups, -1).reshape(-1)
+        torch.testing.assert_close(have[0], only_value, **BF16_LOGITS)
+        release_decode_batch(flash, batch)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
 @pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
 def test_flashinfer_decode_graphs_match_flashinfer_eager_at_every_batch_size(backend: Backend) -> None:
-    """bfloat16 rules out exact tokens, so compare logits: every batch size 1..64, padding included."""
+    """Whole-model logits of a FlashInfer graph against FlashInfer eager: every batch size 1..64, padding included,
+    requests of mixed lengths (so each replay re-plans the wrapper for new lengths). bfloat16 logits at
+    ``BF16_LOGITS``, and the same greedy tokens, ties included: a graph runs eager's kernels per row (split-kv is off
+    for that), and on an H100 every replay here was bitwise equal to eager."""
     with engine(FLASHINFER_MODEL, config(backend, Backend.DISABLED), attention="flashinfer", dtype="bfloat16") as flash:
         fill_cache(flash, seed=11)
         runner = flash.decode_cuda_graph_runner
         assert runner is not None
+        generator = torch.Generator().manual_seed(11)
         for batch_size in range(1, 65):
-            batch = synthetic_decode_batch(flash, batch_size, context_len=50, seed=batch_size)
+            context_lens = torch.randint(0, 150, (batch_size,), generator=generator).tolist()
+            batch = decode_batch_of_lengths(flash, context_lens, seed=batch_size)
             assert runner.can_run(batch)
             have = runner.replay(batch).clone()
             want = flash.forward(batch)
             torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
-            release_synthetic_batch(flash, batch, 50)
+            assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
+            release_decode_batch(flash, batch)
