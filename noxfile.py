@@ -41,8 +41,13 @@ def install_workspace(session: nox.Session, *extra: str) -> None:
 
 @nox.session(venv_backend="virtualenv")
 def tests(session: nox.Session) -> None:
-    """Unit, property, codemod, shim and packaging tests on the CPU; GPU tests skip with a reason."""
+    """Unit, property, codemod, shim and packaging tests on the CPU; GPU tests skip with a reason.
+
+    First the real trees the codemods are proven on (released SGLang sources) are fetched into a cache; offline that
+    step says so and their tests skip with the reason.
+    """
     install_workspace(session, *TEST_REQUIREMENTS)
+    session.run("python", "tests/realtrees/trees.py", "fetch")
     session.run("pytest", *(session.posargs or ["-q"]))
 
 
@@ -80,6 +85,8 @@ def migrate(session: nox.Session) -> None:
     """Migrate PATH... in place (``nox -s migrate -- PATH``); with no path, migrate the bundled legacy example."""
     install_workspace(session, "pytest>=8")
     if session.posargs:
+        # relative paths are the caller's, not the noxfile's folder (nox runs sessions from there)
+        session.chdir(session.invoked_from)
         session.run("cudagraph-migrate", *session.posargs)
     else:
         session.run("python", "-m", "cudagraph.migrate.example")

@@ -1,0 +1,171 @@
+"""``cudagraph-migrate`` on released SGLang trees: what it writes imports, parses, leaves other programs alone, and
+is idempotent. The trees come from ``python tests/realtrees/trees.py fetch`` (``nox -s tests`` runs it); without
+them (offline) these tests skip, saying so.
+
+"Legacy references" below are from-imports of a legacy module and ``import legacy.module`` statements, split into
+those the packages can take over (a symbol row, or a name the new module exports) and those that must stay (a name
+only the legacy module has, such as SGLang's private ``_allocate_decode_buffers``).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from cudagraph.migrate.exports import load_exports
+from cudagraph.migrate.renames import RenameKind, load_renames
+from cudagraph.migrate.rules.base import LegacyModuleMatcher
+from cudagraph.migrate.verify import cudagraph_references
+
+from .trees import TREES, RealTree
+
+pytestmark = pytest.mark.slow
+
+TABLE = load_renames()
+EXPORTS = load_exports()
+LEGACY_FLAGS = frozenset(TABLE.by_old(RenameKind.CLI_FLAG))
+DEFINITION_CALLS = frozenset({"add_argument", "option", "argument", "field"})
+MIGRATE = [str(Path(sys.executable).with_name("cudagraph-migrate")), "-j", "2", "--no-progress"]
+
+
+@dataclass
+class TreeFacts:
+    """What the tests compare before and after, read with ``ast`` (independently of the codemods)."""
+
+    movable: int = 0
+    staying: int = 0
+    unparsable: set[str] = field(default_factory=set)
+    definitions: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    argv_flags: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+@functools.cache
+def read_facts(root: Path) -> TreeFacts:
+    facts = TreeFacts()
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        try:
+            tree = ast.parse(path.read_bytes(), filename=relative)
+        except SyntaxError:
+            facts.unparsable.add(relative)
+            continue
+        matcher = LegacyModuleMatcher(TABLE, relative)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                match = matcher.match(node.module or "", level=node.level) if (node.module or node.level) else None
+                if match is not None and not match.rest:
+                    for alias in node.names:
+                        movable = TABLE.symbol(match.row.old, alias.name) or EXPORTS.exports(match.row.new, alias.name)
+                        facts.movable += bool(movable)
+                        facts.staying += not movable
+            elif isinstance(node, ast.Import):
+                facts.movable += sum(1 for alias in node.names if (m := matcher.match(alias.name)) and not m.rest)
+            elif isinstance(node, ast.Call):
+                callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and arg.value in LEGACY_FLAGS and callee in DEFINITION_CALLS:
+                        facts.definitions[(relative, callee, arg.value)] += 1
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for token in node.value.split():
+                    if token.partition("=")[0] in LEGACY_FLAGS:
+                        facts.argv_flags[(relative, token)] += 1
+    return facts
+
+
+@dataclass
+class Migrated:
+    """A migrated copy of a tree beside the pristine one, with the run's output."""
+
+    tree: RealTree
+    original: Path
+    copy: Path
+    result: subprocess.CompletedProcess[str]
+
+    def changed_files(self) -> list[str]:
+        return sorted(
+            path.relative_to(self.copy).as_posix()
+            for path in self.copy.rglob("*.py")
+            if path.read_bytes() != (self.original / path.relative_to(self.copy)).read_bytes()
+        )
+
+
+@pytest.fixture(scope="module", params=TREES, ids=lambda tree: tree.name)
+def migrated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Migrated:
+    tree: RealTree = request.param
+    if not tree.ready():
+        pytest.skip(f"{tree.name} is not in {tree.path().parent} (offline?): python tests/realtrees/trees.py fetch")
+    copy = tmp_path_factory.mktemp(tree.name) / "tree"
+    shutil.copytree(tree.path(), copy)
+    result = subprocess.run([*MIGRATE, str(copy)], capture_output=True, text=True, timeout=1200)
+    return Migrated(tree, tree.path(), copy, result)
+
+
+def test_the_run_succeeds_and_reports(migrated: Migrated) -> None:
+    assert migrated.result.returncode == 0, migrated.result.stderr[-4000:]
+    assert "failed: 0" in migrated.result.stderr
+
+
+def test_legacy_references_that_can_move_are_gone_and_what_stays_is_reported(migrated: Migrated) -> None:
+    before, after = read_facts(migrated.original), read_facts(migrated.copy)
+    name = migrated.tree.name
+    print(f"{name}: movable {before.movable} -> {after.movable}, staying {before.staying} -> {after.staying}")
+    assert after.movable <= 0.02 * before.movable
+    assert after.staying <= before.staying
+    if after.staying:
+        assert "not exported by" in migrated.result.stderr
+
+
+def test_no_new_parse_failures(migrated: Migrated) -> None:
+    assert read_facts(migrated.copy).unparsable <= read_facts(migrated.original).unparsable
+
+
+def test_every_cudagraph_import_written_resolves_in_the_installed_packages(migrated: Migrated) -> None:
+    unresolved = []
+    for relative in migrated.changed_files():
+        for reference in cudagraph_references((migrated.copy / relative).read_bytes(), relative):
+            module = importlib.import_module(reference.module)
+            if reference.name is not None and not hasattr(module, reference.name):
+                unresolved.append(f"{relative}:{reference.line}: {reference.spelled()}")
+    assert unresolved == []
+
+
+def test_flag_definitions_and_other_programs_command_lines_are_untouched(migrated: Migrated) -> None:
+    before, after = read_facts(migrated.original), read_facts(migrated.copy)
+    assert after.definitions == before.definitions
+    assert after.argv_flags == before.argv_flags  # no --rewrite-argv: argv is listed, never rewritten
+    if before.argv_flags:
+        assert "argv: " in migrated.result.stderr
+
+
+def test_a_second_run_changes_nothing(migrated: Migrated) -> None:
+    again = subprocess.run([*MIGRATE, "--check", str(migrated.copy)], capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0, again.stdout[-2000:]
+
+
+def test_an_already_migrated_tree_comes_out_unchanged(migrated: Migrated) -> None:
+    if not migrated.tree.already_migrated:
+        pytest.skip(f"{migrated.tree.name} still uses the legacy names")
+    assert migrated.changed_files() == []
+
+
+def test_migrated_test_files_still_collect_where_they_did(migrated: Migrated) -> None:
+    tests = [relative for relative in migrated.changed_files() if Path(relative).name.startswith("test_")]
+    if not tests:
+        pytest.skip(f"the migration changed no test file of {migrated.tree.name}")
+    assert _collection_errors(migrated.copy, tests) <= _collection_errors(migrated.original, tests)
+
+
+def _collection_errors(root: Path, tests: list[str]) -> set[str]:
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--noconftest"]
+    command += ["--continue-on-collection-errors", "-o", "addopts=", *tests]
+    result = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600)
+    return {line.split()[1] for line in result.stdout.splitlines() if line.startswith("ERROR ")}
