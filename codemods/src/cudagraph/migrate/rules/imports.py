@@ -431,6 +431,10 @@ class _Planner(cst.CSTVisitor):
         scope = self.command.get_metadata(ScopeProvider, node, None)
         if scope is None:
             return True
+        if len(scope.assignments[binding]) > 1:
+            # which binding a use reaches depends on the order at run time: nothing is rewritten through it
+            self.command.note(node, f"{binding} is bound more than once in this scope; the legacy import stays")
+            return True
         accesses = [
             access.node
             for assignment in scope.assignments[binding]
