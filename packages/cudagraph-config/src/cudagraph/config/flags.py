@@ -196,7 +196,7 @@ def _phase_flags(phase: Phase) -> list[Flag]:
             Arity.MANY,
             OriginKind.FLAG,
             _sizes_reader(phase_key(phase, "buckets")),
-            f"{phase} {shapes} to capture (default: a schedule up to the max)",
+            f"{phase} {shapes} to capture, separated by spaces or commas (default: a schedule up to the max)",
             "N",
         ),
         Flag(

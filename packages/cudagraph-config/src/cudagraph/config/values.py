@@ -8,6 +8,7 @@ what is allowed.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,13 +60,34 @@ def read_positive_int(label: str, raw: object) -> int:
     return value
 
 
+_SIZE_SEPARATOR = re.compile(r"\s*,\s*|\s+")
+
+
+def _size_items(label: str, item: object) -> list[object]:
+    # "1,2,4", "1 2 4" and "1, 2" are one command-line token (or Python string) holding several sizes.
+    if not isinstance(item, str):
+        return [item]
+    pieces = _SIZE_SEPARATOR.split(item.strip())
+    if "" in pieces:
+        raise ConfigError(
+            f"{label}: {item!r} has an empty entry; allowed: positive integers separated by spaces or commas"
+        )
+    return list(pieces)
+
+
 def read_sizes(label: str, raw: object) -> tuple[int, ...]:
-    """``raw`` (a list of ints or strings) as an ascending, deduplicated tuple of positive ints."""
-    if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Sequence):
+    """``raw`` as an ascending, deduplicated tuple of positive ints.
+
+    ``raw`` is a list of ints or strings, or one string; a string may hold several sizes separated by commas or
+    spaces, so ``1 2 4``, ``1,2,4`` and ``1,2 4`` on a command line all read as ``(1, 2, 4)``.
+    """
+    if isinstance(raw, str):
+        raw = [raw]
+    if isinstance(raw, (bytes, Mapping)) or not isinstance(raw, Sequence):
         raise ConfigError(f"{label}: expected a list of positive integers, got {raw!r}")
     if not raw:
         raise ConfigError(f"{label}: empty list; allowed: one or more positive integers")
-    return tuple(sorted({read_positive_int(label, item) for item in raw}))
+    return tuple(sorted({read_positive_int(label, size) for item in raw for size in _size_items(label, item)}))
 
 
 def read_compiler(label: str, raw: object) -> str:
