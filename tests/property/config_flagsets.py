@@ -15,6 +15,7 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 
 from cudagraph.config import (
+    LEGACY_BACKEND_VALUES,
     LEGACY_FLAGS,
     MODERN_FLAGS,
     Backend,
@@ -33,7 +34,8 @@ _PARSER = argparse.ArgumentParser(exit_on_error=False)
 add_cli_args(_PARSER)
 
 BACKEND_NAMES = [backend.value for backend in Backend]
-JUNK_BACKENDS = ["FULL", "piecewise", "tcpiecewise", ""]
+LEGACY_BACKEND_SPELLINGS = sorted(LEGACY_BACKEND_VALUES)
+JUNK_BACKENDS = ["FULL", "piecewise", "TCPCG", "tc-piecewise", ""]
 JUNK_SIZES = ["0", "-1", "1.5", "x", ""]
 JUNK_MODES = ["{", "[]", '"full"', "null", "1", '{"decode": "full", "decode": "full"}', '{"decode": {}}']
 
@@ -106,7 +108,7 @@ def via_keywords(flags: FlagSet, environment: Environment | None = None) -> Outc
 # --- value strategies ---------------------------------------------------------------------------------------------
 
 valid_backend = st.sampled_from(BACKEND_NAMES)
-any_backend = st.one_of(valid_backend, st.sampled_from(JUNK_BACKENDS))
+any_backend = st.one_of(valid_backend, st.sampled_from(JUNK_BACKENDS), st.sampled_from(LEGACY_BACKEND_SPELLINGS))
 valid_mode = st.dictionaries(st.sampled_from([phase.value for phase in Phase]), valid_backend).map(json.dumps)
 any_mode = st.one_of(
     valid_mode,

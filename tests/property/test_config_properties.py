@@ -9,6 +9,7 @@ import json
 from collections import Counter
 
 from config_flagsets import (
+    LEGACY_BACKEND_SPELLINGS,
     FlagSet,
     any_flag_sets,
     argv,
@@ -121,7 +122,7 @@ def _keys_touched(name: str) -> set[str]:
     if sample is None:
         option = flag.replacement[0][0] if isinstance(flag, LegacyFlag) else flag.option
         sample = {"backend": "disabled", "compiler": "eager"}.get(option.rsplit("-", 1)[-1], "1")
-    return set(flag.read(flag.option, sample))
+    return set(flag.read(flag.option, sample, []))
 
 
 def _modern_equivalent(legacy: LegacyFlag, raw: object) -> FlagSet:
@@ -162,6 +163,76 @@ def test_each_legacy_flag_resolves_like_its_modern_equivalent(
         deprecations = Counter(m for category, m in old_warnings if category is LegacyFlagWarning)
         deprecations.subtract(m for category, m in new_warnings if category is LegacyFlagWarning)
         assert +deprecations == Counter([legacy.deprecation_message()])
+
+
+TC_PIECEWISE = Backend.TC_PIECEWISE.value
+
+
+def _respell(draw: st.DrawFn, value: str, spellings: list[str]) -> str:
+    if value != TC_PIECEWISE:
+        return value
+    spelling = draw(st.sampled_from([TC_PIECEWISE, *LEGACY_BACKEND_SPELLINGS]))
+    spellings.append(spelling)
+    return spelling
+
+
+@st.composite
+def legacy_value_cases(draw: st.DrawFn) -> tuple[FlagSet, FlagSet, set[str]]:
+    """A valid flag set that says ``tc_piecewise`` in at least one place (JSON or a per-phase backend flag), the same
+    set with a legacy spelling in that place and any spelling in the others, and the legacy spellings used."""
+    flags = draw(valid_flag_sets())
+    phase = draw(st.sampled_from(list(Phase)))
+    forced = draw(st.sampled_from(LEGACY_BACKEND_SPELLINGS))
+    spelled = dict(flags)
+    spellings = [forced]
+    if draw(st.booleans()):
+        mode = _json_mode(flags)
+        mode[phase.value] = TC_PIECEWISE
+        flags["cuda_graph_mode"] = json.dumps(mode)
+        others = {name: _respell(draw, value, spellings) for name, value in mode.items() if name != phase.value}
+        spelled["cuda_graph_mode"] = json.dumps({**mode, **others, phase.value: forced})
+    else:
+        name = f"{phase.value}_cuda_graph_backend"
+        for variant in (flags, spelled):
+            variant.pop(f"{phase.value}_disable_cuda_graph", None)
+        flags[name], spelled[name] = TC_PIECEWISE, forced
+    for name in (f"{other.value}_cuda_graph_backend" for other in Phase):
+        if name in flags and name in spelled and spelled[name] == flags[name]:
+            spelled[name] = _respell(draw, str(flags[name]), spellings)
+    return flags, spelled, set(spellings) - {TC_PIECEWISE}
+
+
+@given(legacy_value_cases(), environments)
+@example(
+    (
+        {"cuda_graph_mode": '{"decode": "tc_piecewise"}', "prefill_cuda_graph_backend": "tc_piecewise"},
+        {"cuda_graph_mode": '{"decode": "tcpcg"}', "prefill_cuda_graph_backend": "tcpcg"},
+        {"tcpcg"},
+    ),
+    Environment(),
+)
+def test_legacy_value_spellings_resolve_like_tc_piecewise_and_warn_once_each(
+    case: tuple[FlagSet, FlagSet, set[str]], environment: Environment
+) -> None:
+    canonical, spelled, legacy_spellings = case
+    assert legacy_spellings
+    expected, expected_error, expected_warnings = via_cli(canonical, environment)
+    for route in (via_cli, via_keywords):
+        config, error, caught = route(spelled, environment)
+        assert config == expected and error == expected_error
+        if error is not None:
+            assert caught == []  # a failed resolution warns about nothing
+            continue
+        assert config is not None and expected is not None
+        extra = Counter(caught)
+        extra.subtract(expected_warnings)
+        assert -extra == Counter()  # every warning of the canonical spelling is still there
+        added = list((+extra).elements())
+        assert {category for category, _ in added} == {LegacyFlagWarning}
+        assert sorted(message.split("'")[1] for _, message in added) == sorted(legacy_spellings)
+        assert all(message.endswith("use 'tc_piecewise' instead") for _, message in added)
+        for key, source in config.sources.items():
+            assert source == expected.sources[key] or source.startswith(f"{expected.sources[key]} (legacy value '")
 
 
 @given(flag_sets, environments, environments)

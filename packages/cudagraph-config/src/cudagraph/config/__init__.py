@@ -15,6 +15,7 @@ Example:
 from .buckets import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, DEFAULT_MAX_SIZE, default_buckets
 from .environment import Environment
 from .flags import LEGACY_FLAGS, MODERN_FLAGS, add_cli_args
+from .legacy_values import LEGACY_BACKEND_VALUES
 from .resolve import resolve
 from .rules import COMPATIBILITY_RULES, CompatibilityRule, RuleContext
 from .types import CudaGraphConfig, PhaseConfig
@@ -38,6 +39,7 @@ __all__ = [
     "DECODE_MAX_BS_BY_GPU_MEMORY",
     "DEFAULT_CUDA_GRAPH_MODE",
     "DEFAULT_MAX_SIZE",
+    "LEGACY_BACKEND_VALUES",
     "LEGACY_FLAGS",
     "MODERN_FLAGS",
     "TC_PIECEWISE_COMPILERS",

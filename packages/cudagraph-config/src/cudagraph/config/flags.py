@@ -18,6 +18,8 @@ from .buckets import DEFAULT_MAX_SIZE
 from .origins import OriginKind
 from .values import (
     MODE_EXAMPLE,
+    Claims,
+    Notes,
     read_backend,
     read_compiler,
     read_mode,
@@ -25,13 +27,16 @@ from .values import (
     read_sizes,
     read_switch,
 )
-from .vocabulary import DEFAULT_CUDA_GRAPH_MODE, TC_PIECEWISE_COMPILERS, Backend, Phase, allowed_backends, phase_key
-
-DEPRECATED_IN = "0.1.0"
-REMOVED_IN = "1.0.0"
-
-Claims = dict[str, object]
-"""Settings key (``"decode.backend"``, ``"debug"``...) -> typed value, as stated by one flag."""
+from .vocabulary import (
+    DEFAULT_CUDA_GRAPH_MODE,
+    DEPRECATED_IN,
+    REMOVED_IN,
+    TC_PIECEWISE_COMPILERS,
+    Backend,
+    Phase,
+    allowed_backends,
+    phase_key,
+)
 
 
 class Arity(enum.Enum):
@@ -49,8 +54,9 @@ class Flag:
     option: str
     arity: Arity
     kind: OriginKind
-    read: Callable[[str, object], Claims]
-    """``read(label, raw)``: the claims of a given value; ``label`` is the flag the user typed (for messages)."""
+    read: Callable[[str, object, Notes], Claims]
+    """``read(label, raw, notes)``: the claims of a given value; ``label`` is the flag the user typed (for messages),
+    ``notes`` collects the legacy value spellings it accepted."""
     help: str
     metavar: str | None = None
 
@@ -79,13 +85,13 @@ class LegacyFlag:
         """Legacy flags rank below the per-phase flags."""
         return OriginKind.LEGACY_FLAG
 
-    def read(self, label: str, raw: object) -> Claims:
+    def read(self, label: str, raw: object, notes: Notes) -> Claims:
         """The claims of the modern flags this alias stands for, read with the alias's name in messages."""
         if self.arity is Arity.SWITCH:
             read_switch(label, raw)
         claims: Claims = {}
         for modern_option, fixed_value in self.replacement:
-            claims.update(MODERN_FLAGS[modern_option].read(label, raw if fixed_value is None else fixed_value))
+            claims.update(MODERN_FLAGS[modern_option].read(label, raw if fixed_value is None else fixed_value, notes))
         return claims
 
     def replacement_text(self) -> str:
@@ -144,32 +150,35 @@ SWITCH_OPTIONS: Mapping[str, str] = MappingProxyType(
 _SHAPE_WORD = {Phase.DECODE: "batch sizes", Phase.PREFILL: "token counts"}
 
 
-def _read_mode_claims(label: str, raw: object) -> Claims:
-    return {phase_key(phase, "backend"): backend for phase, backend in read_mode(label, raw).items()}
+Reader = Callable[[str, object, Notes], Claims]
 
 
-def _backend_reader(phase: Phase) -> Callable[[str, object], Claims]:
-    return lambda label, raw: {phase_key(phase, "backend"): read_backend(label, raw, phase)}
+def _read_mode_claims(label: str, raw: object, notes: Notes) -> Claims:
+    return {phase_key(phase, "backend"): backend for phase, backend in read_mode(label, raw, notes).items()}
 
 
-def _disable_reader(phase: Phase) -> Callable[[str, object], Claims]:
-    def read(label: str, raw: object) -> Claims:
+def _backend_reader(phase: Phase) -> Reader:
+    return lambda label, raw, notes: {phase_key(phase, "backend"): read_backend(label, raw, phase, notes)}
+
+
+def _disable_reader(phase: Phase) -> Reader:
+    def read(label: str, raw: object, notes: Notes) -> Claims:
         read_switch(label, raw)
         return {phase_key(phase, "backend"): Backend.DISABLED}
 
     return read
 
 
-def _sizes_reader(key: str) -> Callable[[str, object], Claims]:
-    return lambda label, raw: {key: read_sizes(label, raw)}
+def _sizes_reader(key: str) -> Reader:
+    return lambda label, raw, notes: {key: read_sizes(label, raw)}
 
 
-def _max_reader(key: str) -> Callable[[str, object], Claims]:
-    return lambda label, raw: {key: read_positive_int(label, raw)}
+def _max_reader(key: str) -> Reader:
+    return lambda label, raw, notes: {key: read_positive_int(label, raw)}
 
 
-def _switch_reader(key: str) -> Callable[[str, object], Claims]:
-    return lambda label, raw: {key: read_switch(label, raw)}
+def _switch_reader(key: str) -> Reader:
+    return lambda label, raw, notes: {key: read_switch(label, raw)}
 
 
 def _phase_flags(phase: Phase) -> list[Flag]:
@@ -227,7 +236,7 @@ _MODERN_ROWS: tuple[Flag, ...] = (
         COMPILER_OPTION,
         Arity.ONE,
         OriginKind.FLAG,
-        lambda label, raw: {"tc_piecewise_compiler": read_compiler(label, raw)},
+        lambda label, raw, notes: {"tc_piecewise_compiler": read_compiler(label, raw)},
         f"compiler of the tc_piecewise pieces (default: {TC_PIECEWISE_COMPILERS[0]})",
         "{" + ",".join(TC_PIECEWISE_COMPILERS) + "}",
     ),

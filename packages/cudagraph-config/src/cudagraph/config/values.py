@@ -10,11 +10,29 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .vocabulary import TC_PIECEWISE_COMPILERS, Backend, ConfigError, Phase, allowed_backends
+from .legacy_values import LEGACY_BACKEND_VALUES
+from .vocabulary import TC_PIECEWISE_COMPILERS, Backend, ConfigError, Phase, allowed_backends, phase_key
 
 MODE_EXAMPLE = '{"decode": "full", "prefill": "breakable"}'
+
+Claims = dict[str, object]
+"""Settings key (``"decode.backend"``, ``"debug"``...) -> typed value, as stated by one flag."""
+
+
+@dataclass(frozen=True)
+class LegacyValueUse:
+    """A deprecated value spelling met while reading a flag: the flag, the settings key it decided, the spelling."""
+
+    label: str
+    key: str
+    spelling: str
+
+
+Notes = list[LegacyValueUse]
+"""Where a reader records the legacy value spellings it accepted, for ``resolve`` to warn about and explain."""
 
 
 def _names(values: Sequence[object]) -> str:
@@ -29,8 +47,14 @@ def read_phase(label: str, raw: object) -> Phase:
         raise ConfigError(f"{label}: unknown phase {raw!r}; allowed phases: {_names(list(Phase))}") from None
 
 
-def read_backend(label: str, raw: object, phase: Phase) -> Backend:
-    """``raw`` as a ``Backend`` that ``phase`` allows (prefill may not be ``full``)."""
+def read_backend(label: str, raw: object, phase: Phase, notes: Notes) -> Backend:
+    """``raw`` as a ``Backend`` that ``phase`` allows (prefill may not be ``full``).
+
+    A legacy spelling (``LEGACY_BACKEND_VALUES``) reads as its backend and is recorded in ``notes``.
+    """
+    if isinstance(raw, str) and raw in LEGACY_BACKEND_VALUES:
+        notes.append(LegacyValueUse(label, phase_key(phase, "backend"), raw))
+        raw = LEGACY_BACKEND_VALUES[raw]
     try:
         backend = Backend(raw)
     except ValueError:
@@ -118,7 +142,7 @@ def _json_type(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def read_mode(label: str, raw: object) -> dict[Phase, Backend]:
+def read_mode(label: str, raw: object, notes: Notes) -> dict[Phase, Backend]:
     """The ``--cuda-graph-mode`` value (JSON text, or a mapping from Python) as phase -> backend."""
     parsed: object
     if isinstance(raw, Mapping):
@@ -141,5 +165,5 @@ def read_mode(label: str, raw: object) -> dict[Phase, Backend]:
     mode: dict[Phase, Backend] = {}
     for key, value in parsed.items():
         phase = read_phase(label, key)
-        mode[phase] = read_backend(label, value, phase)
+        mode[phase] = read_backend(label, value, phase, notes)
     return mode
