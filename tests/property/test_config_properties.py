@@ -1,4 +1,5 @@
-"""Properties of ``cudagraph.config.resolve`` over generated flag sets (JSON, per-phase, legacy, keywords, any mix).
+"""Properties of ``cudagraph.config.resolve`` over generated flag sets (JSON, per-phase, other engines' spellings,
+legacy, keywords, any mix).
 
 Run longer with ``HYPOTHESIS_PROFILE=deep`` (or ``--hypothesis-profile=deep``).
 """
@@ -6,27 +7,44 @@ Run longer with ``HYPOTHESIS_PROFILE=deep`` (or ``--hypothesis-profile=deep``).
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 from config_flagsets import (
+    ALIASES_OF,
+    ALL_OPTIONS,
+    JSON_DESTS,
     LEGACY_BACKEND_SPELLINGS,
     FlagSet,
+    Outcome,
     any_flag_sets,
     argv,
+    canonical_option,
     dest,
     environments,
+    json_mode,
     outcome,
     parse,
+    spellings,
     valid_flag_sets,
     value_strategy,
     via_cli,
     via_keywords,
 )
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from cudagraph.config import LEGACY_FLAGS, Backend, Environment, LegacyFlagWarning, Phase, resolve
-from cudagraph.config.flags import FLAGS_BY_DEST, Arity, LegacyFlag
+from cudagraph.config import (
+    ALIAS_FLAGS,
+    ALLOWED_BACKENDS_PER_PHASE,
+    LEGACY_FLAGS,
+    Backend,
+    Environment,
+    LegacyFlagWarning,
+    Phase,
+    resolve,
+)
+from cudagraph.config.flags import FLAGS_BY_DEST, MODE_OPTION, AliasFlag, Arity, LegacyFlag
 
 flag_sets = st.one_of(valid_flag_sets(), any_flag_sets())
 
@@ -54,22 +72,20 @@ def test_keywords_and_command_line_agree(flags: FlagSet, environment: Environmen
         assert dict(cli_config.sources) == dict(kw_config.sources)
 
 
-def _json_mode(flags: FlagSet) -> dict[str, str]:
-    return json.loads(str(flags["cuda_graph_mode"])) if "cuda_graph_mode" in flags else {}
-
-
 @given(valid_flag_sets(), environments)
 @example({"cuda_graph_mode": '{"decode": "full"}', "decode_disable_cuda_graph": True}, Environment(device_type="cpu"))
+@example({"cuda_graph_config": '{"prefill": "tc_piecewise"}', "disable_prefill_cuda_graph": True}, Environment())
 def test_json_entry_wins_for_its_phase(flags: FlagSet, environment: Environment) -> None:
     config, _, _ = via_cli(flags, environment)
-    if config is None:
-        return
-    for phase_name, backend_name in _json_mode(flags).items():
+    assume(config is not None)
+    assert config is not None
+    option, mode = json_mode(flags)
+    for phase_name, backend_name in mode.items():
         assert config.backend(phase_name) is Backend(backend_name)
-        assert config.sources[f"{phase_name}.backend"] == "json --cuda-graph-mode"
+        assert config.sources[f"{phase_name}.backend"] == f"json {option}"
 
 
-# Flags whose every claim concerns one phase only.
+# Flags whose every claim concerns one phase only (their other engines' spellings are added below).
 PHASE_ONLY_FLAGS = {
     Phase.DECODE: [
         "--decode-cuda-graph-backend",
@@ -91,6 +107,8 @@ PHASE_ONLY_FLAGS = {
         "--piecewise-cuda-graph-max-tokens",
     ],
 }
+for _options in PHASE_ONLY_FLAGS.values():
+    _options += [alias for option in list(_options) for alias in ALIASES_OF.get(option, [])]
 
 
 @st.composite
@@ -108,8 +126,8 @@ def test_flags_for_one_phase_never_change_the_other(
     other = Phase.PREFILL if phase is Phase.DECODE else Phase.DECODE
     before, _, _ = via_cli(base, environment)
     after, _, _ = via_cli({**base, **phase_flags}, environment)
-    if before is None or after is None:
-        return
+    assume(before is not None and after is not None)
+    assert before is not None and after is not None
     assert after.for_phase(other) == before.for_phase(other)
     for field_name in ("backend", "buckets", "max_size"):
         assert after.sources[f"{other}.{field_name}"] == before.sources[f"{other}.{field_name}"]
@@ -120,8 +138,7 @@ def _keys_touched(name: str) -> set[str]:
     flag = FLAGS_BY_DEST[name]
     sample = {Arity.SWITCH: True, Arity.MANY: ["1"]}.get(flag.arity)
     if sample is None:
-        option = flag.replacement[0][0] if isinstance(flag, LegacyFlag) else flag.option
-        sample = {"backend": "disabled", "compiler": "eager"}.get(option.rsplit("-", 1)[-1], "1")
+        sample = {"backend": "disabled", "compiler": "eager"}.get(canonical_option(flag.option).rsplit("-", 1)[-1], "1")
     return set(flag.read(flag.option, sample, []))
 
 
@@ -137,7 +154,7 @@ def legacy_cases(draw: st.DrawFn) -> tuple[LegacyFlag, object, FlagSet]:
     base = {
         name: value
         for name, value in draw(valid_flag_sets()).items()
-        if name == "cuda_graph_mode" or not (_keys_touched(name) & touched)
+        if name in JSON_DESTS or not (_keys_touched(name) & touched)
     }
     return legacy, raw, base
 
@@ -168,38 +185,43 @@ def test_each_legacy_flag_resolves_like_its_modern_equivalent(
 TC_PIECEWISE = Backend.TC_PIECEWISE.value
 
 
-def _respell(draw: st.DrawFn, value: str, spellings: list[str]) -> str:
+def _respell(draw: st.DrawFn, value: str, used: list[str]) -> str:
     if value != TC_PIECEWISE:
         return value
     spelling = draw(st.sampled_from([TC_PIECEWISE, *LEGACY_BACKEND_SPELLINGS]))
-    spellings.append(spelling)
+    used.append(spelling)
     return spelling
 
 
 @st.composite
 def legacy_value_cases(draw: st.DrawFn) -> tuple[FlagSet, FlagSet, set[str]]:
-    """A valid flag set that says ``tc_piecewise`` in at least one place (JSON or a per-phase backend flag), the same
-    set with a legacy spelling in that place and any spelling in the others, and the legacy spellings used."""
+    """A valid flag set that says ``tc_piecewise`` in at least one place (JSON or a per-phase backend flag, in any
+    spelling), the same set with a legacy value spelling in that place and any spelling in the others, and the legacy
+    spellings used."""
     flags = draw(valid_flag_sets())
     phase = draw(st.sampled_from(list(Phase)))
     forced = draw(st.sampled_from(LEGACY_BACKEND_SPELLINGS))
-    spelled = dict(flags)
-    spellings = [forced]
+    used = [forced]
     if draw(st.booleans()):
-        mode = _json_mode(flags)
+        option, mode = json_mode(flags)
+        name = dest(option or draw(st.sampled_from([MODE_OPTION, *ALIASES_OF[MODE_OPTION]])))
         mode[phase.value] = TC_PIECEWISE
-        flags["cuda_graph_mode"] = json.dumps(mode)
-        others = {name: _respell(draw, value, spellings) for name, value in mode.items() if name != phase.value}
-        spelled["cuda_graph_mode"] = json.dumps({**mode, **others, phase.value: forced})
+        flags[name] = json.dumps(mode)
+        spelled = dict(flags)
+        others = {key: _respell(draw, value, used) for key, value in mode.items() if key != phase.value}
+        spelled[name] = json.dumps({**mode, **others, phase.value: forced})
     else:
-        name = f"{phase.value}_cuda_graph_backend"
-        for variant in (flags, spelled):
-            variant.pop(f"{phase.value}_disable_cuda_graph", None)
-        flags[name], spelled[name] = TC_PIECEWISE, forced
-    for name in (f"{other.value}_cuda_graph_backend" for other in Phase):
-        if name in flags and name in spelled and spelled[name] == flags[name]:
-            spelled[name] = _respell(draw, str(flags[name]), spellings)
-    return flags, spelled, set(spellings) - {TC_PIECEWISE}
+        for option in (f"--{phase.value}-cuda-graph-backend", f"--{phase.value}-disable-cuda-graph"):
+            for name in spellings(option):
+                flags.pop(name, None)
+        name = draw(st.sampled_from(spellings(f"--{phase.value}-cuda-graph-backend")))
+        flags[name] = TC_PIECEWISE
+        spelled = {**flags, name: forced}
+    for other in Phase:
+        for name in spellings(f"--{other.value}-cuda-graph-backend"):
+            if name in flags and spelled[name] == flags[name]:
+                spelled[name] = _respell(draw, str(flags[name]), used)
+    return flags, spelled, set(used) - {TC_PIECEWISE}
 
 
 @given(legacy_value_cases(), environments)
@@ -235,6 +257,148 @@ def test_legacy_value_spellings_resolve_like_tc_piecewise_and_warn_once_each(
             assert source == expected.sources[key] or source.startswith(f"{expected.sources[key]} (legacy value '")
 
 
+# --- other engines' spellings ------------------------------------------------------------------------------------
+
+ALIASES = {alias.option: alias for alias in ALIAS_FLAGS}
+
+
+@st.composite
+def alias_cases(draw: st.DrawFn) -> tuple[FlagSet, FlagSet, list[AliasFlag]]:
+    """Any flag set that gives one to three modern flags which have other spellings, and the same set with those
+    flags spelled the other way (value unchanged)."""
+    flags = draw(flag_sets)
+    aliases = draw(st.lists(st.sampled_from(ALIAS_FLAGS), min_size=1, max_size=3, unique_by=lambda a: a.canonical))
+    for alias in aliases:
+        flags.pop(alias.dest, None)
+        flags[dest(alias.canonical)] = draw(value_strategy(alias.canonical, valid=draw(st.booleans())))
+    respelled = {}
+    for name, value in flags.items():
+        alias = next((a for a in aliases if dest(a.canonical) == name), None)
+        respelled[alias.dest if alias else name] = value
+    return flags, respelled, aliases
+
+
+def _in_modern_spelling(result: Outcome, aliases: list[AliasFlag]) -> Outcome:
+    def modern(text: str) -> str:
+        for alias in aliases:
+            text = re.sub(rf"{re.escape(alias.option)}\b(?!-)", alias.canonical, text)
+        return text
+
+    config, error, caught = result
+    if config is not None:
+        config = type(config)(**{**vars(config), "sources": {k: modern(v) for k, v in config.sources.items()}})
+    return config, None if error is None else modern(error), [(c, modern(m)) for c, m in caught]
+
+
+@given(alias_cases(), environments)
+@example(
+    (
+        {"decode_cuda_graph_backend": "x", "prefill_cuda_graph_backend": "y"},
+        {"cuda_graph_backend_decode": "x", "prefill_cuda_graph_backend": "y"},
+        [ALIASES["--cuda-graph-backend-decode"]],
+    ),
+    Environment(),
+)
+def test_each_alias_resolves_exactly_like_its_modern_flag(
+    case: tuple[FlagSet, FlagSet, list[AliasFlag]], environment: Environment
+) -> None:
+    # Same config, same error, same warnings, same sources: only the flag's name differs where it is shown.
+    flags, respelled, aliases = case
+    expected = via_cli(flags, environment)
+    for route in (via_cli, via_keywords):
+        result = route(respelled, environment)
+        assert result[0] == expected[0]
+        modern = _in_modern_spelling(result, aliases)
+        assert modern[1:] == expected[1:]
+        if modern[0] is not None and expected[0] is not None:
+            assert dict(modern[0].sources) == dict(expected[0].sources)
+
+
+SAME_LEVEL_OPTIONS = [option for option in ALL_OPTIONS if not isinstance(FLAGS_BY_DEST[dest(option)], LegacyFlag)]
+
+
+def _claims_of(option: str, raw: object) -> dict[str, object]:
+    return FLAGS_BY_DEST[dest(option)].read(option, raw, [])
+
+
+def _allowed_backends(phase: Phase) -> list[str]:
+    return [backend.value for backend in Backend if backend in ALLOWED_BACKENDS_PER_PHASE[phase]]
+
+
+def _valid_value(draw: st.DrawFn, option: str, phase: Phase) -> object:
+    canonical = canonical_option(option)
+    if canonical == MODE_OPTION:  # a JSON object that names the phase in question
+        return json.dumps({phase.value: draw(st.sampled_from(_allowed_backends(phase)))})
+    if canonical.endswith("-backend"):
+        return draw(st.sampled_from(_allowed_backends(Phase(canonical.split("-")[2]))))
+    return draw(value_strategy(option, valid=True))
+
+
+@st.composite
+def same_level_conflicts(draw: st.DrawFn) -> tuple[FlagSet, str, str, set[str]]:
+    """Two flags of one precedence level (modern or another engine's spelling) that claim one setting with different
+    values, on top of valid flags that resolve alone and claim none of their settings; with the two options and the
+    settings keys they disagree on."""
+    phase = draw(st.sampled_from(list(Phase)))
+    first = draw(st.sampled_from(SAME_LEVEL_OPTIONS))
+    first_value = _valid_value(draw, first, phase)
+    first_claims = _claims_of(first, first_value)
+    rivals = [
+        option
+        for option in SAME_LEVEL_OPTIONS
+        if option != first
+        and FLAGS_BY_DEST[dest(option)].kind is FLAGS_BY_DEST[dest(first)].kind
+        and set(_claims_of(option, _sample_value(option, phase))) & set(first_claims)
+    ]
+    assume(rivals)
+    second = draw(st.sampled_from(rivals))
+    second_value = _valid_value(draw, second, phase)
+    second_claims = _claims_of(second, second_value)
+    disagreements = {
+        key for key in first_claims.keys() & second_claims.keys() if first_claims[key] != second_claims[key]
+    }
+    assume(disagreements)
+    base = draw(valid_flag_sets())
+    assume(via_cli(base)[1] is None)
+    claimed = first_claims.keys() | second_claims.keys()
+    base = {name: raw for name, raw in base.items() if not (set(_claims_of(FLAGS_BY_DEST[name].option, raw)) & claimed)}
+    return {**base, dest(first): first_value, dest(second): second_value}, first, second, disagreements
+
+
+def _sample_value(option: str, phase: Phase) -> object:
+    # A valid value of ``option`` that claims what the flag can claim (to find the flags that can meet ``option``).
+    kind = canonical_option(option)
+    if kind == MODE_OPTION:
+        return json.dumps({phase.value: "disabled"})
+    flag = FLAGS_BY_DEST[dest(option)]
+    sample = {Arity.SWITCH: True, Arity.MANY: ["1"]}.get(flag.arity)
+    return sample if sample is not None else {"backend": "disabled", "compiler": "eager"}.get(kind.rsplit("-")[-1], "1")
+
+
+SAME_LEVEL_ERROR = re.compile(
+    r"(?P<key>[a-z_.]+): (?P<first>--[a-z-]+) gives (?P<first_value>.+) but (?P<second>--[a-z-]+) gives "
+    r"(?P<second_value>.+); both have the same precedence, so give only one"
+)
+
+
+@given(same_level_conflicts(), environments)
+def test_same_level_disagreement_is_one_error_naming_both_flags(
+    case: tuple[FlagSet, str, str, set[str]], environment: Environment
+) -> None:
+    flags, first, second, disagreements = case
+    for route in (via_cli, via_keywords):
+        config, error, caught = route(flags, environment)
+        assert config is None and caught == []
+        assert error is not None
+        match = SAME_LEVEL_ERROR.fullmatch(error)
+        assert match is not None, error
+        assert match["key"] in disagreements
+        assert {match["first"], match["second"]} == {first, second}
+
+
+# --- round trip and rules -----------------------------------------------------------------------------------------
+
+
 @given(flag_sets, environments, environments)
 @example({"decode_cuda_graph_bs": ["3"], "decode_cuda_graph_max_bs": "500"}, Environment(), Environment())
 @example({"decode_cuda_graph_max_bs": "300"}, Environment(), Environment())  # the cap lies off the schedule
@@ -242,8 +406,8 @@ def test_to_cli_args_resolves_back_to_an_equal_config(
     flags: FlagSet, environment: Environment, other_environment: Environment
 ) -> None:
     config, _, _ = via_cli(flags, environment)
-    if config is None:
-        return
+    assume(config is not None)
+    assert config is not None
     args = config.to_cli_args()
     again, error, caught = outcome(lambda: resolve(parse(args), environment=other_environment))
     assert error is None and again == config and caught == []
@@ -259,7 +423,7 @@ def test_rules_only_turn_unlocked_phases_off(flags: FlagSet, environment: Enviro
     assert plain_error == ruled_error  # the environment never makes input valid or invalid
     if plain is None or ruled is None:
         return
-    locked = _json_mode(flags) if plain_error is None else {}
+    locked = json_mode(flags)[1] if plain_error is None else {}
     for phase in Phase:
         before, after = plain.backend(phase), ruled.backend(phase)
         if phase.value in locked:

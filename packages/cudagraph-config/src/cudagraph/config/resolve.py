@@ -16,7 +16,7 @@ from typing import cast
 
 from .buckets import default_buckets, default_max_size
 from .environment import Environment
-from .flags import ALL_FLAGS, FLAGS_BY_DEST, SWITCH_OPTIONS, Arity, Flag, LegacyFlag
+from .flags import ALL_FLAGS, FLAGS_BY_DEST, SWITCH_OPTIONS, AnyFlag, Arity, LegacyFlag
 from .legacy_values import legacy_value_message
 from .origins import PRECEDENCE, Origin, OriginKind
 from .rules import RuleContext, first_applicable_rule
@@ -69,7 +69,7 @@ def _show(value: object) -> str:
     return str(value)
 
 
-def _is_given(flag: Flag | LegacyFlag, raw: object) -> bool:
+def _is_given(flag: AnyFlag, raw: object) -> bool:
     # argparse leaves unset flags None; a Python caller's switch=False means "not asked for" as well.
     return raw is not None and not (flag.arity is Arity.SWITCH and raw is False)
 
