@@ -13,6 +13,7 @@ from cudagraph.config import (
     ALIAS_FLAGS,
     LEGACY_FLAGS,
     MODERN_FLAGS,
+    VLLM_FLAGS,
     Backend,
     CudaGraphConfig,
     LegacyFlagWarning,
@@ -25,7 +26,7 @@ from cudagraph.config import (
 tomllib = pytest.importorskip("tomllib", reason="reading refactor/renames.toml needs Python 3.11+")
 
 ROOT = Path(__file__).resolve().parents[2]
-ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in (*ALIAS_FLAGS, *LEGACY_FLAGS))]
+ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in (*ALIAS_FLAGS, *VLLM_FLAGS, *LEGACY_FLAGS))]
 
 ISSUE_FLAGS = {
     "--cuda-graph-mode",

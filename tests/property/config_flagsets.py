@@ -12,6 +12,7 @@ import json
 import re
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ from cudagraph.config import (
     LEGACY_BACKEND_VALUES,
     LEGACY_FLAGS,
     MODERN_FLAGS,
+    VLLM_FLAGS,
     Backend,
     ConfigError,
     CudaGraphConfig,
@@ -29,6 +31,7 @@ from cudagraph.config import (
     resolve,
 )
 from cudagraph.config.flags import FLAGS_BY_DEST, MODE_OPTION, AliasFlag, Arity, LegacyFlag
+from cudagraph.config.vllm import allowed_vllm_modes
 
 FlagSet = dict[str, object]
 
@@ -62,6 +65,8 @@ for _alias in ALIAS_FLAGS:
 
 JSON_DESTS = {dest(option) for option in [MODE_OPTION, *ALIASES_OF.get(MODE_OPTION, [])]}
 """The flags whose value is the per-phase JSON object (``--cuda-graph-mode`` and its spellings)."""
+TEXT_DESTS = {*JSON_DESTS, "cudagraph_mode", "compilation_config"}
+"""Flags whose value a Python caller passes as the same text a command line holds."""
 
 
 def spellings(option: str) -> list[str]:
@@ -93,7 +98,7 @@ def keywords(flags: FlagSet) -> dict[str, object]:
     """The keyword arguments a Python caller would pass for ``flags``."""
     result: dict[str, object] = {}
     for name, raw in flags.items():
-        if name in JSON_DESTS or raw is True:
+        if name in TEXT_DESTS or raw is True:
             result[name] = raw
         elif isinstance(raw, list):
             result[name] = [_python_value(token) for token in raw]
@@ -150,42 +155,95 @@ any_sizes = st.lists(any_size, min_size=1, max_size=6)
 valid_compiler = st.sampled_from(["eager", "inductor"])
 any_compiler = st.sampled_from(["eager", "inductor", "aot", ""])
 
-VALUE_STRATEGIES = {
-    # arity or option -> (valid values, any values)
-    Arity.SWITCH: (st.just(True), st.just(True)),
-    MODE_OPTION: (valid_mode, any_mode),
-    "backend": (valid_backend, any_backend),
-    "sizes": (valid_sizes, any_sizes),
-    "max": (valid_max, any_size),
-    "compiler": (valid_compiler, any_compiler),
+VLLM_MODE_NAMES = list(allowed_vllm_modes())
+valid_vllm_mode = st.tuples(st.sampled_from(VLLM_MODE_NAMES), st.sampled_from([str.upper, str.lower, str.title])).map(
+    lambda pair: pair[1](pair[0])
+)
+any_vllm_mode = st.one_of(valid_vllm_mode, st.sampled_from(["FULL", "EAGER", "", "piecewise ", '{"decode": "full"}']))
+_VLLM_OTHER_KEYS = {"level": st.integers(0, 3), "pass_config": st.just({"enable_fusion": True})}
+valid_compilation_config = st.fixed_dictionaries(
+    {},
+    optional={
+        "cudagraph_mode": st.one_of(st.none(), valid_vllm_mode),
+        "cudagraph_capture_sizes": st.one_of(st.none(), st.lists(st.integers(1, 64), min_size=1, max_size=6)),
+        "max_cudagraph_capture_size": st.one_of(st.none(), st.integers(64, 1000)),
+        **_VLLM_OTHER_KEYS,
+    },
+).map(json.dumps)
+any_compilation_config = st.one_of(
+    valid_compilation_config,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "cudagraph_mode": st.one_of(any_vllm_mode, st.integers(0, 2)),
+            "cudagraph_capture_sizes": st.one_of(
+                st.lists(st.integers(-2, 100), max_size=4), st.just("1,2"), st.lists(st.booleans(), max_size=2)
+            ),
+            "max_cudagraph_capture_size": st.one_of(st.integers(-1, 100), st.just("8"), st.just(2.5)),
+            **_VLLM_OTHER_KEYS,
+        },
+    ).map(json.dumps),
+    st.sampled_from(["[]", "{", "null", "3", '{"level": 1, "level": 2}']),
+)
+
+
+@dataclass(frozen=True)
+class ValueKind:
+    """The values one kind of flag takes: valid ones, any (malformed mixed in), and one valid value that claims every
+    setting a flag of this kind can claim (to tell which flags can meet on a setting)."""
+
+    valid: st.SearchStrategy[object]
+    any: st.SearchStrategy[object]
+    sample: object
+
+
+VALUE_KINDS: dict[object, ValueKind] = {
+    # arity or canonical option or value kind -> its values
+    Arity.SWITCH: ValueKind(st.just(True), st.just(True), True),
+    MODE_OPTION: ValueKind(valid_mode, any_mode, '{"decode": "disabled", "prefill": "disabled"}'),
+    "--cudagraph-mode": ValueKind(valid_vllm_mode, any_vllm_mode, "NONE"),
+    "--compilation-config": ValueKind(
+        valid_compilation_config,
+        any_compilation_config,
+        '{"cudagraph_mode": "NONE", "cudagraph_capture_sizes": [1], "max_cudagraph_capture_size": 1}',
+    ),
+    "backend": ValueKind(valid_backend, any_backend, "disabled"),
+    "sizes": ValueKind(valid_sizes, any_sizes, ["1"]),
+    "max": ValueKind(valid_max, any_size, "1"),
+    "compiler": ValueKind(valid_compiler, any_compiler, "eager"),
 }
 
 
-def _value_kind(option: str) -> object:
+def _value_kind(option: str) -> ValueKind:
     flag = FLAGS_BY_DEST[dest(option)]
     if flag.arity is Arity.SWITCH:
-        return Arity.SWITCH
+        return VALUE_KINDS[Arity.SWITCH]
     target = canonical_option(option)
-    if target == MODE_OPTION:
-        return target
+    if target in VALUE_KINDS:
+        return VALUE_KINDS[target]
     if target.endswith("-backend"):
-        return "backend"
+        return VALUE_KINDS["backend"]
     if target.endswith("compiler"):
-        return "compiler"
-    return "sizes" if FLAGS_BY_DEST[dest(target)].arity is Arity.MANY else "max"
+        return VALUE_KINDS["compiler"]
+    return VALUE_KINDS["sizes" if FLAGS_BY_DEST[dest(target)].arity is Arity.MANY else "max"]
+
+
+def sample_value(option: str) -> object:
+    """A valid value of ``option`` that claims every setting the flag can claim."""
+    return _value_kind(option).sample
 
 
 def value_strategy(option: str, *, valid: bool) -> st.SearchStrategy[object]:
     """Values of one flag: valid only, or with malformed ones mixed in."""
-    valid_values, any_values = VALUE_STRATEGIES[_value_kind(option)]
-    return valid_values if valid else any_values
+    kind = _value_kind(option)
+    return kind.valid if valid else kind.any
 
 
-ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in (*ALIAS_FLAGS, *LEGACY_FLAGS))]
+ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in (*ALIAS_FLAGS, *VLLM_FLAGS, *LEGACY_FLAGS))]
 
 
 def any_flag_sets() -> st.SearchStrategy[FlagSet]:
-    """Any mix of flags (JSON, per-phase, aliases, legacy) with values that may be malformed or contradict."""
+    """Any mix of flags (JSON, per-phase, aliases, vLLM's, legacy) with values that may be malformed or contradict."""
     return st.fixed_dictionaries({}, optional={dest(o): value_strategy(o, valid=False) for o in ALL_OPTIONS})
 
 
@@ -210,8 +268,17 @@ def valid_flag_sets(draw: st.DrawFn) -> FlagSet:
     flags: FlagSet = {}
     if draw(st.booleans()):
         flags[spelled(MODE_OPTION)] = draw(valid_mode)
+    # Both phases' backends from one vLLM spelling, or each phase from its own flags (not both: same level).
+    vllm = draw(st.sampled_from([None, None, None, "cudagraph_mode", "enforce_eager", "compilation_config"]))
+    if vllm == "cudagraph_mode":
+        flags[vllm] = draw(valid_vllm_mode)
+    elif vllm == "enforce_eager":
+        flags[vllm] = True
+    elif vllm == "compilation_config":
+        mode = draw(st.fixed_dictionaries({"cudagraph_mode": valid_vllm_mode}, optional=_VLLM_OTHER_KEYS))
+        flags[vllm] = json.dumps(mode)
     for phase in Phase:
-        choice = draw(st.sampled_from(["none", "backend", "disable"]))
+        choice = "none" if vllm else draw(st.sampled_from(["none", "backend", "disable"]))
         if choice == "backend":
             allowed = [b for b in BACKEND_NAMES if not (phase is Phase.PREFILL and b == "full")]
             flags[spelled(f"--{phase.value}-cuda-graph-backend")] = draw(st.sampled_from(allowed))

@@ -25,6 +25,7 @@ from config_flagsets import (
     json_mode,
     outcome,
     parse,
+    sample_value,
     spellings,
     valid_flag_sets,
     value_strategy,
@@ -38,13 +39,15 @@ from cudagraph.config import (
     ALIAS_FLAGS,
     ALLOWED_BACKENDS_PER_PHASE,
     LEGACY_FLAGS,
+    VLLM_CUDAGRAPH_MODES,
+    VLLM_FLAGS,
     Backend,
     Environment,
     LegacyFlagWarning,
     Phase,
     resolve,
 )
-from cudagraph.config.flags import FLAGS_BY_DEST, MODE_OPTION, AliasFlag, Arity, LegacyFlag
+from cudagraph.config.flags import FLAGS_BY_DEST, MODE_OPTION, AliasFlag, LegacyFlag
 
 flag_sets = st.one_of(valid_flag_sets(), any_flag_sets())
 
@@ -134,12 +137,9 @@ def test_flags_for_one_phase_never_change_the_other(
 
 
 def _keys_touched(name: str) -> set[str]:
-    """The settings keys a (non-JSON) flag can claim, found by reading a canonical valid value."""
+    """The settings keys a flag can claim, found by reading a valid value that claims all of them."""
     flag = FLAGS_BY_DEST[name]
-    sample = {Arity.SWITCH: True, Arity.MANY: ["1"]}.get(flag.arity)
-    if sample is None:
-        sample = {"backend": "disabled", "compiler": "eager"}.get(canonical_option(flag.option).rsplit("-", 1)[-1], "1")
-    return set(flag.read(flag.option, sample, []))
+    return set(flag.read(flag.option, sample_value(flag.option), []))
 
 
 def _modern_equivalent(legacy: LegacyFlag, raw: object) -> FlagSet:
@@ -269,7 +269,8 @@ def alias_cases(draw: st.DrawFn) -> tuple[FlagSet, FlagSet, list[AliasFlag]]:
     flags = draw(flag_sets)
     aliases = draw(st.lists(st.sampled_from(ALIAS_FLAGS), min_size=1, max_size=3, unique_by=lambda a: a.canonical))
     for alias in aliases:
-        flags.pop(alias.dest, None)
+        for name in spellings(alias.canonical):  # the respelled flag is the only spelling of its modern flag
+            flags.pop(name, None)
         flags[dest(alias.canonical)] = draw(value_strategy(alias.canonical, valid=draw(st.booleans())))
     respelled = {}
     for name, value in flags.items():
@@ -314,6 +315,58 @@ def test_each_alias_resolves_exactly_like_its_modern_flag(
             assert dict(modern[0].sources) == dict(expected[0].sources)
 
 
+def _vllm_modern_equivalent(name: str, raw: object) -> FlagSet:
+    """The per-phase flags that say what one vLLM spelling says, from the design card's table."""
+    if name == "enforce_eager":
+        return {"decode_disable_cuda_graph": True, "prefill_disable_cuda_graph": True}
+    if name == "cudagraph_mode":
+        mode = VLLM_CUDAGRAPH_MODES[str(raw).upper()]
+        return {f"{phase.value}_cuda_graph_backend": mode[phase].value for phase in Phase}
+    compilation = json.loads(str(raw))
+    flags: FlagSet = {}
+    if compilation.get("cudagraph_mode") is not None:
+        flags.update(_vllm_modern_equivalent("cudagraph_mode", compilation["cudagraph_mode"]))
+    if compilation.get("cudagraph_capture_sizes") is not None:
+        flags["decode_cuda_graph_bs"] = [str(size) for size in compilation["cudagraph_capture_sizes"]]
+    if compilation.get("max_cudagraph_capture_size") is not None:
+        flags["decode_cuda_graph_max_bs"] = str(compilation["max_cudagraph_capture_size"])
+    return flags
+
+
+@st.composite
+def vllm_cases(draw: st.DrawFn) -> tuple[FlagSet, str, object, FlagSet]:
+    """A vLLM spelling with a valid value, its per-phase equivalent, and valid flags of the other levels (and of
+    this level on other settings) to meet them."""
+    name = draw(st.sampled_from([dest(flag.option) for flag in VLLM_FLAGS]))
+    raw = draw(value_strategy(FLAGS_BY_DEST[name].option, valid=True))
+    modern = _vllm_modern_equivalent(name, raw)
+    touched = set().union(*(_keys_touched(option) for option in modern), _keys_touched(name))
+    base = {
+        flag_name: value
+        for flag_name, value in draw(valid_flag_sets()).items()
+        if flag_name in JSON_DESTS
+        or isinstance(FLAGS_BY_DEST[flag_name], LegacyFlag)
+        or not (_keys_touched(flag_name) & touched)
+    }
+    return base, name, raw, modern
+
+
+@given(vllm_cases(), environments)
+@example(({"cuda_graph_mode": '{"decode": "breakable"}'}, "cudagraph_mode", "full_and_piecewise", {}), Environment())
+@example(({"disable_cuda_graph": True}, "compilation_config", '{"cudagraph_capture_sizes": [4, 1]}', {}), Environment())
+def test_each_vllm_spelling_resolves_like_its_per_phase_flags(
+    case: tuple[FlagSet, str, object, FlagSet], environment: Environment
+) -> None:
+    base, name, raw, modern = case
+    modern = modern or _vllm_modern_equivalent(name, raw)  # the explicit examples leave it to be derived
+    expected, expected_error, expected_warnings = via_cli({**base, **modern}, environment)
+    for route in (via_cli, via_keywords):
+        config, error, caught = route({**base, name: raw}, environment)
+        assert config == expected
+        assert (error is None) == (expected_error is None)
+        assert Counter(category for category, _ in caught) == Counter(category for category, _ in expected_warnings)
+
+
 SAME_LEVEL_OPTIONS = [option for option in ALL_OPTIONS if not isinstance(FLAGS_BY_DEST[dest(option)], LegacyFlag)]
 
 
@@ -348,7 +401,7 @@ def same_level_conflicts(draw: st.DrawFn) -> tuple[FlagSet, str, str, set[str]]:
         for option in SAME_LEVEL_OPTIONS
         if option != first
         and FLAGS_BY_DEST[dest(option)].kind is FLAGS_BY_DEST[dest(first)].kind
-        and set(_claims_of(option, _sample_value(option, phase))) & set(first_claims)
+        and set(_claims_of(option, sample_value(option))) & set(first_claims)
     ]
     assume(rivals)
     second = draw(st.sampled_from(rivals))
@@ -363,16 +416,6 @@ def same_level_conflicts(draw: st.DrawFn) -> tuple[FlagSet, str, str, set[str]]:
     claimed = first_claims.keys() | second_claims.keys()
     base = {name: raw for name, raw in base.items() if not (set(_claims_of(FLAGS_BY_DEST[name].option, raw)) & claimed)}
     return {**base, dest(first): first_value, dest(second): second_value}, first, second, disagreements
-
-
-def _sample_value(option: str, phase: Phase) -> object:
-    # A valid value of ``option`` that claims what the flag can claim (to find the flags that can meet ``option``).
-    kind = canonical_option(option)
-    if kind == MODE_OPTION:
-        return json.dumps({phase.value: "disabled"})
-    flag = FLAGS_BY_DEST[dest(option)]
-    sample = {Arity.SWITCH: True, Arity.MANY: ["1"]}.get(flag.arity)
-    return sample if sample is not None else {"backend": "disabled", "compiler": "eager"}.get(kind.rsplit("-")[-1], "1")
 
 
 SAME_LEVEL_ERROR = re.compile(

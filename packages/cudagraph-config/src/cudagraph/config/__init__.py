@@ -15,11 +15,12 @@ Example:
 
 from .buckets import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, DEFAULT_MAX_SIZE, default_buckets
 from .environment import Environment
-from .flags import ALIAS_FLAGS, LEGACY_FLAGS, MODERN_FLAGS, add_cli_args
+from .flags import ALIAS_FLAGS, LEGACY_FLAGS, MODERN_FLAGS, VLLM_FLAGS, add_cli_args
 from .legacy_values import LEGACY_BACKEND_VALUES
 from .resolve import resolve
 from .rules import COMPATIBILITY_RULES, CompatibilityRule, RuleContext
 from .types import CudaGraphConfig, PhaseConfig
+from .vllm import VLLM_CUDAGRAPH_MODES
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
     DEFAULT_CUDA_GRAPH_MODE,
@@ -45,6 +46,8 @@ __all__ = [
     "LEGACY_FLAGS",
     "MODERN_FLAGS",
     "TC_PIECEWISE_COMPILERS",
+    "VLLM_CUDAGRAPH_MODES",
+    "VLLM_FLAGS",
     "Backend",
     "CompatibilityRule",
     "ConfigError",

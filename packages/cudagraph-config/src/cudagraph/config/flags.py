@@ -28,6 +28,7 @@ from .values import (
     read_sizes,
     read_switch,
 )
+from .vllm import VLLM_CUDAGRAPH_MODES, read_compilation_config, read_enforce_eager, read_vllm_mode
 from .vocabulary import (
     DEFAULT_CUDA_GRAPH_MODE,
     DEPRECATED_IN,
@@ -357,8 +358,42 @@ ALIAS_FLAGS: tuple[AliasFlag, ...] = (
     AliasFlag("--cuda-graph-max-bs-decode", MAX_SIZE_OPTIONS[Phase.DECODE], "SGLang"),
     AliasFlag("--cuda-graph-max-bs-prefill", MAX_SIZE_OPTIONS[Phase.PREFILL], "SGLang"),
     AliasFlag("--cuda-graph-tc-compiler", COMPILER_OPTION, "SGLang"),
+    AliasFlag("--cudagraph-capture-sizes", BUCKETS_OPTIONS[Phase.DECODE], "vLLM"),
+    AliasFlag("--max-cudagraph-capture-size", MAX_SIZE_OPTIONS[Phase.DECODE], "vLLM"),
 )
 """Other engines' spellings of the modern flags, each resolving exactly like its modern flag (no warning)."""
+
+VLLM_MODE_OPTION = "--cudagraph-mode"
+
+
+def _vllm_mode_help() -> str:
+    meanings = "; ".join(
+        f"{name}: decode {mode[Phase.DECODE]}, prefill {mode[Phase.PREFILL]}"
+        for name, mode in VLLM_CUDAGRAPH_MODES.items()
+    )
+    return f"vLLM's mode name, any case ({meanings}); same level as the per-phase flags"
+
+
+VLLM_FLAGS: tuple[Flag, ...] = (
+    Flag(VLLM_MODE_OPTION, Arity.ONE, OriginKind.FLAG, read_vllm_mode, _vllm_mode_help(), "MODE"),
+    Flag(
+        "--enforce-eager",
+        Arity.SWITCH,
+        OriginKind.FLAG,
+        read_enforce_eager,
+        "vLLM's switch: run both phases eagerly (same as --cudagraph-mode NONE)",
+    ),
+    Flag(
+        "--compilation-config",
+        Arity.ONE,
+        OriginKind.FLAG,
+        read_compilation_config,
+        "vLLM's compilation config as JSON; its cudagraph_mode, cudagraph_capture_sizes (decode batch sizes) and "
+        "max_cudagraph_capture_size (largest decode batch) are read, other keys are left to vLLM",
+        "JSON",
+    ),
+)
+"""vLLM's flags with no single modern equivalent, at the level of the per-phase flags."""
 
 
 def _with_aliases(rows: tuple[Flag, ...]) -> tuple[Flag | AliasFlag, ...]:
@@ -372,7 +407,7 @@ def _with_aliases(rows: tuple[Flag, ...]) -> tuple[Flag | AliasFlag, ...]:
 
 AnyFlag = Flag | AliasFlag | LegacyFlag
 
-ALL_FLAGS: tuple[AnyFlag, ...] = (*_with_aliases(_MODERN_ROWS), *LEGACY_FLAGS)
+ALL_FLAGS: tuple[AnyFlag, ...] = (*_with_aliases(_MODERN_ROWS), *VLLM_FLAGS, *LEGACY_FLAGS)
 FLAGS_BY_DEST: Mapping[str, AnyFlag] = MappingProxyType({flag.dest: flag for flag in ALL_FLAGS})
 """Every flag by its ``dest``: the names ``resolve`` accepts as keyword arguments."""
 
@@ -395,8 +430,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """
     group = parser.add_argument_group(
         GROUP_TITLE,
-        f"Precedence: {MODE_OPTION} (or SGLang's --cuda-graph-config) > per-phase flags and other engines' "
-        f"spellings of them > deprecated flags > defaults. Two flags of one level that disagree are an error. "
+        f"Precedence: {MODE_OPTION} (or SGLang's --cuda-graph-config) > per-phase flags, SGLang's and vLLM's "
+        f"spellings of them, and vLLM's {VLLM_MODE_OPTION}, --enforce-eager, --compilation-config > deprecated flags > "
+        "defaults. Two flags of one level that disagree are an error. "
         f"Deprecated flags warn (FutureWarning) and are removed in cudagraph-config {REMOVED_IN}.",
     )
     for flag in ALL_FLAGS:

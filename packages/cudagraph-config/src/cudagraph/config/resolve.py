@@ -212,11 +212,14 @@ def resolve(
 ) -> CudaGraphConfig:
     """Resolve the CUDA-graph flags of ``namespace`` (from ``add_cli_args``) or ``kwargs`` into one config.
 
-    Keyword arguments are the flags' ``dest`` names, legacy ones included (``decode_cuda_graph_bs=[1, 2, 4]``,
+    Keyword arguments are the flags' ``dest`` names, other engines' and legacy ones included
+    (``decode_cuda_graph_bs=[1, 2, 4]``, ``cuda_graph_backend_decode="full"``, ``cudagraph_mode="FULL_DECODE_ONLY"``,
     ``disable_cuda_graph=True``); given with a namespace, they replace its attributes of the same name. A plain
     mapping may stand in for the namespace. Both routes give equal configs, the same errors and the same warnings.
 
-    Precedence, highest first: ``--cuda-graph-mode`` JSON > per-phase flags > legacy flags > defaults. When a higher
+    Precedence, highest first: ``--cuda-graph-mode`` JSON (or SGLang's ``--cuda-graph-config``) > per-phase flags,
+    with SGLang's and vLLM's spellings (``ALIAS_FLAGS``, ``VLLM_FLAGS``) at the same level > legacy flags > defaults.
+    Two sources of one level that give one setting different values are a ``ConfigError`` naming both. When a higher
     source overrides a different value from a lower one, an ``OverriddenSettingWarning`` names both; each legacy
     flag, and each legacy backend value spelling (``"tcpcg"``, see ``LEGACY_BACKEND_VALUES``), raises one
     ``LegacyFlagWarning`` (a ``FutureWarning``) naming its replacement. Compatibility rules over

@@ -128,40 +128,53 @@ def read_switch(label: str, raw: object) -> bool:
     raise ConfigError(f"{label}: expected True or False, got {raw!r}")
 
 
-def _reject_duplicate_keys(label: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _reject_duplicate_keys(label: str, entry: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            raise ConfigError(f"{label}: phase {key!r} is given twice; give each phase at most once")
+            raise ConfigError(f"{label}: {entry} {key!r} is given twice; give each {entry} at most once")
         seen[key] = value
     return seen
 
 
-def _json_type(value: object) -> str:
-    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", type(None): "null"}
+def json_type(value: object) -> str:
+    """The JSON name of a parsed value's type, for messages (``"array"``, ``"string"``...)."""
+    names = {
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)
 
 
-def read_mode(label: str, raw: object, notes: Notes) -> dict[Phase, Backend]:
-    """The ``--cuda-graph-mode`` value (JSON text, or a mapping from Python) as phase -> backend."""
+def read_json_object(label: str, raw: object, *, what: str, entry: str, example: str) -> dict[str, object]:
+    """``raw`` (JSON text, or a mapping from Python) as a dict; ``what`` the object is, an ``entry`` is a key."""
     parsed: object
     if isinstance(raw, Mapping):
         parsed = dict(raw)
     elif isinstance(raw, str):
         try:
-            parsed = json.loads(raw, object_pairs_hook=lambda pairs: _reject_duplicate_keys(label, pairs))
+            parsed = json.loads(raw, object_pairs_hook=lambda pairs: _reject_duplicate_keys(label, entry, pairs))
         except json.JSONDecodeError as error:
             raise ConfigError(
-                f"{label}: malformed JSON {raw!r} ({error.msg} at char {error.pos}); "
-                f"expected an object like {MODE_EXAMPLE}"
+                f"{label}: malformed JSON {raw!r} ({error.msg} at char {error.pos}); expected an object like {example}"
             ) from None
     else:
-        raise ConfigError(f"{label}: expected JSON text, got {raw!r}; e.g. {MODE_EXAMPLE}")
+        raise ConfigError(f"{label}: expected JSON text, got {raw!r}; e.g. {example}")
     if not isinstance(parsed, dict):
-        raise ConfigError(
-            f"{label}: expected a JSON object mapping phase to backend, got {_json_type(parsed)} {raw!r}; "
-            f"e.g. {MODE_EXAMPLE}"
-        )
+        raise ConfigError(f"{label}: expected {what}, got {json_type(parsed)} {raw!r}; e.g. {example}")
+    return parsed
+
+
+def read_mode(label: str, raw: object, notes: Notes) -> dict[Phase, Backend]:
+    """The ``--cuda-graph-mode`` value (JSON text, or a mapping from Python) as phase -> backend."""
+    parsed = read_json_object(
+        label, raw, what="a JSON object mapping phase to backend", entry="phase", example=MODE_EXAMPLE
+    )
     mode: dict[Phase, Backend] = {}
     for key, value in parsed.items():
         phase = read_phase(label, key)
