@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from config_helpers import recorded_warnings, resolve_argv
 
 from cudagraph.config import (
     DECODE_MAX_BS_BY_GPU_MEMORY,
@@ -87,3 +88,24 @@ def test_explicit_max_beats_gpu_memory() -> None:
 def test_explicit_lists_are_sorted_and_deduplicated() -> None:
     config = resolve(decode_cuda_graph_bs=["8", 1, 8, "4"], prefill_cuda_graph_tokens=(512, 64, 64))
     assert config.decode.buckets == (1, 4, 8) and config.prefill.buckets == (64, 512)
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [["1", "2", "4"], ["1,2,4"], ["1,2", "4"], ["4", "1, 2"], ["1 2 4"], [" 1,2 ,4 "], ["4,2,1", "2"]],
+    ids=repr,
+)
+def test_bucket_lists_accept_spaces_commas_and_mixtures(tokens: list[str]) -> None:
+    expected = resolve(decode_cuda_graph_bs=[1, 2, 4])
+    assert resolve_argv(["--decode-cuda-graph-bs", *tokens]) == expected
+    assert resolve_argv(["--prefill-cuda-graph-tokens", *tokens]).prefill.buckets == (1, 2, 4)
+    with recorded_warnings():
+        assert resolve_argv(["--cuda-graph-bs", *tokens]) == expected  # legacy spelling too
+
+
+def test_python_string_is_a_bucket_list_like_a_command_line_token() -> None:
+    assert (
+        resolve(decode_cuda_graph_bs="1,2,4")
+        == resolve(decode_cuda_graph_bs="1 2 4")
+        == resolve_argv(["--decode-cuda-graph-bs", "1,2,4"])
+    )

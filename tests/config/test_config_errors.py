@@ -82,6 +82,16 @@ CASES = [
         "--prefill-cuda-graph-tokens: '1.5' is not an integer; allowed: positive integers",
     ),
     (
+        ["--decode-cuda-graph-bs", "1,2,"],
+        {"decode_cuda_graph_bs": ["1,2,"]},
+        "--decode-cuda-graph-bs: '1,2,' has an empty entry; allowed: positive integers separated by spaces or commas",
+    ),
+    (
+        ["--decode-cuda-graph-bs", "1,x,4"],
+        {"decode_cuda_graph_bs": "1,x,4"},
+        "--decode-cuda-graph-bs: 'x' is not an integer; allowed: positive integers",
+    ),
+    (
         ["--cuda-graph-bs", "x"],
         {"cuda_graph_bs": ["x"]},
         "--cuda-graph-bs: 'x' is not an integer; allowed: positive integers",
@@ -149,7 +159,12 @@ def test_error_message_is_exact_on_both_routes(argv: list[str], keywords: dict[s
     [
         ({"decode_cuda_graph_bs": []}, "--decode-cuda-graph-bs: empty list; allowed: one or more positive integers"),
         ({"decode_cuda_graph_bs": 8}, "--decode-cuda-graph-bs: expected a list of positive integers, got 8"),
-        ({"decode_cuda_graph_bs": "1 2"}, "--decode-cuda-graph-bs: expected a list of positive integers, got '1 2'"),
+        ({"decode_cuda_graph_bs": b"1 2"}, "--decode-cuda-graph-bs: expected a list of positive integers, got b'1 2'"),
+        (
+            {"decode_cuda_graph_bs": "1,,2"},
+            "--decode-cuda-graph-bs: '1,,2' has an empty entry; "
+            "allowed: positive integers separated by spaces or commas",
+        ),
         (
             {"decode_cuda_graph_bs": [True]},
             "--decode-cuda-graph-bs: True is not an integer; allowed: positive integers",

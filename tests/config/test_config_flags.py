@@ -10,8 +10,10 @@ import pytest
 from config_helpers import parse, recorded_warnings, resolve_argv
 
 from cudagraph.config import (
+    ALIAS_FLAGS,
     LEGACY_FLAGS,
     MODERN_FLAGS,
+    VLLM_FLAGS,
     Backend,
     CudaGraphConfig,
     LegacyFlagWarning,
@@ -24,7 +26,7 @@ from cudagraph.config import (
 tomllib = pytest.importorskip("tomllib", reason="reading refactor/renames.toml needs Python 3.11+")
 
 ROOT = Path(__file__).resolve().parents[2]
-ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in LEGACY_FLAGS)]
+ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in (*ALIAS_FLAGS, *VLLM_FLAGS, *LEGACY_FLAGS))]
 
 ISSUE_FLAGS = {
     "--cuda-graph-mode",
@@ -40,6 +42,7 @@ ISSUE_FLAGS = {
     "--debug-cuda-graph",
     "--enable-cudagraph-gc",
     "--disable-cuda-graph-padding",
+    "--enable-profile-cuda-graph",
 }
 ISSUE_LEGACY_FLAGS = {
     "--disable-cuda-graph",
@@ -93,6 +96,7 @@ def test_no_flags_gives_defaults(no_warnings: object) -> None:
         False,
         False,
     )
+    assert config.profile_capture is False
     assert set(config.sources.values()) == {
         "default",
         "default schedule up to decode.max_size",
@@ -116,6 +120,7 @@ def test_no_flags_gives_defaults(no_warnings: object) -> None:
         (["--debug-cuda-graph"], lambda c: c.debug),
         (["--enable-cudagraph-gc"], lambda c: c.enable_gc),
         (["--disable-cuda-graph-padding"], lambda c: c.disable_padding),
+        (["--enable-profile-cuda-graph"], lambda c: c.profile_capture),
     ],
     ids=lambda value: value[0] if isinstance(value, list) else "",
 )

@@ -25,6 +25,7 @@ def test_to_dict_holds_backend_names_and_the_rest() -> None:
         "debug": False,
         "enable_gc": True,
         "disable_padding": False,
+        "profile_capture": False,
         "sources": dict(config.sources),
     }
 
@@ -47,6 +48,7 @@ def test_explain_names_every_source_kind() -> None:
         "debug",
         "enable_gc",
         "disable_padding",
+        "profile_capture",
     ]
     assert lines["decode.backend"].split() == ["decode.backend", "breakable", "json", "--cuda-graph-mode"]
     assert lines["decode.buckets"].split()[1:7] == ["1", "2", "4", "8", "16", "(5)"]
@@ -67,6 +69,7 @@ ROUND_TRIP_CASES = [
     {"decode_cuda_graph_max_bs": 300, "prefill_cuda_graph_tokens": [16, 48]},
     {"cuda_graph_mode": '{"decode": "tc_piecewise", "prefill": "tc_piecewise"}', "tc_piecewise_compiler": "inductor"},
     {"disable_cuda_graph": True, "debug_cuda_graph": True, "disable_cuda_graph_padding": True},
+    {"enable_profile_cuda_graph": True, "enable_cudagraph_gc": True},
 ]
 
 

@@ -1,7 +1,8 @@
 """Hypothesis strategies for CUDA-graph flag sets, and their two spellings: a command line and keyword arguments.
 
 A flag set maps a flag's ``dest`` to its raw command-line form: ``True`` for a switch, one string token, or a list of
-string tokens. ``argv`` and ``keywords`` render the same set for the two routes into ``resolve``.
+string tokens. ``argv`` and ``keywords`` render the same set for the two routes into ``resolve``. Every spelling of a
+flag (modern, other engines' aliases, legacy) is drawn, so the properties hold for all of them.
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ import json
 import re
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
 from cudagraph.config import (
+    ALIAS_FLAGS,
+    LEGACY_BACKEND_VALUES,
     LEGACY_FLAGS,
     MODERN_FLAGS,
+    VLLM_FLAGS,
     Backend,
     ConfigError,
     CudaGraphConfig,
@@ -25,7 +30,8 @@ from cudagraph.config import (
     add_cli_args,
     resolve,
 )
-from cudagraph.config.flags import FLAGS_BY_DEST, Arity
+from cudagraph.config.flags import FLAGS_BY_DEST, MODE_OPTION, AliasFlag, Arity, LegacyFlag
+from cudagraph.config.vllm import allowed_vllm_modes
 
 FlagSet = dict[str, object]
 
@@ -33,13 +39,39 @@ _PARSER = argparse.ArgumentParser(exit_on_error=False)
 add_cli_args(_PARSER)
 
 BACKEND_NAMES = [backend.value for backend in Backend]
-JUNK_BACKENDS = ["FULL", "piecewise", "tcpiecewise", ""]
-JUNK_SIZES = ["0", "-1", "1.5", "x", ""]
+LEGACY_BACKEND_SPELLINGS = sorted(LEGACY_BACKEND_VALUES)
+JUNK_BACKENDS = ["FULL", "piecewise", "TCPCG", "tc-piecewise", ""]
+JUNK_SIZES = ["0", "-1", "1.5", "x", "", "1,,2", ",", "3,", "2,x"]
 JUNK_MODES = ["{", "[]", '"full"', "null", "1", '{"decode": "full", "decode": "full"}', '{"decode": {}}']
 
 
 def dest(option: str) -> str:
     return option.removeprefix("--").replace("-", "_")
+
+
+def canonical_option(option: str) -> str:
+    """The modern flag that ``option`` spells or replaces (the first one, for a legacy flag that stands for two)."""
+    flag = FLAGS_BY_DEST[dest(option)]
+    if isinstance(flag, AliasFlag):
+        return flag.canonical
+    if isinstance(flag, LegacyFlag):
+        return flag.replacement[0][0]
+    return option
+
+
+ALIASES_OF: dict[str, list[str]] = {}
+for _alias in ALIAS_FLAGS:
+    ALIASES_OF.setdefault(_alias.canonical, []).append(_alias.option)
+
+JSON_DESTS = {dest(option) for option in [MODE_OPTION, *ALIASES_OF.get(MODE_OPTION, [])]}
+"""The flags whose value is the per-phase JSON object (``--cuda-graph-mode`` and its spellings)."""
+TEXT_DESTS = {*JSON_DESTS, "cudagraph_mode", "compilation_config"}
+"""Flags whose value a Python caller passes as the same text a command line holds."""
+
+
+def spellings(option: str) -> list[str]:
+    """``option`` and the other engines' spellings of it, as ``dest`` names."""
+    return [dest(option), *(dest(alias) for alias in ALIASES_OF.get(option, []))]
 
 
 def argv(flags: FlagSet) -> list[str]:
@@ -66,7 +98,7 @@ def keywords(flags: FlagSet) -> dict[str, object]:
     """The keyword arguments a Python caller would pass for ``flags``."""
     result: dict[str, object] = {}
     for name, raw in flags.items():
-        if name == "cuda_graph_mode" or raw is True:
+        if name in TEXT_DESTS or raw is True:
             result[name] = raw
         elif isinstance(raw, list):
             result[name] = [_python_value(token) for token in raw]
@@ -106,7 +138,7 @@ def via_keywords(flags: FlagSet, environment: Environment | None = None) -> Outc
 # --- value strategies ---------------------------------------------------------------------------------------------
 
 valid_backend = st.sampled_from(BACKEND_NAMES)
-any_backend = st.one_of(valid_backend, st.sampled_from(JUNK_BACKENDS))
+any_backend = st.one_of(valid_backend, st.sampled_from(JUNK_BACKENDS), st.sampled_from(LEGACY_BACKEND_SPELLINGS))
 valid_mode = st.dictionaries(st.sampled_from([phase.value for phase in Phase]), valid_backend).map(json.dumps)
 any_mode = st.one_of(
     valid_mode,
@@ -116,47 +148,102 @@ any_mode = st.one_of(
 valid_size = st.integers(1, 64).map(str)
 valid_max = st.integers(1, 1000).map(str)
 any_size = st.one_of(*([st.integers(-2, 700).map(str)] * 4), st.sampled_from(JUNK_SIZES))
-valid_sizes = st.lists(valid_size, min_size=1, max_size=6)
+valid_sizes = st.lists(  # tokens of one size or several joined by commas ("1,2,4")
+    st.lists(valid_size, min_size=1, max_size=3).map(",".join), min_size=1, max_size=4
+)
 any_sizes = st.lists(any_size, min_size=1, max_size=6)
 valid_compiler = st.sampled_from(["eager", "inductor"])
 any_compiler = st.sampled_from(["eager", "inductor", "aot", ""])
 
-VALUE_STRATEGIES = {
-    # arity or option -> (valid values, any values)
-    Arity.SWITCH: (st.just(True), st.just(True)),
-    "--cuda-graph-mode": (valid_mode, any_mode),
-    "backend": (valid_backend, any_backend),
-    "sizes": (valid_sizes, any_sizes),
-    "max": (valid_max, any_size),
-    "compiler": (valid_compiler, any_compiler),
+VLLM_MODE_NAMES = list(allowed_vllm_modes())
+valid_vllm_mode = st.tuples(st.sampled_from(VLLM_MODE_NAMES), st.sampled_from([str.upper, str.lower, str.title])).map(
+    lambda pair: pair[1](pair[0])
+)
+any_vllm_mode = st.one_of(valid_vllm_mode, st.sampled_from(["FULL", "EAGER", "", "piecewise ", '{"decode": "full"}']))
+_VLLM_OTHER_KEYS = {"level": st.integers(0, 3), "pass_config": st.just({"enable_fusion": True})}
+valid_compilation_config = st.fixed_dictionaries(
+    {},
+    optional={
+        "cudagraph_mode": st.one_of(st.none(), valid_vllm_mode),
+        "cudagraph_capture_sizes": st.one_of(st.none(), st.lists(st.integers(1, 64), min_size=1, max_size=6)),
+        "max_cudagraph_capture_size": st.one_of(st.none(), st.integers(64, 1000)),
+        **_VLLM_OTHER_KEYS,
+    },
+).map(json.dumps)
+any_compilation_config = st.one_of(
+    valid_compilation_config,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "cudagraph_mode": st.one_of(any_vllm_mode, st.integers(0, 2)),
+            "cudagraph_capture_sizes": st.one_of(
+                st.lists(st.integers(-2, 100), max_size=4), st.just("1,2"), st.lists(st.booleans(), max_size=2)
+            ),
+            "max_cudagraph_capture_size": st.one_of(st.integers(-1, 100), st.just("8"), st.just(2.5)),
+            **_VLLM_OTHER_KEYS,
+        },
+    ).map(json.dumps),
+    st.sampled_from(["[]", "{", "null", "3", '{"level": 1, "level": 2}']),
+)
+
+
+@dataclass(frozen=True)
+class ValueKind:
+    """The values one kind of flag takes: valid ones, any (malformed mixed in), and one valid value that claims every
+    setting a flag of this kind can claim (to tell which flags can meet on a setting)."""
+
+    valid: st.SearchStrategy[object]
+    any: st.SearchStrategy[object]
+    sample: object
+
+
+VALUE_KINDS: dict[object, ValueKind] = {
+    # arity or canonical option or value kind -> its values
+    Arity.SWITCH: ValueKind(st.just(True), st.just(True), True),
+    MODE_OPTION: ValueKind(valid_mode, any_mode, '{"decode": "disabled", "prefill": "disabled"}'),
+    "--cudagraph-mode": ValueKind(valid_vllm_mode, any_vllm_mode, "NONE"),
+    "--compilation-config": ValueKind(
+        valid_compilation_config,
+        any_compilation_config,
+        '{"cudagraph_mode": "NONE", "cudagraph_capture_sizes": [1], "max_cudagraph_capture_size": 1}',
+    ),
+    "backend": ValueKind(valid_backend, any_backend, "disabled"),
+    "sizes": ValueKind(valid_sizes, any_sizes, ["1"]),
+    "max": ValueKind(valid_max, any_size, "1"),
+    "compiler": ValueKind(valid_compiler, any_compiler, "eager"),
 }
 
 
-def _value_kind(option: str) -> object:
+def _value_kind(option: str) -> ValueKind:
     flag = FLAGS_BY_DEST[dest(option)]
     if flag.arity is Arity.SWITCH:
-        return Arity.SWITCH
-    if option == "--cuda-graph-mode":
-        return option
-    target = flag.replacement[0][0] if hasattr(flag, "replacement") else option
+        return VALUE_KINDS[Arity.SWITCH]
+    target = canonical_option(option)
+    if target in VALUE_KINDS:
+        return VALUE_KINDS[target]
     if target.endswith("-backend"):
-        return "backend"
+        return VALUE_KINDS["backend"]
     if target.endswith("compiler"):
-        return "compiler"
-    return "sizes" if FLAGS_BY_DEST[dest(target)].arity is Arity.MANY else "max"
+        return VALUE_KINDS["compiler"]
+    return VALUE_KINDS["sizes" if FLAGS_BY_DEST[dest(target)].arity is Arity.MANY else "max"]
+
+
+def sample_value(option: str) -> object:
+    """A valid value of ``option`` that claims every setting the flag can claim."""
+    return _value_kind(option).sample
 
 
 def value_strategy(option: str, *, valid: bool) -> st.SearchStrategy[object]:
     """Values of one flag: valid only, or with malformed ones mixed in."""
-    valid_values, any_values = VALUE_STRATEGIES[_value_kind(option)]
-    return valid_values if valid else any_values
+    kind = _value_kind(option)
+    return kind.valid if valid else kind.any
 
 
-ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in LEGACY_FLAGS)]
+ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in (*ALIAS_FLAGS, *VLLM_FLAGS, *LEGACY_FLAGS))]
 
 
 def any_flag_sets() -> st.SearchStrategy[FlagSet]:
-    """Any mix of flags (JSON, per-phase, legacy) with values that may be malformed or contradict each other."""
+    """Any mix of flags (JSON, per-phase, aliases, vLLM's, legacy) with values that may be malformed or contradict."""
     return st.fixed_dictionaries({}, optional={dest(o): value_strategy(o, valid=False) for o in ALL_OPTIONS})
 
 
@@ -171,34 +258,61 @@ LEGACY_BACKEND_SWITCHES = [
 @st.composite
 def valid_flag_sets(draw: st.DrawFn) -> FlagSet:
     """Flag sets of valid values that mostly resolve: at most one backend flag per phase and precedence level, so
-    JSON, per-phase and legacy flags meet and override each other without same-level contradictions."""
+    JSON, per-phase and legacy flags meet and override each other without same-level contradictions. Each modern
+    flag is drawn in any of its spellings (``--decode-cuda-graph-backend`` or SGLang's
+    ``--cuda-graph-backend-decode``)."""
+
+    def spelled(option: str) -> str:
+        return draw(st.sampled_from(spellings(option)))
+
     flags: FlagSet = {}
     if draw(st.booleans()):
-        flags["cuda_graph_mode"] = draw(valid_mode)
+        flags[spelled(MODE_OPTION)] = draw(valid_mode)
+    # Both phases' backends from one vLLM spelling, or each phase from its own flags (not both: same level).
+    vllm = draw(st.sampled_from([None, None, None, "cudagraph_mode", "enforce_eager", "compilation_config"]))
+    if vllm == "cudagraph_mode":
+        flags[vllm] = draw(valid_vllm_mode)
+    elif vllm == "enforce_eager":
+        flags[vllm] = True
+    elif vllm == "compilation_config":
+        mode = draw(st.fixed_dictionaries({"cudagraph_mode": valid_vllm_mode}, optional=_VLLM_OTHER_KEYS))
+        flags[vllm] = json.dumps(mode)
     for phase in Phase:
-        choice = draw(st.sampled_from(["none", "backend", "disable"]))
+        choice = "none" if vllm else draw(st.sampled_from(["none", "backend", "disable"]))
         if choice == "backend":
             allowed = [b for b in BACKEND_NAMES if not (phase is Phase.PREFILL and b == "full")]
-            flags[f"{phase.value}_cuda_graph_backend"] = draw(st.sampled_from(allowed))
+            flags[spelled(f"--{phase.value}-cuda-graph-backend")] = draw(st.sampled_from(allowed))
         elif choice == "disable":
-            flags[f"{phase.value}_disable_cuda_graph"] = True
+            flags[spelled(f"--{phase.value}-disable-cuda-graph")] = True
     legacy_switch = draw(st.sampled_from([None, *LEGACY_BACKEND_SWITCHES]))
     if legacy_switch:
         flags[legacy_switch] = True
     sized = [
-        ("decode_cuda_graph_bs", "cuda_graph_bs", valid_sizes),
-        ("decode_cuda_graph_max_bs", "cuda_graph_max_bs", valid_max),
-        ("prefill_cuda_graph_tokens", "piecewise_cuda_graph_tokens", valid_sizes),
-        ("prefill_cuda_graph_max_tokens", "piecewise_cuda_graph_max_tokens", valid_max),
-        ("tc_piecewise_compiler", "piecewise_cuda_graph_compiler", valid_compiler),
+        ("--decode-cuda-graph-bs", "cuda_graph_bs", valid_sizes),
+        ("--decode-cuda-graph-max-bs", "cuda_graph_max_bs", valid_max),
+        ("--prefill-cuda-graph-tokens", "piecewise_cuda_graph_tokens", valid_sizes),
+        ("--prefill-cuda-graph-max-tokens", "piecewise_cuda_graph_max_tokens", valid_max),
+        ("--tc-piecewise-compiler", "piecewise_cuda_graph_compiler", valid_compiler),
     ]
     for modern, legacy, values in sized:
         for name in draw(st.sampled_from([(), (modern,), (legacy,), (modern, legacy)])):
-            flags[name] = draw(values)
-    for switch in ("debug_cuda_graph", "enable_cudagraph_gc", "disable_cuda_graph_padding"):
+            flags[spelled(name) if name.startswith("--") else name] = draw(values)
+    for switch in (
+        "debug_cuda_graph",
+        "enable_cudagraph_gc",
+        "disable_cuda_graph_padding",
+        "enable_profile_cuda_graph",
+    ):
         if draw(st.booleans()):
             flags[switch] = True
     return flags
+
+
+def json_mode(flags: FlagSet) -> tuple[str, dict[str, str]]:
+    """The JSON flag of a valid flag set (its option) and its phase -> backend entries; ``("", {})`` if none."""
+    for name in JSON_DESTS & set(flags):
+        return FLAGS_BY_DEST[name].option, json.loads(str(flags[name]))
+    return "", {}
 
 
 environments = st.builds(

@@ -1,4 +1,5 @@
-"""Properties of ``cudagraph.config.resolve`` over generated flag sets (JSON, per-phase, legacy, keywords, any mix).
+"""Properties of ``cudagraph.config.resolve`` over generated flag sets (JSON, per-phase, other engines' spellings,
+legacy, keywords, any mix).
 
 Run longer with ``HYPOTHESIS_PROFILE=deep`` (or ``--hypothesis-profile=deep``).
 """
@@ -6,26 +7,47 @@ Run longer with ``HYPOTHESIS_PROFILE=deep`` (or ``--hypothesis-profile=deep``).
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 from config_flagsets import (
+    ALIASES_OF,
+    ALL_OPTIONS,
+    JSON_DESTS,
+    LEGACY_BACKEND_SPELLINGS,
     FlagSet,
+    Outcome,
     any_flag_sets,
     argv,
+    canonical_option,
     dest,
     environments,
+    json_mode,
     outcome,
     parse,
+    sample_value,
+    spellings,
     valid_flag_sets,
     value_strategy,
     via_cli,
     via_keywords,
 )
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from cudagraph.config import LEGACY_FLAGS, Backend, Environment, LegacyFlagWarning, Phase, resolve
-from cudagraph.config.flags import FLAGS_BY_DEST, Arity, LegacyFlag
+from cudagraph.config import (
+    ALIAS_FLAGS,
+    ALLOWED_BACKENDS_PER_PHASE,
+    LEGACY_FLAGS,
+    VLLM_CUDAGRAPH_MODES,
+    VLLM_FLAGS,
+    Backend,
+    Environment,
+    LegacyFlagWarning,
+    Phase,
+    resolve,
+)
+from cudagraph.config.flags import FLAGS_BY_DEST, MODE_OPTION, AliasFlag, LegacyFlag
 
 flag_sets = st.one_of(valid_flag_sets(), any_flag_sets())
 
@@ -53,22 +75,20 @@ def test_keywords_and_command_line_agree(flags: FlagSet, environment: Environmen
         assert dict(cli_config.sources) == dict(kw_config.sources)
 
 
-def _json_mode(flags: FlagSet) -> dict[str, str]:
-    return json.loads(str(flags["cuda_graph_mode"])) if "cuda_graph_mode" in flags else {}
-
-
 @given(valid_flag_sets(), environments)
 @example({"cuda_graph_mode": '{"decode": "full"}', "decode_disable_cuda_graph": True}, Environment(device_type="cpu"))
+@example({"cuda_graph_config": '{"prefill": "tc_piecewise"}', "disable_prefill_cuda_graph": True}, Environment())
 def test_json_entry_wins_for_its_phase(flags: FlagSet, environment: Environment) -> None:
     config, _, _ = via_cli(flags, environment)
-    if config is None:
-        return
-    for phase_name, backend_name in _json_mode(flags).items():
+    assume(config is not None)
+    assert config is not None
+    option, mode = json_mode(flags)
+    for phase_name, backend_name in mode.items():
         assert config.backend(phase_name) is Backend(backend_name)
-        assert config.sources[f"{phase_name}.backend"] == "json --cuda-graph-mode"
+        assert config.sources[f"{phase_name}.backend"] == f"json {option}"
 
 
-# Flags whose every claim concerns one phase only.
+# Flags whose every claim concerns one phase only (their other engines' spellings are added below).
 PHASE_ONLY_FLAGS = {
     Phase.DECODE: [
         "--decode-cuda-graph-backend",
@@ -90,6 +110,8 @@ PHASE_ONLY_FLAGS = {
         "--piecewise-cuda-graph-max-tokens",
     ],
 }
+for _options in PHASE_ONLY_FLAGS.values():
+    _options += [alias for option in list(_options) for alias in ALIASES_OF.get(option, [])]
 
 
 @st.composite
@@ -107,21 +129,17 @@ def test_flags_for_one_phase_never_change_the_other(
     other = Phase.PREFILL if phase is Phase.DECODE else Phase.DECODE
     before, _, _ = via_cli(base, environment)
     after, _, _ = via_cli({**base, **phase_flags}, environment)
-    if before is None or after is None:
-        return
+    assume(before is not None and after is not None)
+    assert before is not None and after is not None
     assert after.for_phase(other) == before.for_phase(other)
     for field_name in ("backend", "buckets", "max_size"):
         assert after.sources[f"{other}.{field_name}"] == before.sources[f"{other}.{field_name}"]
 
 
 def _keys_touched(name: str) -> set[str]:
-    """The settings keys a (non-JSON) flag can claim, found by reading a canonical valid value."""
+    """The settings keys a flag can claim, found by reading a valid value that claims all of them."""
     flag = FLAGS_BY_DEST[name]
-    sample = {Arity.SWITCH: True, Arity.MANY: ["1"]}.get(flag.arity)
-    if sample is None:
-        option = flag.replacement[0][0] if isinstance(flag, LegacyFlag) else flag.option
-        sample = {"backend": "disabled", "compiler": "eager"}.get(option.rsplit("-", 1)[-1], "1")
-    return set(flag.read(flag.option, sample))
+    return set(flag.read(flag.option, sample_value(flag.option), []))
 
 
 def _modern_equivalent(legacy: LegacyFlag, raw: object) -> FlagSet:
@@ -136,7 +154,7 @@ def legacy_cases(draw: st.DrawFn) -> tuple[LegacyFlag, object, FlagSet]:
     base = {
         name: value
         for name, value in draw(valid_flag_sets()).items()
-        if name == "cuda_graph_mode" or not (_keys_touched(name) & touched)
+        if name in JSON_DESTS or not (_keys_touched(name) & touched)
     }
     return legacy, raw, base
 
@@ -164,6 +182,266 @@ def test_each_legacy_flag_resolves_like_its_modern_equivalent(
         assert +deprecations == Counter([legacy.deprecation_message()])
 
 
+TC_PIECEWISE = Backend.TC_PIECEWISE.value
+
+
+def _respell(draw: st.DrawFn, value: str, used: list[str]) -> str:
+    if value != TC_PIECEWISE:
+        return value
+    spelling = draw(st.sampled_from([TC_PIECEWISE, *LEGACY_BACKEND_SPELLINGS]))
+    used.append(spelling)
+    return spelling
+
+
+@st.composite
+def legacy_value_cases(draw: st.DrawFn) -> tuple[FlagSet, FlagSet, set[str]]:
+    """A valid flag set that says ``tc_piecewise`` in at least one place (JSON or a per-phase backend flag, in any
+    spelling), the same set with a legacy value spelling in that place and any spelling in the others, and the legacy
+    spellings used."""
+    flags = draw(valid_flag_sets())
+    phase = draw(st.sampled_from(list(Phase)))
+    forced = draw(st.sampled_from(LEGACY_BACKEND_SPELLINGS))
+    used = [forced]
+    if draw(st.booleans()):
+        option, mode = json_mode(flags)
+        name = dest(option or draw(st.sampled_from([MODE_OPTION, *ALIASES_OF[MODE_OPTION]])))
+        mode[phase.value] = TC_PIECEWISE
+        flags[name] = json.dumps(mode)
+        spelled = dict(flags)
+        others = {key: _respell(draw, value, used) for key, value in mode.items() if key != phase.value}
+        spelled[name] = json.dumps({**mode, **others, phase.value: forced})
+    else:
+        for option in (f"--{phase.value}-cuda-graph-backend", f"--{phase.value}-disable-cuda-graph"):
+            for name in spellings(option):
+                flags.pop(name, None)
+        name = draw(st.sampled_from(spellings(f"--{phase.value}-cuda-graph-backend")))
+        flags[name] = TC_PIECEWISE
+        spelled = {**flags, name: forced}
+    for other in Phase:
+        for name in spellings(f"--{other.value}-cuda-graph-backend"):
+            if name in flags and spelled[name] == flags[name]:
+                spelled[name] = _respell(draw, str(flags[name]), used)
+    return flags, spelled, set(used) - {TC_PIECEWISE}
+
+
+@given(legacy_value_cases(), environments)
+@example(
+    (
+        {"cuda_graph_mode": '{"decode": "tc_piecewise"}', "prefill_cuda_graph_backend": "tc_piecewise"},
+        {"cuda_graph_mode": '{"decode": "tcpcg"}', "prefill_cuda_graph_backend": "tcpcg"},
+        {"tcpcg"},
+    ),
+    Environment(),
+)
+def test_legacy_value_spellings_resolve_like_tc_piecewise_and_warn_once_each(
+    case: tuple[FlagSet, FlagSet, set[str]], environment: Environment
+) -> None:
+    canonical, spelled, legacy_spellings = case
+    assert legacy_spellings
+    expected, expected_error, expected_warnings = via_cli(canonical, environment)
+    for route in (via_cli, via_keywords):
+        config, error, caught = route(spelled, environment)
+        assert config == expected and error == expected_error
+        if error is not None:
+            assert caught == []  # a failed resolution warns about nothing
+            continue
+        assert config is not None and expected is not None
+        extra = Counter(caught)
+        extra.subtract(expected_warnings)
+        assert -extra == Counter()  # every warning of the canonical spelling is still there
+        added = list((+extra).elements())
+        assert {category for category, _ in added} == {LegacyFlagWarning}
+        assert sorted(message.split("'")[1] for _, message in added) == sorted(legacy_spellings)
+        assert all(message.endswith("use 'tc_piecewise' instead") for _, message in added)
+        for key, source in config.sources.items():
+            assert source == expected.sources[key] or source.startswith(f"{expected.sources[key]} (legacy value '")
+
+
+# --- other engines' spellings ------------------------------------------------------------------------------------
+
+ALIASES = {alias.option: alias for alias in ALIAS_FLAGS}
+
+
+@st.composite
+def alias_cases(draw: st.DrawFn) -> tuple[FlagSet, FlagSet, list[AliasFlag]]:
+    """Any flag set that gives one to three modern flags which have other spellings, and the same set with those
+    flags spelled the other way (value unchanged)."""
+    flags = draw(flag_sets)
+    aliases = draw(st.lists(st.sampled_from(ALIAS_FLAGS), min_size=1, max_size=3, unique_by=lambda a: a.canonical))
+    for alias in aliases:
+        for name in spellings(alias.canonical):  # the respelled flag is the only spelling of its modern flag
+            flags.pop(name, None)
+        flags[dest(alias.canonical)] = draw(value_strategy(alias.canonical, valid=draw(st.booleans())))
+    respelled = {}
+    for name, value in flags.items():
+        alias = next((a for a in aliases if dest(a.canonical) == name), None)
+        respelled[alias.dest if alias else name] = value
+    return flags, respelled, aliases
+
+
+def _in_modern_spelling(result: Outcome, aliases: list[AliasFlag]) -> Outcome:
+    def modern(text: str) -> str:
+        for alias in aliases:
+            text = re.sub(rf"{re.escape(alias.option)}\b(?!-)", alias.canonical, text)
+        return text
+
+    config, error, caught = result
+    if config is not None:
+        config = type(config)(**{**vars(config), "sources": {k: modern(v) for k, v in config.sources.items()}})
+    return config, None if error is None else modern(error), [(c, modern(m)) for c, m in caught]
+
+
+@given(alias_cases(), environments)
+@example(
+    (
+        {"decode_cuda_graph_backend": "x", "prefill_cuda_graph_backend": "y"},
+        {"cuda_graph_backend_decode": "x", "prefill_cuda_graph_backend": "y"},
+        [ALIASES["--cuda-graph-backend-decode"]],
+    ),
+    Environment(),
+)
+def test_each_alias_resolves_exactly_like_its_modern_flag(
+    case: tuple[FlagSet, FlagSet, list[AliasFlag]], environment: Environment
+) -> None:
+    # Same config, same error, same warnings, same sources: only the flag's name differs where it is shown.
+    flags, respelled, aliases = case
+    expected = via_cli(flags, environment)
+    for route in (via_cli, via_keywords):
+        result = route(respelled, environment)
+        assert result[0] == expected[0]
+        modern = _in_modern_spelling(result, aliases)
+        assert modern[1:] == expected[1:]
+        if modern[0] is not None and expected[0] is not None:
+            assert dict(modern[0].sources) == dict(expected[0].sources)
+
+
+def _vllm_modern_equivalent(name: str, raw: object) -> FlagSet:
+    """The per-phase flags that say what one vLLM spelling says, from the design card's table."""
+    if name == "enforce_eager":
+        return {"decode_disable_cuda_graph": True, "prefill_disable_cuda_graph": True}
+    if name == "cudagraph_mode":
+        mode = VLLM_CUDAGRAPH_MODES[str(raw).upper()]
+        return {f"{phase.value}_cuda_graph_backend": mode[phase].value for phase in Phase}
+    compilation = json.loads(str(raw))
+    flags: FlagSet = {}
+    if compilation.get("cudagraph_mode") is not None:
+        flags.update(_vllm_modern_equivalent("cudagraph_mode", compilation["cudagraph_mode"]))
+    if compilation.get("cudagraph_capture_sizes") is not None:
+        flags["decode_cuda_graph_bs"] = [str(size) for size in compilation["cudagraph_capture_sizes"]]
+    if compilation.get("max_cudagraph_capture_size") is not None:
+        flags["decode_cuda_graph_max_bs"] = str(compilation["max_cudagraph_capture_size"])
+    return flags
+
+
+@st.composite
+def vllm_cases(draw: st.DrawFn) -> tuple[FlagSet, str, object, FlagSet]:
+    """A vLLM spelling with a valid value, its per-phase equivalent, and valid flags of the other levels (and of
+    this level on other settings) to meet them."""
+    name = draw(st.sampled_from([dest(flag.option) for flag in VLLM_FLAGS]))
+    raw = draw(value_strategy(FLAGS_BY_DEST[name].option, valid=True))
+    modern = _vllm_modern_equivalent(name, raw)
+    touched = set().union(*(_keys_touched(option) for option in modern), _keys_touched(name))
+    base = {
+        flag_name: value
+        for flag_name, value in draw(valid_flag_sets()).items()
+        if flag_name in JSON_DESTS
+        or isinstance(FLAGS_BY_DEST[flag_name], LegacyFlag)
+        or not (_keys_touched(flag_name) & touched)
+    }
+    return base, name, raw, modern
+
+
+@given(vllm_cases(), environments)
+@example(({"cuda_graph_mode": '{"decode": "breakable"}'}, "cudagraph_mode", "full_and_piecewise", {}), Environment())
+@example(({"disable_cuda_graph": True}, "compilation_config", '{"cudagraph_capture_sizes": [4, 1]}', {}), Environment())
+def test_each_vllm_spelling_resolves_like_its_per_phase_flags(
+    case: tuple[FlagSet, str, object, FlagSet], environment: Environment
+) -> None:
+    base, name, raw, modern = case
+    modern = modern or _vllm_modern_equivalent(name, raw)  # the explicit examples leave it to be derived
+    expected, expected_error, expected_warnings = via_cli({**base, **modern}, environment)
+    for route in (via_cli, via_keywords):
+        config, error, caught = route({**base, name: raw}, environment)
+        assert config == expected
+        assert (error is None) == (expected_error is None)
+        assert Counter(category for category, _ in caught) == Counter(category for category, _ in expected_warnings)
+
+
+SAME_LEVEL_OPTIONS = [option for option in ALL_OPTIONS if not isinstance(FLAGS_BY_DEST[dest(option)], LegacyFlag)]
+
+
+def _claims_of(option: str, raw: object) -> dict[str, object]:
+    return FLAGS_BY_DEST[dest(option)].read(option, raw, [])
+
+
+def _allowed_backends(phase: Phase) -> list[str]:
+    return [backend.value for backend in Backend if backend in ALLOWED_BACKENDS_PER_PHASE[phase]]
+
+
+def _valid_value(draw: st.DrawFn, option: str, phase: Phase) -> object:
+    canonical = canonical_option(option)
+    if canonical == MODE_OPTION:  # a JSON object that names the phase in question
+        return json.dumps({phase.value: draw(st.sampled_from(_allowed_backends(phase)))})
+    if canonical.endswith("-backend"):
+        return draw(st.sampled_from(_allowed_backends(Phase(canonical.split("-")[2]))))
+    return draw(value_strategy(option, valid=True))
+
+
+@st.composite
+def same_level_conflicts(draw: st.DrawFn) -> tuple[FlagSet, str, str, set[str]]:
+    """Two flags of one precedence level (modern or another engine's spelling) that claim one setting with different
+    values, on top of valid flags that resolve alone and claim none of their settings; with the two options and the
+    settings keys they disagree on."""
+    phase = draw(st.sampled_from(list(Phase)))
+    first = draw(st.sampled_from(SAME_LEVEL_OPTIONS))
+    first_value = _valid_value(draw, first, phase)
+    first_claims = _claims_of(first, first_value)
+    rivals = [
+        option
+        for option in SAME_LEVEL_OPTIONS
+        if option != first
+        and FLAGS_BY_DEST[dest(option)].kind is FLAGS_BY_DEST[dest(first)].kind
+        and set(_claims_of(option, sample_value(option))) & set(first_claims)
+    ]
+    assume(rivals)
+    second = draw(st.sampled_from(rivals))
+    second_value = _valid_value(draw, second, phase)
+    second_claims = _claims_of(second, second_value)
+    disagreements = {
+        key for key in first_claims.keys() & second_claims.keys() if first_claims[key] != second_claims[key]
+    }
+    assume(disagreements)
+    base = draw(valid_flag_sets())
+    assume(via_cli(base)[1] is None)
+    claimed = first_claims.keys() | second_claims.keys()
+    base = {name: raw for name, raw in base.items() if not (set(_claims_of(FLAGS_BY_DEST[name].option, raw)) & claimed)}
+    return {**base, dest(first): first_value, dest(second): second_value}, first, second, disagreements
+
+
+SAME_LEVEL_ERROR = re.compile(
+    r"(?P<key>[a-z_.]+): (?P<first>--[a-z-]+) gives (?P<first_value>.+) but (?P<second>--[a-z-]+) gives "
+    r"(?P<second_value>.+); both have the same precedence, so give only one"
+)
+
+
+@given(same_level_conflicts(), environments)
+def test_same_level_disagreement_is_one_error_naming_both_flags(
+    case: tuple[FlagSet, str, str, set[str]], environment: Environment
+) -> None:
+    flags, first, second, disagreements = case
+    for route in (via_cli, via_keywords):
+        config, error, caught = route(flags, environment)
+        assert config is None and caught == []
+        assert error is not None
+        match = SAME_LEVEL_ERROR.fullmatch(error)
+        assert match is not None, error
+        assert match["key"] in disagreements
+        assert {match["first"], match["second"]} == {first, second}
+
+
+# --- round trip and rules -----------------------------------------------------------------------------------------
+
+
 @given(flag_sets, environments, environments)
 @example({"decode_cuda_graph_bs": ["3"], "decode_cuda_graph_max_bs": "500"}, Environment(), Environment())
 @example({"decode_cuda_graph_max_bs": "300"}, Environment(), Environment())  # the cap lies off the schedule
@@ -171,8 +449,8 @@ def test_to_cli_args_resolves_back_to_an_equal_config(
     flags: FlagSet, environment: Environment, other_environment: Environment
 ) -> None:
     config, _, _ = via_cli(flags, environment)
-    if config is None:
-        return
+    assume(config is not None)
+    assert config is not None
     args = config.to_cli_args()
     again, error, caught = outcome(lambda: resolve(parse(args), environment=other_environment))
     assert error is None and again == config and caught == []
@@ -188,7 +466,7 @@ def test_rules_only_turn_unlocked_phases_off(flags: FlagSet, environment: Enviro
     assert plain_error == ruled_error  # the environment never makes input valid or invalid
     if plain is None or ruled is None:
         return
-    locked = _json_mode(flags) if plain_error is None else {}
+    locked = json_mode(flags)[1] if plain_error is None else {}
     for phase in Phase:
         before, after = plain.backend(phase), ruled.backend(phase)
         if phase.value in locked:

@@ -1,4 +1,5 @@
-"""Resolve one canonical per-phase CUDA-graph mode from JSON, per-phase flags, legacy flags and keyword arguments.
+"""Resolve one canonical per-phase CUDA-graph mode from JSON, per-phase flags, other engines' spellings, legacy flags
+and keyword arguments.
 
 Pure Python: this package never imports torch.
 
@@ -14,10 +15,12 @@ Example:
 
 from .buckets import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, DEFAULT_MAX_SIZE, default_buckets
 from .environment import Environment
-from .flags import LEGACY_FLAGS, MODERN_FLAGS, add_cli_args
+from .flags import ALIAS_FLAGS, LEGACY_FLAGS, MODERN_FLAGS, VLLM_FLAGS, add_cli_args
+from .legacy_values import LEGACY_BACKEND_VALUES
 from .resolve import resolve
 from .rules import COMPATIBILITY_RULES, CompatibilityRule, RuleContext
 from .types import CudaGraphConfig, PhaseConfig
+from .vllm import VLLM_CUDAGRAPH_MODES
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
     DEFAULT_CUDA_GRAPH_MODE,
@@ -32,15 +35,19 @@ from .vocabulary import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ALIAS_FLAGS",
     "ALLOWED_BACKENDS_PER_PHASE",
     "BUCKET_SCHEDULES",
     "COMPATIBILITY_RULES",
     "DECODE_MAX_BS_BY_GPU_MEMORY",
     "DEFAULT_CUDA_GRAPH_MODE",
     "DEFAULT_MAX_SIZE",
+    "LEGACY_BACKEND_VALUES",
     "LEGACY_FLAGS",
     "MODERN_FLAGS",
     "TC_PIECEWISE_COMPILERS",
+    "VLLM_CUDAGRAPH_MODES",
+    "VLLM_FLAGS",
     "Backend",
     "CompatibilityRule",
     "ConfigError",

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 
 from .environment import Environment
-from .flags import add_cli_args
+from .flags import SWITCH_OPTIONS, add_cli_args
 from .resolve import resolve
 from .vocabulary import ConfigError
 
@@ -78,8 +78,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         for phase in ("decode", "prefill"):
             phase_config = config.for_phase(phase)
             print(f"{phase}: {phase_config.backend} buckets={list(phase_config.buckets)} max={phase_config.max_size}")
-        print(
-            f"tc_piecewise_compiler={config.tc_piecewise_compiler} debug={config.debug} "
-            f"enable_gc={config.enable_gc} disable_padding={config.disable_padding}"
-        )
+        switches = " ".join(f"{switch}={getattr(config, switch)}" for switch in SWITCH_OPTIONS)
+        print(f"tc_piecewise_compiler={config.tc_piecewise_compiler} {switches}")
     return 0

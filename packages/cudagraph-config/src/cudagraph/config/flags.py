@@ -1,8 +1,9 @@
-"""The table of CUDA-graph command-line flags (modern and legacy) and ``add_cli_args``.
+"""The table of CUDA-graph command-line flags (modern, other engines' spellings, legacy) and ``add_cli_args``.
 
-Every flag is one row. A modern row knows how to read its raw value into *claims* (settings key -> typed value); a
-legacy row is an alias that names the modern flags (and values) it stands for and reads through them, so a legacy
-flag resolves exactly like its replacement by construction. Python keyword arguments are the flags' ``dest`` names
+Every flag is one row. A modern row knows how to read its raw value into *claims* (settings key -> typed value). An
+alias row is another engine's spelling of one modern flag (SGLang's ``--cuda-graph-backend-decode``); a legacy row
+names the modern flags (and values) it stands for. Both read through the modern rows, so they resolve exactly like
+their modern flags by construction. Python keyword arguments are the flags' ``dest`` names
 (``--decode-cuda-graph-bs`` -> ``decode_cuda_graph_bs``).
 """
 
@@ -18,6 +19,8 @@ from .buckets import DEFAULT_MAX_SIZE
 from .origins import OriginKind
 from .values import (
     MODE_EXAMPLE,
+    Claims,
+    Notes,
     read_backend,
     read_compiler,
     read_mode,
@@ -25,13 +28,17 @@ from .values import (
     read_sizes,
     read_switch,
 )
-from .vocabulary import DEFAULT_CUDA_GRAPH_MODE, TC_PIECEWISE_COMPILERS, Backend, Phase, allowed_backends, phase_key
-
-DEPRECATED_IN = "0.1.0"
-REMOVED_IN = "1.0.0"
-
-Claims = dict[str, object]
-"""Settings key (``"decode.backend"``, ``"debug"``...) -> typed value, as stated by one flag."""
+from .vllm import VLLM_CUDAGRAPH_MODES, read_compilation_config, read_enforce_eager, read_vllm_mode
+from .vocabulary import (
+    DEFAULT_CUDA_GRAPH_MODE,
+    DEPRECATED_IN,
+    REMOVED_IN,
+    TC_PIECEWISE_COMPILERS,
+    Backend,
+    Phase,
+    allowed_backends,
+    phase_key,
+)
 
 
 class Arity(enum.Enum):
@@ -49,8 +56,9 @@ class Flag:
     option: str
     arity: Arity
     kind: OriginKind
-    read: Callable[[str, object], Claims]
-    """``read(label, raw)``: the claims of a given value; ``label`` is the flag the user typed (for messages)."""
+    read: Callable[[str, object, Notes], Claims]
+    """``read(label, raw, notes)``: the claims of a given value; ``label`` is the flag the user typed (for messages),
+    ``notes`` collects the legacy value spellings it accepted."""
     help: str
     metavar: str | None = None
 
@@ -79,14 +87,24 @@ class LegacyFlag:
         """Legacy flags rank below the per-phase flags."""
         return OriginKind.LEGACY_FLAG
 
-    def read(self, label: str, raw: object) -> Claims:
+    def read(self, label: str, raw: object, notes: Notes) -> Claims:
         """The claims of the modern flags this alias stands for, read with the alias's name in messages."""
         if self.arity is Arity.SWITCH:
             read_switch(label, raw)
         claims: Claims = {}
         for modern_option, fixed_value in self.replacement:
-            claims.update(MODERN_FLAGS[modern_option].read(label, raw if fixed_value is None else fixed_value))
+            claims.update(MODERN_FLAGS[modern_option].read(label, raw if fixed_value is None else fixed_value, notes))
         return claims
+
+    @property
+    def help(self) -> str:
+        """The ``--help`` line: what to use instead."""
+        return f"deprecated alias of {self.replacement_text()}"
+
+    @property
+    def metavar(self) -> str | None:
+        """The value placeholder of the (first) modern flag this alias stands for."""
+        return MODERN_FLAGS[self.replacement[0][0]].metavar
 
     def replacement_text(self) -> str:
         """The modern command-line spelling, e.g. ``--prefill-cuda-graph-backend breakable``."""
@@ -110,6 +128,50 @@ class LegacyFlag:
             f"{self.option} (keyword {self.dest}) is deprecated since cudagraph-config {DEPRECATED_IN} and will be "
             f"removed in {REMOVED_IN}; use {self.replacement_text()} (keyword {self.replacement_keywords()}) instead"
         )
+
+
+@dataclass(frozen=True)
+class AliasFlag:
+    """Another engine's spelling of one modern flag: same values, same precedence, no warning.
+
+    It reads through the modern flag under its own name, so messages and ``CudaGraphConfig.sources`` name the
+    spelling the user typed, and disagreeing with the modern flag is a same-precedence ``ConfigError``.
+    """
+
+    option: str
+    canonical: str
+    """The modern flag's option string."""
+    engine: str
+    """Whose spelling this is (``"SGLang"``, ``"vLLM"``), for the help text."""
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination, which is also the Python keyword argument name."""
+        return option_dest(self.option)
+
+    @property
+    def arity(self) -> Arity:
+        """The modern flag's arity."""
+        return MODERN_FLAGS[self.canonical].arity
+
+    @property
+    def kind(self) -> OriginKind:
+        """The modern flag's precedence kind."""
+        return MODERN_FLAGS[self.canonical].kind
+
+    @property
+    def help(self) -> str:
+        """The ``--help`` line."""
+        return f"{self.engine}'s spelling of {self.canonical}"
+
+    @property
+    def metavar(self) -> str | None:
+        """The modern flag's value placeholder."""
+        return MODERN_FLAGS[self.canonical].metavar
+
+    def read(self, label: str, raw: object, notes: Notes) -> Claims:
+        """The modern flag's claims, read with this spelling's name in messages."""
+        return MODERN_FLAGS[self.canonical].read(label, raw, notes)
 
 
 def option_dest(option: str) -> str:
@@ -137,6 +199,7 @@ SWITCH_OPTIONS: Mapping[str, str] = MappingProxyType(
         "debug": "--debug-cuda-graph",
         "enable_gc": "--enable-cudagraph-gc",
         "disable_padding": "--disable-cuda-graph-padding",
+        "profile_capture": "--enable-profile-cuda-graph",
     }
 )
 """``CudaGraphConfig`` switch field -> the flag that turns it on."""
@@ -144,32 +207,35 @@ SWITCH_OPTIONS: Mapping[str, str] = MappingProxyType(
 _SHAPE_WORD = {Phase.DECODE: "batch sizes", Phase.PREFILL: "token counts"}
 
 
-def _read_mode_claims(label: str, raw: object) -> Claims:
-    return {phase_key(phase, "backend"): backend for phase, backend in read_mode(label, raw).items()}
+Reader = Callable[[str, object, Notes], Claims]
 
 
-def _backend_reader(phase: Phase) -> Callable[[str, object], Claims]:
-    return lambda label, raw: {phase_key(phase, "backend"): read_backend(label, raw, phase)}
+def _read_mode_claims(label: str, raw: object, notes: Notes) -> Claims:
+    return {phase_key(phase, "backend"): backend for phase, backend in read_mode(label, raw, notes).items()}
 
 
-def _disable_reader(phase: Phase) -> Callable[[str, object], Claims]:
-    def read(label: str, raw: object) -> Claims:
+def _backend_reader(phase: Phase) -> Reader:
+    return lambda label, raw, notes: {phase_key(phase, "backend"): read_backend(label, raw, phase, notes)}
+
+
+def _disable_reader(phase: Phase) -> Reader:
+    def read(label: str, raw: object, notes: Notes) -> Claims:
         read_switch(label, raw)
         return {phase_key(phase, "backend"): Backend.DISABLED}
 
     return read
 
 
-def _sizes_reader(key: str) -> Callable[[str, object], Claims]:
-    return lambda label, raw: {key: read_sizes(label, raw)}
+def _sizes_reader(key: str) -> Reader:
+    return lambda label, raw, notes: {key: read_sizes(label, raw)}
 
 
-def _max_reader(key: str) -> Callable[[str, object], Claims]:
-    return lambda label, raw: {key: read_positive_int(label, raw)}
+def _max_reader(key: str) -> Reader:
+    return lambda label, raw, notes: {key: read_positive_int(label, raw)}
 
 
-def _switch_reader(key: str) -> Callable[[str, object], Claims]:
-    return lambda label, raw: {key: read_switch(label, raw)}
+def _switch_reader(key: str) -> Reader:
+    return lambda label, raw, notes: {key: read_switch(label, raw)}
 
 
 def _phase_flags(phase: Phase) -> list[Flag]:
@@ -196,7 +262,7 @@ def _phase_flags(phase: Phase) -> list[Flag]:
             Arity.MANY,
             OriginKind.FLAG,
             _sizes_reader(phase_key(phase, "buckets")),
-            f"{phase} {shapes} to capture (default: a schedule up to the max)",
+            f"{phase} {shapes} to capture, separated by spaces or commas (default: a schedule up to the max)",
             "N",
         ),
         Flag(
@@ -217,8 +283,8 @@ _MODERN_ROWS: tuple[Flag, ...] = (
         Arity.ONE,
         OriginKind.JSON,
         _read_mode_claims,
-        f"per-phase backends as a JSON object, e.g. {MODE_EXAMPLE}; outranks every other flag and locks the phases it "
-        "names against compatibility rules",
+        f"per-phase backends as a JSON object, e.g. {MODE_EXAMPLE}; outranks every flag of a lower level and locks the "
+        "phases it names against compatibility rules",
         "JSON",
     ),
     *_phase_flags(Phase.DECODE),
@@ -227,7 +293,7 @@ _MODERN_ROWS: tuple[Flag, ...] = (
         COMPILER_OPTION,
         Arity.ONE,
         OriginKind.FLAG,
-        lambda label, raw: {"tc_piecewise_compiler": read_compiler(label, raw)},
+        lambda label, raw, notes: {"tc_piecewise_compiler": read_compiler(label, raw)},
         f"compiler of the tc_piecewise pieces (default: {TC_PIECEWISE_COMPILERS[0]})",
         "{" + ",".join(TC_PIECEWISE_COMPILERS) + "}",
     ),
@@ -252,6 +318,13 @@ _MODERN_ROWS: tuple[Flag, ...] = (
         _switch_reader("disable_padding"),
         "replay only batches that exactly match a captured shape",
     ),
+    Flag(
+        SWITCH_OPTIONS["profile_capture"],
+        Arity.SWITCH,
+        OriginKind.FLAG,
+        _switch_reader("profile_capture"),
+        "record a torch.profiler trace of one capture; the runner logs the trace's path",
+    ),
 )
 
 MODERN_FLAGS: Mapping[str, Flag] = MappingProxyType({flag.option: flag for flag in _MODERN_ROWS})
@@ -274,15 +347,75 @@ LEGACY_FLAGS: tuple[LegacyFlag, ...] = (
 )
 """Deprecated aliases (since ``DEPRECATED_IN``, gone in ``REMOVED_IN``); each warns once per ``resolve`` call."""
 
-ALL_FLAGS: tuple[Flag | LegacyFlag, ...] = (*_MODERN_ROWS, *LEGACY_FLAGS)
-FLAGS_BY_DEST: Mapping[str, Flag | LegacyFlag] = MappingProxyType({flag.dest: flag for flag in ALL_FLAGS})
+ALIAS_FLAGS: tuple[AliasFlag, ...] = (
+    AliasFlag("--cuda-graph-config", MODE_OPTION, "SGLang"),
+    AliasFlag("--cuda-graph-backend-decode", BACKEND_OPTIONS[Phase.DECODE], "SGLang"),
+    AliasFlag("--cuda-graph-backend-prefill", BACKEND_OPTIONS[Phase.PREFILL], "SGLang"),
+    AliasFlag("--disable-decode-cuda-graph", DISABLE_OPTIONS[Phase.DECODE], "SGLang"),
+    AliasFlag("--disable-prefill-cuda-graph", DISABLE_OPTIONS[Phase.PREFILL], "SGLang"),
+    AliasFlag("--cuda-graph-bs-decode", BUCKETS_OPTIONS[Phase.DECODE], "SGLang"),
+    AliasFlag("--cuda-graph-bs-prefill", BUCKETS_OPTIONS[Phase.PREFILL], "SGLang"),
+    AliasFlag("--cuda-graph-max-bs-decode", MAX_SIZE_OPTIONS[Phase.DECODE], "SGLang"),
+    AliasFlag("--cuda-graph-max-bs-prefill", MAX_SIZE_OPTIONS[Phase.PREFILL], "SGLang"),
+    AliasFlag("--cuda-graph-tc-compiler", COMPILER_OPTION, "SGLang"),
+    AliasFlag("--cudagraph-capture-sizes", BUCKETS_OPTIONS[Phase.DECODE], "vLLM"),
+    AliasFlag("--max-cudagraph-capture-size", MAX_SIZE_OPTIONS[Phase.DECODE], "vLLM"),
+)
+"""Other engines' spellings of the modern flags, each resolving exactly like its modern flag (no warning)."""
+
+VLLM_MODE_OPTION = "--cudagraph-mode"
+
+
+def _vllm_mode_help() -> str:
+    meanings = "; ".join(
+        f"{name}: decode {mode[Phase.DECODE]}, prefill {mode[Phase.PREFILL]}"
+        for name, mode in VLLM_CUDAGRAPH_MODES.items()
+    )
+    return f"vLLM's mode name, any case ({meanings}); same level as the per-phase flags"
+
+
+VLLM_FLAGS: tuple[Flag, ...] = (
+    Flag(VLLM_MODE_OPTION, Arity.ONE, OriginKind.FLAG, read_vllm_mode, _vllm_mode_help(), "MODE"),
+    Flag(
+        "--enforce-eager",
+        Arity.SWITCH,
+        OriginKind.FLAG,
+        read_enforce_eager,
+        "vLLM's switch: run both phases eagerly (same as --cudagraph-mode NONE)",
+    ),
+    Flag(
+        "--compilation-config",
+        Arity.ONE,
+        OriginKind.FLAG,
+        read_compilation_config,
+        "vLLM's compilation config as JSON; its cudagraph_mode, cudagraph_capture_sizes (decode batch sizes) and "
+        "max_cudagraph_capture_size (largest decode batch) are read, other keys are left to vLLM",
+        "JSON",
+    ),
+)
+"""vLLM's flags with no single modern equivalent, at the level of the per-phase flags."""
+
+
+def _with_aliases(rows: tuple[Flag, ...]) -> tuple[Flag | AliasFlag, ...]:
+    # Each alias right after its modern flag: both read in one place of the order, so which of several bad flags is
+    # reported first does not depend on the spelling.
+    aliases: dict[str, list[Flag | AliasFlag]] = {}
+    for alias in ALIAS_FLAGS:
+        aliases.setdefault(alias.canonical, []).append(alias)
+    return tuple(row for flag in rows for row in [flag, *aliases.get(flag.option, [])])
+
+
+AnyFlag = Flag | AliasFlag | LegacyFlag
+
+ALL_FLAGS: tuple[AnyFlag, ...] = (*_with_aliases(_MODERN_ROWS), *VLLM_FLAGS, *LEGACY_FLAGS)
+FLAGS_BY_DEST: Mapping[str, AnyFlag] = MappingProxyType({flag.dest: flag for flag in ALL_FLAGS})
 """Every flag by its ``dest``: the names ``resolve`` accepts as keyword arguments."""
 
 GROUP_TITLE = "CUDA graphs"
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """Register every CUDA-graph flag, modern and legacy, in one argument group of ``parser``; return the group.
+    """Register every CUDA-graph flag (modern, aliases, legacy) in one argument group of ``parser``; return the group.
 
     Values are stored raw (strings) and every unset flag is ``None``, so ``resolve(parser.parse_args())`` can tell
     what the user gave and reports bad values with one ``ConfigError`` line rather than argparse's usage text.
@@ -297,20 +430,20 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """
     group = parser.add_argument_group(
         GROUP_TITLE,
-        f"Precedence: {MODE_OPTION} > per-phase flags > deprecated flags > defaults. Deprecated flags warn "
-        f"(FutureWarning) and are removed in cudagraph-config {REMOVED_IN}.",
+        f"Precedence: {MODE_OPTION} (or SGLang's --cuda-graph-config) > per-phase flags, SGLang's and vLLM's "
+        f"spellings of them, and vLLM's {VLLM_MODE_OPTION}, --enforce-eager, --compilation-config > deprecated flags > "
+        "defaults. Two flags of one level that disagree are an error. "
+        f"Deprecated flags warn (FutureWarning) and are removed in cudagraph-config {REMOVED_IN}.",
     )
     for flag in ALL_FLAGS:
-        help_text = f"deprecated alias of {flag.replacement_text()}" if isinstance(flag, LegacyFlag) else flag.help
         if flag.arity is Arity.SWITCH:
-            group.add_argument(flag.option, action="store_true", default=None, help=help_text)
+            group.add_argument(flag.option, action="store_true", default=None, help=flag.help)
         else:
-            metavar = flag.metavar if isinstance(flag, Flag) else MODERN_FLAGS[flag.replacement[0][0]].metavar
             group.add_argument(
                 flag.option,
                 nargs="+" if flag.arity is Arity.MANY else None,
                 default=None,
-                metavar=metavar,
-                help=help_text,
+                metavar=flag.metavar,
+                help=flag.help,
             )
     return group

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class OriginKind(enum.Enum):
@@ -30,6 +30,8 @@ class Origin:
 
     kind: OriginKind
     detail: str = ""
+    note: str = field(default="", compare=False)
+    """How the value was spelled, when that matters (``legacy value 'tcpcg'``); shown, never compared."""
 
     @property
     def user_given(self) -> bool:
@@ -37,4 +39,5 @@ class Origin:
         return self.kind in PRECEDENCE
 
     def __str__(self) -> str:
-        return f"{self.kind.value} {self.detail}" if self.detail else self.kind.value
+        text = f"{self.kind.value} {self.detail}" if self.detail else self.kind.value
+        return f"{text} ({self.note})" if self.note else text

@@ -16,10 +16,12 @@ from typing import cast
 
 from .buckets import default_buckets, default_max_size
 from .environment import Environment
-from .flags import ALL_FLAGS, FLAGS_BY_DEST, SWITCH_OPTIONS, Arity, Flag, LegacyFlag
+from .flags import ALL_FLAGS, FLAGS_BY_DEST, SWITCH_OPTIONS, AnyFlag, Arity, LegacyFlag
+from .legacy_values import legacy_value_message
 from .origins import PRECEDENCE, Origin, OriginKind
 from .rules import RuleContext, first_applicable_rule
 from .types import CudaGraphConfig, PhaseConfig
+from .values import Notes
 from .vocabulary import (
     DEFAULT_CUDA_GRAPH_MODE,
     TC_PIECEWISE_COMPILERS,
@@ -67,7 +69,7 @@ def _show(value: object) -> str:
     return str(value)
 
 
-def _is_given(flag: Flag | LegacyFlag, raw: object) -> bool:
+def _is_given(flag: AnyFlag, raw: object) -> bool:
     # argparse leaves unset flags None; a Python caller's switch=False means "not asked for" as well.
     return raw is not None and not (flag.arity is Arity.SWITCH and raw is False)
 
@@ -90,14 +92,25 @@ def _raw_values(namespace: object, keywords: Mapping[str, object]) -> dict[str, 
 
 def _claims(provided: Mapping[str, object], notices: list[tuple[type[Warning], str]]) -> list[Claim]:
     claims: list[Claim] = []
+    legacy_values: dict[str, list[str]] = {}  # spelling -> the flags that used it, for one warning per spelling
     for flag in ALL_FLAGS:
         raw = provided.get(flag.dest)
         if not _is_given(flag, raw):
             continue
-        origin = Origin(flag.kind, flag.option)
-        claims += [Claim(key, value, origin) for key, value in flag.read(flag.option, raw).items()]
+        notes: Notes = []
+        read = flag.read(flag.option, raw, notes)
+        spelled = {note.key: f"legacy value {note.spelling!r}" for note in notes}
+        claims += [
+            Claim(key, value, Origin(flag.kind, flag.option, spelled.get(key, ""))) for key, value in read.items()
+        ]
+        for note in notes:
+            labels = legacy_values.setdefault(note.spelling, [])
+            labels += [] if note.label in labels else [note.label]
         if isinstance(flag, LegacyFlag):
             notices.append((LegacyFlagWarning, flag.deprecation_message()))
+    notices += [
+        (LegacyFlagWarning, legacy_value_message(spelling, labels)) for spelling, labels in legacy_values.items()
+    ]
     return claims
 
 
@@ -199,13 +212,17 @@ def resolve(
 ) -> CudaGraphConfig:
     """Resolve the CUDA-graph flags of ``namespace`` (from ``add_cli_args``) or ``kwargs`` into one config.
 
-    Keyword arguments are the flags' ``dest`` names, legacy ones included (``decode_cuda_graph_bs=[1, 2, 4]``,
+    Keyword arguments are the flags' ``dest`` names, other engines' and legacy ones included
+    (``decode_cuda_graph_bs=[1, 2, 4]``, ``cuda_graph_backend_decode="full"``, ``cudagraph_mode="FULL_DECODE_ONLY"``,
     ``disable_cuda_graph=True``); given with a namespace, they replace its attributes of the same name. A plain
     mapping may stand in for the namespace. Both routes give equal configs, the same errors and the same warnings.
 
-    Precedence, highest first: ``--cuda-graph-mode`` JSON > per-phase flags > legacy flags > defaults. When a higher
+    Precedence, highest first: ``--cuda-graph-mode`` JSON (or SGLang's ``--cuda-graph-config``) > per-phase flags,
+    with SGLang's and vLLM's spellings (``ALIAS_FLAGS``, ``VLLM_FLAGS``) at the same level > legacy flags > defaults.
+    Two sources of one level that give one setting different values are a ``ConfigError`` naming both. When a higher
     source overrides a different value from a lower one, an ``OverriddenSettingWarning`` names both; each legacy
-    flag raises one ``LegacyFlagWarning`` (a ``FutureWarning``) naming its replacement. Compatibility rules over
+    flag, and each legacy backend value spelling (``"tcpcg"``, see ``LEGACY_BACKEND_VALUES``), raises one
+    ``LegacyFlagWarning`` (a ``FutureWarning``) naming its replacement. Compatibility rules over
     ``environment`` (default: a plain CUDA engine, where none applies) may turn phases off, except the phases named
     in ``--cuda-graph-mode``. Raises ``ConfigError`` for any bad input.
 

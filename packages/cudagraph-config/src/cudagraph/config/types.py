@@ -78,6 +78,8 @@ class CudaGraphConfig:
     debug: bool = False
     enable_gc: bool = False
     disable_padding: bool = False
+    profile_capture: bool = False
+    """Record a torch.profiler trace of one capture (``--enable-profile-cuda-graph``); the runner logs its path."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def for_phase(self, phase: Phase | str) -> PhaseConfig:
@@ -105,7 +107,7 @@ class CudaGraphConfig:
         """A JSON-ready dict: ``decode`` and ``prefill`` hold the backend names, the rest sits alongside.
 
         Keys: ``decode``, ``decode_buckets``, ``decode_max_size``, the same for ``prefill``, ``tc_piecewise_compiler``,
-        ``debug``, ``enable_gc``, ``disable_padding`` and ``sources``.
+        ``debug``, ``enable_gc``, ``disable_padding``, ``profile_capture`` and ``sources``.
         """
         result: dict[str, object] = {}
         for phase in Phase:

@@ -8,12 +8,31 @@ what is allowed.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .vocabulary import TC_PIECEWISE_COMPILERS, Backend, ConfigError, Phase, allowed_backends
+from .legacy_values import LEGACY_BACKEND_VALUES
+from .vocabulary import TC_PIECEWISE_COMPILERS, Backend, ConfigError, Phase, allowed_backends, phase_key
 
 MODE_EXAMPLE = '{"decode": "full", "prefill": "breakable"}'
+
+Claims = dict[str, object]
+"""Settings key (``"decode.backend"``, ``"debug"``...) -> typed value, as stated by one flag."""
+
+
+@dataclass(frozen=True)
+class LegacyValueUse:
+    """A deprecated value spelling met while reading a flag: the flag, the settings key it decided, the spelling."""
+
+    label: str
+    key: str
+    spelling: str
+
+
+Notes = list[LegacyValueUse]
+"""Where a reader records the legacy value spellings it accepted, for ``resolve`` to warn about and explain."""
 
 
 def _names(values: Sequence[object]) -> str:
@@ -28,8 +47,14 @@ def read_phase(label: str, raw: object) -> Phase:
         raise ConfigError(f"{label}: unknown phase {raw!r}; allowed phases: {_names(list(Phase))}") from None
 
 
-def read_backend(label: str, raw: object, phase: Phase) -> Backend:
-    """``raw`` as a ``Backend`` that ``phase`` allows (prefill may not be ``full``)."""
+def read_backend(label: str, raw: object, phase: Phase, notes: Notes) -> Backend:
+    """``raw`` as a ``Backend`` that ``phase`` allows (prefill may not be ``full``).
+
+    A legacy spelling (``LEGACY_BACKEND_VALUES``) reads as its backend and is recorded in ``notes``.
+    """
+    if isinstance(raw, str) and raw in LEGACY_BACKEND_VALUES:
+        notes.append(LegacyValueUse(label, phase_key(phase, "backend"), raw))
+        raw = LEGACY_BACKEND_VALUES[raw]
     try:
         backend = Backend(raw)
     except ValueError:
@@ -59,13 +84,34 @@ def read_positive_int(label: str, raw: object) -> int:
     return value
 
 
+_SIZE_SEPARATOR = re.compile(r"\s*,\s*|\s+")
+
+
+def _size_items(label: str, item: object) -> list[object]:
+    # "1,2,4", "1 2 4" and "1, 2" are one command-line token (or Python string) holding several sizes.
+    if not isinstance(item, str):
+        return [item]
+    pieces = _SIZE_SEPARATOR.split(item.strip())
+    if "" in pieces:
+        raise ConfigError(
+            f"{label}: {item!r} has an empty entry; allowed: positive integers separated by spaces or commas"
+        )
+    return list(pieces)
+
+
 def read_sizes(label: str, raw: object) -> tuple[int, ...]:
-    """``raw`` (a list of ints or strings) as an ascending, deduplicated tuple of positive ints."""
-    if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Sequence):
+    """``raw`` as an ascending, deduplicated tuple of positive ints.
+
+    ``raw`` is a list of ints or strings, or one string; a string may hold several sizes separated by commas or
+    spaces, so ``1 2 4``, ``1,2,4`` and ``1,2 4`` on a command line all read as ``(1, 2, 4)``.
+    """
+    if isinstance(raw, str):
+        raw = [raw]
+    if isinstance(raw, (bytes, Mapping)) or not isinstance(raw, Sequence):
         raise ConfigError(f"{label}: expected a list of positive integers, got {raw!r}")
     if not raw:
         raise ConfigError(f"{label}: empty list; allowed: one or more positive integers")
-    return tuple(sorted({read_positive_int(label, item) for item in raw}))
+    return tuple(sorted({read_positive_int(label, size) for item in raw for size in _size_items(label, item)}))
 
 
 def read_compiler(label: str, raw: object) -> str:
@@ -82,42 +128,55 @@ def read_switch(label: str, raw: object) -> bool:
     raise ConfigError(f"{label}: expected True or False, got {raw!r}")
 
 
-def _reject_duplicate_keys(label: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _reject_duplicate_keys(label: str, entry: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            raise ConfigError(f"{label}: phase {key!r} is given twice; give each phase at most once")
+            raise ConfigError(f"{label}: {entry} {key!r} is given twice; give each {entry} at most once")
         seen[key] = value
     return seen
 
 
-def _json_type(value: object) -> str:
-    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", type(None): "null"}
+def json_type(value: object) -> str:
+    """The JSON name of a parsed value's type, for messages (``"array"``, ``"string"``...)."""
+    names = {
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)
 
 
-def read_mode(label: str, raw: object) -> dict[Phase, Backend]:
-    """The ``--cuda-graph-mode`` value (JSON text, or a mapping from Python) as phase -> backend."""
+def read_json_object(label: str, raw: object, *, what: str, entry: str, example: str) -> dict[str, object]:
+    """``raw`` (JSON text, or a mapping from Python) as a dict; ``what`` the object is, an ``entry`` is a key."""
     parsed: object
     if isinstance(raw, Mapping):
         parsed = dict(raw)
     elif isinstance(raw, str):
         try:
-            parsed = json.loads(raw, object_pairs_hook=lambda pairs: _reject_duplicate_keys(label, pairs))
+            parsed = json.loads(raw, object_pairs_hook=lambda pairs: _reject_duplicate_keys(label, entry, pairs))
         except json.JSONDecodeError as error:
             raise ConfigError(
-                f"{label}: malformed JSON {raw!r} ({error.msg} at char {error.pos}); "
-                f"expected an object like {MODE_EXAMPLE}"
+                f"{label}: malformed JSON {raw!r} ({error.msg} at char {error.pos}); expected an object like {example}"
             ) from None
     else:
-        raise ConfigError(f"{label}: expected JSON text, got {raw!r}; e.g. {MODE_EXAMPLE}")
+        raise ConfigError(f"{label}: expected JSON text, got {raw!r}; e.g. {example}")
     if not isinstance(parsed, dict):
-        raise ConfigError(
-            f"{label}: expected a JSON object mapping phase to backend, got {_json_type(parsed)} {raw!r}; "
-            f"e.g. {MODE_EXAMPLE}"
-        )
+        raise ConfigError(f"{label}: expected {what}, got {json_type(parsed)} {raw!r}; e.g. {example}")
+    return parsed
+
+
+def read_mode(label: str, raw: object, notes: Notes) -> dict[Phase, Backend]:
+    """The ``--cuda-graph-mode`` value (JSON text, or a mapping from Python) as phase -> backend."""
+    parsed = read_json_object(
+        label, raw, what="a JSON object mapping phase to backend", entry="phase", example=MODE_EXAMPLE
+    )
     mode: dict[Phase, Backend] = {}
     for key, value in parsed.items():
         phase = read_phase(label, key)
-        mode[phase] = read_backend(label, value, phase)
+        mode[phase] = read_backend(label, value, phase, notes)
     return mode

@@ -63,8 +63,14 @@ def phase_key(phase: Phase, field_name: str) -> str:
     return f"{phase.value}.{field_name}"
 
 
+DEPRECATED_IN = "0.1.0"
+"""The cudagraph-config version that deprecated the legacy flags, keywords and value spellings."""
+REMOVED_IN = "1.0.0"
+"""The cudagraph-config version that removes them."""
+
+
 class LegacyFlagWarning(FutureWarning):
-    """A deprecated CUDA-graph flag or keyword was used; the message names its replacement.
+    """A deprecated CUDA-graph flag, keyword or value spelling was used; the message names its replacement.
 
     A ``FutureWarning`` (shown by default) because flags are typed by end users, who would never see a
     ``DeprecationWarning`` raised inside a library.
