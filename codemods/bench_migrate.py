@@ -1,9 +1,12 @@
-"""Scale check for ``cudagraph-migrate`` (a script, not a test): generate a tree of legacy-style engine code and time
-``cudagraph-migrate TREE -j N`` end to end, then check that a second run finds nothing left to change.
+"""Speed of ``cudagraph-migrate`` (a script, not a test): time ``cudagraph-migrate TREE -j N`` end to end on a real
+tree (released SGLang source) or on a generated one, for several ``-j``, and check that a second run changes nothing.
 
-    python codemods/bench_migrate.py --files 1500 --jobs 2 --json bench-migrate.json
+    python codemods/bench_migrate.py --sglang 0.5.13              # -j 1, -j 2 and every usable core
+    python codemods/bench_migrate.py --tree PATH --jobs 2
+    python codemods/bench_migrate.py --files 1500 --jobs 2        # a generated legacy-style tree
 
-Prints files per second and writes the measurements as JSON. Target: 1,500 files in under 60 s on 2 cores.
+Each run migrates a fresh copy. Prints a table and writes the measurements as JSON. Targets on SGLang 0.5.13
+(2,406 files): at most 20 s with -j 2 and at most 10 s with every core of the machine.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -178,44 +182,89 @@ def generate_tree(root: Path, count: int, seed: int = 0) -> int:
     return total
 
 
-def main() -> int:
-    """Generate, migrate, re-check, report."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", type=int, default=1500)
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--json", type=Path, default=Path("bench-migrate.json"))
-    parser.add_argument("--keep", type=Path, help="generate into this directory and keep it")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="cudagraph-migrate-bench-") as scratch:
-        root = args.keep or Path(scratch) / "tree"
-        size = generate_tree(root, args.files)
-        command = [sys.executable, "-m", "cudagraph.migrate.cli", str(root), "-j", str(args.jobs), "--no-progress"]
-        started = time.perf_counter()
-        migrated = subprocess.run(command, capture_output=True, text=True)
-        seconds = time.perf_counter() - started
-        recheck = subprocess.run([*command, "--check"], capture_output=True, text=True)
-    summary = migrated.stderr.strip().splitlines()
-    result = {
-        "files": args.files,
-        "bytes": size,
-        "jobs": args.jobs,
-        "seconds": round(seconds, 3),
-        "files_per_second": round(args.files / seconds, 1),
+TARGETS_SECONDS = {2: 20.0}
+"""-j -> the most seconds a run over SGLang 0.5.13 may take; every usable core: 10 s (added at run time)."""
+
+
+def source_tree(args: argparse.Namespace, scratch: Path) -> tuple[Path, str]:
+    """The tree to migrate (never modified: each run copies it) and its name."""
+    if args.tree:
+        return args.tree, args.tree.name
+    if args.sglang:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "realtrees"))
+        from trees import RealTree, fetch  # the tests' cache of released trees
+
+        tree = RealTree("sglang", args.sglang, "sglang")
+        print(fetch(tree))
+        if not tree.ready():
+            raise SystemExit(f"{tree.name} is not available (offline?)")
+        return tree.path(), tree.name
+    root = scratch / "generated"
+    generate_tree(root, args.files)
+    return root, f"generated-{args.files}"
+
+
+def time_run(source: Path, jobs: int, scratch: Path) -> dict[str, object]:
+    """Copy ``source``, migrate it with ``-j jobs``, re-check it; the measurements."""
+    copy = scratch / f"run-j{jobs}"
+    shutil.copytree(source, copy)
+    files = sum(1 for _ in copy.rglob("*.py"))
+    command = [sys.executable, "-m", "cudagraph.migrate.cli", str(copy), "-j", str(jobs), "--no-progress", "-q"]
+    started = time.perf_counter()
+    migrated = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    recheck = subprocess.run([*command, "--check"], capture_output=True, text=True)
+    shutil.rmtree(copy)
+    return {
+        "jobs": jobs,
+        "files": files,
+        "seconds": round(seconds, 2),
+        "files_per_second": round(files / seconds, 1),
         "exit_status": migrated.returncode,
         "second_run_check_exit_status": recheck.returncode,
-        "summary": summary,
-        "cpu_count": os.cpu_count(),
+    }
+
+
+def main() -> int:
+    """Migrate, re-check, report."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source_group = parser.add_mutually_exclusive_group()
+    source_group.add_argument("--tree", type=Path, help="a source tree to migrate (copied first)")
+    source_group.add_argument("--sglang", metavar="VERSION", help="a released SGLang tree (downloaded and cached)")
+    parser.add_argument("--files", type=int, default=1500, help="size of the generated tree (no --tree/--sglang)")
+    parser.add_argument("--jobs", type=int, action="append", help="-j to time (repeatable; default 1, 2, all)")
+    parser.add_argument("--json", type=Path, default=Path("bench-migrate.json"))
+    args = parser.parse_args()
+    cpus = len(os.sched_getaffinity(0))
+    jobs = args.jobs or sorted({1, 2, cpus})
+    targets = {**TARGETS_SECONDS, cpus: min(10.0, TARGETS_SECONDS.get(cpus, 10.0))} if args.sglang == "0.5.13" else {}
+    with tempfile.TemporaryDirectory(prefix="cudagraph-migrate-bench-") as scratch:
+        source, name = source_tree(args, Path(scratch))
+        runs = [time_run(source, count, Path(scratch)) for count in jobs]
+    print(f"cudagraph-migrate over {name} ({runs[0]['files']} files), {cpus} usable cores, {platform.machine()}")
+    print(f"{'-j':>3} {'seconds':>8} {'files/s':>8} {'exit':>5} {'recheck':>8} {'target':>8}")
+    missed = []
+    for run in runs:
+        target = targets.get(int(run["jobs"]))  # type: ignore[call-overload]
+        verdict = "" if target is None else (f"<={target:g} s " + ("ok" if run["seconds"] <= target else "MISS"))
+        if target is not None and float(run["seconds"]) > target:  # type: ignore[arg-type]
+            missed.append(run["jobs"])
+        print(
+            f"{run['jobs']:>3} {run['seconds']:>8} {run['files_per_second']:>8} {run['exit_status']:>5} "
+            f"{run['second_run_check_exit_status']:>8} {verdict:>8}"
+        )
+    result = {
+        "tree": name,
+        "runs": runs,
+        "targets_seconds": {str(key): value for key, value in targets.items()},
+        "cpu_count": cpus,
         "machine": platform.machine(),
         "python": platform.python_version(),
     }
-    print("\n".join(summary))
-    print(
-        f"{args.files} files ({size / 1e6:.1f} MB) migrated with -j {args.jobs} in {seconds:.1f} s: "
-        f"{result['files_per_second']} files/s; second run --check exit {recheck.returncode}"
-    )
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.json}")
-    return 0 if migrated.returncode == 0 and recheck.returncode == 0 else 1
+    failed = any(run["exit_status"] != 0 or run["second_run_check_exit_status"] != 0 for run in runs)
+    return 1 if failed or missed else 0
 
 
 if __name__ == "__main__":
