@@ -13,7 +13,7 @@ from cudagraph.backend import (
     make_backend,
 )
 from cudagraph.backend_utils import CaptureOptions, CudaGraphsUnavailableError
-from cudagraph.config import ALLOWED_BACKENDS_PER_PHASE, Backend, ConfigError, Phase
+from cudagraph.config import ALLOWED_BACKENDS_PER_PHASE, Backend, ConfigError, LegacyFlagWarning, Phase
 
 
 def test_prefill_full_is_rejected_naming_the_allowed_backends() -> None:
@@ -91,3 +91,13 @@ def test_allowed_pairs_reach_the_device_check(monkeypatch: pytest.MonkeyPatch, p
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(CudaGraphsUnavailableError, match="CUDA graphs need a CUDA device"):
         make_backend(phase, backend, "cuda", options=CaptureOptions(num_warmups=3))
+
+
+@pytest.mark.parametrize("spelling", ["tcpcg", "tcpiecewise"])
+def test_a_legacy_backend_spelling_reads_as_tc_piecewise_with_one_warning(spelling: str) -> None:
+    with (
+        pytest.warns(LegacyFlagWarning, match=rf"'{spelling}' is a deprecated spelling of 'tc_piecewise'") as caught,
+        pytest.raises(BackendUnavailableError, match="tc_piecewise"),
+    ):
+        make_backend(Phase.PREFILL, spelling, "cuda")
+    assert len([warning for warning in caught if warning.category is LegacyFlagWarning]) == 1

@@ -67,7 +67,7 @@ def _module_level_bindings(
 ) -> Iterable[tuple[str, str]]:
     for statement in body:
         if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module in table.modules:
-            row = table.modules[statement.module]
+            row = table.modules[str(statement.module)]
             for alias in statement.names:
                 symbol = table.symbol(row.old, alias.name)
                 if symbol is not None:

@@ -8,8 +8,7 @@ from types import MappingProxyType
 import torch
 
 from cudagraph.backend_utils import CaptureOptions, GraphPool
-from cudagraph.config import ALLOWED_BACKENDS_PER_PHASE, Backend, ConfigError, Phase
-from cudagraph.config.values import read_backend, read_phase
+from cudagraph.config import ALLOWED_BACKENDS_PER_PHASE, Backend, ConfigError, Phase, backend_for_phase, read_phase
 
 from .base import BaseCudaGraphBackend
 from .breakable import BreakableCudaGraphBackend
@@ -43,7 +42,7 @@ def make_backend(
     ``share_global_pool`` go to the backend's constructor.
     """
     phase = read_phase("make_backend phase", phase)
-    backend = read_backend("make_backend backend", backend, phase)
+    backend = backend_for_phase("make_backend backend", backend, phase)
     if backend is Backend.DISABLED:
         graph_backends = sorted(str(member) for member in ALLOWED_BACKENDS_PER_PHASE[phase] - {Backend.DISABLED})
         raise ConfigError(

@@ -20,6 +20,7 @@ from .legacy_values import LEGACY_BACKEND_VALUES
 from .resolve import resolve
 from .rules import COMPATIBILITY_RULES, CompatibilityRule, RuleContext
 from .types import CudaGraphConfig, PhaseConfig
+from .values import backend_for_phase, read_phase
 from .vllm import VLLM_CUDAGRAPH_MODES
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
@@ -60,6 +61,8 @@ __all__ = [
     "RuleContext",
     "__version__",
     "add_cli_args",
+    "backend_for_phase",
     "default_buckets",
+    "read_phase",
     "resolve",
 ]

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .legacy_values import LEGACY_BACKEND_VALUES
-from .vocabulary import TC_PIECEWISE_COMPILERS, Backend, ConfigError, Phase, allowed_backends, phase_key
+from .vocabulary import (
+    TC_PIECEWISE_COMPILERS,
+    Backend,
+    ConfigError,
+    LegacyFlagWarning,
+    Phase,
+    allowed_backends,
+    phase_key,
+)
 
 MODE_EXAMPLE = '{"decode": "full", "prefill": "breakable"}'
 
@@ -45,6 +54,23 @@ def read_phase(label: str, raw: object) -> Phase:
         return Phase(raw)
     except ValueError:
         raise ConfigError(f"{label}: unknown phase {raw!r}; allowed phases: {_names(list(Phase))}") from None
+
+
+def backend_for_phase(label: str, raw: object, phase: Phase) -> Backend:
+    """``raw`` (a ``Backend`` or its value) as a backend ``phase`` allows, for callers outside ``resolve``.
+
+    A legacy spelling (``"tcpcg"``) reads as its backend with one ``LegacyFlagWarning`` at the caller; anything
+    else unknown, or a pair the phase does not allow, is a ``ConfigError`` naming what is allowed.
+    """
+    notes: Notes = []
+    backend = read_backend(label, raw, phase, notes)
+    for note in notes:
+        warnings.warn(
+            f"{label}: {note.spelling!r} is a deprecated spelling of {backend.value!r}; write {backend.value!r}",
+            LegacyFlagWarning,
+            stacklevel=2,
+        )
+    return backend
 
 
 def read_backend(label: str, raw: object, phase: Phase, notes: Notes) -> Backend:
