@@ -11,24 +11,49 @@ import argparse
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
-from cudagraph.config import Backend, CudaGraphConfig, Environment, Phase, add_cli_args, resolve
+from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Environment, Phase, add_cli_args, resolve
 
-from .attention import ATTENTION_BACKENDS
+from .attention import ATTENTION_BACKENDS, AttentionBackendUnavailableError
 from .batch import SamplingParams
 from .benchmark import bench_decode, format_table
 from .generate import generate
-from .model import PRESETS, CausalLM, load_model, model_config_from_preset, random_model
+from .model import PRESETS, CausalLM, ModelLoadError, load_model, model_config_from_preset, random_model
 from .model_runner import CacheConfig, ModelRunner
 
 logger = logging.getLogger("cudagraph.engine")
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+EXIT_USAGE = 2
+"""Bad input (an option, a model directory, a prompt): one line on stderr, no traceback (``--debug`` shows it)."""
+LOG_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
+"""One format, with timestamps, for every cudagraph logger."""
+
+
+class EngineInputError(ValueError):
+    """Input the engine cannot run with, found before any work: the message says what and what is allowed."""
+
+
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (
+    EngineInputError,
+    ModelLoadError,
+    ConfigError,
+    AttentionBackendUnavailableError,
+)
+"""Errors that are the user's input, reported in one line; anything else is a bug and keeps its traceback."""
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the problem (``--help`` shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def token_ids(text: str) -> list[int]:
@@ -53,13 +78,14 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-reqs", type=int, default=64, help="request rows in the KV cache")
     parser.add_argument("--max-context-len", type=int, default=1024, help="tokens per request in the KV cache")
     parser.add_argument("-v", "--verbose", action="store_true", help="log capture progress and stats")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an input error")
     add_cli_args(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``cudagraph-engine`` argument parser (``generate`` and ``bench``)."""
-    parser = argparse.ArgumentParser(prog="cudagraph-engine", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _OneLineErrorParser(prog="cudagraph-engine", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineErrorParser)
 
     gen = commands.add_parser("generate", help="generate tokens for one or more prompts (token ids)")
     _add_model_args(gen)
@@ -87,9 +113,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _device(args: argparse.Namespace) -> torch.device:
-    if args.device is not None:
-        return torch.device(args.device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as error:
+        raise EngineInputError(f"--device {args.device!r}: {error}; use cuda, cuda:N or cpu") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise EngineInputError(
+            f"--device {args.device}: CUDA is not available here (torch {torch.__version__}, "
+            f"{torch.cuda.device_count()} GPUs visible); use --device cpu"
+        )
+    return device
+
+
+def check_prompts_fit(args: argparse.Namespace) -> None:
+    """Every prompt plus its new tokens must fit a request's KV cache rows (``--max-context-len``)."""
+    for index, prompt in enumerate(args.prompt_token_ids):
+        needed = len(prompt) + args.max_new_tokens
+        if needed > args.max_context_len:
+            raise EngineInputError(
+                f"prompt {index} has {len(prompt)} tokens and asks for {args.max_new_tokens} more, {needed} in all, "
+                f"but the KV cache holds {args.max_context_len} per request: raise --max-context-len or shorten it"
+            )
 
 
 def environment_of(device: torch.device) -> Environment:
@@ -122,6 +168,7 @@ def build_model_runner(args: argparse.Namespace, config: CudaGraphConfig, *, cap
 
 def run_generate(args: argparse.Namespace, config: CudaGraphConfig) -> dict[str, Any]:
     """Generate for every prompt; the JSON-ready result."""
+    check_prompts_fit(args)
     model_runner = build_model_runner(args, config)
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     outputs = generate(model_runner, args.prompt_token_ids, params)
@@ -153,11 +200,17 @@ COMMANDS = {"generate": run_generate, "bench": run_bench}
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cudagraph-engine`` and ``python -m cudagraph.engine``."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
+    try:
+        return _run(args)
+    except EXPECTED_ERRORS as error:
+        if args.debug:
+            traceback.print_exc(file=sys.stderr)
+        print(f"cudagraph-engine {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _run(args: argparse.Namespace) -> int:
     config = resolve(args, environment=environment_of(_device(args)))
     if config.backend(Phase.DECODE) is Backend.DISABLED and config.backend(Phase.PREFILL) is Backend.DISABLED:
         logger.info("CUDA graphs are disabled for both phases; every step runs eagerly")

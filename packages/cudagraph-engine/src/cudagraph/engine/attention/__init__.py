@@ -24,10 +24,22 @@ def _torch_backend(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, sh
 
 def _flashinfer_backend(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
     # Optional dependency: imported only when asked for, so the engine works without it.
-    module = importlib.import_module(".flashinfer_backend", __name__)
+    try:
+        module = importlib.import_module(".flashinfer_backend", __name__)
+    except ModuleNotFoundError as error:
+        if error.name is None or not error.name.startswith(("flashinfer", "tvm_ffi")):
+            raise
+        raise AttentionBackendUnavailableError(
+            f"the flashinfer attention backend needs the flashinfer-python package ({error.name} is not installed): "
+            "pip install 'cudagraph-engine[flashinfer]', or use --attention-backend torch"
+        ) from None
     return module.FlashInferAttentionBackend(
         req_to_token_pool, kv_pool, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.attention_scale
     )
+
+
+class AttentionBackendUnavailableError(RuntimeError):
+    """An attention backend was asked for whose optional dependency is not installed; the message names the extra."""
 
 
 ATTENTION_BACKENDS: dict[str, Callable[..., Any]] = {"torch": _torch_backend, "flashinfer": _flashinfer_backend}
@@ -44,6 +56,7 @@ def make_attention_backend(name: str, req_to_token_pool: ReqToTokenPool, kv_pool
 
 __all__ = [
     "ATTENTION_BACKENDS",
+    "AttentionBackendUnavailableError",
     "DecodeMetadata",
     "ExtendMetadata",
     "TorchAttentionBackend",

@@ -8,15 +8,17 @@ before copying; it never leaves a half-filled model to the caller.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
@@ -125,9 +127,9 @@ def load_model(
         for file, file_slots in tqdm(
             slots_by_file.items(), desc="loading shards", unit="shard", disable=not show_progress
         ):
-            with safe_open(str(file), framework="pt", device="cpu") as shard:
+            with _open_safetensors(file) as shard:
                 for slot in file_slots:
-                    tensor = shard.get_tensor(slot.hf_name)
+                    tensor = _read_tensor(file, shard, slot.hf_name)
                     _check_shape(file, slot, tensor)
                     slot.target(model).copy_(
                         tensor.expand(slot.row_stop - slot.row_start, -1) if slot.broadcast else tensor
@@ -175,11 +177,33 @@ def _checkpoint_files(directory: Path) -> dict[str, Path]:
                 raise ModelFileNotFoundError(f"{index_path} names shard {file.name}, which is missing from {directory}")
         return files
     if single_path.is_file():
-        with safe_open(str(single_path), framework="pt", device="cpu") as checkpoint:
+        with _open_safetensors(single_path) as checkpoint:
             return dict.fromkeys(checkpoint.keys(), single_path)
     raise ModelFileNotFoundError(
         f"no weights in {directory}: expected {SINGLE_FILE} or {INDEX_FILE} (safetensors only; .bin is not supported)"
     )
+
+
+_UNREADABLE = (SafetensorError, OSError, RuntimeError)
+"""What safetensors raises for a truncated or corrupt file (a header past the end, a short tensor)."""
+
+
+@contextlib.contextmanager
+def _open_safetensors(file: Path) -> Iterator[Any]:
+    """``safe_open`` of ``file``; a file it cannot read is one ``ModelLoadError`` naming it."""
+    try:
+        handle = safe_open(str(file), framework="pt", device="cpu")
+    except _UNREADABLE as error:
+        raise ModelLoadError(f"{file} is not a readable safetensors file (truncated or corrupt?): {error}") from None
+    with handle as opened:
+        yield opened
+
+
+def _read_tensor(file: Path, shard: Any, name: str) -> torch.Tensor:
+    try:
+        return shard.get_tensor(name)
+    except _UNREADABLE as error:
+        raise ModelLoadError(f"{file}: tensor {name!r} cannot be read (truncated or corrupt file?): {error}") from None
 
 
 def _check_names(directory: Path, config: ModelConfig, slots: list[TensorSlot], files: dict[str, Path]) -> None:

@@ -1,0 +1,113 @@
+"""Bad input to ``cudagraph-engine`` is one line on stderr naming the problem, exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from cudagraph.engine.cli import EXIT_USAGE, main
+from cudagraph.engine.model import model_config_from_preset, random_model, save_model
+
+GENERATE = ["generate", "--prompt-token-ids", "1,2,3", "--max-new-tokens", "2", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("models") / "tiny"
+    save_model(random_model(model_config_from_preset("tiny-qwen3-random"), seed=0, device="cpu"), directory)
+    return directory
+
+
+def _copy(source: Path, target: Path, edit: Callable[[Path], None]) -> Path:
+    target.mkdir()
+    for file in source.iterdir():
+        (target / file.name).write_bytes(file.read_bytes())
+    edit(target)
+    return target
+
+
+def _one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # argparse's own usage errors
+        status = int(exit_.code or 0)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == EXIT_USAGE, err
+    assert "Traceback" not in err
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine without CUDA")
+def test_cuda_asked_for_without_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error(
+        ["generate", "--preset", "tiny-qwen3-random", "--prompt-token-ids", "1", "--device", "cuda"], capsys
+    )
+    assert "--device cuda: CUDA is not available here" in line and "use --device cpu" in line
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")
+def test_flashinfer_asked_for_and_not_installed_names_the_extra(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--attention-backend", "flashinfer"], capsys)
+    assert "pip install 'cudagraph-engine[flashinfer]'" in line
+
+
+def test_missing_model_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error([*GENERATE, "--model", str(tmp_path / "nowhere")], capsys)
+    assert "nowhere" in line and "config.json" in line
+
+
+def test_incomplete_model_directory(saved_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def drop_weights(directory: Path) -> None:
+        for file in directory.glob("*.safetensors"):
+            file.unlink()
+
+    line = _one_line_error([*GENERATE, "--model", str(_copy(saved_model, tmp_path / "m", drop_weights))], capsys)
+    assert "no weights in" in line and "model.safetensors" in line
+
+
+def test_unsupported_config_names_the_field(
+    saved_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def gelu(directory: Path) -> None:
+        config = json.loads((directory / "config.json").read_text())
+        config["hidden_act"] = "gelu"
+        (directory / "config.json").write_text(json.dumps(config))
+
+    line = _one_line_error([*GENERATE, "--model", str(_copy(saved_model, tmp_path / "m", gelu))], capsys)
+    assert "hidden_act 'gelu' is not supported" in line
+
+
+def test_truncated_safetensors(saved_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def truncate(directory: Path) -> None:
+        for file in directory.glob("*.safetensors"):
+            file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+
+    line = _one_line_error([*GENERATE, "--model", str(_copy(saved_model, tmp_path / "m", truncate))], capsys)
+    assert "model.safetensors" in line and "truncated or corrupt" in line
+
+
+def test_prompt_longer_than_the_kv_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["generate", "--preset", "tiny-qwen3-random", "--device", "cpu", "--max-context-len", "8"]
+    line = _one_line_error([*argv, "--prompt-token-ids", "1,2,3,4,5,6", "--max-new-tokens", "4"], capsys)
+    assert "prompt 0 has 6 tokens and asks for 4 more, 10 in all" in line and "--max-context-len" in line
+
+
+def test_bad_dtype(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--dtype", "float8"], capsys)
+    assert "--dtype" in line and "float8" in line and "bfloat16" in line
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "cudagraph.engine", *GENERATE, "--model", str(tmp_path / "nowhere"), "--debug"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == EXIT_USAGE
+    assert "Traceback" in result.stderr and result.stderr.rstrip().splitlines()[-1].startswith("cudagraph-engine")
