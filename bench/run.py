@@ -15,22 +15,32 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench-results"
 
 
-def workspace_env() -> dict[str, str]:
-    """The GPU test runner's environment: workspace sources (and carried wheels) on ``PYTHONPATH``."""
+def _gpu_runner() -> Any:
+    """``tests/gpu/run.py`` as a module (its environment set-up and device check)."""
     spec = importlib.util.spec_from_file_location("gpu_run", ROOT / "tests" / "gpu" / "run.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.workspace_env()
+    return module
+
+
+def workspace_env() -> dict[str, str]:
+    """The GPU test runner's environment: workspace sources (and carried wheels) on ``PYTHONPATH``."""
+    return _gpu_runner().workspace_env()
 
 
 def main(argv: list[str]) -> int:
-    """Run the selected benchmarks; 0 when all of them succeeded."""
+    """Run the selected benchmarks; 0 when all of them succeeded (or, without torch or CUDA, one line saying so)."""
+    reason = _gpu_runner().unavailable_reason()
+    if reason is not None:
+        print(f"benchmarks skipped: {reason}")
+        return 0
     passthrough = argv[argv.index("--") + 1 :] if "--" in argv else []
     selectors = argv[: argv.index("--")] if "--" in argv else argv
     scripts = sorted((ROOT / "bench").glob("bench_*.py"))
