@@ -196,3 +196,11 @@ def test_debug_mode_catches_a_static_buffer_that_moved(model_runner) -> None:
     runner.inputs.tensors["positions"] = runner.inputs.tensors["positions"].clone()
     with pytest.raises(RuntimeError, match="static inputs are not where the graph was captured"):
         runner.replay(batch)
+
+
+def test_the_capture_bar_says_what_it_captures_in_sglangs_words(model_runner, capsys) -> None:
+    runner = DecodeCudaGraphRunner(model_runner, model_runner.cuda_graph_config, backend=CpuReplayBackend(Backend.FULL))
+    runner.capture()
+    bar = capsys.readouterr().err
+    for batch_size in (8, 4, 2, 1):
+        assert f"Capturing batches (bs={batch_size} avail_mem=" in bar

@@ -194,11 +194,13 @@ class BaseCudaGraphRunner(abc.ABC):
         return ShapeCaptureStats(shape=shape, seconds=time.perf_counter() - started, bytes=used)
 
     def _progress(self, shapes: list[int]) -> Iterable[int]:
-        bar = tqdm(shapes, desc=f"capture {self.phase}", unit="graph", disable=not self.show_progress, leave=False)
+        # SGLang's wording, which users grep for: "Capturing batches (bs=8 avail_mem=71.20 GiB)".
+        what, key = ("batches", "bs") if self.phase is Phase.DECODE else ("tokens", "num_tokens")
+        bar = tqdm(shapes, desc=f"Capturing {what}", unit="graph", disable=not self.show_progress, leave=False)
         for shape in bar:
             if self.show_progress:
                 free = self.backend.memory_reading(settle=False).free_bytes
-                bar.set_postfix_str(f"shape={shape} free={free / 2**30:.2f} GiB")
+                bar.set_description(f"Capturing {what} ({key}={shape} avail_mem={free / 2**30:.2f} GiB)")
             yield shape
 
     @property
