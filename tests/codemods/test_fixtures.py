@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import ast
-import re
 
 import libcst as cst
 import pytest
 
-from cudagraph.migrate.renames import Rename, RenameKind, load_renames
+from cudagraph.migrate.renames import Rename, load_renames
 from cudagraph.migrate.rules.base import FindingKind
 
-from .fixture_cases import FIXTURES, FixtureCase, discover_cases
+from .fixture_cases import FIXTURES, FixtureCase, covers, discover_cases
 
 CASES = discover_cases()
 
@@ -44,28 +43,10 @@ def test_fixture_pairs_are_complete() -> None:
     assert len(inputs) >= 30
 
 
-def _word(text: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<![\w\-]){re.escape(text)}(?![\w\-])")
-
-
-def _covers(row: Rename, source: str, expected: str) -> bool:
-    if row.kind is RenameKind.MODULE:
-        still_imported = re.search(rf"(import|from)\s+{re.escape(row.old)}\b", expected)
-        return row.old in source and row.new in expected and not still_imported
-    if row.kind is RenameKind.SYMBOL:
-        return (
-            row.old_module in source
-            and bool(_word(row.old_name).search(source))
-            and row.new_module in expected
-            and bool(_word(row.new_name).search(expected))
-        )
-    return bool(_word(row.old).search(source)) and all(_word(target).search(expected) for target in row.targets)
-
-
 @pytest.mark.parametrize("row", list(load_renames()), ids=lambda row: f"{row.kind.value}:{row.old}")
 def test_every_row_has_a_fixture(row: Rename) -> None:
     pairs = [(case.source.read_text(), case.expected.read_text()) for case in CASES]
-    assert any(_covers(row, source, expected) for source, expected in pairs), f"no fixture exercises {row}"
+    assert any(covers(row, source, expected) for source, expected in pairs), f"no fixture exercises {row}"
 
 
 IMPORT_FORMS = {
