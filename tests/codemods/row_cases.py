@@ -44,7 +44,7 @@ class RowCase:
     """One generated source for one legacy module, and what migrating it must give."""
 
     form: str
-    """How the legacy module is imported: a key of ``FORMS``."""
+    """How the legacy module is imported (``from_import``, ``module_alias``, ...; see ``_cases_of``)."""
     module_row: Rename
     source: str
     expected: str
