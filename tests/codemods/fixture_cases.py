@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cudagraph.migrate.engine import SourceMigration, migrate_source
 from cudagraph.migrate.options import RunOptions
-from cudagraph.migrate.renames import load_renames
+from cudagraph.migrate.renames import Rename, RenameKind, load_renames
 from cudagraph.migrate.rules import select_rules
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -53,3 +53,22 @@ def discover_cases() -> list[FixtureCase]:
         FixtureCase(path.name.removesuffix(".in.py"), path, path.with_name(path.name.replace(".in.py", ".out.py")))
         for path in sorted(FIXTURES.glob("*.in.py"))
     ]
+
+
+def covers(row: Rename, source: str, expected: str) -> bool:
+    """Whether a source and its expected migration exercise ``row``: its old spelling in, its new spelling out."""
+    if row.kind is RenameKind.MODULE:
+        still_imported = re.search(rf"(import|from)\s+{re.escape(row.old)}\b", expected)
+        return row.old in source and row.new in expected and not still_imported
+    if row.kind is RenameKind.SYMBOL:
+        return (
+            row.old_module in source
+            and bool(_word(row.old_name).search(source))
+            and row.new_module in expected
+            and bool(_word(row.new_name).search(expected))
+        )
+    return bool(_word(row.old).search(source)) and all(_word(target).search(expected) for target in row.targets)
+
+
+def _word(text: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w\-]){re.escape(text)}(?![\w\-])")
