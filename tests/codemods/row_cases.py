@@ -29,15 +29,6 @@ BINDING = "legacy"
 ALIAS_PREFIX = "legacy_"
 """Aliased imports bind ``legacy_<old name>``, which no row's new name spells, so the codemod keeps every alias."""
 
-_KNOWN_FAILURES = {
-    "module_alias_staying": (
-        "a file whose only legacy import is a module binding that must stay is returned untouched: "
-        "LegacyImports.transform_module_impl stops when no import statement is replaced, so the names that move keep "
-        "their legacy paths and the name that stays is not reported"
-    ),
-}
-"""Form -> why the codemod does not yet produce the expected output (the test is a strict xfail)."""
-
 
 @dataclass(frozen=True)
 class RowCase:
@@ -50,7 +41,6 @@ class RowCase:
     expected: str
     notes: tuple[str, ...] = ()
     """The notes the migration reports, as ``str(finding)``."""
-    known_failure: str | None = None
 
     @property
     def name(self) -> str:
@@ -120,7 +110,7 @@ def _cases_of(row: Rename, table: RenameTable, exports: ExportsManifest) -> Iter
         "module_alias_staying": _module_binding(row, moves, module_alias, staying=True),
     }
     for form, (source, expected, notes) in forms.items():
-        yield RowCase(form, row, source, expected, notes, _KNOWN_FAILURES.get(form))
+        yield RowCase(form, row, source, expected, notes)
 
 
 def _file(docstring: str, imports: list[str], uses: list[str]) -> str:

@@ -123,7 +123,7 @@ class LegacyImports(MigrationCommand):
         planner = _Planner(self)
         tree.visit(planner)
         planner.finish()
-        if not self.statement_plans:
+        if not self.statement_plans and not self.module_uses:
             return tree
         return tree.visit(self)
 
