@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from cudagraph.migrate.renames import Rename, RenameKind, load_renames
+from cudagraph.config import Rename, RenameKind, load_renames
 
 from ._warnings import warn_legacy_use
 
