@@ -1,4 +1,5 @@
-"""The wheel ships the rename table and the example, and reads the same table as a source checkout."""
+"""The wheels ship the rename table (in cudagraph-config, its owner) and the example (in cudagraph-migrate), and an
+installed cudagraph-migrate reads the same table as a source checkout."""
 
 from __future__ import annotations
 
@@ -11,42 +12,39 @@ import pytest
 
 from cudagraph.migrate.renames import load_renames
 
-CODEMODS = Path(__file__).resolve().parents[2] / "codemods"
+ROOT = Path(__file__).resolve().parents[2]
+CODEMODS = ROOT / "codemods"
+CONFIG = ROOT / "packages" / "cudagraph-config"
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "-w",
-            str(out),
-            str(CODEMODS),
-        ],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(CODEMODS), str(CONFIG)],
         check=True,
     )
-    (built,) = out.glob("cudagraph_migrate-*.whl")
-    return built
+    (migrate,) = out.glob("cudagraph_migrate-*.whl")
+    (config,) = out.glob("cudagraph_config-*.whl")
+    return {"migrate": migrate, "config": config}
 
 
 @pytest.mark.slow
-def test_wheel_table_equals_the_checkout_table(wheel: Path, tmp_path: Path) -> None:
-    with zipfile.ZipFile(wheel) as archive:
+def test_wheel_table_equals_the_checkout_table(wheels: dict[str, Path], tmp_path: Path) -> None:
+    with zipfile.ZipFile(wheels["config"]) as archive:
         packaged = tmp_path / "renames.toml"
-        packaged.write_bytes(archive.read("cudagraph/migrate/data/renames.toml"))
+        packaged.write_bytes(archive.read("cudagraph/config/data/renames.toml"))
     assert load_renames(packaged).rows == load_renames().rows
+    with zipfile.ZipFile(wheels["migrate"]) as archive:
+        assert not [name for name in archive.namelist() if name.endswith("renames.toml")]  # one copy, in its owner
 
 
 @pytest.mark.slow
-def test_wheel_ships_the_example_and_finds_it_when_installed(wheel: Path, tmp_path: Path) -> None:
-    with zipfile.ZipFile(wheel) as archive:
+def test_wheel_ships_the_example_and_finds_it_when_installed(wheels: dict[str, Path], tmp_path: Path) -> None:
+    with zipfile.ZipFile(wheels["migrate"]) as archive:
         names = archive.namelist()
+        archive.extractall(tmp_path / "site")
+    with zipfile.ZipFile(wheels["config"]) as archive:
         archive.extractall(tmp_path / "site")
     example = "cudagraph/migrate/data/examples/legacy_engine/"
     assert f"{example}toy_engine/model_runner.py" in names and f"{example}conftest.py" in names

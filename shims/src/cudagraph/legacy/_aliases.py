@@ -1,15 +1,18 @@
 """Legacy attribute, method and enum-member names on top of the new classes, each warning once and forwarding.
 
 Aliases are installed only when legacy code reaches a class through a shim (or mixes in ``LegacyAliasesMixin``), so
-migrated code that never imports ``cudagraph.legacy`` sees no trace of them.
+migrated code that never imports ``cudagraph.legacy`` sees no trace of them. An alias goes only on a class that owns
+the legacy name: one that is, or derives from, a class the row's ``owners`` name. It must never patch any other
+class: ``CudaGraphConfig`` never had ``graph_runner``, and an alias there would only warn and then fail.
 """
 
 from __future__ import annotations
 
 import enum
+import sys
 from typing import Any
 
-from cudagraph.migrate.renames import Rename, RenameKind, load_renames
+from cudagraph.config import Rename, RenameKind, load_renames
 
 from ._warnings import warn_legacy_use
 
@@ -66,27 +69,65 @@ def _defines(cls: type, name: str) -> bool:
     return any(name in vars(klass) for klass in cls.__mro__)
 
 
-def install_legacy_aliases(cls: type) -> type:
-    """Give ``cls`` every legacy attribute, method and enum-member name of the table whose new name it has.
+def _loaded_owner(qualified_name: str) -> type | None:
+    # Only owners whose module is already imported: a class deriving from an owner has imported it, and the shims do
+    # not depend on every owner's distribution (``cudagraph.engine.ModelRunner``), so importing one here is wrong.
+    module_name, _, name = qualified_name.rpartition(".")
+    module = sys.modules.get(module_name)
+    owner = getattr(module, name, None) if module is not None else None
+    return owner if isinstance(owner, type) else None
 
-    Names ``cls`` already defines are left alone. Idempotent; returns ``cls``.
-    """
-    if vars(cls).get(_INSTALLED_MARK):
-        return cls
+
+def owns(cls: type, row: Rename) -> bool:
+    """Whether ``cls`` is, or derives from, one of the classes ``row.owners`` names (by their new qualified names)."""
+    return any(owner is not None and issubclass(cls, owner) for owner in map(_loaded_owner, row.owners))
+
+
+def _aliases_for(cls: type) -> dict[str, object]:
     table = load_renames()
     if isinstance(cls, enum.EnumMeta):
-        for row in table.of_kind(RenameKind.ENUM_MEMBER):
-            if row.new in cls.__members__ and row.old not in cls.__members__ and not _defines(cls, row.old):
-                type.__setattr__(cls, row.old, _EnumMemberAlias(row))
-    else:
-        for row in table.of_kind(RenameKind.METHOD):
-            if callable(getattr(cls, row.new, None)) and not _defines(cls, row.old):
-                setattr(cls, row.old, _MethodAlias(row))
-        for row in table.of_kind(RenameKind.ATTRIBUTE):
-            if not _defines(cls, row.old):
-                setattr(cls, row.old, _AttributeAlias(row))
-    type.__setattr__(cls, _INSTALLED_MARK, True)
+        return {
+            row.old: _EnumMemberAlias(row)
+            for row in table.of_kind(RenameKind.ENUM_MEMBER)
+            if owns(cls, row) and row.new in cls.__members__ and row.old not in cls.__members__
+        }
+    aliases: dict[str, object] = {
+        row.old: _MethodAlias(row)
+        for row in table.of_kind(RenameKind.METHOD)
+        if owns(cls, row) and callable(getattr(cls, row.new, None))
+    }
+    aliases.update((row.old, _AttributeAlias(row)) for row in table.of_kind(RenameKind.ATTRIBUTE) if owns(cls, row))
+    return aliases
+
+
+def install_legacy_aliases(cls: type) -> type:
+    """Give ``cls`` the legacy attribute, method and enum-member names of the table rows it owns.
+
+    A row applies only when ``cls`` is (a subclass of) one of its ``owners`` and has the new name; names ``cls``
+    already defines are left alone. A class that owns no row is not touched at all. Idempotent; returns ``cls``.
+    """
+    if _INSTALLED_MARK in vars(cls):
+        return cls
+    aliases = {name: alias for name, alias in _aliases_for(cls).items() if not _defines(cls, name)}
+    if not aliases:
+        return cls
+    for name, alias in aliases.items():
+        type.__setattr__(cls, name, alias)
+    type.__setattr__(cls, _INSTALLED_MARK, tuple(aliases))
     return cls
+
+
+def installed_legacy_aliases(cls: type) -> tuple[str, ...]:
+    """The legacy names :func:`install_legacy_aliases` put on ``cls`` itself (not on its bases), in install order."""
+    return tuple(vars(cls).get(_INSTALLED_MARK, ()))
+
+
+def remove_legacy_aliases(cls: type) -> tuple[str, ...]:
+    """Take the legacy names :func:`install_legacy_aliases` put on ``cls`` off it again; return them."""
+    names = installed_legacy_aliases(cls)
+    for name in (*names, _INSTALLED_MARK) if names else ():
+        type.__delattr__(cls, name)
+    return names
 
 
 class LegacyAliasesMixin:

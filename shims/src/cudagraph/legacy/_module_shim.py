@@ -10,7 +10,7 @@ import difflib
 import importlib
 from collections.abc import Callable
 
-from cudagraph.migrate.renames import Rename, load_renames
+from cudagraph.config import Rename, load_renames
 
 from ._aliases import install_legacy_aliases
 from ._warnings import warn_legacy_use

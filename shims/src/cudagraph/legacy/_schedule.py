@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cudagraph.migrate.renames import Rename, RenameKind, load_renames
+from cudagraph.config import Rename, RenameKind, load_renames
 
 _PACKAGE = "cudagraph.legacy"
 

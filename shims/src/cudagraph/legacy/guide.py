@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cudagraph.migrate.renames import Rename, RenameKind, load_renames, renames_path
+from cudagraph.config import Rename, RenameKind, load_renames, renames_path
 
 BEGIN = "<!-- BEGIN GENERATED TABLE: python -m cudagraph.legacy.guide -->"
 END = "<!-- END GENERATED TABLE -->"

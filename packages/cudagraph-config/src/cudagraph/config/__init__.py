@@ -1,7 +1,8 @@
 """Resolve one canonical per-phase CUDA-graph mode from JSON, per-phase flags, other engines' spellings, legacy flags
 and keyword arguments.
 
-Pure Python: this package never imports torch.
+Pure Python: this package never imports torch. It also owns ``refactor/renames.toml``, the one table of legacy names
+and their replacements, and its reader (``load_renames``), which the codemods and the shims read too.
 
 Example:
     >>> import argparse
@@ -17,6 +18,7 @@ from .buckets import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, DEFAULT_MAX_
 from .environment import Environment
 from .flags import ALIAS_FLAGS, LEGACY_FLAGS, MODERN_FLAGS, VLLM_FLAGS, add_cli_args
 from .legacy_values import LEGACY_BACKEND_VALUES
+from .renames import Rename, RenameKind, RenameTable, RenameTableError, load_renames, renames_path
 from .resolve import resolve
 from .rules import COMPATIBILITY_RULES, CompatibilityRule, RuleContext
 from .types import CudaGraphConfig, PhaseConfig
@@ -58,11 +60,17 @@ __all__ = [
     "OverriddenSettingWarning",
     "Phase",
     "PhaseConfig",
+    "Rename",
+    "RenameKind",
+    "RenameTable",
+    "RenameTableError",
     "RuleContext",
     "__version__",
     "add_cli_args",
     "backend_for_phase",
     "default_buckets",
+    "load_renames",
     "read_phase",
+    "renames_path",
     "resolve",
 ]

@@ -5,6 +5,10 @@ alias row is another engine's spelling of one modern flag (SGLang's ``--cuda-gra
 names the modern flags (and values) it stands for. Both read through the modern rows, so they resolve exactly like
 their modern flags by construction. Python keyword arguments are the flags' ``dest`` names
 (``--decode-cuda-graph-bs`` -> ``decode_cuda_graph_bs``).
+
+The legacy rows are not written here: they are the ``cli_flag`` rows of ``refactor/renames.toml`` (with their
+``kwarg`` twins), read at import through :mod:`.renames`. What the table cannot say, how a value is read, stays with
+the modern flags the rows name.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from types import MappingProxyType
 
 from .buckets import DEFAULT_MAX_SIZE
 from .origins import OriginKind
+from .renames import Rename, RenameKind, RenameTable, RenameTableError, load_renames
 from .values import (
     MODE_EXAMPLE,
     Claims,
@@ -31,8 +36,6 @@ from .values import (
 from .vllm import VLLM_CUDAGRAPH_MODES, read_compilation_config, read_enforce_eager, read_vllm_mode
 from .vocabulary import (
     DEFAULT_CUDA_GRAPH_MODE,
-    DEPRECATED_IN,
-    REMOVED_IN,
     TC_PIECEWISE_COMPILERS,
     Backend,
     Phase,
@@ -70,12 +73,19 @@ class Flag:
 
 @dataclass(frozen=True)
 class LegacyFlag:
-    """A deprecated flag: an alias of one or more modern flags, each with a fixed value or the alias's own value."""
+    """A deprecated flag: an alias of one or more modern flags, each with a fixed value or the alias's own value.
+
+    Built from a ``cli_flag`` row of the rename table by :func:`legacy_flags_from_table`, never by hand.
+    """
 
     option: str
     arity: Arity
     replacement: tuple[tuple[str, str | None], ...]
     """``(modern option, value)`` pairs; ``None`` passes the legacy flag's own value (or switch) through."""
+    deprecated_in: str
+    """The cudagraph-config version that deprecated the flag (the row's ``deprecated_in``)."""
+    removed_in: str
+    """The cudagraph-config version that removes it (the row's ``removed_in``)."""
 
     @property
     def dest(self) -> str:
@@ -125,8 +135,9 @@ class LegacyFlag:
     def deprecation_message(self) -> str:
         """The one warning this flag raises per ``resolve`` call."""
         return (
-            f"{self.option} (keyword {self.dest}) is deprecated since cudagraph-config {DEPRECATED_IN} and will be "
-            f"removed in {REMOVED_IN}; use {self.replacement_text()} (keyword {self.replacement_keywords()}) instead"
+            f"{self.option} (keyword {self.dest}) is deprecated since cudagraph-config {self.deprecated_in} and will "
+            f"be removed in {self.removed_in}; use {self.replacement_text()} "
+            f"(keyword {self.replacement_keywords()}) instead"
         )
 
 
@@ -330,22 +341,72 @@ _MODERN_ROWS: tuple[Flag, ...] = (
 MODERN_FLAGS: Mapping[str, Flag] = MappingProxyType({flag.option: flag for flag in _MODERN_ROWS})
 """Modern flags by option string, in help order."""
 
-LEGACY_FLAGS: tuple[LegacyFlag, ...] = (
-    LegacyFlag(
-        "--disable-cuda-graph",
-        Arity.SWITCH,
-        (("--decode-disable-cuda-graph", None), ("--prefill-disable-cuda-graph", None)),
-    ),
-    LegacyFlag("--disable-piecewise-cuda-graph", Arity.SWITCH, (("--prefill-disable-cuda-graph", None),)),
-    LegacyFlag("--enable-breakable-cuda-graph", Arity.SWITCH, (("--prefill-cuda-graph-backend", "breakable"),)),
-    LegacyFlag("--enforce-piecewise-cuda-graph", Arity.SWITCH, (("--prefill-cuda-graph-backend", "tc_piecewise"),)),
-    LegacyFlag("--cuda-graph-bs", Arity.MANY, (("--decode-cuda-graph-bs", None),)),
-    LegacyFlag("--cuda-graph-max-bs", Arity.ONE, (("--decode-cuda-graph-max-bs", None),)),
-    LegacyFlag("--piecewise-cuda-graph-tokens", Arity.MANY, (("--prefill-cuda-graph-tokens", None),)),
-    LegacyFlag("--piecewise-cuda-graph-max-tokens", Arity.ONE, (("--prefill-cuda-graph-max-tokens", None),)),
-    LegacyFlag("--piecewise-cuda-graph-compiler", Arity.ONE, (("--tc-piecewise-compiler", None),)),
-)
-"""Deprecated aliases (since ``DEPRECATED_IN``, gone in ``REMOVED_IN``); each warns once per ``resolve`` call."""
+
+def legacy_flags_from_table(table: RenameTable) -> tuple[LegacyFlag, ...]:
+    """The legacy flags the ``cli_flag`` rows of ``table`` state, in table order.
+
+    A row's ``new`` and ``also`` are the modern flags it stands for; its ``value``, when present, is what each of them
+    takes, and makes the legacy flag a switch (a boolean switch that became a valued option). Without a value the
+    legacy flag passes its own value through, so it takes as many values as its modern flags do. Every flag's keyword
+    must have the matching ``kwarg`` row (same targets, same value), and every ``kwarg`` row a flag: the two spellings
+    of one legacy switch cannot drift apart. Raises ``RenameTableError`` naming the row otherwise.
+    """
+    keyword_rows = dict(table.by_old(RenameKind.KWARG))
+    flags = []
+    for row in table.of_kind(RenameKind.CLI_FLAG):
+        flag = _legacy_flag(table, row)
+        _check_keyword_row(table, row, keyword_rows.pop(flag.dest, None))
+        flags.append(flag)
+    if keyword_rows:
+        raise RenameTableError(
+            f"{table.source}: kwarg row(s) {sorted(keyword_rows)} have no cli_flag row; a legacy keyword is the dest "
+            "of a legacy flag, so add the flag's row"
+        )
+    return tuple(flags)
+
+
+def _legacy_flag(table: RenameTable, row: Rename) -> LegacyFlag:
+    where = f"{table.source}: cli_flag {row.old!r}"
+    unknown = [target for target in row.targets if target not in MODERN_FLAGS]
+    if unknown:
+        raise RenameTableError(
+            f"{where} names {unknown}, which are not modern flags; allowed: {', '.join(MODERN_FLAGS)}"
+        )
+    target_arities = {MODERN_FLAGS[target].arity for target in row.targets}
+    if row.value is not None:
+        arity = Arity.SWITCH
+    elif len(target_arities) == 1:
+        (arity,) = target_arities
+    else:
+        raise RenameTableError(f"{where} passes its value to flags taking different numbers of values: {row.targets}")
+    return LegacyFlag(
+        option=row.old,
+        arity=arity,
+        replacement=tuple((target, row.value) for target in row.targets),
+        deprecated_in=row.deprecated_in,
+        removed_in=row.removed_in,
+    )
+
+
+def _check_keyword_row(table: RenameTable, flag_row: Rename, keyword_row: Rename | None) -> None:
+    dest = option_dest(flag_row.old)
+    if keyword_row is None:
+        raise RenameTableError(f"{table.source}: cli_flag {flag_row.old!r} has no kwarg row {dest!r}; add one")
+    expected = (tuple(option_dest(target) for target in flag_row.targets), flag_row.value)
+    found = (keyword_row.targets, keyword_row.value)
+    if found != expected or (keyword_row.deprecated_in, keyword_row.removed_in) != (
+        flag_row.deprecated_in,
+        flag_row.removed_in,
+    ):
+        raise RenameTableError(
+            f"{table.source}: kwarg {dest!r} (targets {found[0]}, value {found[1]!r}, {keyword_row.deprecated_in} -> "
+            f"{keyword_row.removed_in}) disagrees with cli_flag {flag_row.old!r} (targets {expected[0]}, value "
+            f"{expected[1]!r}, {flag_row.deprecated_in} -> {flag_row.removed_in}); one legacy switch, one meaning"
+        )
+
+
+LEGACY_FLAGS: tuple[LegacyFlag, ...] = legacy_flags_from_table(load_renames())
+"""Deprecated aliases, one per ``cli_flag`` row of ``refactor/renames.toml``; each warns once per ``resolve`` call."""
 
 ALIAS_FLAGS: tuple[AliasFlag, ...] = (
     AliasFlag("--cuda-graph-config", MODE_OPTION, "SGLang"),
@@ -414,6 +475,10 @@ FLAGS_BY_DEST: Mapping[str, AnyFlag] = MappingProxyType({flag.dest: flag for fla
 GROUP_TITLE = "CUDA graphs"
 
 
+def _removal_versions() -> str:
+    return " or ".join(sorted({flag.removed_in for flag in LEGACY_FLAGS}))
+
+
 def add_cli_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """Register every CUDA-graph flag (modern, aliases, legacy) in one argument group of ``parser``; return the group.
 
@@ -433,7 +498,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         f"Precedence: {MODE_OPTION} (or SGLang's --cuda-graph-config) > per-phase flags, SGLang's and vLLM's "
         f"spellings of them, and vLLM's {VLLM_MODE_OPTION}, --enforce-eager, --compilation-config > deprecated flags > "
         "defaults. Two flags of one level that disagree are an error. "
-        f"Deprecated flags warn (FutureWarning) and are removed in cudagraph-config {REMOVED_IN}.",
+        f"Deprecated flags warn (FutureWarning) and are removed in cudagraph-config {_removal_versions()}.",
     )
     for flag in ALL_FLAGS:
         if flag.arity is Arity.SWITCH:

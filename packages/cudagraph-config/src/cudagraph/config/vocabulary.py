@@ -63,12 +63,6 @@ def phase_key(phase: Phase, field_name: str) -> str:
     return f"{phase.value}.{field_name}"
 
 
-DEPRECATED_IN = "0.1.0"
-"""The cudagraph-config version that deprecated the legacy flags, keywords and value spellings."""
-REMOVED_IN = "1.0.0"
-"""The cudagraph-config version that removes them."""
-
-
 class LegacyFlagWarning(FutureWarning):
     """A deprecated CUDA-graph flag, keyword or value spelling was used; the message names its replacement.
 
