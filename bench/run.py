@@ -43,6 +43,8 @@ def main(argv: list[str]) -> int:
         return 0
     passthrough = argv[argv.index("--") + 1 :] if "--" in argv else []
     selectors = argv[: argv.index("--")] if "--" in argv else argv
+    check = "--check" in selectors
+    selectors = [selector for selector in selectors if selector != "--check"]
     scripts = sorted((ROOT / "bench").glob("bench_*.py"))
     scripts = [s for s in scripts if not selectors or any(sel in s.stem for sel in selectors)]
     if not scripts:
@@ -67,7 +69,17 @@ def main(argv: list[str]) -> int:
             print(f"!! {script.name} exited {status}{'' if result else ' without writing ' + str(output)}")
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"results in {RESULTS.relative_to(ROOT)}/")
-    return 0 if all(v["returncode"] == 0 and v["result"] is not None for v in summary.values()) else 1  # type: ignore[index]
+    ran = all(v["returncode"] == 0 and v["result"] is not None for v in summary.values())  # type: ignore[index]
+    missed = [f"{name}: {target}" for name, value in summary.items() for target in missed_targets(value["result"])]  # type: ignore[index]
+    if check and missed:
+        print("targets missed:\n  " + "\n  ".join(missed))
+    return 0 if ran and not (check and missed) else 1
+
+
+def missed_targets(result: object) -> list[str]:
+    """The targets a script's JSON result states as missed (its ``checks``: target -> met)."""
+    checks = result.get("checks", {}) if isinstance(result, dict) else {}
+    return [target for target, met in checks.items() if not met]
 
 
 if __name__ == "__main__":
