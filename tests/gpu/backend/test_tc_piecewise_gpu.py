@@ -29,11 +29,13 @@ PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
 COMPILERS = ("eager", "inductor")
 
 
-def graphs(decode: Backend, compiler: str = "eager") -> CudaGraphConfig:
-    buckets = () if decode is Backend.DISABLED else DECODE_BUCKETS
+PREFILL_BUCKETS = (16, 32, 64, 128)
+
+
+def graphs(decode: Backend, compiler: str = "eager", prefill: Backend = Backend.DISABLED) -> CudaGraphConfig:
     return CudaGraphConfig(
-        decode=PhaseConfig(decode, buckets, 16),
-        prefill=PhaseConfig(Backend.DISABLED, (), 512),
+        decode=PhaseConfig(decode, () if decode is Backend.DISABLED else DECODE_BUCKETS, 16),
+        prefill=PhaseConfig(prefill, () if prefill is Backend.DISABLED else PREFILL_BUCKETS, 128),
         tc_piecewise_compiler=compiler,
     )
 
@@ -46,7 +48,7 @@ def engine(preset: str, config: CudaGraphConfig) -> Iterator[ModelRunner]:
     model = random_model(model_config_from_preset(preset), seed=3, dtype="float32", device="cuda")
     runner = ModelRunner(model, config, cache_config=CacheConfig(max_num_reqs=24, max_context_len=96))
     try:
-        runner.init_decode_cuda_graph()
+        runner.init_cuda_graphs()
         yield runner
     finally:
         runner.shutdown()
@@ -114,3 +116,21 @@ def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(compiler
         assert backend.compile_stats.uncaptured_replays == 0
         assert counters["stats"]["unique_graphs"] == unique_graphs
         assert dict(counters["graph_break"]) == {}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_tc_piecewise_prefill_and_decode_give_eager_tokens(compiler: str) -> None:
+    """Prefill by token buckets (padding exercised: prompts of 2..23 tokens, several per step) and decode, both
+    tc_piecewise, each phase with its own compilation and graphs in the one pool."""
+    prompts, params = shrinking_workload(count=9, seed=1)
+    with engine("tiny-llama-random", graphs(Backend.DISABLED)) as eager:
+        expected = [o.output_token_ids for o in generate(eager, prompts, params, max_prefill_tokens=100)]
+    config = graphs(Backend.TC_PIECEWISE, compiler, prefill=Backend.TC_PIECEWISE)
+    with engine("tiny-llama-random", config) as graphed:
+        prefill_runner = graphed.prefill_cuda_graph_runner
+        assert prefill_runner is not None and isinstance(prefill_runner.backend, TcPiecewiseCudaGraphBackend)
+        got = [o.output_token_ids for o in generate(graphed, prompts, params, max_prefill_tokens=100)]
+        assert prefill_runner.backend.compile_stats.compilations == 1
+        assert piecewise_backend(graphed).compile_stats.compilations == 1
+    assert got == expected

@@ -427,7 +427,9 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
                 "model_forward(input_ids, positions) -> hidden (the traceable part of its forward); "
                 f"got {type(runner).__name__} with model runner {type(model_runner).__name__}"
             )
-        compiled = torch.compile(eager_forward, backend=self.compiler, fullgraph=True, dynamic=False)
+        # dynamic left at its default: the marked token dimension is symbolic, every other size static (dynamic=False
+        # would be the same in 2.13 but is documented as "never dynamic").
+        compiled = torch.compile(eager_forward, backend=self.compiler, fullgraph=True)
         batch = static_buckets[max(static_buckets)].batch
         torch._dynamo.mark_dynamic(batch.input_ids, 0)
         torch._dynamo.mark_dynamic(batch.positions, 0)
