@@ -7,9 +7,9 @@ import torch
 
 from cudagraph.backend import (
     BACKEND_CLASSES,
-    BackendUnavailableError,
     BreakableCudaGraphBackend,
     FullCudaGraphBackend,
+    TcPiecewiseCudaGraphBackend,
     make_backend,
 )
 from cudagraph.backend_utils import CaptureOptions, CudaGraphsUnavailableError
@@ -45,17 +45,12 @@ def test_disabled_is_a_config_error_not_a_backend(phase: Phase) -> None:
 
 
 @pytest.mark.parametrize("phase", list(Phase))
-def test_tc_piecewise_says_it_is_not_available_yet_and_names_what_is(phase: Phase) -> None:
-    with pytest.raises(BackendUnavailableError, match=r"tc_piecewise.*not available yet") as raised:
-        make_backend(phase, "tc_piecewise", "cuda")
-    # The suggestion lists exactly the built backends the phase allows (prefill may not use full).
-    suggested = str(raised.value).split(" use ")[1].split(" instead")[0].split(", ")
-    assert suggested == [
-        str(backend)
-        for backend, cls in BACKEND_CLASSES.items()
-        if cls is not None and backend in ALLOWED_BACKENDS_PER_PHASE[phase]
-    ]
-    assert ("full" in suggested) is (phase is Phase.DECODE)
+def test_tc_piecewise_is_built_for_both_phases(monkeypatch: pytest.MonkeyPatch, phase: Phase) -> None:
+    assert BACKEND_CLASSES[Backend.TC_PIECEWISE] is TcPiecewiseCudaGraphBackend
+    assert all(cls is not None for cls in BACKEND_CLASSES.values())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(CudaGraphsUnavailableError, match="CUDA graphs need a CUDA device"):
+        make_backend(phase, "tc_piecewise", "cuda", tc_piecewise_compiler="inductor")
 
 
 @pytest.mark.parametrize(
@@ -97,7 +92,7 @@ def test_allowed_pairs_reach_the_device_check(monkeypatch: pytest.MonkeyPatch, p
 def test_a_legacy_backend_spelling_reads_as_tc_piecewise_with_one_warning(spelling: str) -> None:
     with (
         pytest.warns(LegacyFlagWarning, match=rf"'{spelling}' is a deprecated spelling of 'tc_piecewise'") as caught,
-        pytest.raises(BackendUnavailableError, match="tc_piecewise"),
+        pytest.raises(CudaGraphsUnavailableError),
     ):
         make_backend(Phase.PREFILL, spelling, "cuda")
     assert len([warning for warning in caught if warning.category is LegacyFlagWarning]) == 1

@@ -5,7 +5,18 @@ Everything imports on a machine without CUDA; what needs a device (capturing, po
 ``CudaGraphsUnavailableError`` there.
 """
 
-from .break_ops import BreakOptions, break_options, register_break_op, registered_break_ops, unregister_break_op
+from .break_ops import (
+    BreakOptions,
+    break_options,
+    is_split_op,
+    register_break_op,
+    register_split_op,
+    registered_break_ops,
+    registered_split_ops,
+    split_op,
+    unregister_break_op,
+    unregister_split_op,
+)
 from .breakable import (
     BreakableCUDAGraph,
     EagerBreakFunction,
@@ -25,6 +36,7 @@ from .capture_state import (
     is_in_tc_piecewise_cuda_graph,
     is_in_torch_compile_warmup,
     model_capture_mode,
+    tc_piecewise_model_forward,
 )
 from .errors import BreakableCaptureError, CudaGraphsUnavailableError, require_cuda
 from .forward_context import ForwardContext, get_forward_context, set_forward_context
@@ -81,15 +93,21 @@ __all__ = [
     "is_in_breakable_cuda_graph",
     "is_in_tc_piecewise_cuda_graph",
     "is_in_torch_compile_warmup",
+    "is_split_op",
     "model_capture_mode",
     "new_graph_pool",
     "read_device_memory",
     "register_break_op",
+    "register_split_op",
     "registered_break_ops",
+    "registered_split_ops",
     "require_cuda",
     "set_forward_context",
     "set_global_graph_memory_pool",
+    "split_op",
+    "tc_piecewise_model_forward",
     "unregister_break_op",
+    "unregister_split_op",
     "weak_ref_tensor",
     "weak_ref_tensors",
 ]

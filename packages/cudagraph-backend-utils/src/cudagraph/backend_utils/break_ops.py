@@ -1,14 +1,21 @@
-"""The registry of torch operators that break a breakable capture, so a model's attention op breaks unedited."""
+"""The one registry of split operators: where a breakable capture ends a segment and where ``tc_piecewise`` splits
+the compiled FX graph, so a model's attention op breaks (and splits) unedited.
+
+``register_split_op`` / ``@split_op`` are the same registry as ``register_break_op``: one list, two names for the
+two backends that read it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 BreakOp = torch._ops.OpOverload | torch._ops.OpOverloadPacket
+
+OpT = TypeVar("OpT")
 
 
 @dataclass(frozen=True)
@@ -24,14 +31,16 @@ _BREAK_OVERLOADS: dict[torch._ops.OpOverload, BreakOptions] = {}
 _BREAK_PACKETS: dict[torch._ops.OpOverloadPacket, BreakOptions] = {}
 
 
-def register_break_op(op: BreakOp, *, capture_stub: Callable[..., Any] | None = None) -> None:
+def register_break_op(op: BreakOp | str, *, capture_stub: Callable[..., Any] | None = None) -> None:
     """Make every call of ``op`` inside a breakable capture an eager break (run eagerly at capture and replay).
 
     ``op`` is an ``OpOverloadPacket`` (all its overloads break, e.g. ``torch.ops.my_lib.attention``) or a single
     ``OpOverload`` (``torch.ops.my_lib.attention.default``). The op must either write its results into tensors the
     caller passes in (and return nothing), or return new tensors, which the capture copies back into buffers the
-    following graph segment reads. Registering again replaces the options.
+    following graph segment reads. Registering again replaces the options. ``op`` may also be given by its qualified
+    name (``"my_lib::attention"``, ``"my_lib::attention.default"``) or as a ``torch.library.custom_op`` object.
     """
+    op = _resolve_op(op)
     options = BreakOptions(capture_stub=capture_stub)
     if isinstance(op, torch._ops.OpOverloadPacket):
         _BREAK_PACKETS[op] = options
@@ -44,8 +53,25 @@ def register_break_op(op: BreakOp, *, capture_stub: Callable[..., Any] | None = 
         )
 
 
-def unregister_break_op(op: BreakOp) -> None:
+def _resolve_op(op: Any) -> Any:
+    """``op`` as an ``OpOverload``/``OpOverloadPacket``: qualified names are looked up, custom-op objects unwrapped."""
+    if isinstance(op, str):
+        namespace, sep, name = op.partition("::")
+        if not sep or not namespace or not name:
+            raise ValueError(f"a split op's qualified name looks like 'namespace::name[.overload]', got {op!r}")
+        name, _, overload = name.partition(".")
+        try:
+            packet = getattr(getattr(torch.ops, namespace), name)
+            return getattr(packet, overload) if overload else packet
+        except AttributeError as error:
+            raise ValueError(f"no torch operator is registered as {op!r}: define it before registering it") from error
+    custom_overload = getattr(op, "_opoverload", None)  # a torch.library.custom_op object
+    return custom_overload if isinstance(custom_overload, torch._ops.OpOverload) else op
+
+
+def unregister_break_op(op: BreakOp | str) -> None:
     """Stop breaking on ``op`` (no error if it was not registered)."""
+    op = _resolve_op(op)
     _BREAK_PACKETS.pop(op, None)  # type: ignore[call-overload, arg-type]
     _BREAK_OVERLOADS.pop(op, None)  # type: ignore[call-overload, arg-type]
 
@@ -61,3 +87,39 @@ def break_options(op: torch._ops.OpOverload) -> BreakOptions | None:
 def registered_break_ops() -> tuple[BreakOp, ...]:
     """Every registered break point, packets first."""
     return (*_BREAK_PACKETS, *_BREAK_OVERLOADS)
+
+
+def is_split_op(target: object) -> bool:
+    """Whether ``target`` (an FX node's target, or any callable) is a registered split op or an overload of one."""
+    if isinstance(target, torch._ops.OpOverload):
+        return break_options(target) is not None
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target in _BREAK_PACKETS or any(overload.overloadpacket is target for overload in _BREAK_OVERLOADS)
+    return False
+
+
+register_split_op = register_break_op
+"""``tc_piecewise``'s name for ``register_break_op``: the FX graph splits where a breakable capture breaks."""
+
+unregister_split_op = unregister_break_op
+"""``tc_piecewise``'s name for ``unregister_break_op``."""
+
+registered_split_ops = registered_break_ops
+"""``tc_piecewise``'s name for ``registered_break_ops``."""
+
+
+def split_op(op: OpT) -> OpT:
+    """Decorator form of ``register_split_op``: register ``op`` (a ``torch.library.custom_op`` object, or an operator)
+    and return it unchanged.
+
+    Example:
+        >>> @split_op
+        ... @torch.library.custom_op("doc_example::attend", mutates_args=("out",))
+        ... def attend(q: torch.Tensor, out: torch.Tensor) -> None:
+        ...     out.copy_(q)
+        >>> is_split_op(torch.ops.doc_example.attend.default)
+        True
+        >>> unregister_split_op(attend)
+    """
+    register_break_op(op)  # type: ignore[arg-type]
+    return op

@@ -7,13 +7,17 @@ the outer value and each thread sees only its own captures. Nothing here touches
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from typing import Any
 
 _CAPTURE_MODE: ContextVar[bool] = ContextVar("cudagraph_capture_mode", default=False)
 _IN_BREAKABLE_CUDA_GRAPH: ContextVar[bool] = ContextVar("cudagraph_in_breakable_cuda_graph", default=False)
 _IN_TC_PIECEWISE_CUDA_GRAPH: ContextVar[bool] = ContextVar("cudagraph_in_tc_piecewise_cuda_graph", default=False)
 _IN_TORCH_COMPILE_WARMUP: ContextVar[bool] = ContextVar("cudagraph_in_torch_compile_warmup", default=False)
+_TC_PIECEWISE_MODEL_FORWARD: ContextVar[Callable[..., Any] | None] = ContextVar(
+    "cudagraph_tc_piecewise_model_forward", default=None
+)
 
 
 @contextlib.contextmanager
@@ -57,9 +61,25 @@ def is_in_tc_piecewise_cuda_graph() -> bool:
     return _IN_TC_PIECEWISE_CUDA_GRAPH.get()
 
 
-def enable_tc_piecewise_cuda_graph() -> contextlib.AbstractContextManager[None]:
-    """Context manager under which ``is_in_tc_piecewise_cuda_graph()`` is true."""
-    return _flag_set(_IN_TC_PIECEWISE_CUDA_GRAPH)
+@contextlib.contextmanager
+def enable_tc_piecewise_cuda_graph(model_forward: Callable[..., Any] | None = None) -> Iterator[None]:
+    """Context manager under which ``is_in_tc_piecewise_cuda_graph()`` is true and ``tc_piecewise_model_forward()``
+    returns ``model_forward`` (the compiled model forward the host runner must call instead of its eager one)."""
+    token = _TC_PIECEWISE_MODEL_FORWARD.set(model_forward)
+    try:
+        with _flag_set(_IN_TC_PIECEWISE_CUDA_GRAPH):
+            yield
+    finally:
+        _TC_PIECEWISE_MODEL_FORWARD.reset(token)
+
+
+def tc_piecewise_model_forward() -> Callable[..., Any] | None:
+    """The compiled model forward of the tc_piecewise backend capturing or replaying in this thread, else ``None``.
+
+    A host model runner calls it in place of its own traceable model forward (same arguments), so each backend's
+    capture and replay run that backend's compiled pieces, and every other run stays eager.
+    """
+    return _TC_PIECEWISE_MODEL_FORWARD.get()
 
 
 def is_in_torch_compile_warmup() -> bool:

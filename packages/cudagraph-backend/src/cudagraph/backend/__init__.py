@@ -12,6 +12,14 @@ from .errors import (
 )
 from .factory import BACKEND_CLASSES, make_backend
 from .full import FullCudaGraphBackend
+from .tc_piecewise import (
+    ModelTraceError,
+    PiecewiseCompiler,
+    PiecewiseStats,
+    SplitGraph,
+    TcPiecewiseCudaGraphBackend,
+    split_at_split_ops,
+)
 
 __version__ = "0.1.0"
 
@@ -25,6 +33,12 @@ __all__ = [
     "CudaGraphCaptureError",
     "FullCudaGraphBackend",
     "GraphEntry",
+    "ModelTraceError",
+    "PiecewiseCompiler",
+    "PiecewiseStats",
+    "SplitGraph",
+    "TcPiecewiseCudaGraphBackend",
     "__version__",
     "make_backend",
+    "split_at_split_ops",
 ]

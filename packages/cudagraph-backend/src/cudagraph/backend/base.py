@@ -43,8 +43,8 @@ class GraphEntry:
     """The shape descriptor: the runner's bucket (decode: batch size; prefill: token count)."""
     graph: Any
     """A ``torch.cuda.CUDAGraph`` or ``BreakableCUDAGraph`` (``None`` when the forward launched no work)."""
-    replay: Callable[[], None]
-    """Bound once at capture, so replay does no lookups."""
+    replay: Callable[[], Any]
+    """Bound once at capture, so replay does no lookups (tc_piecewise's returns the step's output)."""
     output: Any
     """The static output (weakly held unless ``CaptureOptions.weak_ref_outputs`` is off)."""
     input_addresses: tuple[int, ...] = ()

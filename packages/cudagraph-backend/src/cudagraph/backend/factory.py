@@ -14,12 +14,13 @@ from .base import BaseCudaGraphBackend
 from .breakable import BreakableCudaGraphBackend
 from .errors import BackendUnavailableError
 from .full import FullCudaGraphBackend
+from .tc_piecewise import TcPiecewiseCudaGraphBackend
 
 BACKEND_CLASSES: Mapping[Backend, type[BaseCudaGraphBackend] | None] = MappingProxyType(
     {
         Backend.FULL: FullCudaGraphBackend,
         Backend.BREAKABLE: BreakableCudaGraphBackend,
-        Backend.TC_PIECEWISE: None,  # not available in this release
+        Backend.TC_PIECEWISE: TcPiecewiseCudaGraphBackend,
     }
 )
 """The class behind each graph backend; ``None`` marks one that is valid in a config but not built yet."""
@@ -33,13 +34,15 @@ def make_backend(
     options: CaptureOptions | None = None,
     pool: GraphPool | None = None,
     share_global_pool: bool = True,
+    tc_piecewise_compiler: str | None = None,
 ) -> BaseCudaGraphBackend:
     """The backend that captures ``phase`` with ``backend`` on ``device``.
 
     Raises ``ConfigError`` for an unknown phase or backend, a pair the phase does not allow (prefill ``full``) and
-    ``disabled`` (which means: run eagerly, no backend); ``BackendUnavailableError`` for ``tc_piecewise`` in this
+    ``disabled`` (which means: run eagerly, no backend); ``BackendUnavailableError`` for a backend not built in this
     release; ``CudaGraphsUnavailableError`` on a machine without CUDA. ``options``, ``pool`` and
-    ``share_global_pool`` go to the backend's constructor.
+    ``share_global_pool`` go to the backend's constructor, ``tc_piecewise_compiler`` (``eager`` or ``inductor``;
+    default ``eager``) to the tc_piecewise backend only.
     """
     phase = read_phase("make_backend phase", phase)
     backend = backend_for_phase("make_backend backend", backend, phase)
@@ -56,5 +59,14 @@ def make_backend(
         raise BackendUnavailableError(
             f"the {backend} CUDA-graph backend is not available yet in this release of cudagraph-backend; "
             f"for the {phase} phase use {available} instead, or disable its graphs"
+        )
+    if backend_class is TcPiecewiseCudaGraphBackend:
+        return TcPiecewiseCudaGraphBackend(
+            device,
+            phase=phase,
+            options=options,
+            pool=pool,
+            share_global_pool=share_global_pool,
+            compiler=tc_piecewise_compiler or "eager",
         )
     return backend_class(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)

@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
-from cudagraph.backend_utils import ForwardContext, set_forward_context
+from cudagraph.backend_utils import ForwardContext, set_forward_context, tc_piecewise_model_forward
 from cudagraph.config import CudaGraphConfig, Phase
 from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner
 
@@ -185,6 +185,15 @@ class ModelRunner:
             return runner.replay(batch)
         return self.forward(batch)
 
+    def model_forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Hidden states ``[T, H]`` of the flat tokens: the part of ``forward`` that ``torch.compile`` traces whole.
+
+        It reads no forward context and branches on no layer: the attention and KV-store operators read the step
+        from the forward context inside themselves, so dynamo sees one graph for every layer and every token count
+        (what the ``tc_piecewise`` backend compiles and splits at the attention op).
+        """
+        return self.model.forward(input_ids, positions, attend)
+
     @torch.no_grad()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Eager forward of ``batch`` (also what the graph runners capture): logits ``[B, vocab]``."""
@@ -192,9 +201,11 @@ class ModelRunner:
             # Nothing to compute eagerly; a decode graph replays idle batches when it must keep ranks in step.
             return torch.empty((0, self.model.config.vocab_size), dtype=torch.float32, device=self.device)
         self.attn_backend.init_forward_metadata(batch)
+        # Under a tc_piecewise capture or replay, that backend's compiled (split, graphed) model_forward runs instead.
+        model_forward = tc_piecewise_model_forward() or self.model_forward
         context = ForwardContext(forward_batch=batch, attn_backend=self.attn_backend, extra={})
         with set_forward_context(context):
-            hidden = self.model.forward(batch.input_ids, batch.positions, attend)
+            hidden = model_forward(batch.input_ids, batch.positions)
         if batch.forward_mode.is_extend():
             assert batch.extend_start_loc is not None and batch.extend_seq_lens is not None
             # Each request's last new token; padded requests (no tokens) clamp to row 0 and are sliced off later.

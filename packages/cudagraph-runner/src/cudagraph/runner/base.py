@@ -82,6 +82,7 @@ class BaseCudaGraphRunner(abc.ABC):
             phase_config.backend,
             self.device,
             options=CaptureOptions(num_warmups=num_warmups, debug=config.debug, freeze_gc=not config.enable_gc),
+            tc_piecewise_compiler=config.tc_piecewise_compiler,
         )
         self.show_progress = show_progress
         self.stats = CaptureStats()

@@ -1,22 +1,27 @@
-"""The engine's one attention operator, ``torch.ops.cudagraph_engine.unified_attention(q, k, v, output, layer_id)``.
+"""The engine's attention operators, ``torch.ops.cudagraph_engine.unified_attention(q, k, v, output, layer_id)`` and
+``torch.ops.cudagraph_engine.store_kv(k, v, layer_id)``, and ``attend``, the callback the model calls with them.
 
-It writes the layer's new keys and values into the KV cache (unless ``kv_stored=True`` says the caller already did)
-and the attention result into ``output`` (a buffer the caller allocates), reading the batch and the attention
-backend from the forward context. Because it returns nothing
-and mutates only its arguments, a full graph captures it like any other op, and the breakable backend can register
-it as a break point and run it again at replay with the same tensors.
+``store_kv`` writes a layer's new keys and values into the KV cache; ``unified_attention`` writes the attention
+result into ``output`` (a buffer the caller allocates), storing the keys and values first unless ``kv_stored=True``
+says the caller already did. Both read the batch and the attention backend from the forward context *inside* the
+op, so the Python that calls them (``attend``, the model) reads no ``ContextVar`` and dynamo traces a whole forward
+into one graph; the layer reaches the op as its ``layer_id`` argument, a constant of that graph. Neither returns
+anything and both mutate only tensors they are given or the cache, so a full graph captures them like any other op,
+the breakable backend breaks at ``unified_attention`` (a registered split op) and runs it again at replay with the
+same tensors, and ``tc_piecewise`` splits the compiled graph there.
 """
 
 from __future__ import annotations
 
 import torch
 
-from cudagraph.backend_utils import get_forward_context, register_break_op
+from cudagraph.backend_utils import get_forward_context, register_split_op
 
 _LIBRARY = torch.library.Library("cudagraph_engine", "DEF")
 _LIBRARY.define(
     "unified_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) output, int layer_id, *, bool kv_stored=False) -> ()"
 )
+_LIBRARY.define("store_kv(Tensor k, Tensor v, int layer_id) -> ()")
 
 
 def _unified_attention(
@@ -32,24 +37,42 @@ def _unified_attention_meta(
     return None
 
 
+def _store_kv(k: torch.Tensor, v: torch.Tensor, layer_id: int) -> None:
+    context = get_forward_context()
+    context.attn_backend.store_kv(k, v, layer_id, context.forward_batch.out_cache_loc)
+
+
+def _store_kv_meta(k: torch.Tensor, v: torch.Tensor, layer_id: int) -> None:
+    return None
+
+
 # One implementation for every device: the backend in the forward context picks the kernels.
 _LIBRARY.impl("unified_attention", _unified_attention, "CompositeExplicitAutograd")
 _LIBRARY.impl("unified_attention", _unified_attention_meta, "Meta")
+_LIBRARY.impl("store_kv", _store_kv, "CompositeExplicitAutograd")
+_LIBRARY.impl("store_kv", _store_kv_meta, "Meta")
 
 unified_attention = torch.ops.cudagraph_engine.unified_attention
-"""The registered operator (an ``OpOverloadPacket``)."""
+"""The registered attention operator (an ``OpOverloadPacket``)."""
 
-register_break_op(unified_attention)
+store_kv = torch.ops.cudagraph_engine.store_kv
+"""The registered KV-store operator (an ``OpOverloadPacket``)."""
+
+# store_kv writes the cache, which its schema cannot name (the cache is not an argument): without this, dead-code
+# elimination in a compiled graph would drop a call whose result nobody reads.
+torch.fx.node.has_side_effect(store_kv.default)
+
+register_split_op(unified_attention)
 
 
 def attend(layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The ``attend`` callback the model calls: ``[T, Hq*D]`` attention output for layer ``layer_id``.
 
-    The keys and values are stored before the op (plain tensor ops, so graphs capture them even where the op is an
-    eager break), and the op only attends: a breakable replay then runs as little as possible eagerly.
+    The keys and values are stored by their own op before attention (plain tensor ops inside it, so graphs capture
+    them even where attention is an eager break), and ``unified_attention`` only attends: a breakable replay then
+    runs as little as possible eagerly. Only operators are called here, so dynamo traces it without a break.
     """
-    context = get_forward_context()
-    context.attn_backend.store_kv(k, v, layer_id, context.forward_batch.out_cache_loc)
+    store_kv(k, v, layer_id)
     output = torch.empty_like(q)
     unified_attention(q, k, v, output, layer_id, kv_stored=True)
     return output

@@ -1,0 +1,105 @@
+"""tc_piecewise without CUDA: the engine's forward split at the attention op runs piece by piece (eagerly) and equals
+the eager forward; one piece more than attention calls; no graph breaks; one compilation for every token count."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+import pytest
+import torch
+import torch._dynamo
+import torch.fx.experimental._config as fx_config
+from test_traced_forward import decode_batch, make_runner, run_hidden
+from torch._dynamo.utils import counters
+
+from cudagraph.backend import ModelTraceError, PiecewiseCompiler, split_at_split_ops
+from cudagraph.backend.tc_piecewise import _is_trace_error, _trace_error
+from cudagraph.engine.attention.op import unified_attention
+
+PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_split_forward_has_one_piece_per_attention_call_plus_one_and_equals_eager(preset: str) -> None:
+    runner = make_runner(preset)
+    calls: list[int] = []
+
+    def wrap_piece(index: int, piece: object) -> object:
+        def run(*args: object) -> object:
+            calls.append(index)
+            return piece(*args)  # type: ignore[operator]
+
+        return run
+
+    compiler = PiecewiseCompiler("eager", wrap_piece=wrap_piece)
+    compiled = torch.compile(runner.model_forward, backend=compiler, fullgraph=True)
+    num_layers = runner.model.config.num_layers
+    for index, batch_size in enumerate((4, 1, 6)):
+        batch = decode_batch(runner, batch_size)
+        if index == 0:
+            torch._dynamo.mark_dynamic(batch.input_ids, 0)
+            torch._dynamo.mark_dynamic(batch.positions, 0)
+        kv_before = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
+        calls.clear()
+        with fx_config.patch(backed_size_oblivious=True):
+            got = run_hidden(runner, batch, compiled)
+        assert calls == list(range(num_layers + 1))  # every piece, in order, once
+        for kv, before in zip(runner.token_to_kv_pool.kv_buffer, kv_before, strict=True):
+            kv.copy_(before)
+        torch.testing.assert_close(got, run_hidden(runner, batch, runner.model_forward), atol=1e-5, rtol=1e-5)
+        for row in batch.req_pool_indices.tolist():
+            runner.req_to_token_pool.free(row)
+    assert compiler.stats.pieces == compiler.stats.split_ops + 1 == num_layers + 1
+    assert compiler.stats.compilations == 1 and compiler.stats.recompiles == 0
+    assert dict(counters["graph_break"]) == {}
+    assert compiler.split is not None
+    split_targets = [
+        node.target
+        for name in compiler.split.split_names
+        for node in getattr(compiler.split.module, name).graph.nodes
+        if node.op == "call_function"
+    ]
+    assert split_targets and all(getattr(t, "overloadpacket", t) is unified_attention for t in split_targets)
+
+
+def test_a_graph_without_split_ops_is_one_piece() -> None:
+    graph_module = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
+    split = split_at_split_ops(graph_module)
+    assert len(split.piece_names) == 1 and split.split_names == ()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(split.module(x), graph_module(x))
+
+
+def test_an_unknown_compiler_is_a_config_error() -> None:
+    from cudagraph.config import ConfigError
+
+    with pytest.raises(ConfigError, match="eager, inductor"):
+        PiecewiseCompiler("tvm")
+
+
+_STEP: ContextVar[float] = ContextVar("test_step", default=1.0)
+
+
+def _untraceable(x: torch.Tensor) -> torch.Tensor:
+    return x + _STEP.get()  # per-step state read in traced Python: what the attention op must hide
+
+
+def test_a_forward_that_does_not_trace_names_the_function_the_line_and_the_reason() -> None:
+    compiled = torch.compile(_untraceable, backend=PiecewiseCompiler("eager"), fullgraph=True)
+    with pytest.raises(Exception) as raised:  # which dynamo error it is depends on the torch version
+        compiled(torch.ones(3))
+    assert _is_trace_error(raised.value)
+    error = _trace_error(_untraceable, raised.value)
+    assert isinstance(error, ModelTraceError)
+    message = str(error)
+    assert "_untraceable" in message and "test_tc_piecewise_split.py:" in message
+    assert "breakable backend" in message

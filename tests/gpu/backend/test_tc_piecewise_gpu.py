@@ -1,0 +1,136 @@
+"""tc_piecewise on a real GPU, through the engine: the forward compiled once, split at the attention op, every piece
+a CUDA graph per decode batch size; greedy tokens equal eager for batch sizes 1..16 with both compilers, and no
+recompile across 20 replays of every bucket.
+
+Random-weight float32 models keep greedy ties out of the comparison. Every engine is shut down even when a test
+fails, so a failure never leaves a graph pool behind for the next test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from cudagraph.backend import TcPiecewiseCudaGraphBackend
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.batch import SamplingParams
+from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
+from cudagraph.engine.generate import generate
+from cudagraph.engine.model import model_config_from_preset, random_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+
+DECODE_BUCKETS = (1, 2, 4, 8, 12, 16)
+PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
+COMPILERS = ("eager", "inductor")
+
+
+PREFILL_BUCKETS = (16, 32, 64, 128)
+
+
+def graphs(decode: Backend, compiler: str = "eager", prefill: Backend = Backend.DISABLED) -> CudaGraphConfig:
+    return CudaGraphConfig(
+        decode=PhaseConfig(decode, () if decode is Backend.DISABLED else DECODE_BUCKETS, 16),
+        prefill=PhaseConfig(prefill, () if prefill is Backend.DISABLED else PREFILL_BUCKETS, 128),
+        tc_piecewise_compiler=compiler,
+    )
+
+
+@contextlib.contextmanager
+def engine(preset: str, config: CudaGraphConfig) -> Iterator[ModelRunner]:
+    """A CUDA engine with random weights and its decode graphs captured; shut down on exit, pass or fail."""
+    torch._dynamo.reset()
+    counters.clear()
+    model = random_model(model_config_from_preset(preset), seed=3, dtype="float32", device="cuda")
+    runner = ModelRunner(model, config, cache_config=CacheConfig(max_num_reqs=24, max_context_len=96))
+    try:
+        runner.init_cuda_graphs()
+        yield runner
+    finally:
+        runner.shutdown()
+        torch._dynamo.reset()
+
+
+def shrinking_workload(count: int = 17, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
+    """Prompt ``i`` wants ``i + 1`` tokens, so the decode batch walks down through every size from 16 to 1."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 24, (count,), generator=generator).tolist()
+    prompts = [torch.randint(0, 512, (n,), generator=generator).tolist() for n in lengths]
+    return prompts, [SamplingParams(max_new_tokens=i + 1) for i in range(count)]
+
+
+def tokens(model_runner: ModelRunner, prompts: list[list[int]], params: list[SamplingParams]) -> list[list[int]]:
+    return [output.output_token_ids for output in generate(model_runner, prompts, params)]
+
+
+def piecewise_backend(model_runner: ModelRunner) -> TcPiecewiseCudaGraphBackend:
+    runner = model_runner.decode_cuda_graph_runner
+    assert runner is not None, "decode graphs were not captured"
+    assert isinstance(runner.backend, TcPiecewiseCudaGraphBackend)
+    return runner.backend
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("preset", PRESETS)
+def test_tc_piecewise_decode_gives_eager_tokens_at_every_batch_size(preset: str, compiler: str) -> None:
+    prompts, params = shrinking_workload()
+    with engine(preset, graphs(Backend.DISABLED)) as eager:
+        expected = tokens(eager, prompts, params)
+    with engine(preset, graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
+        backend = piecewise_backend(graphed)
+        num_layers = graphed.model.config.num_layers
+        assert backend.compile_stats.pieces == backend.compile_stats.split_ops + 1 == num_layers + 1
+        assert backend.shapes == DECODE_BUCKETS
+        got = tokens(graphed, prompts, params)
+        assert backend.compile_stats.compilations == 1, "the forward recompiled while decoding"
+        assert backend.compile_stats.uncaptured_replays == 0
+    for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+        assert have == want, f"prompt {index} diverged ({compiler})"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(compiler: str) -> None:
+    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
+        backend = piecewise_backend(graphed)
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        unique_graphs = counters["stats"]["unique_graphs"]
+        for batch_size in range(1, 17):
+            batch = synthetic_decode_batch(graphed, batch_size, context_len=40, seed=batch_size)
+            try:
+                assert runner.can_run(batch)
+                expected = graphed.forward(batch).clone()
+                for _ in range(20):
+                    got = runner.replay(batch)
+                torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+            finally:
+                release_synthetic_batch(graphed, batch, context_len=40)
+        assert backend.compile_stats.compilations == 1
+        assert backend.compile_stats.recompiles == 0
+        assert backend.compile_stats.uncaptured_replays == 0
+        assert counters["stats"]["unique_graphs"] == unique_graphs
+        assert dict(counters["graph_break"]) == {}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_tc_piecewise_prefill_and_decode_give_eager_tokens(compiler: str) -> None:
+    """Prefill by token buckets (padding exercised: prompts of 2..23 tokens, several per step) and decode, both
+    tc_piecewise, each phase with its own compilation and graphs in the one pool."""
+    prompts, params = shrinking_workload(count=9, seed=1)
+    with engine("tiny-llama-random", graphs(Backend.DISABLED)) as eager:
+        expected = [o.output_token_ids for o in generate(eager, prompts, params, max_prefill_tokens=100)]
+    config = graphs(Backend.TC_PIECEWISE, compiler, prefill=Backend.TC_PIECEWISE)
+    with engine("tiny-llama-random", config) as graphed:
+        prefill_runner = graphed.prefill_cuda_graph_runner
+        assert prefill_runner is not None and isinstance(prefill_runner.backend, TcPiecewiseCudaGraphBackend)
+        got = [o.output_token_ids for o in generate(graphed, prompts, params, max_prefill_tokens=100)]
+        assert prefill_runner.backend.compile_stats.compilations == 1
+        assert piecewise_backend(graphed).compile_stats.compilations == 1
+    assert got == expected
