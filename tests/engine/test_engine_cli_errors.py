@@ -111,3 +111,9 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == EXIT_USAGE
     assert "Traceback" in result.stderr and result.stderr.rstrip().splitlines()[-1].startswith("cudagraph-engine")
+
+
+def test_bench_batch_sizes_beyond_the_kv_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "--preset", "tiny-llama-random", "--device", "cpu", "--max-num-reqs", "8"]
+    line = _one_line_error([*argv, "--batch-sizes", "1", "16"], capsys)
+    assert "--batch-sizes 16: each must be between 1 and --max-num-reqs (8)" in line

@@ -59,11 +59,12 @@ class CaptureTiming:
         return asdict(self)
 
 
-def decode_only_config(backend: Backend, buckets: list[int]) -> CudaGraphConfig:
+def decode_only_config(backend: Backend, buckets: list[int], tc_piecewise_compiler: str = "eager") -> CudaGraphConfig:
     """A config that graphs decode with ``backend`` at exactly ``buckets`` and leaves prefill eager."""
     return CudaGraphConfig(
         decode=PhaseConfig(backend, tuple(sorted(buckets)), max(buckets)),
         prefill=PhaseConfig(Backend.DISABLED, (), 0),
+        tc_piecewise_compiler=tc_piecewise_compiler,
     )
 
 
@@ -173,12 +174,20 @@ def bench_decode(
     context_len: int = 128,
     steps: int = 50,
 ) -> list[StepTiming]:
-    """Time every mode in ``modes`` (``eager``, ``raw``, ``full``, ``breakable``) at every batch size."""
+    """Time every mode in ``modes`` (``eager``, ``raw``, ``full``, ``breakable``, ``tc_piecewise``) at every batch
+    size; ``tc_piecewise`` compiles with the model runner's configured compiler."""
+    too_many = [size for size in batch_sizes if size > model_runner.req_to_token_pool.max_num_reqs]
+    if too_many:
+        raise ValueError(
+            f"batch sizes {too_many} exceed the KV cache's {model_runner.req_to_token_pool.max_num_reqs} request rows: "
+            "raise --max-num-reqs or drop them"
+        )
+    compiler = model_runner.cuda_graph_config.tc_piecewise_compiler
     runners: dict[str, DecodeCudaGraphRunner] = {}
     for mode in modes:
-        if mode in ("full", "breakable"):
+        if mode in ("full", "breakable", "tc_piecewise"):
             runner = DecodeCudaGraphRunner(
-                model_runner, decode_only_config(Backend(mode), batch_sizes), show_progress=False
+                model_runner, decode_only_config(Backend(mode), batch_sizes, compiler), show_progress=False
             )
             runner.capture()
             runners[mode] = runner

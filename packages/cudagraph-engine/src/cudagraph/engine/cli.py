@@ -179,6 +179,12 @@ def run_generate(args: argparse.Namespace, config: CudaGraphConfig) -> dict[str,
 def run_bench(args: argparse.Namespace, config: CudaGraphConfig) -> dict[str, Any]:
     """Time eager decode steps and, on CUDA, the configured decode backend; the JSON-ready result."""
     # bench_decode captures exactly the batch sizes it times, with the configured decode backend.
+    too_many = [size for size in args.batch_sizes if size > args.max_num_reqs or size < 1]
+    if too_many:
+        raise EngineInputError(
+            f"--batch-sizes {' '.join(map(str, too_many))}: each must be between 1 and --max-num-reqs "
+            f"({args.max_num_reqs}), the KV cache's request rows"
+        )
     model_runner = build_model_runner(args, config, capture=False)
     modes = ["eager"]
     reason = model_runner.graphs_unavailable_reason(Phase.DECODE)
