@@ -1,9 +1,10 @@
 """Sessions for the cudagraph monorepo.
 
 ``nox -s tests`` (the default) and ``nox -s migrate`` are the two commands a fresh machine needs. Both build their own
-virtualenv; torch is installed with pip as the pinned CPU build (``TORCH_CPU``) because pip finds that wheel on the
-local disk, while uv would download a multi-GB CUDA build. ``gpu`` and ``bench`` run on a CUDA machine with no network:
-they use the interpreter that already has torch and put the workspace sources on ``PYTHONPATH`` instead of installing.
+virtualenv; ``build`` and ``packaging`` build the distributions and install each one alone, as a user would. Torch is
+installed with pip as the pinned CPU build (``TORCH_CPU``) because pip finds that wheel on the local disk, while uv
+would download a multi-GB CUDA build. ``gpu`` and ``bench`` run on a CUDA machine with no network: they use the
+interpreter that already has torch and put the workspace sources on ``PYTHONPATH`` instead of installing.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ WORKSPACE_PACKAGES = (
     "shims",
 )
 # transformers is the reference forward nobody here wrote (compared against on CPU in float32).
+DIST = ROOT / "dist"
 TEST_REQUIREMENTS = ("pytest>=8", "hypothesis>=6.100", "packaging>=23", "tqdm>=4.60", "transformers>=4.50")
 
 nox.options.sessions = ["tests"]
@@ -90,3 +92,31 @@ def migrate(session: nox.Session) -> None:
         session.run("cudagraph-migrate", *session.posargs)
     else:
         session.run("python", "-m", "cudagraph.migrate.example")
+
+
+def build_distributions(session: nox.Session) -> None:
+    """An sdist and a wheel of every distribution in ``dist/``, each wheel built from its sdist (as an index does)."""
+    session.install("build>=1.2")
+    for artifact in DIST.glob("cudagraph_*"):
+        artifact.unlink()
+    for package in WORKSPACE_PACKAGES:
+        # `python -m build` with no target builds the sdist, then the wheel from the unpacked sdist
+        session.run("python", "-m", "build", "--outdir", str(DIST), package, silent=True)
+    session.log(f"built {len(list(DIST.glob('cudagraph_*.whl')))} wheels and sdists into {DIST}")
+
+
+@nox.session(venv_backend="virtualenv")
+def build(session: nox.Session) -> None:
+    """Build an sdist and a wheel of every distribution into ``dist/`` (each wheel from its sdist)."""
+    build_distributions(session)
+
+
+@nox.session(venv_backend="virtualenv")
+def packaging(session: nox.Session) -> None:
+    """Build ``dist/``, then install each distribution alone into a fresh venv: imports, ``--help``, declared deps.
+
+    ``nox -s packaging -- cudagraph-runner`` checks one; see ``tests/distributions/alone.py`` for what is checked.
+    """
+    build_distributions(session)
+    session.install("packaging>=23")
+    session.run("python", "-m", "tests.distributions.alone", "--torch", TORCH_CPU, *session.posargs)

@@ -1,4 +1,8 @@
-"""Fast checks of the package boundaries: versions, sibling ranges, namespace, import direction."""
+"""Fast checks of the package boundaries: versions, metadata, sibling ranges, namespace, import direction.
+
+The slow check (build every sdist and wheel, install each distribution alone, import everything) is
+``nox -s packaging`` (``tests/distributions/alone.py``), which CI runs after the tests.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,10 @@ import subprocess
 import sys
 
 import pytest
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
-from .workspace import ROOT, load_distributions
+from .workspace import ROOT, dunder_versions, load_distributions
 
 DISTRIBUTIONS = load_distributions()
 MODULE_TO_DISTRIBUTION = {dist.module: name for name, dist in DISTRIBUTIONS.items()}
@@ -31,20 +37,79 @@ def test_torch_range_admits_the_ci_and_device_builds(name: str) -> None:
         if requirement.name == "torch":
             for version in ("2.11.0", "2.13.0"):
                 assert requirement.specifier.contains(version), f"{name}: {requirement} rejects torch {version}"
+            assert {spec.operator for spec in requirement.specifier} == {">="}, "torch is bounded only from below"
 
 
 @pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
-def test_dunder_version_matches_pyproject(name: str) -> None:
+def test_version_has_one_source(name: str) -> None:
+    """Hatch reads the version from the package's literal ``__version__``; pyproject.toml repeats it nowhere."""
     dist = DISTRIBUTIONS[name]
-    tree = ast.parse((dist.source / "__init__.py").read_text())
-    versions = [
-        node.value.value
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
-        and isinstance(node.value, ast.Constant)
-    ]
-    assert versions == [dist.version]
+    project = dist.pyproject["project"]
+    assert "version" not in project and "version" in project.get("dynamic", [])
+    init = dist.source / "__init__.py"
+    assert dist.directory / dist.pyproject["tool"]["hatch"]["version"]["path"] == init
+    assert dunder_versions(init) == [dist.version]
+    assert str(Version(dist.version)) == dist.version, "not a normalized PEP 440 version"
+    assert f"\n## {name} {dist.version}\n" in (ROOT / "CHANGELOG.md").read_text(), "no CHANGELOG section"
+
+
+@pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
+def test_metadata_a_wheel_needs(name: str) -> None:
+    """LICENSE (the repository's), README, classifiers, Requires-Python and project URLs, the same in all seven."""
+    dist = DISTRIBUTIONS[name]
+    project = dist.pyproject["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert (dist.directory / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
+    assert (dist.directory / project["readme"]).read_text().startswith(f"# {name}\n")
+    assert project["requires-python"] == ">=3.10"
+    assert "Typing :: Typed" in project["classifiers"] and (dist.source / "py.typed").is_file()
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")], "license expression says it"
+    assert set(project["urls"]) == {"Homepage", "Source", "Changelog", "Issues"}
+    assert project["urls"]["Source"].endswith("/" + str(dist.directory.relative_to(ROOT)))
+
+
+@pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
+def test_sdist_holds_what_the_wheel_includes(name: str) -> None:
+    """A wheel is built from the sdist, so it may force-include nothing from outside the project directory."""
+    targets = DISTRIBUTIONS[name].pyproject["tool"]["hatch"]["build"]["targets"]
+    outside = [src for src in targets.get("wheel", {}).get("force-include", {}) if src.startswith("..")]
+    assert outside == []
+
+
+def test_sdist_carries_the_rename_table_where_the_reader_looks() -> None:
+    from cudagraph.config.renames import PACKAGED_RENAMES_PATH
+
+    config = DISTRIBUTIONS["cudagraph-config"]
+    force_include = config.pyproject["tool"]["hatch"]["build"]["targets"]["sdist"]["force-include"]
+    assert (config.directory / "../../refactor/renames.toml").resolve() == ROOT / "refactor" / "renames.toml"
+    packaged = PACKAGED_RENAMES_PATH.relative_to(PACKAGED_RENAMES_PATH.parents[3])
+    assert force_include == {"../../refactor/renames.toml": f"src/{packaged.as_posix()}"}
+
+
+def _closure(name: str, extras: tuple[str, ...] = ()) -> set[str]:
+    """Every distribution name ``name`` installs (itself included), following workspace siblings."""
+    seen: set[str] = set()
+    stack = [(name, extras)]
+    while stack:
+        current, wanted = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        dist = DISTRIBUTIONS.get(current)
+        if dist is None:
+            continue
+        requirements = [*dist.requirements, *(req for extra in wanted for req in dist.extras[extra])]
+        stack.extend((canonicalize_name(req.name), ()) for req in requirements)
+    return seen
+
+
+def test_legacy_pulls_neither_libcst_nor_pyyaml() -> None:
+    assert not _closure("cudagraph-legacy") & {"libcst", "pyyaml"}
+
+
+def test_engine_offers_the_flashinfer_extra() -> None:
+    assert "flashinfer-python" in _closure("cudagraph-engine", ("flashinfer",))
+    assert "flashinfer-python" not in _closure("cudagraph-engine")
 
 
 def test_namespace_has_no_init() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,8 @@ class Distribution:
     name: str
     version: str
     requirements: tuple[Requirement, ...]
+    extras: dict[str, tuple[Requirement, ...]]
+    pyproject: dict
 
     @property
     def module(self) -> str:
@@ -42,11 +45,37 @@ class Distribution:
         return self.directory / "src" / "cudagraph" / self.module
 
 
+def dunder_versions(path: Path) -> list[str]:
+    """Every literal ``__version__ = "..."`` assigned at the top level of ``path``."""
+    return [
+        node.value.value
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+    ]
+
+
+def _version(directory: Path, pyproject: dict) -> str:
+    """The version hatch builds: the static one, else the ``__version__`` at ``[tool.hatch.version] path``."""
+    if "version" in pyproject["project"]:
+        return pyproject["project"]["version"]
+    (version,) = dunder_versions(directory / pyproject["tool"]["hatch"]["version"]["path"])
+    return version
+
+
 def load_distributions() -> dict[str, Distribution]:
     """Every workspace distribution, keyed by distribution name."""
     result = {}
-    for directory in DISTRIBUTION_DIRS:
-        project = tomllib.loads((ROOT / directory / "pyproject.toml").read_text())["project"]
+    for relative in DISTRIBUTION_DIRS:
+        directory = ROOT / relative
+        pyproject = tomllib.loads((directory / "pyproject.toml").read_text())
+        project = pyproject["project"]
         requirements = tuple(Requirement(text) for text in project.get("dependencies", []))
-        result[project["name"]] = Distribution(ROOT / directory, project["name"], project["version"], requirements)
+        extras = {
+            extra: tuple(Requirement(text) for text in texts)
+            for extra, texts in project.get("optional-dependencies", {}).items()
+        }
+        name = project["name"]
+        result[name] = Distribution(directory, name, _version(directory, pyproject), requirements, extras, pyproject)
     return result
