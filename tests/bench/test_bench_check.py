@@ -17,4 +17,3 @@ def test_missed_targets_are_the_checks_that_failed() -> None:
     assert bench_run.missed_targets(result) == ["batch-1 step <= 1.5 ms", "capture <= 5 s"]
     assert bench_run.missed_targets({"checks": {"a": True}}) == []
     assert bench_run.missed_targets(None) == []  # a script that wrote nothing states no target
-
