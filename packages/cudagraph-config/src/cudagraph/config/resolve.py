@@ -49,10 +49,9 @@ class Claim:
 
 @dataclass
 class _Resolution:
-    """The state one ``resolve`` call builds up: settled claims, warnings to raise, and the sources of values."""
+    """The state one ``resolve`` call builds up: settled claims and the sources of values."""
 
     settled: dict[str, Claim]
-    notices: list[tuple[type[Warning], str]]
     sources: dict[str, str]
 
     def value(self, key: str, default: object) -> object:
@@ -237,7 +236,7 @@ def resolve(
         raise ConfigError(f"environment: expected a cudagraph.config.Environment, got {environment!r}")
     notices: list[tuple[type[Warning], str]] = []
     claims = _claims(_raw_values(namespace, kwargs), notices)
-    resolution = _Resolution(_settle(claims, notices), notices, {})
+    resolution = _Resolution(_settle(claims, notices), {})
     debug = bool(resolution.value("debug", False))
     backends = {phase: _phase_backend(phase, resolution, environment, debug) for phase in Phase}
     decode, prefill = (_phase_config(phase, backends[phase], resolution, environment) for phase in Phase)
