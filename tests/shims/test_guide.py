@@ -36,3 +36,19 @@ def test_a_stale_guide_fails_the_check_and_is_regenerated(tmp_path: Path) -> Non
 
 def test_splice_appends_when_the_guide_has_no_generated_section() -> None:
     assert splice("# Guide\n", "TABLE\n") == "# Guide\n\nTABLE\n"
+
+
+def test_an_installed_package_prints_the_table_and_writes_nothing(monkeypatch, capsys, tmp_path: Path) -> None:
+    import cudagraph.legacy.guide as guide
+
+    monkeypatch.setattr(guide, "default_guide_path", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    assert main([]) == 0
+    assert capsys.readouterr().out == render_migration_table()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_checkout_guide_is_the_default_only_in_a_checkout() -> None:
+    import cudagraph.legacy.guide as guide
+
+    assert guide.default_guide_path() == GUIDE

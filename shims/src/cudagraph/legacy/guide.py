@@ -62,18 +62,33 @@ def splice(document: str, generated: str) -> str:
     return head + generated.rstrip("\n") + tail
 
 
-def default_guide_path() -> Path:
-    """``refactor/migration-guide.md`` beside the rename table of a source checkout."""
-    return renames_path().parent / "migration-guide.md"
+def default_guide_path() -> Path | None:
+    """``refactor/migration-guide.md`` of the source checkout this runs from, or None for an installed package.
+
+    An installed package never writes beside its own files: with no path given, the table goes to stdout.
+    """
+    table = renames_path()
+    guide = table.parent / "migration-guide.md"
+    return guide if table.parent.name == "refactor" and guide.is_file() else None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write (or with ``--check``, verify) the generated section of the migration guide."""
+    """Print the generated table, or write (with ``--check``, verify) it into a guide."""
     parser = argparse.ArgumentParser(prog="python -m cudagraph.legacy.guide", description=__doc__)
-    parser.add_argument("path", nargs="?", type=Path, help="the guide to update (default: refactor/migration-guide.md)")
+    parser.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="the guide to update (default: refactor/migration-guide.md in a source checkout; else print the table)",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if the guide's table is out of date")
     args = parser.parse_args(argv)
-    path: Path = args.path or default_guide_path()
+    path: Path | None = args.path or default_guide_path()
+    if path is None:
+        if args.check:
+            parser.error("--check needs the guide's path outside a source checkout")
+        sys.stdout.write(render_migration_table())
+        return 0
     current = path.read_text(encoding="utf-8") if path.exists() else ""
     updated = splice(current, render_migration_table())
     if args.check:
