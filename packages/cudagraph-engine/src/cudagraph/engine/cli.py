@@ -77,7 +77,9 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention-backend", choices=sorted(ATTENTION_BACKENDS), default="torch")
     parser.add_argument("--max-num-reqs", type=int, default=64, help="request rows in the KV cache")
     parser.add_argument("--max-context-len", type=int, default=1024, help="tokens per request in the KV cache")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log capture progress and stats")
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument("-v", "--verbose", action="store_true", help="also log debug detail")
+    loudness.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no capture bar")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an input error")
     add_cli_args(parser)
 
@@ -159,7 +161,7 @@ def build_model_runner(args: argparse.Namespace, config: CudaGraphConfig, *, cap
     model = load_engine_model(args, device)
     cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len)
     runner = ModelRunner(
-        model, config, cache_config=cache, attention_backend=args.attention_backend, show_progress=args.verbose
+        model, config, cache_config=cache, attention_backend=args.attention_backend, show_progress=not args.quiet
     )
     if capture:
         runner.init_cuda_graphs()
@@ -206,7 +208,9 @@ COMMANDS = {"generate": run_generate, "bench": run_bench}
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cudagraph-engine`` and ``python -m cudagraph.engine``."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
+    # Like SGLang: INFO by default (a capture bar, one summary line per runner), -q for warnings only.
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
     try:
         return _run(args)
     except EXPECTED_ERRORS as error:
