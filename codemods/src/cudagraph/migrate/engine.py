@@ -22,7 +22,7 @@ from .options import RunOptions
 from .reexports import imported_names
 from .renames import RenameTable
 from .rules import Rule
-from .rules.base import Finding, QuickView
+from .rules.base import ORIGINAL_KEY, Finding, QuickView
 from .rules.cli_flags import REWRITE_ARGV_KEY
 from .rules.owners import REEXPORTS_KEY, Canonicalizer
 from .verify import unresolved_references
@@ -105,7 +105,7 @@ def migrate_source(
     exports = exports or load_exports()
     original = source.encode("utf-8") if isinstance(source, str) else source
     text = original.decode("utf-8", errors="replace")
-    markers = _reexport_markers(options.reexports)
+    markers = reexport_markers(options.reexports)
     active = [rule for rule in rules if rule.applies(text, path, table, markers)]
     if not active:
         return SourceMigration(original, original)
@@ -132,7 +132,7 @@ def migrate_source(
         tree = cst.parse_module(original)
     except cst.ParserSyntaxError as error:
         raise MigrationError(f"{path}:{error.raw_line}:{error.raw_column}: does not parse: {error.message}") from None
-    scratch = {REWRITE_ARGV_KEY: options.rewrite_argv, REEXPORTS_KEY: reexports}
+    scratch = {REWRITE_ARGV_KEY: options.rewrite_argv, REEXPORTS_KEY: reexports, ORIGINAL_KEY: (tree, text)}
     context = CodemodContext(filename=path, scratch=scratch)
     chain = _RuleChain(context, transforming, table, exports)
     try:
@@ -148,7 +148,7 @@ def migrate_source(
 
 
 @functools.lru_cache(maxsize=4)
-def _reexport_markers(pairs: tuple[tuple[str, str], ...]) -> frozenset[str]:
+def reexport_markers(pairs: tuple[tuple[str, str], ...]) -> frozenset[str]:
     """The last part of every project module that re-exports a legacy name (``server_args``)."""
     return frozenset(qualified.rpartition(".")[0].rpartition(".")[2] for qualified, _ in pairs)
 

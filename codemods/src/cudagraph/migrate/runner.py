@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import itertools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .engine import MigrationError, SourceMigration, migrate_source
+from .engine import MigrationError, SourceMigration, migrate_source, reexport_markers
 from .exports import load_exports
 from .files import atomic_write
 from .options import RunOptions
@@ -127,10 +128,36 @@ def migrate_files(
     if jobs <= 1 or len(files) <= 1:
         stream: Iterator[FileReport] = map(worker, files)
         return RunReport(list(progress(stream, len(files)) if progress else stream), rules)
-    chunksize = max(1, min(64, len(files) // (jobs * 8)))
+    heavy, light = _split_by_work(files, options)
     with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
-        stream = pool.map(worker, files, chunksize=chunksize)
-        return RunReport(list(progress(stream, len(files)) if progress else stream), rules)
+        # The few files with legacy names hold nearly all the work: largest first, one per task, so no worker is
+        # left with a chunk of them while the other idles; the rest go in large chunks.
+        heavy_stream = pool.map(worker, heavy, chunksize=1)
+        light_stream = pool.map(worker, light, chunksize=max(1, min(64, len(light) // (jobs * 8))))
+        stream: Iterator[FileReport] = itertools.chain(heavy_stream, light_stream)
+        by_path = {report.path: report for report in (progress(stream, len(files)) if progress else stream)}
+    return RunReport([by_path[str(path)] for path in files], rules)
+
+
+def _split_by_work(files: Sequence[Path], options: MigrationOptions) -> tuple[list[Path], list[Path]]:
+    """Files the text prefilter lets through (largest first), and the others (in order)."""
+    table = load_renames(options.table_path)
+    rules = _rules(options.rule_codes)
+    markers = reexport_markers(options.run.reexports)
+    heavy: list[tuple[int, Path]] = []
+    light: list[Path] = []
+    for path in files:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            light.append(path)  # the worker reports it
+            continue
+        text = data.decode("utf-8", errors="replace")
+        if any(rule.applies(text, str(path), table, markers) for rule in rules):
+            heavy.append((len(data), path))
+        else:
+            light.append(path)
+    return [path for _, path in sorted(heavy, key=lambda item: -item[0])], light
 
 
 def migrate_file(path: Path, options: MigrationOptions) -> FileReport:

@@ -170,15 +170,44 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
     def _resolve_notes(self, wrapper: MetadataWrapper) -> None:
         if not self._pending:
             return
-        positions = wrapper.resolve(PositionProvider)
+        lines = self._lines_by_search(wrapper)
+        if lines is None:  # the cheap way could not place every node: positions of the whole tree
+            positions = wrapper.resolve(PositionProvider)
+            lines = {
+                id(node): position.start.line
+                for node, _, _ in self._pending
+                if node is not None and (position := positions.get(node)) is not None
+            }
         for node, kind, message in self._pending:
-            position = positions.get(node) if node is not None else None
-            line = position.start.line if position is not None else 0
-            self.findings.append(Finding(kind, self.CODE, line, message))
+            self.findings.append(Finding(kind, self.CODE, lines.get(id(node), 0), message))
         self._pending.clear()
+
+    def _lines_by_search(self, wrapper: MetadataWrapper) -> dict[int, int] | None:
+        """Lines of the pending nodes found by their code in the file's own text, or None where that is ambiguous.
+
+        Positions of the whole tree cost a second code generation pass; a node whose code occurs exactly once in the
+        unmodified source is placed by a text search instead (valid only while the tree is still the parsed one).
+        """
+        original = self.context.scratch.get(ORIGINAL_KEY)
+        if not isinstance(original, tuple) or original[0] is not wrapper.module:
+            return None
+        text: str = original[1]
+        lines: dict[int, int] = {}
+        for node, _, _ in self._pending:
+            if node is None:
+                continue
+            code = _EMPTY_MODULE.code_for_node(node).strip()
+            start = text.find(code) if code else -1
+            if start < 0 or text.find(code, start + 1) >= 0:
+                return None
+            lines[id(node)] = text.count("\n", 0, start) + 1
+        return lines
 
 
 _WRAPPER_KEY = "cudagraph.migrate.metadata_wrapper"
+ORIGINAL_KEY = "cudagraph.migrate.original"
+"""``CodemodContext.scratch`` key: ``(parsed tree, its source text)`` of the file being migrated."""
+_EMPTY_MODULE = cst.Module([])
 
 
 def _shared_wrapper(context: CodemodContext, tree: cst.Module) -> MetadataWrapper:
