@@ -204,3 +204,23 @@ def test_the_capture_bar_says_what_it_captures_in_sglangs_words(model_runner, ca
     bar = capsys.readouterr().err
     for batch_size in (8, 4, 2, 1):
         assert f"Capturing batches (bs={batch_size} avail_mem=" in bar
+
+
+def test_profile_capture_writes_a_trace_of_the_largest_capture_and_logs_its_path(model_runner, caplog) -> None:
+    import dataclasses
+    import json
+
+    config = dataclasses.replace(model_runner.cuda_graph_config, profile_capture=True)
+    runner = DecodeCudaGraphRunner(model_runner, config, backend=CpuReplayBackend(Backend.FULL), show_progress=False)
+    with caplog.at_level(logging.INFO, logger="cudagraph.runner"):
+        runner.capture()
+    assert runner.profile_trace is not None
+    try:
+        trace = json.loads(runner.profile_trace.read_text())
+        assert trace["traceEvents"], "the trace holds the capture's events"
+        assert f"capture of shape 8: {runner.profile_trace}" in caplog.text
+    finally:
+        runner.profile_trace.unlink()
+    plain = DecodeCudaGraphRunner(model_runner, model_runner.cuda_graph_config, backend=CpuReplayBackend(Backend.FULL))
+    plain.capture()
+    assert plain.profile_trace is None

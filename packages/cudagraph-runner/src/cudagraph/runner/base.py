@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import abc
 import logging
+import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -87,6 +90,8 @@ class BaseCudaGraphRunner(abc.ABC):
         self.show_progress = show_progress
         self.stats = CaptureStats()
         """The cost of the latest ``capture()`` (empty before the first)."""
+        self.profile_trace: Path | None = None
+        """Where the torch.profiler trace of the first (largest) capture went, with ``config.profile_capture``."""
         self.captured = False
         # bucket_by_size[n]: the bucket a batch of n replays (n = 0 is an idle batch, which replays the smallest).
         self.bucket_by_size: list[int | None] = [self.pad_to_bucket(max(n, 1)) for n in range(self.max_size + 1)]
@@ -153,8 +158,11 @@ class BaseCudaGraphRunner(abc.ABC):
         started = time.perf_counter()
         free_at_start = self.backend.memory_reading().free_bytes
         with freeze_gc(enable_gc=not self.backend.options.freeze_gc), self.backend.capture_session():
-            for shape in self._progress(sorted(self.buckets, reverse=True)):
-                per_shape.append(self._capture_one_shape(shape))
+            for index, shape in enumerate(self._progress(sorted(self.buckets, reverse=True))):
+                if index == 0 and self.config.profile_capture:
+                    per_shape.append(self._profiled_capture(shape))
+                else:
+                    per_shape.append(self._capture_one_shape(shape))
         self.captured = True
         self.stats = CaptureStats(
             per_shape=tuple(per_shape),
@@ -165,6 +173,22 @@ class BaseCudaGraphRunner(abc.ABC):
             "captured %s %s graphs (%s): %s", len(self.buckets), self.phase, self.backend_name, self.stats.summary()
         )
         return self.stats
+
+    def _profiled_capture(self, shape: int) -> ShapeCaptureStats:
+        """Capture ``shape`` under torch.profiler (``--enable-profile-cuda-graph``) and log where the trace went."""
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as profiler:
+            stats = self._capture_one_shape(shape)
+        descriptor, trace = tempfile.mkstemp(prefix=f"cudagraph-capture-{self.phase}-{shape}-", suffix=".json")
+        os.close(descriptor)
+        profiler.export_chrome_trace(trace)
+        self.profile_trace = Path(trace)
+        logger.info(
+            "profile of the %s capture of shape %s: %s (open in chrome://tracing or Perfetto)", self.phase, shape, trace
+        )
+        return stats
 
     def capture_one_shape(self, shape: int) -> torch.Tensor:
         """Capture ``shape`` alone (inside ``capture``'s session) and return its static output."""
