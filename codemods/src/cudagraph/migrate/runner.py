@@ -134,8 +134,8 @@ def migrate_files(
         # left with a chunk of them while the other idles; the rest go in large chunks.
         heavy_stream = pool.map(worker, heavy, chunksize=1)
         light_stream = pool.map(worker, light, chunksize=max(1, min(64, len(light) // (jobs * 8))))
-        stream: Iterator[FileReport] = itertools.chain(heavy_stream, light_stream)
-        by_path = {report.path: report for report in (progress(stream, len(files)) if progress else stream)}
+        reports: Iterator[FileReport] = itertools.chain(heavy_stream, light_stream)
+        by_path = {report.path: report for report in (progress(reports, len(files)) if progress else reports)}
     return RunReport([by_path[str(path)] for path in files], rules)
 
 
