@@ -224,3 +224,23 @@ def test_profile_capture_writes_a_trace_of_the_largest_capture_and_logs_its_path
     plain = DecodeCudaGraphRunner(model_runner, model_runner.cuda_graph_config, backend=CpuReplayBackend(Backend.FULL))
     plain.capture()
     assert plain.profile_trace is None
+
+
+def test_a_model_that_does_not_trace_falls_back_to_eager_with_one_warning(model_runner, caplog) -> None:
+    from cudagraph.backend import ModelTraceError
+
+    class UntraceableBackend(CpuReplayBackend):
+        def prepare(self, runner) -> None:
+            raise ModelTraceError("model_forward (model.py:12): graph break: Tensor.item()")
+
+    runner = DecodeCudaGraphRunner(
+        model_runner, model_runner.cuda_graph_config, backend=UntraceableBackend(Backend.FULL), show_progress=False
+    )
+    with caplog.at_level(logging.WARNING, logger="cudagraph.runner"):
+        runner.capture()
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "every decode step runs eagerly" in warnings[0].getMessage()
+    assert "Tensor.item()" in (runner.eager_reason or "")
+    batch = decode_batch(model_runner, 3)
+    assert not runner.can_run(batch)
+    torch.testing.assert_close(runner.replay(batch), model_runner.forward(batch))

@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 from tqdm import tqdm
 
-from cudagraph.backend import BaseCudaGraphBackend, make_backend
+from cudagraph.backend import BaseCudaGraphBackend, ModelTraceError, make_backend
 from cudagraph.backend_utils import CaptureOptions, ForwardContext, freeze_gc
 from cudagraph.config import ConfigError, CudaGraphConfig, Phase, PhaseConfig
 
@@ -90,6 +90,8 @@ class BaseCudaGraphRunner(abc.ABC):
         self.show_progress = show_progress
         self.stats = CaptureStats()
         """The cost of the latest ``capture()`` (empty before the first)."""
+        self.eager_reason: str | None = None
+        """Why this runner fell back to eager (``capture`` could not prepare the backend), or None."""
         self.profile_trace: Path | None = None
         """Where the torch.profiler trace of the first (largest) capture went, with ``config.profile_capture``."""
         self.captured = False
@@ -154,7 +156,14 @@ class BaseCudaGraphRunner(abc.ABC):
             self._allocate_static_buffers()
             self._buffers_allocated = True
         per_shape: list[ShapeCaptureStats] = []
-        self.backend.prepare(self)
+        try:
+            self.backend.prepare(self)
+        except ModelTraceError as error:
+            # A model the compiler cannot trace still runs: this phase falls back to eager, said once, plainly.
+            self.eager_reason = f"the model does not trace for {self.backend_name}: {error}"
+            logger.warning("%s CUDA graphs are off, every %s step runs eagerly: %s", self.phase, self.phase, error)
+            self.shutdown()
+            return self.stats
         started = time.perf_counter()
         free_at_start = self.backend.memory_reading().free_bytes
         with freeze_gc(enable_gc=not self.backend.options.freeze_gc), self.backend.capture_session():
