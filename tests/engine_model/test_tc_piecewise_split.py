@@ -3,14 +3,18 @@ the eager forward; one piece more than attention calls; no graph breaks; one com
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextvars import ContextVar
 
 import pytest
 import torch
 import torch._dynamo
 import torch.fx.experimental._config as fx_config
-from test_traced_forward import decode_batch, make_runner, run_hidden
+from test_traced_forward import (  # fresh_dynamo: the autouse reset of dynamo between tests
+    decode_batch,
+    fresh_dynamo,  # noqa: F401
+    make_runner,
+    run_hidden,
+)
 from torch._dynamo.utils import counters
 
 from cudagraph.backend import ModelTraceError, PiecewiseCompiler, split_at_split_ops
@@ -18,14 +22,6 @@ from cudagraph.backend.tc_piecewise import _is_trace_error, _trace_error
 from cudagraph.engine.attention.op import unified_attention
 
 PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("preset", PRESETS)
