@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.codemod import Codemod, CodemodContext, SkipFile
+from libcst.codemod import Codemod, CodemodContext
 
 from .exports import ExportsManifest, load_exports
 from .options import RunOptions
@@ -78,8 +78,6 @@ class _RuleChain(Codemod):
             command = rule.command(self.context, self.table, self.exports)
             try:
                 tree = command.transform_module(tree)
-            except SkipFile:
-                raise
             except Exception as error:  # a rule bug must fail this file, not the run
                 raise MigrationError(f"rule {rule.code} failed: {type(error).__name__}: {error}") from error
             if command.edits:

@@ -90,8 +90,14 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
 
     @classmethod
     def triggers(cls, table: RenameTable) -> frozenset[str]:
-        """Text of which at least one must occur in a file for this rule to have anything to do there."""
-        raise NotImplementedError(f"{cls.__name__} must say which text triggers it")
+        """Text of which at least one must occur in a file for this rule to have anything to do there.
+
+        A rule tied to owners is triggered by the texts of its rows (:meth:`owners_by_trigger`); others say theirs.
+        """
+        by_trigger = cls.owners_by_trigger(table)
+        if not by_trigger:
+            raise NotImplementedError(f"{cls.__name__} must say which text triggers it")
+        return frozenset(by_trigger)
 
     @classmethod
     def quick_findings(cls, view: QuickView) -> list[Finding] | None:

@@ -20,11 +20,6 @@ class LegacyEnumMembers(MigrationCommand):
     TIED_TO_OWNERS = True
 
     @classmethod
-    def triggers(cls, table: RenameTable) -> frozenset[str]:
-        """Text that must occur in a file for this rule to have anything to do."""
-        return frozenset(row.old for row in table.of_kind(RenameKind.ENUM_MEMBER))
-
-    @classmethod
     def owners_by_trigger(cls, table: RenameTable) -> dict[str, tuple[str, ...]]:
         """Each row's trigger text and its owners."""
         return {row.old: row.owners for row in table.of_kind(RenameKind.ENUM_MEMBER)}
