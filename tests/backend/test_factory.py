@@ -72,13 +72,17 @@ def test_allowed_pairs_build_their_backend_with_the_options_given(
     for cls in (FullCudaGraphBackend, BreakableCudaGraphBackend):
         monkeypatch.setattr(cls, "__init__", record_init)
     options = CaptureOptions(num_warmups=3, debug=True)
-    make_backend(phase, backend, "cuda:1", options=options, share_global_pool=False)
-    assert built == [
-        (
-            expected,
-            {"device": "cuda:1", "phase": Phase(phase), "options": options, "pool": None, "share_global_pool": False},
-        )
-    ]
+    make_backend(phase, backend, "cuda:1", options=options, share_global_pool=False, compile_max_shape=8)
+    given: dict[str, object] = {
+        "device": "cuda:1",
+        "phase": Phase(phase),
+        "options": options,
+        "pool": None,
+        "share_global_pool": False,
+    }
+    # Compiled small buckets are the full backend's alone.
+    extra = {"compile_max_shape": 8} if expected is FullCudaGraphBackend else {}
+    assert built == [(expected, {**given, **extra})]
 
 
 @pytest.mark.parametrize(("phase", "backend"), [("decode", "full"), ("decode", "breakable"), ("prefill", "breakable")])

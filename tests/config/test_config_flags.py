@@ -13,8 +13,10 @@ from cudagraph.config import (
     ALIAS_FLAGS,
     LEGACY_FLAGS,
     MODERN_FLAGS,
+    SGLANG_FLAGS,
     VLLM_FLAGS,
     Backend,
+    ConfigError,
     CudaGraphConfig,
     LegacyFlagWarning,
     Phase,
@@ -26,7 +28,10 @@ from cudagraph.config import (
 tomllib = pytest.importorskip("tomllib", reason="reading refactor/renames.toml needs Python 3.11+")
 
 ROOT = Path(__file__).resolve().parents[2]
-ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in (*ALIAS_FLAGS, *VLLM_FLAGS, *LEGACY_FLAGS))]
+ALL_OPTIONS = [
+    *MODERN_FLAGS,
+    *(flag.option for flag in (*ALIAS_FLAGS, *SGLANG_FLAGS, *VLLM_FLAGS, *LEGACY_FLAGS)),
+]
 
 ISSUE_FLAGS = {
     "--cuda-graph-mode",
@@ -39,6 +44,7 @@ ISSUE_FLAGS = {
     "--prefill-cuda-graph-tokens",
     "--prefill-cuda-graph-max-tokens",
     "--tc-piecewise-compiler",
+    "--torch-compile-max-bs",
     "--debug-cuda-graph",
     "--enable-cudagraph-gc",
     "--disable-cuda-graph-padding",
@@ -117,6 +123,7 @@ def test_no_flags_gives_defaults(no_warnings: object) -> None:
         (["--prefill-cuda-graph-tokens", "64", "8"], lambda c: c.prefill.buckets == (8, 64)),
         (["--prefill-cuda-graph-max-tokens", "40"], lambda c: c.prefill.buckets == (16, 32, 40)),
         (["--tc-piecewise-compiler", "inductor"], lambda c: c.tc_piecewise_compiler == "inductor"),
+        (["--torch-compile-max-bs", "8"], lambda c: c.torch_compile_max_bs == 8),
         (["--debug-cuda-graph"], lambda c: c.debug),
         (["--enable-cudagraph-gc"], lambda c: c.enable_gc),
         (["--disable-cuda-graph-padding"], lambda c: c.disable_padding),
@@ -240,3 +247,29 @@ def test_config_is_frozen() -> None:
     with pytest.raises(TypeError):
         config.sources["debug"] = "x"  # type: ignore[index]
     assert isinstance(config, CudaGraphConfig)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected", "source"),
+    [
+        ([], 0, "default"),
+        (["--torch-compile-max-bs", "16"], 16, "flag --torch-compile-max-bs"),
+        (["--enable-torch-compile"], 32, "derived from --enable-torch-compile (SGLang's default)"),
+        (["--enable-torch-compile", "--torch-compile-max-bs", "4"], 4, "flag --torch-compile-max-bs"),
+        (["--decode-disable-cuda-graph", "--torch-compile-max-bs", "4"], 4, "flag --torch-compile-max-bs"),
+    ],
+)
+def test_compiled_small_buckets_flags(argv: list[str], expected: int, source: str, no_warnings: object) -> None:
+    config = resolve_argv(argv)
+    assert config.torch_compile_max_bs == expected
+    assert config.sources["torch_compile_max_bs"] == source
+    assert config.to_dict()["torch_compile_max_bs"] == expected
+
+
+@pytest.mark.parametrize("backend", ["breakable", "tc_piecewise"])
+def test_compiled_small_buckets_need_full_decode_graphs(backend: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve_argv(["--decode-cuda-graph-backend", backend, "--torch-compile-max-bs", "8"])
+    message = str(raised.value)
+    assert message.startswith("--torch-compile-max-bs: compiled small batches run inside full decode graphs")
+    assert f"decode uses {backend} (from --decode-cuda-graph-backend)" in message

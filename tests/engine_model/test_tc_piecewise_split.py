@@ -18,7 +18,7 @@ from test_traced_forward import (  # fresh_dynamo: the autouse reset of dynamo b
 from torch._dynamo.utils import counters
 
 from cudagraph.backend import ModelTraceError, PiecewiseCompiler, split_at_split_ops
-from cudagraph.backend.tc_piecewise import _is_trace_error, _trace_error
+from cudagraph.backend.compile_forward import is_trace_error, trace_error
 from cudagraph.engine.attention.op import unified_attention
 
 PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
@@ -93,8 +93,8 @@ def test_a_forward_that_does_not_trace_names_the_function_the_line_and_the_reaso
     compiled = torch.compile(_untraceable, backend=PiecewiseCompiler("eager"), fullgraph=True)
     with pytest.raises(Exception) as raised:  # which dynamo error it is depends on the torch version
         compiled(torch.ones(3))
-    assert _is_trace_error(raised.value)
-    error = _trace_error(_untraceable, raised.value)
+    assert is_trace_error(raised.value)
+    error = trace_error(_untraceable, raised.value)
     assert isinstance(error, ModelTraceError)
     message = str(error)
     assert "_untraceable" in message and "test_tc_piecewise_split.py:" in message

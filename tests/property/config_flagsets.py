@@ -21,6 +21,7 @@ from cudagraph.config import (
     LEGACY_BACKEND_VALUES,
     LEGACY_FLAGS,
     MODERN_FLAGS,
+    SGLANG_FLAGS,
     VLLM_FLAGS,
     Backend,
     ConfigError,
@@ -239,7 +240,10 @@ def value_strategy(option: str, *, valid: bool) -> st.SearchStrategy[object]:
     return kind.valid if valid else kind.any
 
 
-ALL_OPTIONS = [*MODERN_FLAGS, *(flag.option for flag in (*ALIAS_FLAGS, *VLLM_FLAGS, *LEGACY_FLAGS))]
+ALL_OPTIONS = [
+    *MODERN_FLAGS,
+    *(flag.option for flag in (*ALIAS_FLAGS, *SGLANG_FLAGS, *VLLM_FLAGS, *LEGACY_FLAGS)),
+]
 
 
 def any_flag_sets() -> st.SearchStrategy[FlagSet]:
@@ -297,6 +301,14 @@ def valid_flag_sets(draw: st.DrawFn) -> FlagSet:
     for modern, legacy, values in sized:
         for name in draw(st.sampled_from([(), (modern,), (legacy,), (modern, legacy)])):
             flags[spelled(name) if name.startswith("--") else name] = draw(values)
+    # Compiled small buckets: rarely, as they are an error unless decode is full (or disabled).
+    if draw(st.integers(0, 3)) == 0:
+        for name in draw(
+            st.sampled_from(
+                [("torch_compile_max_bs",), ("enable_torch_compile",), ("torch_compile_max_bs", "enable_torch_compile")]
+            )
+        ):
+            flags[name] = True if name == "enable_torch_compile" else draw(valid_max)
     for switch in (
         "debug_cuda_graph",
         "enable_cudagraph_gc",

@@ -42,6 +42,7 @@ from cudagraph.config import (
     VLLM_CUDAGRAPH_MODES,
     VLLM_FLAGS,
     Backend,
+    CudaGraphConfig,
     Environment,
     LegacyFlagWarning,
     Phase,
@@ -474,12 +475,55 @@ def test_rules_only_turn_unlocked_phases_off(flags: FlagSet, environment: Enviro
         elif after is not before:
             assert after is Backend.DISABLED
             assert ruled.sources[f"{phase}.backend"].startswith("rule ")
-    assert (ruled.tc_piecewise_compiler, ruled.debug, ruled.enable_gc, ruled.disable_padding) == (
+    assert (
+        ruled.tc_piecewise_compiler,
+        ruled.torch_compile_max_bs,
+        ruled.debug,
+        ruled.enable_gc,
+        ruled.disable_padding,
+    ) == (
         plain.tc_piecewise_compiler,
+        plain.torch_compile_max_bs,
         plain.debug,
         plain.enable_gc,
         plain.disable_padding,
     )
+
+
+_TORCH_COMPILE_DESTS = ("torch_compile_max_bs", "enable_torch_compile")
+
+
+@given(valid_flag_sets(), st.sampled_from([(), ("max",), ("enable",), ("max", "enable")]), st.integers(1, 512))
+@example({"decode_cuda_graph_backend": "breakable"}, ("enable",), 8)
+@example({"disable_cuda_graph": True}, ("max",), 8)
+def test_compiled_small_buckets_apply_to_full_decode_only(flags: FlagSet, given_flags: tuple[str, ...], n: int) -> None:
+    base = {name: value for name, value in flags.items() if name not in _TORCH_COMPILE_DESTS}
+    plain, plain_error, _ = via_cli(base)
+    assume(plain is not None)
+    assert plain is not None and plain_error is None
+    with_compile = dict(base)
+    if "max" in given_flags:
+        with_compile["torch_compile_max_bs"] = str(n)
+    if "enable" in given_flags:
+        with_compile["enable_torch_compile"] = True
+    config, error, _ = via_cli(with_compile)
+    expected = (n if "max" in given_flags else 32) if given_flags else 0
+    # The backend asked for: in the default environment the only rule that turns decode off is the debug one,
+    # which applies to tc_piecewise.
+    ruled_off = plain.sources["decode.backend"].startswith("rule debug_tc_piecewise")
+    decode_backend = Backend.TC_PIECEWISE if ruled_off else plain.backend(Phase.DECODE)
+    if expected and decode_backend not in (Backend.FULL, Backend.DISABLED):
+        assert config is None and error is not None
+        assert "full decode graphs" in error and str(decode_backend) in error
+        assert ("--torch-compile-max-bs" if "max" in given_flags else "--enable-torch-compile") in error
+        return
+    assert error is None and config is not None
+    assert config.torch_compile_max_bs == expected
+    # Nothing else changes, and the setting says where it came from.
+    assert config == CudaGraphConfig(**{**vars(plain), "torch_compile_max_bs": expected})
+    source = config.sources["torch_compile_max_bs"]
+    assert source == ("flag --torch-compile-max-bs" if "max" in given_flags else source)
+    assert ("--enable-torch-compile" in source) == (given_flags == ("enable",))
 
 
 def test_strategies_produce_mostly_resolvable_sets() -> None:

@@ -1,6 +1,7 @@
 """tc_piecewise on a real GPU, through the engine: the forward compiled once, split at the attention op, every piece
 a CUDA graph per decode batch size; greedy tokens equal eager for batch sizes 1..16 with both compilers, and no
-recompile across 20 replays of every bucket.
+recompile across 20 replays of every bucket. Also full graphs with compiled small buckets (``--torch-compile-max-bs``):
+the inductor-compiled forward inside the one graph for batch sizes up to 8, tokens equal eager.
 
 Random-weight float32 models keep greedy ties out of the comparison. Every engine is shut down even when a test
 fails, so a failure never leaves a graph pool behind for the next test.
@@ -16,7 +17,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from cudagraph.backend import TcPiecewiseCudaGraphBackend
+from cudagraph.backend import FullCudaGraphBackend, TcPiecewiseCudaGraphBackend
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
@@ -41,11 +42,11 @@ def graphs(decode: Backend, compiler: str = "eager", prefill: Backend = Backend.
 
 
 @contextlib.contextmanager
-def engine(preset: str, config: CudaGraphConfig) -> Iterator[ModelRunner]:
+def engine(preset: str, config: CudaGraphConfig, dtype: str = "float32") -> Iterator[ModelRunner]:
     """A CUDA engine with random weights and its decode graphs captured; shut down on exit, pass or fail."""
     torch._dynamo.reset()
     counters.clear()
-    model = random_model(model_config_from_preset(preset), seed=3, dtype="float32", device="cuda")
+    model = random_model(model_config_from_preset(preset), seed=3, dtype=dtype, device="cuda")
     runner = ModelRunner(model, config, cache_config=CacheConfig(max_num_reqs=24, max_context_len=96))
     try:
         runner.init_cuda_graphs()
@@ -162,3 +163,90 @@ def test_tc_piecewise_prefill_and_decode_give_eager_tokens(compiler: str) -> Non
         got = [o.output_token_ids for o in generate(graphed, prompts, params, max_prefill_tokens=100)]
         assert prefill_runner.backend.compile_stats.compilations == 1  # prefill buckets are all >= 16 tokens
     assert got == expected
+
+
+# -- full graphs with compiled small buckets (--torch-compile-max-bs) ------------------------------------------------
+
+COMPILE_MAX_BS = 8
+
+
+def compiled_full(max_bs: int = COMPILE_MAX_BS) -> CudaGraphConfig:
+    return CudaGraphConfig(
+        decode=PhaseConfig(Backend.FULL, DECODE_BUCKETS, 16),
+        prefill=PhaseConfig(Backend.DISABLED, (), 0),
+        torch_compile_max_bs=max_bs,
+    )
+
+
+def full_backend(model_runner: ModelRunner) -> FullCudaGraphBackend:
+    runner = model_runner.decode_cuda_graph_runner
+    assert runner is not None, "decode graphs were not captured"
+    assert isinstance(runner.backend, FullCudaGraphBackend)
+    return runner.backend
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preset", PRESETS)
+def test_full_with_compiled_small_buckets_gives_eager_tokens_at_every_batch_size(preset: str) -> None:
+    """Batch sizes 1..8 replay graphs of the inductor-compiled forward, 12 and 16 graphs of the eager one."""
+    prompts, params = shrinking_workload()
+    with engine(preset, graphs(Backend.DISABLED)) as eager:
+        expected = tokens(eager, prompts, params)
+    with engine(preset, compiled_full()) as graphed:
+        backend = full_backend(graphed)
+        assert backend.compiled_forward is not None and backend.compile_stats is not None
+        assert backend.shapes == DECODE_BUCKETS
+        got = tokens(graphed, prompts, params)
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None and runner.recompiles_at_replay == 0
+        assert runner.stats.compilations >= 1 and runner.stats.compile_seconds > 0
+    for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+        assert have == want, f"prompt {index} diverged"
+
+
+@pytest.mark.gpu
+def test_compiled_small_buckets_compile_once_and_the_graph_runs_inductor_kernels() -> None:
+    with engine("tiny-qwen3-random", compiled_full()) as graphed:
+        backend = full_backend(graphed)
+        assert backend.compile_stats is not None and backend.compile_stats.compilations == 1
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        batch = synthetic_decode_batch(graphed, 4, context_len=40, seed=4)
+        try:
+            expected = graphed.forward(batch).clone()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+                got = runner.replay(batch).clone()
+                torch.cuda.synchronize()
+            torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        finally:
+            release_synthetic_batch(graphed, batch, context_len=40)
+        kernels = [event.name for event in profile.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+        assert any(name.startswith("triton_") for name in kernels), sorted(set(kernels))[:20]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["compiled_full", "tc_piecewise_inductor"])
+def test_inductor_rounding_in_bf16_stays_within_tolerance_and_keeps_greedy_tokens(mode: str) -> None:
+    """Inductor fuses what eager rounds twice, so bf16 logits differ slightly: stated tolerance 0.05 absolute +
+    0.05 relative on logits of a random Qwen3 at batch 4, and greedy tokens equal over 16 steps for 4 prompts."""
+    config = compiled_full() if mode == "compiled_full" else graphs(Backend.TC_PIECEWISE, "inductor")
+    prompts, _ = shrinking_workload(count=4, seed=7)
+    params = [SamplingParams(max_new_tokens=16) for _ in prompts]
+
+    def bf16_engine(graph_config: CudaGraphConfig) -> contextlib.AbstractContextManager[ModelRunner]:
+        return engine("tiny-qwen3-random", graph_config, dtype="bfloat16")
+
+    with bf16_engine(graphs(Backend.DISABLED)) as eager:
+        expected_tokens = tokens(eager, prompts, params)
+    with bf16_engine(config) as graphed:
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        batch = synthetic_decode_batch(graphed, 4, context_len=40, seed=5)
+        try:
+            expected = graphed.forward(batch).clone()
+            got = runner.replay(batch).clone()
+        finally:
+            release_synthetic_batch(graphed, batch, context_len=40)
+        torch.testing.assert_close(got, expected, atol=5e-2, rtol=5e-2)
+        got_tokens = tokens(graphed, prompts, params)
+    assert got_tokens == expected_tokens

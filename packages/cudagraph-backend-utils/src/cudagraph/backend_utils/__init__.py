@@ -29,6 +29,7 @@ from .breakable import (
 )
 from .capture_options import CaptureOptions
 from .capture_state import (
+    compiled_model_forward,
     enable_tc_piecewise_cuda_graph,
     enable_torch_compile_warmup,
     is_capture_mode,
@@ -36,7 +37,7 @@ from .capture_state import (
     is_in_tc_piecewise_cuda_graph,
     is_in_torch_compile_warmup,
     model_capture_mode,
-    tc_piecewise_model_forward,
+    use_compiled_model_forward,
 )
 from .errors import BreakableCaptureError, CudaGraphsUnavailableError, require_cuda
 from .forward_context import ForwardContext, get_forward_context, set_forward_context
@@ -80,6 +81,7 @@ __all__ = [
     "break_options",
     "breakable_capture",
     "capture_cuda_graph",
+    "compiled_model_forward",
     "default_capture_stream",
     "eager_break",
     "enable_tc_piecewise_cuda_graph",
@@ -105,9 +107,9 @@ __all__ = [
     "set_forward_context",
     "set_global_graph_memory_pool",
     "split_op",
-    "tc_piecewise_model_forward",
     "unregister_break_op",
     "unregister_split_op",
+    "use_compiled_model_forward",
     "weak_ref_tensor",
     "weak_ref_tensors",
 ]

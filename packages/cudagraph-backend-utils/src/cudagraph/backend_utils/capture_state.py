@@ -15,8 +15,8 @@ _CAPTURE_MODE: ContextVar[bool] = ContextVar("cudagraph_capture_mode", default=F
 _IN_BREAKABLE_CUDA_GRAPH: ContextVar[bool] = ContextVar("cudagraph_in_breakable_cuda_graph", default=False)
 _IN_TC_PIECEWISE_CUDA_GRAPH: ContextVar[bool] = ContextVar("cudagraph_in_tc_piecewise_cuda_graph", default=False)
 _IN_TORCH_COMPILE_WARMUP: ContextVar[bool] = ContextVar("cudagraph_in_torch_compile_warmup", default=False)
-_TC_PIECEWISE_MODEL_FORWARD: ContextVar[Callable[..., Any] | None] = ContextVar(
-    "cudagraph_tc_piecewise_model_forward", default=None
+_COMPILED_MODEL_FORWARD: ContextVar[Callable[..., Any] | None] = ContextVar(
+    "cudagraph_compiled_model_forward", default=None
 )
 
 
@@ -63,23 +63,39 @@ def is_in_tc_piecewise_cuda_graph() -> bool:
 
 @contextlib.contextmanager
 def enable_tc_piecewise_cuda_graph(model_forward: Callable[..., Any] | None = None) -> Iterator[None]:
-    """Context manager under which ``is_in_tc_piecewise_cuda_graph()`` is true and ``tc_piecewise_model_forward()``
+    """Context manager under which ``is_in_tc_piecewise_cuda_graph()`` is true and ``compiled_model_forward()``
     returns ``model_forward`` (the compiled model forward the host runner must call instead of its eager one)."""
-    token = _TC_PIECEWISE_MODEL_FORWARD.set(model_forward)
+    with use_compiled_model_forward(model_forward), _flag_set(_IN_TC_PIECEWISE_CUDA_GRAPH):
+        yield
+
+
+@contextlib.contextmanager
+def use_compiled_model_forward(model_forward: Callable[..., Any] | None) -> Iterator[None]:
+    """Context manager under which ``compiled_model_forward()`` returns ``model_forward``.
+
+    A backend that compiles the model forward (``tc_piecewise``, or ``full`` with compiled small buckets) enters it
+    around its warm-ups and captures, so the host model runner runs the compiled forward there and eagerly elsewhere.
+
+    Example:
+        >>> with use_compiled_model_forward(print):
+        ...     assert compiled_model_forward() is print
+        >>> compiled_model_forward() is None
+        True
+    """
+    token = _COMPILED_MODEL_FORWARD.set(model_forward)
     try:
-        with _flag_set(_IN_TC_PIECEWISE_CUDA_GRAPH):
-            yield
+        yield
     finally:
-        _TC_PIECEWISE_MODEL_FORWARD.reset(token)
+        _COMPILED_MODEL_FORWARD.reset(token)
 
 
-def tc_piecewise_model_forward() -> Callable[..., Any] | None:
-    """The compiled model forward of the tc_piecewise backend capturing or replaying in this thread, else ``None``.
+def compiled_model_forward() -> Callable[..., Any] | None:
+    """The compiled model forward of the backend capturing or replaying in this thread, else ``None``.
 
     A host model runner calls it in place of its own traceable model forward (same arguments), so each backend's
-    capture and replay run that backend's compiled pieces, and every other run stays eager.
+    capture and replay run that backend's compiled forward, and every other run stays eager.
     """
-    return _TC_PIECEWISE_MODEL_FORWARD.get()
+    return _COMPILED_MODEL_FORWARD.get()
 
 
 def is_in_torch_compile_warmup() -> bool:

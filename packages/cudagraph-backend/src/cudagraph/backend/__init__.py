@@ -4,6 +4,7 @@
 
 from .base import BaseCudaGraphBackend, GraphEntry
 from .breakable import BreakableCudaGraphBackend
+from .compile_forward import CompileStats
 from .errors import (
     CUDA_GRAPH_CAPTURE_FAILED_HINT,
     TC_PIECEWISE_CUDA_GRAPH_CAPTURE_FAILED_MSG,
@@ -30,6 +31,7 @@ __all__ = [
     "BackendUnavailableError",
     "BaseCudaGraphBackend",
     "BreakableCudaGraphBackend",
+    "CompileStats",
     "CudaGraphCaptureError",
     "FullCudaGraphBackend",
     "GraphEntry",

@@ -27,6 +27,7 @@ from cudagraph.backend_utils import (
 )
 from cudagraph.config import Backend, Phase
 
+from .compile_forward import CompileStats
 from .errors import CUDA_GRAPH_CAPTURE_FAILED_HINT, CudaGraphCaptureError
 
 
@@ -110,6 +111,8 @@ class BaseCudaGraphBackend(abc.ABC):
         """Per-shape capture state, keyed by shape."""
         self.capture_stream: torch.cuda.Stream | None = None
         self._session_stream: torch.cuda.Stream | None = None
+        self.compile_stats: CompileStats | None = None
+        """What compiling the model forward cost, for a backend that compiles it (``None`` for one that does not)."""
 
     # -- capture ----------------------------------------------------------------------------------------------------
 
@@ -142,6 +145,9 @@ class BaseCudaGraphBackend(abc.ABC):
             finally:
                 self._session_stream = None
                 torch.cuda.current_stream(self.device).wait_stream(stream)
+                if self.compile_stats is not None:
+                    # Anything compiled from here on compiled at replay: a guard failed.
+                    self.compile_stats.compilations_at_capture = self.compile_stats.compilations
 
     def capture_one(
         self, shape: int, forward_fn: Callable[[], Any], *, static_inputs: Sequence[torch.Tensor] = ()
@@ -158,6 +164,7 @@ class BaseCudaGraphBackend(abc.ABC):
         self.discard(shape)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         pool = self.ensure_pool()
+        forward_fn = self._forward_for_shape(shape, forward_fn)
         try:
             with torch.cuda.stream(stream):
                 for _ in range(self.options.num_warmups):
@@ -176,6 +183,10 @@ class BaseCudaGraphBackend(abc.ABC):
             entry.input_addresses = tuple(tensor.data_ptr() for tensor in static_inputs)
         self.entries[shape] = entry
         return entry.output
+
+    def _forward_for_shape(self, shape: int, forward_fn: Callable[[], Any]) -> Callable[[], Any]:
+        """What is warmed up and captured for ``shape`` (``forward_fn`` itself unless a backend wraps it)."""
+        return forward_fn
 
     @abc.abstractmethod
     def _capture(

@@ -35,6 +35,7 @@ def make_backend(
     pool: GraphPool | None = None,
     share_global_pool: bool = True,
     tc_piecewise_compiler: str | None = None,
+    compile_max_shape: int = 0,
 ) -> BaseCudaGraphBackend:
     """The backend that captures ``phase`` with ``backend`` on ``device``.
 
@@ -42,7 +43,8 @@ def make_backend(
     ``disabled`` (which means: run eagerly, no backend); ``BackendUnavailableError`` for a backend not built in this
     release; ``CudaGraphsUnavailableError`` on a machine without CUDA. ``options``, ``pool`` and
     ``share_global_pool`` go to the backend's constructor, ``tc_piecewise_compiler`` (``eager`` or ``inductor``;
-    default ``eager``) to the tc_piecewise backend only.
+    default ``eager``) to the tc_piecewise backend only, ``compile_max_shape`` (shapes up to it capture an
+    inductor-compiled forward; ``--torch-compile-max-bs``) to the full backend only.
     """
     phase = read_phase("make_backend phase", phase)
     backend = backend_for_phase("make_backend backend", backend, phase)
@@ -68,5 +70,14 @@ def make_backend(
             pool=pool,
             share_global_pool=share_global_pool,
             compiler=tc_piecewise_compiler or "eager",
+        )
+    if backend_class is FullCudaGraphBackend:
+        return FullCudaGraphBackend(
+            device,
+            phase=phase,
+            options=options,
+            pool=pool,
+            share_global_pool=share_global_pool,
+            compile_max_shape=compile_max_shape,
         )
     return backend_class(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)

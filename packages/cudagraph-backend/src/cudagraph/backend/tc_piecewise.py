@@ -26,22 +26,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
 import torch
 import torch.fx
-import torch.fx.experimental._config as fx_config
 from torch.fx.passes.split_module import split_module
 
 from cudagraph.backend_utils import (
     CaptureOptions,
     GraphPool,
     enable_tc_piecewise_cuda_graph,
-    enable_torch_compile_warmup,
     is_split_op,
     model_capture_mode,
     weak_ref_tensors,
@@ -49,6 +45,7 @@ from cudagraph.backend_utils import (
 from cudagraph.config import TC_PIECEWISE_COMPILERS, Backend, ConfigError, Phase
 
 from .base import BaseCudaGraphBackend, GraphEntry
+from .compile_forward import CompileStats, ModelTraceError, compile_model_forward
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +57,6 @@ __all__ = [
     "TcPiecewiseCudaGraphBackend",
     "split_at_split_ops",
 ]
-
-
-class ModelTraceError(RuntimeError):
-    """``torch.compile`` could not trace the model forward into one graph: the message names the function, the
-    source line dynamo stopped at, and dynamo's reason."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -118,24 +110,13 @@ def split_at_split_ops(graph_module: torch.fx.GraphModule) -> SplitGraph:
 
 
 @dataclass
-class PiecewiseStats:
-    """What compiling cost and produced (the latest compilation's split; counters over all of them)."""
+class PiecewiseStats(CompileStats):
+    """``CompileStats`` plus the shape of the latest split."""
 
-    compilations: int = 0
-    """Times dynamo handed a graph to the compiler: 1 for a forward that traces whole and never recompiles."""
     pieces: int = 0
     """Compiled pieces of the latest graph (split ops + 1 for a model whose first and last ops are not splits)."""
     split_ops: int = 0
     """Split-op calls of the latest graph (eager between pieces)."""
-    compile_seconds: float = 0.0
-    """Time spent splitting and compiling pieces, over every compilation (dynamo's tracing not included)."""
-    uncaptured_replays: int = 0
-    """Piece calls at replay that found no graph for their shape (ran eagerly): nonzero means a recompile."""
-
-    @property
-    def recompiles(self) -> int:
-        """Compilations after the first: each one is a guard that failed, so a bug for a forward compiled once."""
-        return max(0, self.compilations - 1)
 
 
 PieceWrapper = Callable[[int, Callable[..., Any]], Callable[..., Any]]
@@ -173,7 +154,6 @@ class PiecewiseCompiler:
 
     def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         """Compile one dynamo graph: split, compile the pieces, return the split module (called like the graph)."""
-        started = time.perf_counter()
         split = split_at_split_ops(graph_module)
         compiled = self._compile_pieces(split, example_inputs)
         for index, name in enumerate(split.piece_names):
@@ -184,7 +164,6 @@ class PiecewiseCompiler:
         self.stats.compilations += 1
         self.stats.pieces = len(split.piece_names)
         self.stats.split_ops = len(split.split_names)
-        self.stats.compile_seconds += time.perf_counter() - started
         return split.module
 
     def _compile_pieces(self, split: SplitGraph, example_inputs: Sequence[Any]) -> dict[str, Callable[..., Any]]:
@@ -230,38 +209,6 @@ def _compile_with_inductor(
         assert isinstance(piece, torch.fx.GraphModule)
         compiled[name] = cast(Callable[..., Any], compile_fx(piece, list(recorder.inputs[name])))
     return compiled
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Tracing errors
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def _trace_error(function: Callable[..., Any], error: Exception) -> ModelTraceError:
-    """One error naming the function, the source line dynamo stopped at and dynamo's reason."""
-    name = getattr(function, "__qualname__", repr(function))
-    module = getattr(function, "__module__", "?")
-    frames = getattr(error, "real_stack", None) or []
-    if frames:
-        where = f"{frames[-1].filename}:{frames[-1].lineno} ({frames[-1].name})"
-    else:  # dynamo's message ends with the user frames: 'File "<path>", line <n>, in <name>'
-        user_frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', str(error).rpartition("from user code:")[2])
-        where = (
-            f"{user_frames[-1][0]}:{user_frames[-1][1]} ({user_frames[-1][2]})" if user_frames else "an unknown line"
-        )
-    reason = str(error).split("\n\nfrom user code:", 1)[0].strip().splitlines()
-    summary = reason[0] if reason else type(error).__name__
-    return ModelTraceError(
-        f"tc_piecewise could not trace {module}.{name} into one graph: dynamo stopped at {where}: "
-        f"{type(error).__name__}: {summary}. Make that code traceable (read per-step state inside a registered "
-        f"op, pass a layer's identity as an op argument), or use the breakable backend for this phase."
-    )
-
-
-def _is_trace_error(error: Exception) -> bool:
-    from torch._dynamo import exc
-
-    return isinstance(error, exc.Unsupported | exc.UserError | exc.TorchRuntimeError | exc.BackendCompilerFailed)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -389,12 +336,9 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         self._pieces: list[_PieceGraphs] = []
         self._piece_mode: str | None = None
         self._piece_shape = 0
-        self._compilations_at_prepare = 0
-
-    @property
-    def compile_stats(self) -> PiecewiseStats:
-        """Compilations, pieces, split ops, compile seconds and replays that found no graph."""
-        return self.compiler.stats
+        self._recompiles_reported = 0
+        self.compile_stats: PiecewiseStats = self.compiler.stats
+        """Compilations, pieces, split ops, compile seconds, cache use and replays that found no graph."""
 
     def _wrap_piece(self, index: int, runnable: Callable[..., Any]) -> Callable[..., Any]:
         if index == 0:
@@ -427,31 +371,23 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
                 "model_forward(input_ids, positions) -> hidden (the traceable part of its forward); "
                 f"got {type(runner).__name__} with model runner {type(model_runner).__name__}"
             )
-        # dynamic left at its default: the marked token dimension is symbolic, every other size static (dynamic=False
-        # would be the same in 2.13 but is documented as "never dynamic").
-        compiled = torch.compile(eager_forward, backend=self.compiler, fullgraph=True)
         batch = static_buckets[max(static_buckets)].batch
-        torch._dynamo.mark_dynamic(batch.input_ids, 0)
-        torch._dynamo.mark_dynamic(batch.positions, 0)
-        with (
-            fx_config.patch(backed_size_oblivious=True),  # type: ignore[attr-defined]
-            enable_torch_compile_warmup(),
-            enable_tc_piecewise_cuda_graph(compiled),
-        ):
-            try:
-                model_runner.forward(batch)  # type: ignore[union-attr]
-            except Exception as error:
-                if _is_trace_error(error):
-                    raise _trace_error(eager_forward, error) from error
-                raise
+        with enable_tc_piecewise_cuda_graph():
+            # The compiled forward is read from the context inside the step; the tc_piecewise flag stays on around it.
+            compiled = compile_model_forward(
+                eager_forward,
+                lambda: model_runner.forward(batch),  # type: ignore[union-attr]
+                (batch.input_ids, batch.positions),
+                self.compiler,
+                self.compile_stats,
+            )
         self.model_forward = compiled
-        self._compilations_at_prepare = self.compile_stats.compilations
         logger.info(
-            "tc_piecewise (%s): compiled %d pieces around %d split ops in %.2f s",
+            "tc_piecewise (%s): %d pieces around %d split ops, %s",
             self.compiler.compiler,
             self.compile_stats.pieces,
             self.compile_stats.split_ops,
-            self.compile_stats.compile_seconds,
+            self.compile_stats.summary(),
         )
 
     # -- capture ----------------------------------------------------------------------------------------------------
@@ -506,13 +442,14 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         if self.options.debug and static_inputs is not None:
             entry.check_input_addresses(static_inputs)
         output = entry.replay()
-        if self.compile_stats.compilations != self._compilations_at_prepare:
+        recompiles = self.compile_stats.recompiles_at_replay
+        if recompiles != self._recompiles_reported:
             logger.warning(
-                "tc_piecewise recompiled the model forward after capture (%d compilations): a dynamo guard failed, "
-                "so some steps ran without graphs",
-                self.compile_stats.compilations,
+                "tc_piecewise recompiled the model forward after capture (%d time(s)): a dynamo guard failed, so "
+                "some steps ran without graphs (a bug: report the shapes replayed)",
+                recompiles,
             )
-            self._compilations_at_prepare = self.compile_stats.compilations
+            self._recompiles_reported = recompiles
         return output
 
     def runtime_session(self) -> contextlib.AbstractContextManager[None]:

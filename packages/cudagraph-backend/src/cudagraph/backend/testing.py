@@ -29,6 +29,7 @@ from cudagraph.backend_utils import CaptureOptions, EagerCall, MemoryReading, br
 from cudagraph.config import Backend
 
 from .base import GraphEntry
+from .compile_forward import CompileStats
 
 _aten = torch.ops.aten
 
@@ -131,6 +132,8 @@ class CpuReplayBackend:
         self.replayed: list[int] = []
         self.prepared = 0
         self.cleaned = 0
+        self.compile_stats: CompileStats | None = None
+        """Nothing is compiled here (the contract's attribute, for runners that report compile costs)."""
         self._in_session = False
 
     def prepare(self, runner: object) -> None:

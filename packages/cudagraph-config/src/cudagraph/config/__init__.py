@@ -16,7 +16,7 @@ Example:
 
 from .buckets import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, DEFAULT_MAX_SIZE, default_buckets
 from .environment import Environment
-from .flags import ALIAS_FLAGS, LEGACY_FLAGS, MODERN_FLAGS, VLLM_FLAGS, add_cli_args
+from .flags import ALIAS_FLAGS, LEGACY_FLAGS, MODERN_FLAGS, SGLANG_FLAGS, VLLM_FLAGS, add_cli_args
 from .legacy_values import LEGACY_BACKEND_VALUES
 from .renames import Rename, RenameKind, RenameTable, RenameTableError, load_renames, renames_path
 from .resolve import resolve
@@ -48,6 +48,7 @@ __all__ = [
     "LEGACY_BACKEND_VALUES",
     "LEGACY_FLAGS",
     "MODERN_FLAGS",
+    "SGLANG_FLAGS",
     "TC_PIECEWISE_COMPILERS",
     "VLLM_CUDAGRAPH_MODES",
     "VLLM_FLAGS",

@@ -79,5 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             phase_config = config.for_phase(phase)
             print(f"{phase}: {phase_config.backend} buckets={list(phase_config.buckets)} max={phase_config.max_size}")
         switches = " ".join(f"{switch}={getattr(config, switch)}" for switch in SWITCH_OPTIONS)
-        print(f"tc_piecewise_compiler={config.tc_piecewise_compiler} {switches}")
+        print(
+            f"tc_piecewise_compiler={config.tc_piecewise_compiler} "
+            f"torch_compile_max_bs={config.torch_compile_max_bs} {switches}"
+        )
     return 0

@@ -205,6 +205,10 @@ MAX_SIZE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
     {Phase.DECODE: "--decode-cuda-graph-max-bs", Phase.PREFILL: "--prefill-cuda-graph-max-tokens"}
 )
 COMPILER_OPTION = "--tc-piecewise-compiler"
+TORCH_COMPILE_OPTION = "--torch-compile-max-bs"
+ENABLE_TORCH_COMPILE_OPTION = "--enable-torch-compile"
+DEFAULT_TORCH_COMPILE_MAX_BS = 32
+"""SGLang's default largest batch compiled when ``--enable-torch-compile`` comes without ``--torch-compile-max-bs``."""
 SWITCH_OPTIONS: Mapping[str, str] = MappingProxyType(
     {
         "debug": "--debug-cuda-graph",
@@ -307,6 +311,15 @@ _MODERN_ROWS: tuple[Flag, ...] = (
         lambda label, raw, notes: {"tc_piecewise_compiler": read_compiler(label, raw)},
         f"compiler of the tc_piecewise pieces (default: {TC_PIECEWISE_COMPILERS[0]})",
         "{" + ",".join(TC_PIECEWISE_COMPILERS) + "}",
+    ),
+    Flag(
+        TORCH_COMPILE_OPTION,
+        Arity.ONE,
+        OriginKind.FLAG,
+        _max_reader("torch_compile_max_bs"),
+        "full decode graphs of batch sizes up to N capture an inductor-compiled forward (default: off; SGLang also "
+        f"needs {ENABLE_TORCH_COMPILE_OPTION}, here either flag turns it on)",
+        "N",
     ),
     Flag(
         SWITCH_OPTIONS["debug"],
@@ -424,6 +437,18 @@ ALIAS_FLAGS: tuple[AliasFlag, ...] = (
 )
 """Other engines' spellings of the modern flags, each resolving exactly like its modern flag (no warning)."""
 
+SGLANG_FLAGS: tuple[Flag, ...] = (
+    Flag(
+        ENABLE_TORCH_COMPILE_OPTION,
+        Arity.SWITCH,
+        OriginKind.FLAG,
+        _switch_reader("enable_torch_compile"),
+        f"SGLang's switch: compile small full decode graphs, up to {TORCH_COMPILE_OPTION} "
+        f"(default {DEFAULT_TORCH_COMPILE_MAX_BS})",
+    ),
+)
+"""SGLang's flags with no single modern equivalent, at the level of the per-phase flags."""
+
 VLLM_MODE_OPTION = "--cudagraph-mode"
 
 
@@ -468,7 +493,7 @@ def _with_aliases(rows: tuple[Flag, ...]) -> tuple[Flag | AliasFlag, ...]:
 
 AnyFlag = Flag | AliasFlag | LegacyFlag
 
-ALL_FLAGS: tuple[AnyFlag, ...] = (*_with_aliases(_MODERN_ROWS), *VLLM_FLAGS, *LEGACY_FLAGS)
+ALL_FLAGS: tuple[AnyFlag, ...] = (*_with_aliases(_MODERN_ROWS), *SGLANG_FLAGS, *VLLM_FLAGS, *LEGACY_FLAGS)
 FLAGS_BY_DEST: Mapping[str, AnyFlag] = MappingProxyType({flag.dest: flag for flag in ALL_FLAGS})
 """Every flag by its ``dest``: the names ``resolve`` accepts as keyword arguments."""
 

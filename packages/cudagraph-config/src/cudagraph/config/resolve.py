@@ -16,7 +16,16 @@ from typing import cast
 
 from .buckets import default_buckets, default_max_size
 from .environment import Environment
-from .flags import ALL_FLAGS, FLAGS_BY_DEST, SWITCH_OPTIONS, AnyFlag, Arity, LegacyFlag
+from .flags import (
+    ALL_FLAGS,
+    DEFAULT_TORCH_COMPILE_MAX_BS,
+    ENABLE_TORCH_COMPILE_OPTION,
+    FLAGS_BY_DEST,
+    SWITCH_OPTIONS,
+    AnyFlag,
+    Arity,
+    LegacyFlag,
+)
 from .legacy_values import legacy_value_message
 from .origins import PRECEDENCE, Origin, OriginKind
 from .rules import RuleContext, first_applicable_rule
@@ -206,6 +215,38 @@ def _phase_config(phase: Phase, backend: Backend, resolution: _Resolution, envir
     return PhaseConfig(backend, default_buckets(phase, max_size), max_size)
 
 
+def _torch_compile_max_bs(resolution: _Resolution) -> int:
+    """The largest decode batch whose full graph captures a compiled forward (0: none).
+
+    ``--torch-compile-max-bs`` gives it; SGLang's ``--enable-torch-compile`` alone means SGLang's default. It only
+    applies to full decode graphs: with another decode graph backend it is an error, with decode disabled it is kept
+    and unused.
+    """
+    key = "torch_compile_max_bs"
+    claim, enable = resolution.settled.get(key), resolution.settled.get("enable_torch_compile")
+    if claim is not None:
+        value, origin = cast(int, claim.value), claim.origin
+    elif enable is not None:
+        value = DEFAULT_TORCH_COMPILE_MAX_BS
+        origin = Origin(OriginKind.DERIVED, f"from {ENABLE_TORCH_COMPILE_OPTION} (SGLang's default)")
+    else:
+        value, origin = 0, _DEFAULT
+    resolution.sources[key] = str(origin)
+    # Checked against the backend the user asked for, before compatibility rules: the environment never makes
+    # input valid or invalid.
+    backend_claim = resolution.settled.get(phase_key(Phase.DECODE, "backend"))
+    requested = Backend(backend_claim.value) if backend_claim else DEFAULT_CUDA_GRAPH_MODE[Phase.DECODE]
+    if value and requested not in (Backend.FULL, Backend.DISABLED):
+        flag = claim.origin.detail if claim is not None else ENABLE_TORCH_COMPILE_OPTION
+        where = f"from {backend_claim.origin.detail}" if backend_claim else "the default"
+        raise ConfigError(
+            f"{flag}: compiled small batches run inside full decode graphs, but decode uses {requested} ({where}); use "
+            f"--decode-cuda-graph-backend full, or tc_piecewise with --tc-piecewise-compiler inductor to compile "
+            "pieces between breaks"
+        )
+    return value
+
+
 def resolve(
     namespace: object = None, /, *, environment: Environment | None = None, **kwargs: object
 ) -> CudaGraphConfig:
@@ -241,11 +282,13 @@ def resolve(
     backends = {phase: _phase_backend(phase, resolution, environment, debug) for phase in Phase}
     decode, prefill = (_phase_config(phase, backends[phase], resolution, environment) for phase in Phase)
     compiler = str(resolution.value("tc_piecewise_compiler", TC_PIECEWISE_COMPILERS[0]))
+    torch_compile_max_bs = _torch_compile_max_bs(resolution)
     switches = {switch: bool(resolution.value(switch, False)) for switch in SWITCH_OPTIONS}
     config = CudaGraphConfig(
         decode=decode,
         prefill=prefill,
         tc_piecewise_compiler=compiler,
+        torch_compile_max_bs=torch_compile_max_bs,
         sources=MappingProxyType(dict(sorted(resolution.sources.items(), key=lambda item: _key_order(item[0])))),
         **switches,
     )
@@ -256,5 +299,5 @@ def resolve(
 
 def _key_order(key: str) -> int:
     order = [phase_key(phase, name) for phase in Phase for name in ("backend", "buckets", "max_size")]
-    order += ["tc_piecewise_compiler", *SWITCH_OPTIONS]
+    order += ["tc_piecewise_compiler", "torch_compile_max_bs", *SWITCH_OPTIONS]
     return order.index(key)

@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .buckets import default_buckets
-from .flags import BUCKETS_OPTIONS, COMPILER_OPTION, MAX_SIZE_OPTIONS, MODE_OPTION, SWITCH_OPTIONS
+from .flags import (
+    BUCKETS_OPTIONS,
+    COMPILER_OPTION,
+    MAX_SIZE_OPTIONS,
+    MODE_OPTION,
+    SWITCH_OPTIONS,
+    TORCH_COMPILE_OPTION,
+)
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
     DEFAULT_CUDA_GRAPH_MODE,
@@ -75,6 +82,8 @@ class CudaGraphConfig:
     decode: PhaseConfig
     prefill: PhaseConfig
     tc_piecewise_compiler: str = "eager"
+    torch_compile_max_bs: int = 0
+    """Full decode graphs of batch sizes up to this capture an inductor-compiled forward (0: none)."""
     debug: bool = False
     enable_gc: bool = False
     disable_padding: bool = False
@@ -99,6 +108,7 @@ class CudaGraphConfig:
             values[phase_key(phase, "buckets")] = phase_config.buckets
             values[phase_key(phase, "max_size")] = phase_config.max_size
         values["tc_piecewise_compiler"] = self.tc_piecewise_compiler
+        values["torch_compile_max_bs"] = self.torch_compile_max_bs
         for switch in SWITCH_OPTIONS:
             values[switch] = getattr(self, switch)
         return values
@@ -107,7 +117,7 @@ class CudaGraphConfig:
         """A JSON-ready dict: ``decode`` and ``prefill`` hold the backend names, the rest sits alongside.
 
         Keys: ``decode``, ``decode_buckets``, ``decode_max_size``, the same for ``prefill``, ``tc_piecewise_compiler``,
-        ``debug``, ``enable_gc``, ``disable_padding``, ``profile_capture`` and ``sources``.
+        ``torch_compile_max_bs``, ``debug``, ``enable_gc``, ``disable_padding``, ``profile_capture`` and ``sources``.
         """
         result: dict[str, object] = {}
         for phase in Phase:
@@ -116,6 +126,7 @@ class CudaGraphConfig:
             result[f"{phase.value}_buckets"] = list(phase_config.buckets)
             result[f"{phase.value}_max_size"] = phase_config.max_size
         result["tc_piecewise_compiler"] = self.tc_piecewise_compiler
+        result["torch_compile_max_bs"] = self.torch_compile_max_bs
         for switch in SWITCH_OPTIONS:
             result[switch] = getattr(self, switch)
         result["sources"] = dict(self.sources)
@@ -157,5 +168,7 @@ class CudaGraphConfig:
                 args += [MAX_SIZE_OPTIONS[phase], str(max_size)]
         if self.tc_piecewise_compiler != TC_PIECEWISE_COMPILERS[0]:
             args += [COMPILER_OPTION, self.tc_piecewise_compiler]
+        if self.torch_compile_max_bs:
+            args += [TORCH_COMPILE_OPTION, str(self.torch_compile_max_bs)]
         args += [option for switch, option in SWITCH_OPTIONS.items() if getattr(self, switch)]
         return args

@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
-from cudagraph.backend_utils import ForwardContext, set_forward_context, tc_piecewise_model_forward
+from cudagraph.backend_utils import ForwardContext, compiled_model_forward, set_forward_context
 from cudagraph.config import CudaGraphConfig, Phase
 from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner
 
@@ -201,8 +201,9 @@ class ModelRunner:
             # Nothing to compute eagerly; a decode graph replays idle batches when it must keep ranks in step.
             return torch.empty((0, self.model.config.vocab_size), dtype=torch.float32, device=self.device)
         self.attn_backend.init_forward_metadata(batch)
-        # Under a tc_piecewise capture or replay, that backend's compiled (split, graphed) model_forward runs instead.
-        model_forward = tc_piecewise_model_forward() or self.model_forward
+        # Under a backend that compiled the model forward (tc_piecewise, full with compiled small buckets), that
+        # backend's compiled forward runs instead.
+        model_forward = compiled_model_forward() or self.model_forward
         context = ForwardContext(forward_batch=batch, attn_backend=self.attn_backend, extra={})
         with set_forward_context(context):
             hidden = model_forward(batch.input_ids, batch.positions)

@@ -86,6 +86,8 @@ class BaseCudaGraphRunner(abc.ABC):
             self.device,
             options=CaptureOptions(num_warmups=num_warmups, debug=config.debug, freeze_gc=not config.enable_gc),
             tc_piecewise_compiler=config.tc_piecewise_compiler,
+            # SGLang's --torch-compile-max-bs: compiled small batch sizes, decode only.
+            compile_max_shape=config.torch_compile_max_bs if self.phase is Phase.DECODE else 0,
         )
         self.show_progress = show_progress
         self.stats = CaptureStats()
@@ -156,6 +158,7 @@ class BaseCudaGraphRunner(abc.ABC):
             self._allocate_static_buffers()
             self._buffers_allocated = True
         per_shape: list[ShapeCaptureStats] = []
+        started = time.perf_counter()
         try:
             self.backend.prepare(self)
         except ModelTraceError as error:
@@ -164,7 +167,6 @@ class BaseCudaGraphRunner(abc.ABC):
             logger.warning("%s CUDA graphs are off, every %s step runs eagerly: %s", self.phase, self.phase, error)
             self.shutdown()
             return self.stats
-        started = time.perf_counter()
         free_at_start = self.backend.memory_reading().free_bytes
         with freeze_gc(enable_gc=not self.backend.options.freeze_gc), self.backend.capture_session():
             for index, shape in enumerate(self._progress(sorted(self.buckets, reverse=True))):
@@ -173,10 +175,13 @@ class BaseCudaGraphRunner(abc.ABC):
                 else:
                     per_shape.append(self._capture_one_shape(shape))
         self.captured = True
+        compile_stats = self.backend.compile_stats
         self.stats = CaptureStats(
             per_shape=tuple(per_shape),
             seconds=time.perf_counter() - started,
             bytes=max(0, free_at_start - self.backend.memory_reading().free_bytes),
+            compile_seconds=compile_stats.compile_seconds if compile_stats is not None else 0.0,
+            compilations=compile_stats.compilations if compile_stats is not None else 0,
         )
         logger.info(
             "captured %s %s graphs (%s): %s", len(self.buckets), self.phase, self.backend_name, self.stats.summary()
@@ -236,6 +241,15 @@ class BaseCudaGraphRunner(abc.ABC):
                 free = self.backend.memory_reading(settle=False).free_bytes
                 bar.set_description(f"Capturing {what} ({key}={shape} avail_mem={free / 2**30:.2f} GiB)")
             yield shape
+
+    @property
+    def recompiles_at_replay(self) -> int:
+        """Times the compiled model forward compiled again after capture (0 for a backend that compiles nothing).
+
+        Each one is a dynamo guard that failed at replay, so steps ran without their graphs: a bug to report.
+        """
+        compile_stats = self.backend.compile_stats
+        return compile_stats.recompiles_at_replay if compile_stats is not None else 0
 
     @property
     def backend_name(self) -> str:

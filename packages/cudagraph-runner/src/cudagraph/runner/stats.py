@@ -25,6 +25,10 @@ class CaptureStats:
     """Wall time of the whole capture: preparing the backend, warm-ups and every shape."""
     bytes: int = 0
     """Device memory the capture kept, as the driver sees it (pool blocks and instantiated graphs)."""
+    compile_seconds: float = 0.0
+    """Of ``seconds``, the time spent compiling the model forward (tc_piecewise, compiled small buckets)."""
+    compilations: int = 0
+    """Times the model forward was compiled (0 for a backend that compiles nothing, 1 for one graph)."""
 
     @property
     def graphs(self) -> int:
@@ -33,4 +37,5 @@ class CaptureStats:
 
     def summary(self) -> str:
         """One line for the log: how many graphs, how long, how much memory."""
-        return f"{self.graphs} graphs in {self.seconds:.2f} s, {self.bytes / 2**30:.3f} GiB"
+        compiled = f" (compile {self.compile_seconds:.2f} s)" if self.compilations else ""
+        return f"{self.graphs} graphs in {self.seconds:.2f} s{compiled}, {self.bytes / 2**30:.3f} GiB"
