@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -59,13 +59,16 @@ class CaptureTiming:
         return asdict(self)
 
 
-def decode_only_config(backend: Backend, buckets: list[int], tc_piecewise_compiler: str = "eager") -> CudaGraphConfig:
-    """A config that graphs decode with ``backend`` at exactly ``buckets`` and leaves prefill eager."""
-    return CudaGraphConfig(
-        decode=PhaseConfig(backend, tuple(sorted(buckets)), max(buckets)),
-        prefill=PhaseConfig(Backend.DISABLED, (), 0),
-        tc_piecewise_compiler=tc_piecewise_compiler,
-    )
+def decode_only_config(
+    backend: Backend, buckets: list[int], settings: CudaGraphConfig | None = None
+) -> CudaGraphConfig:
+    """A config that graphs decode with ``backend`` at exactly ``buckets`` and leaves prefill eager; the other
+    settings (tc_piecewise compiler, compiled small buckets, debug...) are ``settings``' (default: the defaults)."""
+    decode = PhaseConfig(backend, tuple(sorted(buckets)), max(buckets))
+    disabled = PhaseConfig(Backend.DISABLED, (), 0)
+    if settings is None:
+        return CudaGraphConfig(decode=decode, prefill=disabled)
+    return replace(settings, decode=decode, prefill=disabled)
 
 
 def synthetic_decode_batch(model_runner: ModelRunner, batch_size: int, context_len: int, seed: int = 0) -> ForwardBatch:
@@ -182,12 +185,12 @@ def bench_decode(
             f"batch sizes {too_many} exceed the KV cache's {model_runner.req_to_token_pool.max_num_reqs} request rows: "
             "raise --max-num-reqs or drop them"
         )
-    compiler = model_runner.cuda_graph_config.tc_piecewise_compiler
+    settings = model_runner.cuda_graph_config
     runners: dict[str, DecodeCudaGraphRunner] = {}
     for mode in modes:
         if mode in ("full", "breakable", "tc_piecewise"):
             runner = DecodeCudaGraphRunner(
-                model_runner, decode_only_config(Backend(mode), batch_sizes, compiler), show_progress=False
+                model_runner, decode_only_config(Backend(mode), batch_sizes, settings), show_progress=False
             )
             runner.capture()
             runners[mode] = runner
