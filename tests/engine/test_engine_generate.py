@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.config import Backend, ConfigError, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.generate import generate
 from cudagraph.engine.kv_cache import CacheFullError
@@ -86,3 +86,9 @@ def test_paged_cache_gives_the_tokens_of_one_slot_pages(page_size: int) -> None:
     assert outputs[page_size] == outputs[1]
     assert outputs[1][0] == reference_greedy(model, batch[0], 9)
 
+
+def test_prefill_full_with_torch_attention_is_one_error_naming_flashinfer() -> None:
+    model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=1, dtype="float32", device="cpu")
+    config = CudaGraphConfig(decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.FULL, (16,), 16))
+    with pytest.raises(ConfigError, match=r"prefill CUDA-graph backend 'full'.*--attention-backend flashinfer"):
+        ModelRunner(model, config, attention_backend="torch")

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context, tc_piecewise_model_forward
-from cudagraph.config import CudaGraphConfig, Phase
+from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Phase
 from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner
 
 from .attention import make_attention_backend
@@ -130,8 +130,22 @@ class ModelRunner:
         self.attn_backend = make_attention_backend(
             attention_backend, self.req_to_token_pool, self.token_to_kv_pool, self.shape
         )
+        self._check_prefill_full(attention_backend)
         self.decode_cuda_graph_runner: DecodeCudaGraphRunner | None = None
         self.prefill_cuda_graph_runner: PrefillCudaGraphRunner | None = None
+
+    def _check_prefill_full(self, attention_backend: str) -> None:
+        """Prefill ``full`` captures extend attention inside the graph: only an attention backend that can do that
+        (``captures_extend_attention``) runs it; any other is one clear error before anything is captured."""
+        if self.cuda_graph_config.backend(Phase.PREFILL) is not Backend.FULL:
+            return
+        if getattr(self.attn_backend, "captures_extend_attention", False):
+            return
+        raise ConfigError(
+            f"prefill CUDA-graph backend 'full' captures attention inside the graph, which the {attention_backend!r} "
+            "attention backend cannot (its extend attention loops over the requests on the host); use the "
+            "'flashinfer' attention backend (--attention-backend flashinfer), or prefill 'breakable' or 'tc_piecewise'"
+        )
 
     # -- graphs -----------------------------------------------------------------------------------------------------
 
