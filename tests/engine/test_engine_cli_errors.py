@@ -123,4 +123,3 @@ def test_bench_batch_sizes_beyond_the_kv_cache(capsys: pytest.CaptureFixture[str
 def test_page_size_not_a_power_of_two_up_to_128(page_size: str, capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--page-size", page_size], capsys)
     assert f"--page-size: {page_size!r} is not a power of two up to 128" in line
-
