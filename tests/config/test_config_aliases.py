@@ -148,9 +148,9 @@ def test_agreeing_with_the_flag_it_spells_is_fine(no_warnings: object) -> None:
     ("keywords", "message"),
     [
         (
-            {"cuda_graph_backend_prefill": "full"},
-            "--cuda-graph-backend-prefill: backend 'full' is not allowed for prefill; "
-            "allowed: breakable, tc_piecewise, disabled",
+            {"cuda_graph_backend_prefill": "piecewise"},
+            "--cuda-graph-backend-prefill: unknown backend 'piecewise' for prefill; "
+            "allowed backends: full, breakable, tc_piecewise, disabled",
         ),
         (
             {"cuda_graph_max_bs_decode": "many"},

@@ -27,12 +27,12 @@ def test_json_output_matches_resolve() -> None:
 
 
 def test_bad_value_exits_2_with_one_line_and_no_traceback() -> None:
-    result = run("--cuda-graph-mode", '{"prefill": "full"}', "--cuda-graph-bs", "1")
+    result = run("--cuda-graph-mode", '{"prefill": "fulll"}', "--cuda-graph-bs", "1")
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
-        "error: --cuda-graph-mode: backend 'full' is not allowed for prefill; "
-        "allowed: breakable, tc_piecewise, disabled"
+        "error: --cuda-graph-mode: unknown backend 'fulll' for prefill; "
+        "allowed backends: full, breakable, tc_piecewise, disabled"
     ]
 
 

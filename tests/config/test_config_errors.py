@@ -26,9 +26,10 @@ CASES = [
         "--cuda-graph-mode: unknown backend 1 for decode; allowed backends: full, breakable, tc_piecewise, disabled",
     ),
     (
-        ["--cuda-graph-mode", '{"prefill": "full"}'],
-        {"cuda_graph_mode": '{"prefill": "full"}'},
-        "--cuda-graph-mode: backend 'full' is not allowed for prefill; allowed: breakable, tc_piecewise, disabled",
+        ["--cuda-graph-mode", '{"prefill": "fulll"}'],
+        {"cuda_graph_mode": '{"prefill": "fulll"}'},
+        "--cuda-graph-mode: unknown backend 'fulll' for prefill; "
+        "allowed backends: full, breakable, tc_piecewise, disabled",
     ),
     (
         ["--cuda-graph-mode", "{decode: full}"],
@@ -61,10 +62,10 @@ CASES = [
         "allowed backends: full, breakable, tc_piecewise, disabled",
     ),
     (
-        ["--prefill-cuda-graph-backend", "full"],
-        {"prefill_cuda_graph_backend": "full"},
-        "--prefill-cuda-graph-backend: backend 'full' is not allowed for prefill; "
-        "allowed: breakable, tc_piecewise, disabled",
+        ["--prefill-cuda-graph-backend", "graph"],
+        {"prefill_cuda_graph_backend": "graph"},
+        "--prefill-cuda-graph-backend: unknown backend 'graph' for prefill; "
+        "allowed backends: full, breakable, tc_piecewise, disabled",
     ),
     (
         ["--decode-cuda-graph-bs", "1", "0"],

@@ -51,6 +51,8 @@ def test_explain_names_every_source_kind() -> None:
         "enable_gc",
         "disable_padding",
         "profile_capture",
+        "decode.captures",
+        "prefill.captures",
     ]
     assert lines["decode.backend"].split() == ["decode.backend", "breakable", "json", "--cuda-graph-mode"]
     assert lines["decode.buckets"].split()[1:7] == ["1", "2", "4", "8", "16", "(5)"]

@@ -21,7 +21,7 @@ from cudagraph.config import (
 )
 from cudagraph.config.vllm import allowed_vllm_modes
 
-ALLOWED_MODES = "NONE, PIECEWISE, FULL_DECODE_ONLY, FULL_AND_PIECEWISE"
+ALLOWED_MODES = "NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE"
 
 # The design card's table: vLLM name -> (decode, prefill).
 DESIGN_TABLE = {
@@ -38,9 +38,8 @@ def test_the_mode_table_is_the_design_cards() -> None:
     assert {
         name: (mode[Phase.DECODE].value, mode[Phase.PREFILL].value) for name, mode in VLLM_CUDAGRAPH_MODES.items()
     } == (DESIGN_TABLE)
-    # FULL waits for prefill ``full`` (refused by ALLOWED_BACKENDS_PER_PHASE today); every other name resolves.
-    full_prefill = Backend.FULL in ALLOWED_BACKENDS_PER_PHASE[Phase.PREFILL]
-    assert set(DESIGN_TABLE) - set(RESOLVABLE) == (set() if full_prefill else {"FULL"})
+    # Every phase allows every backend, so every name of the table resolves.
+    assert list(DESIGN_TABLE) == RESOLVABLE
 
 
 def _per_phase(name: str) -> list[str]:
@@ -68,14 +67,23 @@ def test_a_vllm_enum_member_is_read_by_its_name() -> None:
     )
 
 
-def test_full_is_refused_while_prefill_full_is() -> None:
-    if Backend.FULL in ALLOWED_BACKENDS_PER_PHASE[Phase.PREFILL]:
-        pytest.skip("prefill full is allowed: FULL resolves like the other names")
+def test_full_captures_both_phases_whole(no_warnings: object) -> None:
+    config = resolve_argv(["--cudagraph-mode", "FULL"])
+    assert (config.decode.backend, config.prefill.backend) == (Backend.FULL, Backend.FULL)
+    assert config == resolve_argv(["--cuda-graph-mode", '{"decode": "full", "prefill": "full"}'])
+    assert "attention included, one graph per token bucket" in config.explain().splitlines()[-1]
+
+
+def test_a_mode_a_phase_does_not_allow_is_refused_naming_the_names_that_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No cell is refused today; the table is still the one place that would refuse one, and the message says so.
+    refusing = {**ALLOWED_BACKENDS_PER_PHASE, Phase.PREFILL: frozenset(Backend) - {Backend.FULL}}
+    monkeypatch.setattr("cudagraph.config.vllm.ALLOWED_BACKENDS_PER_PHASE", refusing)
     with pytest.raises(ConfigError) as error:
         resolve_argv(["--cudagraph-mode", "FULL"])
     assert str(error.value) == (
         "--cudagraph-mode: FULL sets prefill to 'full', which prefill does not allow "
-        f"(allowed for prefill: breakable, tc_piecewise, disabled); allowed: {ALLOWED_MODES}"
+        "(allowed for prefill: full, breakable, tc_piecewise, disabled); "
+        "allowed: NONE, PIECEWISE, FULL_DECODE_ONLY, FULL_AND_PIECEWISE"
     )
 
 

@@ -71,3 +71,11 @@ def test_bench_on_cpu_times_eager_and_says_why(tmp_path: Path, capsys: pytest.Ca
     assert [(t["mode"], t["batch_size"]) for t in result["timings"]] == [("eager", 1), ("eager", 3)]
     assert all(t["step_ms"] > 0 for t in result["timings"])
     assert "eager ms" in printed
+
+
+def test_page_size_16_generates_the_reference_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["generate", "--preset", "tiny-qwen3-random", *prompt_args(PROMPTS), "--max-new-tokens", "4"]
+    assert main([*argv, "--json", "--device", "cpu", "--page-size", "16", "--max-num-reqs", "2"]) == 0
+    model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=0, device="cpu")
+    outputs = json.loads(capsys.readouterr().out)["outputs"]
+    assert outputs == [{"output_token_ids": reference_greedy(model, p, 4)} for p in PROMPTS]

@@ -117,3 +117,9 @@ def test_bench_batch_sizes_beyond_the_kv_cache(capsys: pytest.CaptureFixture[str
     argv = ["bench", "--preset", "tiny-llama-random", "--device", "cpu", "--max-num-reqs", "8"]
     line = _one_line_error([*argv, "--batch-sizes", "1", "16"], capsys)
     assert "--batch-sizes 16: each must be between 1 and --max-num-reqs (8)" in line
+
+
+@pytest.mark.parametrize("page_size", ["3", "256", "x"])
+def test_page_size_not_a_power_of_two_up_to_128(page_size: str, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--page-size", page_size], capsys)
+    assert f"--page-size: {page_size!r} is not a power of two up to 128" in line

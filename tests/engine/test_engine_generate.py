@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.config import Backend, ConfigError, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.generate import generate
 from cudagraph.engine.kv_cache import CacheFullError
@@ -70,3 +70,25 @@ def test_prompts_that_cannot_fit_are_rejected_with_the_reason() -> None:
     small = engine("tiny-qwen3-random", num_kv_slots=8)
     with pytest.raises(CacheFullError, match="does not fit an empty KV cache"):
         generate(small, [[1] * 10], SamplingParams(max_new_tokens=2))
+
+
+@pytest.mark.parametrize("page_size", [16, 4])
+def test_paged_cache_gives_the_tokens_of_one_slot_pages(page_size: int) -> None:
+    """Requests join and leave a cache of pages: the torch backend gathers by slot, so tokens match page size 1."""
+    model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=1, dtype="float32", device="cpu")
+    batch = prompts(7, seed=6)
+    params = [SamplingParams(max_new_tokens=n) for n in (9, 2, 14, 5, 1, 7, 11)]
+    outputs = {}
+    for size in (1, page_size):
+        runner = ModelRunner(model, EAGER, cache_config=CacheConfig(max_num_reqs=3, max_context_len=48, page_size=size))
+        outputs[size] = [o.output_token_ids for o in generate(runner, batch, params, max_prefill_tokens=30)]
+        assert runner.token_to_kv_pool.available == runner.cache_config.resolved_slots()
+    assert outputs[page_size] == outputs[1]
+    assert outputs[1][0] == reference_greedy(model, batch[0], 9)
+
+
+def test_prefill_full_with_torch_attention_is_one_error_naming_flashinfer() -> None:
+    model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=1, dtype="float32", device="cpu")
+    config = CudaGraphConfig(decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.FULL, (16,), 16))
+    with pytest.raises(ConfigError, match=r"prefill CUDA-graph backend 'full'.*--attention-backend flashinfer"):
+        ModelRunner(model, config, attention_backend="torch")

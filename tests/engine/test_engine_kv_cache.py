@@ -39,3 +39,47 @@ def test_kv_slots_skip_scratch_and_come_back_after_free() -> None:
     assert sorted(again.tolist()) == sorted(first.tolist())
     assert pool.k_buffer[0].shape == (11, 2, 4)
     assert pool.kv_bytes() == 2 * 2 * 11 * 2 * 4 * 4
+
+
+def test_page_size_16_hands_out_whole_pages_in_token_order() -> None:
+    pool = TokenToKVPool(
+        num_slots=40, num_layers=1, num_kv_heads=2, head_dim=4, dtype=torch.float32, device="cpu", page_size=16
+    )
+    assert (pool.num_pages, pool.num_slots, pool.available) == (3, 48, 48)  # 40 slots round up to 3 pages
+    first = pool.alloc(20)  # 2 pages, the second one partly used
+    assert first.numel() == 20
+    pages = (first // 16).tolist()
+    assert pages[:16] == [pages[0]] * 16 and pages[16:] == [pages[16]] * 4 and pages[0] != pages[16]
+    assert (first % 16).tolist() == list(range(16)) + list(range(4))
+    assert 0 not in pages, "page 0 holds the scratch slot and is never handed out"
+    assert pool.available == 16
+    with pytest.raises(CacheFullError, match=r"asked for 17 KV slots but only 16 of 48 are free \(whole pages of 16"):
+        pool.alloc(17)
+    last = pool.alloc(16)
+    assert sorted({*pages, *(last // 16).tolist()}) == [1, 2, 3]
+    pool.free(first)
+    assert pool.available == 32
+    assert sorted((pool.alloc(32) // 16).unique().tolist()) == sorted(set(pages))
+
+
+def test_paged_layout_is_the_flat_slot_layout() -> None:
+    pool = TokenToKVPool(
+        num_slots=32, num_layers=2, num_kv_heads=2, head_dim=4, dtype=torch.float32, device="cpu", page_size=16
+    )
+    assert pool.kv_pages[1].shape == (3, 16, 2, 2, 4)
+    slot = 16 * 2 + 5
+    pool.k_buffer[1][slot] = 7.0  # stored by flat slot, as out_cache_loc addresses it
+    assert pool.kv_pages[1][2, 5, 0].eq(7.0).all() and pool.kv_pages[1].eq(7.0).sum() == 8
+    assert pool.kv_bytes() == 2 * 3 * 16 * 2 * 2 * 4 * 4
+
+
+def test_request_rows_span_whole_pages() -> None:
+    pool = ReqToTokenPool(max_num_reqs=2, max_context_len=40, device="cpu", page_size=64)
+    assert pool.req_to_token.shape == (3, 64) and pool.max_pages_per_request == 1
+    assert ReqToTokenPool(2, 40, "cpu", page_size=4).req_to_token.shape == (3, 48)  # the 16-column alignment wins
+
+
+@pytest.mark.parametrize("page_size", [0, 3, 24, 256, -16])
+def test_page_sizes_other_than_powers_of_two_up_to_128_are_refused(page_size: int) -> None:
+    with pytest.raises(ValueError, match=rf"page_size={page_size} .*allowed: 1, 2, 4, \.\.\. 128"):
+        TokenToKVPool(8, 1, 1, 4, torch.float32, "cpu", page_size=page_size)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from cudagraph.config import (
     ALIAS_FLAGS,
+    ALLOWED_BACKENDS_PER_PHASE,
     LEGACY_BACKEND_VALUES,
     LEGACY_FLAGS,
     MODERN_FLAGS,
@@ -284,7 +285,7 @@ def valid_flag_sets(draw: st.DrawFn) -> FlagSet:
     for phase in Phase:
         choice = "none" if vllm else draw(st.sampled_from(["none", "backend", "disable"]))
         if choice == "backend":
-            allowed = [b for b in BACKEND_NAMES if not (phase is Phase.PREFILL and b == "full")]
+            allowed = [b.value for b in Backend if b in ALLOWED_BACKENDS_PER_PHASE[phase]]
             flags[spelled(f"--{phase.value}-cuda-graph-backend")] = draw(st.sampled_from(allowed))
         elif choice == "disable":
             flags[spelled(f"--{phase.value}-disable-cuda-graph")] = True

@@ -88,3 +88,33 @@ def test_generate_with_both_runners_gives_the_eager_tokens(preset: str) -> None:
     # Both runners really replayed, and at more than one bucket.
     assert len(set(decode_backend.replayed)) > 1
     assert prefill_backend.replayed
+
+
+@pytest.mark.parametrize(("backend", "in_graph"), [(Backend.FULL, True), (Backend.BREAKABLE, False)])
+def test_the_attention_hooks_hear_whether_attention_is_inside_the_graph(backend: Backend, in_graph: bool) -> None:
+    """Prefill full captures attention, so the attention backend must plan static per-bucket state for it; the
+    breakable backend runs attention as an eager break, planned per step for the real requests only."""
+    model_runner = make_model_runner()
+    attn_backend = model_runner.attn_backend
+    heard: list[tuple[str, object, object]] = []
+    capture_hook = attn_backend.init_forward_metadata_capture_cuda_graph
+    replay_hook = attn_backend.init_forward_metadata_replay_cuda_graph
+
+    def on_capture(*args, **kwargs):
+        heard.append(("capture", kwargs.get("attention_in_graph"), kwargs.get("forward_batch")))
+        return capture_hook(*args, **kwargs)
+
+    def on_replay(*args, **kwargs):
+        heard.append(("replay", kwargs.get("attention_in_graph"), kwargs.get("forward_batch")))
+        return replay_hook(*args, **kwargs)
+
+    attn_backend.init_forward_metadata_capture_cuda_graph = on_capture
+    attn_backend.init_forward_metadata_replay_cuda_graph = on_replay
+    runner = PrefillCudaGraphRunner(
+        model_runner, model_runner.cuda_graph_config, backend=CpuReplayBackend(backend), show_progress=False
+    )
+    runner.capture()
+    assert runner.attention_in_graph is in_graph
+    runner.replay(make_extend_batch(admit(model_runner, prompts_of([5, 9])), model_runner.device))
+    assert [(kind, flag) for kind, flag, _ in heard] == [("capture", in_graph)] * 3 + [("replay", in_graph)]
+    assert heard[-1][2] is runner.static_buckets[16].batch, "the replay hook plans from the bucket's static batch"

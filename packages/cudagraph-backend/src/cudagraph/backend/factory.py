@@ -39,7 +39,7 @@ def make_backend(
 ) -> BaseCudaGraphBackend:
     """The backend that captures ``phase`` with ``backend`` on ``device``.
 
-    Raises ``ConfigError`` for an unknown phase or backend, a pair the phase does not allow (prefill ``full``) and
+    Raises ``ConfigError`` for an unknown phase or backend, a pair the phase does not allow and
     ``disabled`` (which means: run eagerly, no backend); ``BackendUnavailableError`` for a backend not built in this
     release; ``CudaGraphsUnavailableError`` on a machine without CUDA. ``options``, ``pool`` and
     ``share_global_pool`` go to the backend's constructor, ``tc_piecewise_compiler`` (``eager`` or ``inductor``;

@@ -24,6 +24,7 @@ from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
     DEFAULT_CUDA_GRAPH_MODE,
     TC_PIECEWISE_COMPILERS,
+    WHAT_EACH_BACKEND_CAPTURES,
     Backend,
     ConfigError,
     Phase,
@@ -133,13 +134,18 @@ class CudaGraphConfig:
         return result
 
     def explain(self) -> str:
-        """One line per value: key, value, and where it came from (JSON, flag, legacy flag, default or rule)."""
+        """One line per value: key, value, and where it came from (JSON, flag, legacy flag, default or rule); then
+        one ``<phase>.captures`` line per phase saying what its backend's graphs hold."""
         rows = [
             (key, _format_value(value), self.sources.get(key, "not recorded")) for key, value in self.values().items()
         ]
         key_width = max(len(key) for key, _, _ in rows)
         value_width = max(len(value) for _, value, _ in rows)
-        return "\n".join(f"{key:<{key_width}}  {value:<{value_width}}  {source}" for key, value, source in rows)
+        lines = [f"{key:<{key_width}}  {value:<{value_width}}  {source}" for key, value, source in rows]
+        for phase in Phase:
+            captures = WHAT_EACH_BACKEND_CAPTURES[phase][self.backend(phase)]
+            lines.append(f"{phase_key(phase, 'captures'):<{key_width}}  {captures}")
+        return "\n".join(lines)
 
     def to_cli_args(self) -> list[str]:
         """Flags that resolve back to an equal config in any environment.

@@ -74,7 +74,7 @@ def backend_for_phase(label: str, raw: object, phase: Phase) -> Backend:
 
 
 def read_backend(label: str, raw: object, phase: Phase, notes: Notes) -> Backend:
-    """``raw`` as a ``Backend`` that ``phase`` allows (prefill may not be ``full``).
+    """``raw`` as a ``Backend`` that ``phase`` allows (``ALLOWED_BACKENDS_PER_PHASE``).
 
     A legacy spelling (``LEGACY_BACKEND_VALUES``) reads as its backend and is recorded in ``notes``.
     """

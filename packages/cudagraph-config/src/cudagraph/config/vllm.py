@@ -30,7 +30,7 @@ VLLM_CUDAGRAPH_MODES: Mapping[str, Mapping[Phase, Backend]] = MappingProxyType(
 )
 """vLLM's ``CUDAGraphMode`` names -> the backend of each phase (names are read case-insensitively).
 
-``FULL`` asks for prefill ``full``, which is refused while ``ALLOWED_BACKENDS_PER_PHASE`` refuses that cell."""
+A name whose backends a phase does not allow (``ALLOWED_BACKENDS_PER_PHASE``) is refused, naming the ones that work."""
 
 COMPILATION_CONFIG_EXAMPLE = '{"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}'
 

@@ -40,10 +40,38 @@ DEFAULT_CUDA_GRAPH_MODE: Mapping[Phase, Backend] = MappingProxyType(
 ALLOWED_BACKENDS_PER_PHASE: Mapping[Phase, frozenset[Backend]] = MappingProxyType(
     {
         Phase.DECODE: frozenset(Backend),
-        # Prefill attention depends on per-request extend lengths, which one static graph cannot hold.
-        Phase.PREFILL: frozenset({Backend.BREAKABLE, Backend.TC_PIECEWISE, Backend.DISABLED}),
+        # Prefill ``full`` captures attention for token buckets with a bounded number of requests (an attention
+        # backend with static index buffers per bucket, such as FlashInfer's); other batches run eagerly.
+        Phase.PREFILL: frozenset(Backend),
     }
 )
+"""The backends each phase accepts: every phase and backend pair of the design is allowed today. The table stays the
+one place a future phase or backend that cannot pair is refused, with the message naming what is allowed."""
+
+WHAT_EACH_BACKEND_CAPTURES: Mapping[Phase, Mapping[Backend, str]] = MappingProxyType(
+    {
+        Phase.DECODE: MappingProxyType(
+            {
+                Backend.FULL: "the whole forward, attention included, one graph per batch size",
+                Backend.BREAKABLE: "everything but attention, one graph per batch size; attention runs eagerly",
+                Backend.TC_PIECEWISE: "torch.compile pieces between the split ops, per batch size; "
+                "attention runs eagerly",
+                Backend.DISABLED: "nothing: every decode step runs eagerly",
+            }
+        ),
+        Phase.PREFILL: MappingProxyType(
+            {
+                Backend.FULL: "the whole forward, attention included, one graph per token bucket holding at most "
+                "min(bucket, request rows) requests; other batches run eagerly",
+                Backend.BREAKABLE: "everything but attention, one graph per token bucket; attention runs eagerly",
+                Backend.TC_PIECEWISE: "torch.compile pieces between the split ops, per token bucket; "
+                "attention runs eagerly",
+                Backend.DISABLED: "nothing: every prefill step runs eagerly",
+            }
+        ),
+    }
+)
+"""Phase -> backend -> one line saying what its graphs hold (``--explain`` prints it)."""
 
 TC_PIECEWISE_COMPILERS: tuple[str, ...] = ("eager", "inductor")
 """What torch.compile uses for the pieces of a ``tc_piecewise`` graph; the first is the default."""

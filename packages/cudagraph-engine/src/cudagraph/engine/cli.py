@@ -24,6 +24,7 @@ from .attention import ATTENTION_BACKENDS, AttentionBackendUnavailableError
 from .batch import SamplingParams
 from .benchmark import bench_decode, format_table
 from .generate import generate
+from .kv_cache import MAX_PAGE_SIZE, check_page_size
 from .model import PRESETS, CausalLM, ModelLoadError, load_model, model_config_from_preset, random_model
 from .model_runner import CacheConfig, ModelRunner
 
@@ -67,6 +68,16 @@ def token_ids(text: str) -> list[int]:
     return ids
 
 
+def page_size(text: str) -> int:
+    """Parse ``--page-size`` (argparse type): a power of two up to ``MAX_PAGE_SIZE``."""
+    try:
+        return check_page_size(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a power of two up to {MAX_PAGE_SIZE}; allowed: 1, 2, 4, ... {MAX_PAGE_SIZE}"
+        ) from None
+
+
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", type=Path, help="Hugging Face model directory (config.json + safetensors)")
@@ -77,6 +88,12 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention-backend", choices=sorted(ATTENTION_BACKENDS), default="torch")
     parser.add_argument("--max-num-reqs", type=int, default=64, help="request rows in the KV cache")
     parser.add_argument("--max-context-len", type=int, default=1024, help="tokens per request in the KV cache")
+    parser.add_argument(
+        "--page-size",
+        type=page_size,
+        default=1,
+        help=f"tokens per KV cache page: a power of two up to {MAX_PAGE_SIZE} (default 1)",
+    )
     loudness = parser.add_mutually_exclusive_group()
     loudness.add_argument("-v", "--verbose", action="store_true", help="also log debug detail")
     loudness.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no capture bar")
@@ -159,7 +176,7 @@ def build_model_runner(args: argparse.Namespace, config: CudaGraphConfig, *, cap
     """Model, KV cache and attention backend from the arguments; with ``capture``, the graphs ``config`` allows."""
     device = _device(args)
     model = load_engine_model(args, device)
-    cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len)
+    cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len, page_size=args.page_size)
     runner = ModelRunner(
         model, config, cache_config=cache, attention_backend=args.attention_backend, show_progress=not args.quiet
     )

@@ -1,7 +1,11 @@
-"""The paged KV cache: a request-to-token table and a token-to-KV pool with one slot per token.
+"""The paged KV cache: a request-to-token table and a token-to-KV pool allocated in pages of ``page_size`` tokens.
 
-Request row ``PADDING_REQ_POOL_INDEX`` and KV slot ``PADDING_KV_SLOT`` are scratch: graph padding points there, so
-the allocators never hand them out. Allocation is host-side bookkeeping only; no device work, no syncs.
+A KV slot is ``page * page_size + offset``. The request-to-token table maps each token to its slot, so attention in
+plain torch gathers by slot whatever the page size, and a paged kernel (FlashInfer) reads a request's pages as
+``slot // page_size`` of every ``page_size``-th entry. Keys and values are stored by flat slot (``out_cache_loc``).
+
+Request row ``PADDING_REQ_POOL_INDEX`` and the page holding ``PADDING_KV_SLOT`` are scratch: graph padding points
+there, so the allocators never hand them out. Allocation is host-side bookkeeping only; no device work, no syncs.
 """
 
 from __future__ import annotations
@@ -13,28 +17,60 @@ import torch
 from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX
 
 COLUMN_ALIGNMENT = 16
-"""Request-to-token rows are padded to a multiple of this many columns."""
+"""Request-to-token rows are padded to a multiple of this many columns (or of the page size, if larger)."""
+
+MAX_PAGE_SIZE = 128
+"""The largest page size the cache accepts (FlashInfer's paged kernels are built and tested up to here)."""
+
+SCRATCH_PAGE = PADDING_KV_SLOT
+"""The page that holds the scratch slot (slot 0 is offset 0 of page 0)."""
 
 
 class CacheFullError(RuntimeError):
     """The KV cache has no room for a request: the message says what was asked and what is free."""
 
 
+def check_page_size(page_size: int) -> int:
+    """``page_size`` when it is a power of two up to ``MAX_PAGE_SIZE``; a ``ValueError`` naming what is allowed."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size={page_size!r} is not a positive integer; allowed: 1, 2, 4, ... {MAX_PAGE_SIZE}")
+    if page_size & (page_size - 1) or page_size > MAX_PAGE_SIZE:
+        raise ValueError(
+            f"page_size={page_size} is not a power of two up to {MAX_PAGE_SIZE}; allowed: 1, 2, 4, ... {MAX_PAGE_SIZE}"
+        )
+    return page_size
+
+
+def pages_for(num_tokens: int, page_size: int) -> int:
+    """How many pages ``num_tokens`` tokens take."""
+    return -(-num_tokens // page_size)
+
+
 class ReqToTokenPool:
     """``req_to_token[row, i]`` is the KV slot of token ``i`` of the request in ``row``; row 0 is scratch."""
 
-    def __init__(self, max_num_reqs: int, max_context_len: int, device: torch.device | str) -> None:
+    def __init__(
+        self, max_num_reqs: int, max_context_len: int, device: torch.device | str, *, page_size: int = 1
+    ) -> None:
         if max_num_reqs < 1 or max_context_len < 1:
             raise ValueError(
                 f"max_num_reqs={max_num_reqs} and max_context_len={max_context_len} must both be at least 1"
             )
         self.max_num_reqs = max_num_reqs
         self.max_context_len = max_context_len
+        self.page_size = check_page_size(page_size)
         # One extra row: the scratch row padded graph rows read (it stays all PADDING_KV_SLOT). The width is rounded
-        # up to a multiple of COLUMN_ALIGNMENT so attention masks over a full row need no padding in fused kernels.
-        width = -(-max_context_len // COLUMN_ALIGNMENT) * COLUMN_ALIGNMENT
+        # up to a multiple of COLUMN_ALIGNMENT so attention masks over a full row need no padding in fused kernels,
+        # and to whole pages so a row's page table has a fixed width.
+        alignment = max(COLUMN_ALIGNMENT, self.page_size)
+        width = -(-max_context_len // alignment) * alignment
         self.req_to_token = torch.full((max_num_reqs + 1, width), PADDING_KV_SLOT, dtype=torch.int32, device=device)
         self._free_rows: deque[int] = deque(row for row in range(max_num_reqs + 1) if row != PADDING_REQ_POOL_INDEX)
+
+    @property
+    def max_pages_per_request(self) -> int:
+        """Pages in one full row of the table."""
+        return int(self.req_to_token.shape[1]) // self.page_size
 
     @property
     def available(self) -> int:
@@ -63,11 +99,13 @@ class ReqToTokenPool:
 
 
 class TokenToKVPool:
-    """Keys and values of every cached token; slot 0 is scratch.
+    """Keys and values of every cached token, in pages; page 0 (which holds the scratch slot) is never handed out.
 
-    Per layer one ``kv_buffer`` ``[num_slots + 1, 2, num_kv_heads, head_dim]`` holds a slot's key and value side by
-    side, so one gather fetches both; ``k_buffer[layer]`` and ``v_buffer[layer]`` are its ``[:, 0]`` and ``[:, 1]``
-    views. The free list lives on the host, so allocating never touches the device.
+    Per layer one ``kv_pages`` tensor ``[num_pages + 1, page_size, 2, num_kv_heads, head_dim]`` holds each slot's key
+    and value side by side. ``kv_buffer[layer]`` is the same storage seen by flat slot,
+    ``[(num_pages + 1) * page_size, 2, num_kv_heads, head_dim]``, so one gather fetches both and stores index it by
+    ``out_cache_loc``; ``k_buffer[layer]`` and ``v_buffer[layer]`` are its ``[:, 0]`` and ``[:, 1]`` views. The free
+    list (of pages) lives on the host, so allocating never touches the device.
     """
 
     def __init__(
@@ -78,40 +116,55 @@ class TokenToKVPool:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        *,
+        page_size: int = 1,
     ) -> None:
         if num_slots < 1:
             raise ValueError(f"num_slots={num_slots} must be at least 1")
-        self.num_slots = num_slots
+        self.page_size = check_page_size(page_size)
+        self.num_pages = pages_for(num_slots, self.page_size)
+        self.num_slots = self.num_pages * self.page_size
+        """Slots that can be handed out: ``num_slots`` rounded up to whole pages."""
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.dtype = dtype
-        shape = (num_slots + 1, 2, num_kv_heads, head_dim)
-        self.kv_buffer = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        shape = (self.num_pages + 1, self.page_size, 2, num_kv_heads, head_dim)
+        self.kv_pages = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.kv_buffer = [pages.view(-1, 2, num_kv_heads, head_dim) for pages in self.kv_pages]
         self.k_buffer = [kv[:, 0] for kv in self.kv_buffer]
         self.v_buffer = [kv[:, 1] for kv in self.kv_buffer]
-        self._free_slots = torch.tensor([s for s in range(num_slots + 1) if s != PADDING_KV_SLOT], dtype=torch.int64)
-        self._free_count = num_slots
+        pages = [page for page in range(self.num_pages + 1) if page != SCRATCH_PAGE]
+        self._free_pages = torch.tensor(pages, dtype=torch.int64)
+        self._free_page_count = self.num_pages
+        self._offsets = torch.arange(self.page_size, dtype=torch.int64)
 
     @property
     def available(self) -> int:
-        """Slots that can still be allocated."""
-        return self._free_count
+        """Slots that can still be allocated (whole free pages)."""
+        return self._free_page_count * self.page_size
 
     def alloc(self, count: int) -> torch.Tensor:
-        """``count`` free slots (a CPU int64 tensor), never the scratch slot."""
-        if count > self._free_count:
-            raise CacheFullError(f"asked for {count} KV slots but only {self._free_count} of {self.num_slots} are free")
-        start = self.num_slots - self._free_count
-        self._free_count -= count
-        return self._free_slots[start : start + count].clone()
+        """Slots for ``count`` tokens (a CPU int64 tensor, in token order): whole pages, token ``i`` at offset
+        ``i % page_size`` of page ``i // page_size``; never the scratch page."""
+        num_pages = pages_for(count, self.page_size)
+        if num_pages > self._free_page_count:
+            raise CacheFullError(
+                f"asked for {count} KV slots but only {self.available} of {self.num_slots} are free "
+                f"(whole pages of {self.page_size}: {num_pages} needed)"
+            )
+        start = self.num_pages - self._free_page_count
+        self._free_page_count -= num_pages
+        pages = self._free_pages[start : start + num_pages]
+        return (pages[:, None] * self.page_size + self._offsets[None, :]).flatten()[:count]
 
     def free(self, slots: torch.Tensor) -> None:
-        """Return ``slots`` to the pool."""
-        count = int(slots.numel())
-        start = self.num_slots - self._free_count - count
-        self._free_slots[start : start + count] = slots.cpu()
-        self._free_count += count
+        """Return the pages of ``slots`` (every slot of a request, as ``alloc`` gave them) to the pool."""
+        pages = slots.cpu()[:: self.page_size] // self.page_size
+        count = int(pages.numel())
+        start = self.num_pages - self._free_page_count - count
+        self._free_pages[start : start + count] = pages
+        self._free_page_count += count
 
     def kv_bytes(self) -> int:
         """Device bytes the keys and values take."""
-        return sum(t.numel() * t.element_size() for t in self.kv_buffer)
+        return sum(t.numel() * t.element_size() for t in self.kv_pages)

@@ -14,12 +14,12 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from cudagraph.backend_utils import ForwardContext, compiled_model_forward, set_forward_context
-from cudagraph.config import CudaGraphConfig, Phase
+from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Phase
 from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner
 
 from .attention import make_attention_backend
 from .attention.op import attend
-from .kv_cache import ReqToTokenPool, TokenToKVPool
+from .kv_cache import ReqToTokenPool, TokenToKVPool, check_page_size, pages_for
 
 logger = logging.getLogger(__name__)
 
@@ -46,16 +46,23 @@ class CausalLMLike(Protocol):
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """How big the KV cache is: request rows, tokens per request, and KV slots in total."""
+    """How big the KV cache is: request rows, tokens per request, KV slots in total, and tokens per page."""
 
     max_num_reqs: int = 64
     max_context_len: int = 1024
     num_kv_slots: int | None = None
-    """Defaults to ``max_num_reqs * max_context_len`` (every request at full length)."""
+    """Defaults to every request at full length in whole pages (``max_num_reqs * pages(max_context_len)``)."""
+    page_size: int = 1
+    """Tokens per KV page: a power of two up to ``MAX_PAGE_SIZE``; requests are allocated whole pages."""
+
+    def __post_init__(self) -> None:
+        check_page_size(self.page_size)
 
     def resolved_slots(self) -> int:
-        """The number of KV slots to allocate."""
-        return self.num_kv_slots if self.num_kv_slots is not None else self.max_num_reqs * self.max_context_len
+        """The number of KV slots to allocate (rounded up to whole pages)."""
+        if self.num_kv_slots is not None:
+            return pages_for(self.num_kv_slots, self.page_size) * self.page_size
+        return self.max_num_reqs * pages_for(self.max_context_len, self.page_size) * self.page_size
 
 
 @dataclass(frozen=True)
@@ -107,8 +114,9 @@ class ModelRunner:
         self.cache_config = cache_config or CacheConfig()
         self.show_progress = show_progress
         self.shape = ModelShape.of(model.config)
+        page_size = self.cache_config.page_size
         self.req_to_token_pool = ReqToTokenPool(
-            self.cache_config.max_num_reqs, self.cache_config.max_context_len, self.device
+            self.cache_config.max_num_reqs, self.cache_config.max_context_len, self.device, page_size=page_size
         )
         self.token_to_kv_pool = TokenToKVPool(
             self.cache_config.resolved_slots(),
@@ -117,12 +125,27 @@ class ModelRunner:
             self.shape.head_dim,
             self.dtype,
             self.device,
+            page_size=page_size,
         )
         self.attn_backend = make_attention_backend(
             attention_backend, self.req_to_token_pool, self.token_to_kv_pool, self.shape
         )
+        self._check_prefill_full(attention_backend)
         self.decode_cuda_graph_runner: DecodeCudaGraphRunner | None = None
         self.prefill_cuda_graph_runner: PrefillCudaGraphRunner | None = None
+
+    def _check_prefill_full(self, attention_backend: str) -> None:
+        """Prefill ``full`` captures extend attention inside the graph: only an attention backend that can do that
+        (``captures_extend_attention``) runs it; any other is one clear error before anything is captured."""
+        if self.cuda_graph_config.backend(Phase.PREFILL) is not Backend.FULL:
+            return
+        if getattr(self.attn_backend, "captures_extend_attention", False):
+            return
+        raise ConfigError(
+            f"prefill CUDA-graph backend 'full' captures attention inside the graph, which the {attention_backend!r} "
+            "attention backend cannot (its extend attention loops over the requests on the host); use the "
+            "'flashinfer' attention backend (--attention-backend flashinfer), or prefill 'breakable' or 'tc_piecewise'"
+        )
 
     # -- graphs -----------------------------------------------------------------------------------------------------
 

@@ -2,8 +2,10 @@
 
 A prefill graph has a fixed number of token rows (its bucket) and of request rows (``requests_per_graph``): padded
 tokens write to the scratch KV slot, padded requests own no tokens. Attention depends on every request's extend
-length, which one static graph cannot hold, so the default backend (breakable) runs it eagerly at replay; it reads
-the real per-request lengths from the batch in the forward context.
+length. The breakable and tc_piecewise backends run it eagerly at replay, reading the real per-request lengths from
+the batch in the forward context. The full backend captures it inside the graph: the attention backend's hooks get
+``attention_in_graph=True`` and keep static index buffers per bucket, re-planned from the host lengths before every
+replay; a batch with more requests than the bucket's rows, or more tokens than the largest bucket, runs eagerly.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         """Request rows of the largest graph: the engine's request rows, less the scratch row, at most one per token."""
         table_rows = int(self.model_runner.req_to_token_pool.req_to_token.shape[0])
         return max(1, min(self.max_size, table_rows - 1 - PADDING_REQ_POOL_INDEX))
+
+    @property
+    def attention_in_graph(self) -> bool:
+        """Whether attention runs inside the graph (full) rather than as an eager break (breakable, tc_piecewise)."""
+        return bool(self.backend.captures_attn_metadata)
 
     def requests_per_graph(self, bucket: int) -> int:
         """Request rows of the graph of ``bucket`` tokens."""
@@ -79,6 +86,7 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             batch.seq_lens,
             ForwardMode.EXTEND,
             forward_batch=batch,
+            attention_in_graph=self.attention_in_graph,
         )
         forward = self.model_runner.forward
         return lambda: forward(batch)
@@ -121,6 +129,7 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             ForwardMode.EXTEND,
             seq_lens_cpu=static_batch.seq_lens_cpu,
             forward_batch=static_batch,
+            attention_in_graph=self.attention_in_graph,
         )
         with self.backend.runtime_session(), set_forward_context(static_bucket.forward_context):
             logits = self.replay_graph(bucket)

@@ -1,13 +1,32 @@
-"""Decode attention with FlashInfer's paged decode kernels (extend attention stays in plain torch).
+"""Attention with FlashInfer's paged kernels: decode through ``BatchDecodeWithPagedKVCacheWrapper``, extend (prefill,
+chunked prefill) through ``BatchPrefillWithPagedKVCacheWrapper``, over pages of ``page_size`` tokens.
 
-Graphs use one ``BatchDecodeWithPagedKVCacheWrapper(use_cuda_graph=True)`` per captured batch size, whose index
-buffers are static; ``plan`` runs on the host before every replay, from the host copy of ``seq_lens`` the runner
-passes, so it never waits on the device. The page size is 1: a KV slot is a page.
+Extend uses one paged wrapper over each request's prefix and new tokens, causal, rather than SGLang's split (a ragged
+wrapper for the new tokens over themselves, a paged one for the cached prefix, joined by ``cascade.merge_state``).
+Why: the engine stores the step's keys and values with their own op *before* attention runs, so the new tokens are
+already in their pages when the kernel reads them; one kernel then sees the whole context, there is no second kernel
+and no merge (one launch and one plan per step instead of three), and a graph wrapper needs one set of static index
+buffers per captured bucket, not two.
+
+Plans are made on the host from host lengths, never inside a graph, and never wait on the device; the page tables
+they read are gathered from the request-to-token table by device ops of fixed shape. When a step is planned:
+
+- eager: ``init_forward_metadata``;
+- breakable and ``tc_piecewise`` replays (attention is the eager break): the runner's replay hook, for the real
+  requests only, so the break computes exactly what eager computes;
+- prefill ``full`` (attention inside the graph): one ``use_cuda_graph=True`` wrapper per captured token bucket, with
+  static buffers for that bucket's request rows; the capture hook plans it once for capture, the replay hook re-plans
+  it before every replay (padded requests own no tokens and one scratch page).
+
+Every wrapper uses FlashInfer's ``fa2`` kernels with split-kv disabled: a padded graph batch then computes each real
+row as eager does (no partition that depends on the batch), ``fa2``'s CUDA-graph planner keeps the kernel's tiling
+fixed per captured shape, and no wrapper allocates the 64 MiB of index scratch the ``fa3`` path asks for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import flashinfer
 import torch
@@ -16,10 +35,17 @@ from cudagraph.backend_utils import is_capture_mode
 from cudagraph.runner import ForwardBatch, ForwardMode
 
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
+from .paging import ExtendLengths, HostPages, lay_out_pages
 from .torch_backend import TorchAttentionBackend
 
 WORKSPACE_BYTES = 128 * 2**20
 INT_WORKSPACE_BYTES = 8 * 2**20
+PREFILL_KERNELS = "fa2"
+"""FlashInfer's prefill implementation for every extend wrapper (why: the module docstring)."""
+
+_WrapperT = TypeVar(
+    "_WrapperT", flashinfer.BatchDecodeWithPagedKVCacheWrapper, flashinfer.BatchPrefillWithPagedKVCacheWrapper
+)
 
 
 @dataclass(frozen=True)
@@ -55,15 +81,33 @@ class _DecodeWrapper:
 
     wrapper: flashinfer.BatchDecodeWithPagedKVCacheWrapper
     kv_indices: torch.Tensor
-    """[batch_size * graph_width + 1] int32; the last element is a dump target for masked-out entries."""
+    """[batch_size * pages_per_row + 1] int32 page ids; the last element is a dump target for masked-out entries."""
+
+
+@dataclass
+class _ExtendWrapper:
+    """A paged prefill wrapper and its page-id buffer (static for a graph wrapper, per step for the eager one)."""
+
+    wrapper: flashinfer.BatchPrefillWithPagedKVCacheWrapper
+    kv_indices: torch.Tensor
+    """[request_rows * pages_per_row + 1] int32 page ids; the last element is a dump target for masked-out entries."""
+    request_rows: int = 0
+    """A ``use_cuda_graph=True`` wrapper's fixed request rows (0: the eager wrapper, planned for any batch)."""
+
+    @property
+    def in_graph(self) -> bool:
+        """Whether this wrapper belongs to one captured bucket and runs inside its graph."""
+        return self.request_rows > 0
 
 
 class FlashInferAttentionBackend(TorchAttentionBackend):
-    """Decode through FlashInfer (graph-safe wrappers per batch size); extend inherited from the torch backend."""
+    """Decode and extend through FlashInfer's paged wrappers (graph-safe wrappers per captured shape)."""
 
     name = "flashinfer"
     needs_seq_lens_cpu = True
     """``plan`` builds the index pointers on the host from the lengths."""
+    captures_extend_attention = True
+    """Extend attention can run inside a graph (prefill ``full``): a static wrapper per token bucket."""
 
     def __init__(
         self,
@@ -78,19 +122,40 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         device = self.req_to_token.device
         if device.type != "cuda":
             raise ValueError(f"the flashinfer attention backend needs a CUDA device, not {device}; use 'torch'")
+        self.page_size = kv_pool.page_size
+        if self.graph_width % self.page_size:
+            raise ValueError(
+                f"the request-to-token table's width {self.graph_width} is not whole pages of {self.page_size}; "
+                "build ReqToTokenPool with the KV pool's page_size"
+            )
+        self.pages_per_row = self.graph_width // self.page_size
+        """Columns of a page table: the pages one full request-to-token row spans."""
         self._workspaces = _shared_workspaces(device)
         self._workspace = self._workspaces.float_buffer
         self._eager = _DecodeWrapper(
             self._share_workspace(flashinfer.BatchDecodeWithPagedKVCacheWrapper(self._workspace, "NHD")),
             torch.empty(0, dtype=torch.int32, device=device),
         )
+        self._eager_extend = _ExtendWrapper(
+            self._share_workspace(
+                flashinfer.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD", backend=PREFILL_KERNELS)
+            ),
+            torch.empty(0, dtype=torch.int32, device=device),
+        )
         self._graph_wrappers: dict[int, _DecodeWrapper] = {}
+        self._graph_extend_wrappers: dict[int, _ExtendWrapper] = {}
+        """Prefill ``full`` wrappers by captured token count."""
         self.decode_wrapper: _DecodeWrapper | None = None
 
     # -- metadata ---------------------------------------------------------------------------------------------------
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
-        """Eager decode plans the eager wrapper; inside a capture the hook already planned the graph wrapper."""
+        """Eager steps plan the eager wrapper. Inside a capture, or a ``tc_piecewise`` replay (which runs the forward
+        in capture mode), the runner's hooks already planned and set the batch's metadata: it is left alone."""
+        if batch.forward_mode.is_extend():
+            if not is_capture_mode():
+                batch.attn_metadata = self._plan_eager_extend(batch) if batch.batch_size else None
+            return
         if not batch.forward_mode.is_decode():
             batch.attn_metadata = None
             return
@@ -98,15 +163,14 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
             return
         seq_lens_cpu = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()
         width = max(int(seq_lens_cpu.max()), 1) if batch.batch_size else 1
+        pages = -(-width // self.page_size)
         self._eager.kv_indices = torch.empty(
-            batch.batch_size * width + 1, dtype=torch.int32, device=self.req_to_token.device
+            batch.batch_size * pages + 1, dtype=torch.int32, device=self.req_to_token.device
         )
-        self._plan(self._eager, batch.req_pool_indices, batch.seq_lens, seq_lens_cpu, width)
+        self._plan(self._eager, batch.req_pool_indices, batch.seq_lens, seq_lens_cpu, pages)
         self.decode_wrapper = self._eager
 
-    def _share_workspace(
-        self, wrapper: flashinfer.BatchDecodeWithPagedKVCacheWrapper
-    ) -> flashinfer.BatchDecodeWithPagedKVCacheWrapper:
+    def _share_workspace(self, wrapper: _WrapperT) -> _WrapperT:
         """Point ``wrapper`` at the process's shared workspaces (every wrapper is re-planned right before it runs,
         so one set serves them all).
 
@@ -121,13 +185,13 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         return wrapper
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
-        """Nothing shared to allocate: each batch size gets its own wrapper when it is captured."""
+        """Nothing shared to allocate: each captured shape gets its own wrapper when it is captured."""
 
     def _graph_wrapper(self, batch_size: int) -> _DecodeWrapper:
         entry = self._graph_wrappers.get(batch_size)
         if entry is None:
             device = self.req_to_token.device
-            kv_indices = torch.zeros(batch_size * self.graph_width + 1, dtype=torch.int32, device=device)
+            kv_indices = torch.zeros(batch_size * self.pages_per_row + 1, dtype=torch.int32, device=device)
             wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                 self._workspace,
                 "NHD",
@@ -140,6 +204,30 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
             self._graph_wrappers[batch_size] = entry
         return entry
 
+    def _graph_extend_wrapper(self, num_tokens: int, request_rows: int) -> _ExtendWrapper:
+        entry = self._graph_extend_wrappers.get(num_tokens)
+        if entry is None:
+            device = self.req_to_token.device
+            kv_indices = torch.zeros(request_rows * self.pages_per_row + 1, dtype=torch.int32, device=device)
+            wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                self._workspace,
+                "NHD",
+                use_cuda_graph=True,
+                qo_indptr_buf=torch.zeros(request_rows + 1, dtype=torch.int32, device=device),
+                paged_kv_indptr_buf=torch.zeros(request_rows + 1, dtype=torch.int32, device=device),
+                paged_kv_indices_buf=kv_indices,
+                paged_kv_last_page_len_buf=torch.ones(request_rows, dtype=torch.int32, device=device),
+                backend=PREFILL_KERNELS,
+            )
+            entry = _ExtendWrapper(self._share_workspace(wrapper), kv_indices, request_rows)
+            self._graph_extend_wrappers[num_tokens] = entry
+        elif entry.request_rows != request_rows:
+            raise ValueError(
+                f"the graph of {num_tokens} tokens was captured with {entry.request_rows} request rows, "
+                f"not {request_rows}"
+            )
+        return entry
+
     def init_forward_metadata_capture_cuda_graph(
         self,
         batch_size: int,
@@ -149,13 +237,30 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         forward_mode: ForwardMode,
         **kwargs: object,
     ) -> None:
-        """Decode: plan the wrapper of ``batch_size`` for the padding rows the capture runs with."""
+        """Decode: plan the wrapper of ``batch_size`` for the padding rows the capture runs with.
+
+        Extend (``forward_batch`` is the static batch about to be captured): with ``attention_in_graph=True``
+        (prefill ``full``) plan the wrapper of ``num_tokens`` tokens and ``batch_size`` request rows for a stand-in
+        batch that fills the bucket (that plan fixes the kernel's tiling for the graph); otherwise attention is an
+        eager break and the all-padding capture batch has nothing to attend."""
+        if forward_mode.is_extend():
+            self.decode_wrapper = None
+            batch = kwargs.get("forward_batch")
+            if not isinstance(batch, ForwardBatch):
+                raise TypeError("the extend capture hook needs forward_batch=<the static ForwardBatch>")
+            batch.attn_metadata = None
+            if kwargs.get("attention_in_graph"):
+                entry = self._graph_extend_wrapper(num_tokens, batch_size)
+                stand_in = ExtendLengths([num_tokens - batch_size + 1] + [1] * (batch_size - 1), [1] * batch_size)
+                self._plan_extend(entry, req_pool_indices, seq_lens, stand_in)
+                batch.attn_metadata = entry
+            return
         if not forward_mode.is_decode():
             self.decode_wrapper = None
             return
         seq_lens_cpu = seq_lens.cpu()  # capture time: a sync is fine here
         self.decode_wrapper = self._graph_wrapper(batch_size)
-        self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.graph_width)
+        self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.pages_per_row)
 
     def init_forward_metadata_replay_cuda_graph(
         self,
@@ -167,14 +272,31 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         seq_lens_cpu: torch.Tensor | None = None,
         **kwargs: object,
     ) -> None:
-        """Decode: re-plan the wrapper of ``batch_size`` for this step's lengths (host work, no device sync)."""
+        """Decode: re-plan the wrapper of ``batch_size`` for this step's lengths (host work, no device sync).
+
+        Extend (``forward_batch`` is the runner's static batch, its host fields already this step's): with
+        ``attention_in_graph=True`` re-plan the bucket's graph wrapper for the real requests padded to
+        ``batch_size`` rows; otherwise plan the eager wrapper the attention break runs, for the real requests."""
+        if forward_mode.is_extend():
+            self.decode_wrapper = None
+            batch = kwargs.get("forward_batch")
+            if not isinstance(batch, ForwardBatch):
+                raise TypeError("the extend replay hook needs forward_batch=<the static ForwardBatch>")
+            if kwargs.get("attention_in_graph"):
+                entry = self._graph_extend_wrapper(batch.num_tokens, batch_size)
+                lengths = ExtendLengths.of(batch, padded_rows=batch_size - batch.batch_size)
+                self._plan_extend(entry, req_pool_indices, seq_lens, lengths)
+                batch.attn_metadata = entry
+            else:
+                batch.attn_metadata = self._plan_eager_extend(batch) if batch.batch_size else None
+            return
         if not forward_mode.is_decode():
             self.decode_wrapper = None
             return
         if seq_lens_cpu is None:
             seq_lens_cpu = seq_lens.cpu()
         self.decode_wrapper = self._graph_wrapper(batch_size)
-        self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.graph_width)
+        self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.pages_per_row)
 
     def _plan(
         self,
@@ -182,27 +304,19 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         req_pool_indices: torch.Tensor,
         seq_lens: torch.Tensor,
         seq_lens_cpu: torch.Tensor,
-        width: int,
+        pages_per_row: int,
     ) -> None:
-        """Lay each row's slots out back to back in ``entry.kv_indices`` (device ops, fixed shapes) and plan."""
-        rows = int(seq_lens_cpu.numel())
-        indptr_cpu = torch.zeros(rows + 1, dtype=torch.int32)
-        torch.cumsum(seq_lens_cpu.to(torch.int32), 0, out=indptr_cpu[1:])
-        slots = self.req_to_token[:, :width].index_select(0, req_pool_indices)
-        positions = self._positions[None, :width]
-        starts = torch.cumsum(seq_lens, 0, dtype=torch.int64) - seq_lens
-        dump = entry.kv_indices.numel() - 1
-        targets = torch.where(positions < seq_lens[:, None], starts[:, None] + positions, dump)
-        entry.kv_indices.scatter_(0, targets.reshape(-1), slots.reshape(-1))
-        total = int(indptr_cpu[-1])
+        """Fill ``entry.kv_indices`` with each row's pages and plan decode over them."""
+        host = HostPages.of(seq_lens_cpu.to(torch.int32), self.page_size)
+        lay_out_pages(entry.kv_indices, self.req_to_token, req_pool_indices, seq_lens, self.page_size, pages_per_row)
         entry.wrapper.plan(
-            indptr_cpu,
-            entry.kv_indices[:total],
-            torch.ones(rows, dtype=torch.int32),
+            host.indptr,
+            entry.kv_indices[: host.total],
+            host.last_page_len,
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,
-            1,
+            self.page_size,
             q_data_type=self.kv_pool.dtype,
             kv_data_type=self.kv_pool.dtype,
             sm_scale=self.scale,
@@ -211,7 +325,48 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
             disable_split_kv=True,
         )
 
+    def _plan_eager_extend(self, batch: ForwardBatch) -> _ExtendWrapper:
+        """Plan the eager extend wrapper for ``batch``'s real requests (host lengths; no device sync)."""
+        rows = batch.batch_size
+        lengths = ExtendLengths.of(batch)
+        pages = sum(-(-n // self.page_size) for n in lengths.context_tokens)
+        entry = self._eager_extend
+        entry.kv_indices = torch.empty(pages + 1, dtype=torch.int32, device=self.req_to_token.device)
+        self._plan_extend(entry, batch.req_pool_indices[:rows], batch.seq_lens[:rows], lengths)
+        return entry
+
+    def _plan_extend(
+        self, entry: _ExtendWrapper, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, lengths: ExtendLengths
+    ) -> None:
+        """Fill ``entry.kv_indices`` with each row's pages and plan causal attention of its new tokens over them.
+
+        ``seq_lens`` (device) must hold ``lengths.context_tokens``: the device side lays the pages out, the host side
+        says where each row's pages and queries start."""
+        host = lengths.host_pages(self.page_size)
+        lay_out_pages(
+            entry.kv_indices, self.req_to_token, req_pool_indices, seq_lens, self.page_size, self.pages_per_row
+        )
+        entry.wrapper.plan(
+            lengths.qo_indptr(),
+            host.indptr,
+            entry.kv_indices[: host.total],
+            host.last_page_len,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.page_size,
+            causal=True,
+            sm_scale=self.scale,
+            q_data_type=self.kv_pool.dtype,
+            kv_data_type=self.kv_pool.dtype,
+            disable_split_kv=True,
+        )
+
     # -- compute ----------------------------------------------------------------------------------------------------
+
+    def _paged_kv(self, layer_id: int) -> torch.Tensor:
+        """Layer ``layer_id``'s cache as FlashInfer's single-tensor NHD layout ``[pages, 2, page_size, Hkv, D]``."""
+        return self.kv_pool.kv_pages[layer_id].transpose(1, 2)
 
     def forward(
         self,
@@ -223,17 +378,45 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         batch: ForwardBatch,
         kv_stored: bool = False,
     ) -> None:
-        """Store keys and values (unless ``kv_stored``); decode through the planned wrapper, extend through the
-        torch path."""
+        """Store keys and values (unless ``kv_stored``); attend through the planned decode or extend wrapper."""
         if batch.forward_mode.is_extend():
-            super().forward(q, k, v, output, layer_id, batch, kv_stored=kv_stored)
+            self._extend_paged(q, k, v, output, layer_id, batch, kv_stored)
             return
         if not kv_stored:
             self.store_kv(k, v, layer_id, batch.out_cache_loc)
         assert self.decode_wrapper is not None, "init_forward_metadata was not called for this decode step"
-        # [slots, 2, Hkv, D] is FlashInfer's single-tensor NHD layout with a page size of 1.
-        paged_kv = self.kv_pool.kv_buffer[layer_id].unsqueeze(2)
+        paged_kv = self._paged_kv(layer_id)
         rows = q.shape[0]
         self.decode_wrapper.wrapper.run(
             q.view(rows, self.num_heads, self.head_dim), paged_kv, out=output.view(rows, self.num_heads, self.head_dim)
         )
+
+    def _extend_paged(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        output: torch.Tensor,
+        layer_id: int,
+        batch: ForwardBatch,
+        kv_stored: bool,
+    ) -> None:
+        """Extend attention: the new tokens' keys and values go to their pages first, then one causal paged kernel
+        runs over each request's whole context. Token rows no request owns (bucket padding) come out as zeros."""
+        if not kv_stored:
+            self.store_kv(k, v, layer_id, batch.out_cache_loc)
+        entry = batch.attn_metadata
+        if not isinstance(entry, _ExtendWrapper):
+            # No real request (a breakable capture's all-padding batch): nothing attends.
+            output.zero_()
+            return
+        rows = q.shape[0]
+        if entry.in_graph:
+            output.zero_()  # the kernel writes only the rows real requests own; the rest of the bucket stays zero
+            real_rows = rows
+        else:
+            real_rows = sum(batch.extend_seq_lens_cpu or ())
+            if real_rows < rows:
+                output[real_rows:].zero_()
+        shape = (real_rows, self.num_heads, self.head_dim)
+        entry.wrapper.run(q[:real_rows].view(shape), self._paged_kv(layer_id), out=output[:real_rows].view(shape))

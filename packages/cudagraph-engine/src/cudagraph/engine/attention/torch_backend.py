@@ -58,6 +58,9 @@ class TorchAttentionBackend:
     name = "torch"
     needs_seq_lens_cpu = False
     """The replay hook only picks static views; the graph derives everything else on the device."""
+    captures_extend_attention = False
+    """Extend attention loops over the requests on the host (shapes follow each request's length), so it cannot be
+    captured inside a graph: prefill ``full`` needs an attention backend whose extend can (``flashinfer``)."""
 
     def __init__(
         self,

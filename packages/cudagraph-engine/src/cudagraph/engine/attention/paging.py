@@ -1,0 +1,91 @@
+"""Page tables for paged attention kernels, built from the request-to-token table: what FlashInfer's ``plan`` reads.
+
+A kernel over pages needs, per request row, where its pages start in one flat list of page ids (``indptr``, on the
+host), the page ids themselves (``indices``, on the device) and how full its last page is. The host side comes from
+host lengths; the device side is gathered from the request-to-token table by ops of fixed shape, so building it never
+waits on the device and a static buffer keeps its address. Plain torch: it imports and is tested without FlashInfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cudagraph.runner import ForwardBatch
+
+
+@dataclass(frozen=True)
+class HostPages:
+    """Per request row, from its context length: page index pointers and the number of tokens in its last page."""
+
+    indptr: torch.Tensor
+    """[rows + 1] int32 (CPU): row ``r``'s pages are ``indices[indptr[r]:indptr[r + 1]]``."""
+    last_page_len: torch.Tensor
+    """[rows] int32 (CPU): tokens in each row's last page (``page_size`` when the page is full)."""
+
+    @property
+    def total(self) -> int:
+        """Pages of all rows together."""
+        return int(self.indptr[-1])
+
+    @classmethod
+    def of(cls, context_tokens: torch.Tensor, page_size: int) -> HostPages:
+        """The pages of rows holding ``context_tokens`` (CPU int32, each at least 1) tokens."""
+        pages = (context_tokens + (page_size - 1)) // page_size
+        indptr = torch.zeros(pages.numel() + 1, dtype=torch.int32)
+        torch.cumsum(pages, 0, out=indptr[1:])
+        return cls(indptr, context_tokens - (pages - 1) * page_size)
+
+
+@dataclass(frozen=True)
+class ExtendLengths:
+    """One extend plan's request rows as host lists: new tokens and context tokens (prefix + new) per row."""
+
+    new_tokens: list[int]
+    context_tokens: list[int]
+
+    @classmethod
+    def of(cls, batch: ForwardBatch, padded_rows: int = 0) -> ExtendLengths:
+        """The real requests of ``batch``, then ``padded_rows`` padding rows (no new token, one scratch token: the
+        ``seq_len`` fill value the runner's static buffers give a padded request)."""
+        if batch.extend_seq_lens_cpu is None or batch.extend_prefix_lens_cpu is None:
+            raise ValueError("an extend batch needs extend_seq_lens_cpu and extend_prefix_lens_cpu")
+        new = list(batch.extend_seq_lens_cpu)
+        context = [n + p for n, p in zip(new, batch.extend_prefix_lens_cpu, strict=True)]
+        return cls(new + [0] * padded_rows, context + [1] * padded_rows)
+
+    def qo_indptr(self) -> torch.Tensor:
+        """[rows + 1] int32 (CPU): row ``r``'s new tokens are query rows ``qo_indptr[r]:qo_indptr[r + 1]``."""
+        indptr = torch.zeros(len(self.new_tokens) + 1, dtype=torch.int32)
+        torch.cumsum(torch.tensor(self.new_tokens, dtype=torch.int32), 0, out=indptr[1:])
+        return indptr
+
+    def host_pages(self, page_size: int) -> HostPages:
+        """The rows' pages, from their context lengths."""
+        return HostPages.of(torch.tensor(self.context_tokens, dtype=torch.int32), page_size)
+
+
+def lay_out_pages(
+    indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_size: int,
+    pages_per_row: int,
+) -> None:
+    """Write each row's page ids back to back into ``indices`` (device ops of fixed shape, no sync).
+
+    Row ``r`` (request-to-token row ``req_pool_indices[r]``, ``seq_lens[r]`` tokens) has pages
+    ``req_to_token[row, j * page_size] // page_size`` for ``j < ceil(seq_lens[r] / page_size)``; the first
+    ``pages_per_row`` columns of every row are read, and entries past a row's pages go to ``indices[-1]``, a dump
+    target the caller leaves out of the plan.
+    """
+    page_table = req_to_token[:, : pages_per_row * page_size : page_size].index_select(0, req_pool_indices)
+    if page_size > 1:
+        page_table = page_table // page_size
+    pages = (seq_lens + (page_size - 1)) // page_size
+    starts = torch.cumsum(pages, 0, dtype=torch.int64) - pages
+    columns = torch.arange(pages_per_row, device=indices.device)
+    targets = torch.where(columns[None, :] < pages[:, None], starts[:, None] + columns, indices.numel() - 1)
+    indices.scatter_(0, targets.reshape(-1), page_table.reshape(-1).to(indices.dtype))

@@ -1,0 +1,71 @@
+"""Page tables for paged kernels against a plain Python walk of the request-to-token table, page sizes 1 and 16."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cudagraph.engine.attention.paging import ExtendLengths, HostPages, lay_out_pages
+from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool
+from cudagraph.runner import ForwardBatch, ForwardMode
+
+
+def cache_with_requests(page_size: int, lengths: list[int]) -> tuple[ReqToTokenPool, list[int], list[torch.Tensor]]:
+    """Requests of ``lengths`` tokens allocated after a gap, so a page id is never a row-relative index."""
+    req_pool = ReqToTokenPool(8, 64, "cpu", page_size=page_size)
+    kv_pool = TokenToKVPool(8 * 64, 1, 1, 4, torch.float32, "cpu", page_size=page_size)
+    kv_pool.alloc(page_size * 3)  # leave a gap before the first request's pages
+    rows, slots = [], []
+    for length in lengths:
+        row = req_pool.alloc()
+        request_slots = kv_pool.alloc(length)
+        req_pool.write(row, 0, request_slots)
+        rows.append(row)
+        slots.append(request_slots)
+    return req_pool, rows, slots
+
+
+def expected_pages(slots: list[torch.Tensor], page_size: int) -> list[int]:
+    return [int(s) // page_size for request in slots for s in request[::page_size]]
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_pages_are_laid_out_back_to_back_with_padding_rows(page_size: int) -> None:
+    lengths = [1, 16, 17, 40]
+    req_pool, rows, slots = cache_with_requests(page_size, lengths)
+    # Two padding rows, as a graph bucket has them: the scratch row, one token.
+    req_pool_indices = torch.tensor([*rows, 0, 0])
+    seq_lens = torch.tensor([*lengths, 1, 1], dtype=torch.int32)
+    pages_per_row = req_pool.max_pages_per_request
+    indices = torch.full((len(req_pool_indices) * pages_per_row + 1,), -7, dtype=torch.int32)
+    lay_out_pages(indices, req_pool.req_to_token, req_pool_indices, seq_lens, page_size, pages_per_row)
+    host = HostPages.of(seq_lens, page_size)
+    want = [*expected_pages(slots, page_size), 0, 0]  # padding rows read the scratch page
+    assert indices[: host.total].tolist() == want
+    assert host.indptr.tolist()[1:] == torch.cumsum(-(-seq_lens // page_size), 0).tolist()
+    assert host.last_page_len.tolist() == [(n - 1) % page_size + 1 for n in seq_lens.tolist()]
+    assert indices[host.total : -1].eq(-7).all(), "nothing past the last row's pages is written but the dump slot"
+
+
+def extend_batch(new: list[int], prefix: list[int]) -> ForwardBatch:
+    empty = torch.zeros(0, dtype=torch.int64)
+    return ForwardBatch(
+        ForwardMode.EXTEND, len(new), empty, empty, empty, empty, empty, 0,
+        extend_seq_lens_cpu=new, extend_prefix_lens_cpu=prefix,
+    )  # fmt: skip
+
+
+def test_extend_lengths_pad_rows_with_no_query_and_one_scratch_token() -> None:
+    lengths = ExtendLengths.of(extend_batch([5, 2], [0, 14]), padded_rows=2)
+    assert lengths.new_tokens == [5, 2, 0, 0]
+    assert lengths.context_tokens == [5, 16, 1, 1]
+    assert lengths.qo_indptr().tolist() == [0, 5, 7, 7, 7]
+    assert lengths.host_pages(16).indptr.tolist() == [0, 1, 2, 3, 4]
+    assert lengths.host_pages(4).last_page_len.tolist() == [1, 4, 1, 1]
+
+
+def test_extend_lengths_need_the_host_lengths() -> None:
+    batch = extend_batch([5], [0])
+    batch.extend_prefix_lens_cpu = None
+    with pytest.raises(ValueError, match="extend_seq_lens_cpu and extend_prefix_lens_cpu"):
+        ExtendLengths.of(batch)

@@ -1,0 +1,268 @@
+"""FlashInfer extend and prefill ``full`` graphs, and graphs over a paged KV cache (page sizes 1 and 16), on a GPU.
+
+- FlashInfer's extend attention against the torch backend's, one attention call over the very same cache: requests
+  of mixed lengths whose cached prefixes end inside a page, on a page boundary, or cross several pages.
+- Prefill ``full`` (attention inside the graph, FlashInfer) against FlashInfer eager for several token counts and
+  request counts, prefixes included; batches beyond the captured shapes run eagerly.
+- Breakable prefill with FlashInfer against FlashInfer eager (the attention break plans the real requests only).
+- Decode graphs (full, breakable) over 16-token pages give eager's tokens at every batch size 1..64 (torch backend,
+  float32), and FlashInfer decode graphs over 16-token pages match FlashInfer eager at every batch size.
+
+bfloat16 comparisons use ``BF16_LOGITS`` and, where greedy tokens are compared, the same argmax. FlashInfer's graph
+plan fixes its query tiling from the bucket while an eager plan picks it from the batch, so graph and eager logits of
+FlashInfer prefill may differ by bfloat16 rounding, not more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from cudagraph.backend_utils import ForwardContext, set_forward_context
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, unified_attention
+from cudagraph.engine.batch import Request, SamplingParams, make_decode_batch, make_extend_batch
+from cudagraph.engine.generate import generate
+from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.runner import ForwardBatch
+
+pytestmark = pytest.mark.gpu
+
+BF16_LOGITS = {"rtol": 2e-2, "atol": 2e-2}
+DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
+PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
+NO_FLASHINFER = importlib.util.find_spec("flashinfer") is None
+needs_flashinfer = pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+# FlashInfer's kernels are built for head dims 64, 128 and 256; the tiny presets use 32.
+FLASHINFER_MODEL = model_config_from_preset("tiny-qwen3-random").with_overrides(head_dim=64)
+PAGE_SIZES = [1, 16]
+
+
+def config(decode: Backend, prefill: Backend) -> CudaGraphConfig:
+    return CudaGraphConfig(
+        decode=PhaseConfig(decode, () if decode is Backend.DISABLED else DECODE_BUCKETS, 64),
+        prefill=PhaseConfig(prefill, () if prefill is Backend.DISABLED else PREFILL_BUCKETS, 512),
+    )
+
+
+EAGER = config(Backend.DISABLED, Backend.DISABLED)
+
+
+@contextlib.contextmanager
+def engine(
+    preset: str | ModelConfig,
+    graphs: CudaGraphConfig,
+    *,
+    page_size: int,
+    attention: str = "torch",
+    dtype: str = "float32",
+) -> Iterator[ModelRunner]:
+    """A CUDA engine with random weights, a cache of ``page_size`` pages and its graphs captured; shut down on exit."""
+    model_config = model_config_from_preset(preset) if isinstance(preset, str) else preset
+    model = random_model(model_config, seed=3, dtype=dtype, device="cuda")
+    cache = CacheConfig(max_num_reqs=80, max_context_len=320, page_size=page_size)
+    runner = ModelRunner(model, graphs, cache_config=cache, attention_backend=attention)
+    try:
+        runner.init_cuda_graphs()
+        yield runner
+    finally:
+        runner.shutdown()
+
+
+def fill_cache(model_runner: ModelRunner, seed: int) -> None:
+    """Random keys and values in every slot (stand-ins for cached prefixes), the same for a given seed."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    for buffer in model_runner.token_to_kv_pool.kv_buffer:
+        buffer.copy_(torch.randn(buffer.shape, generator=generator, device="cuda"))
+
+
+def admit_extend(model_runner: ModelRunner, prefix_and_new: list[tuple[int, int]], seed: int) -> list[Request]:
+    """One request per ``(prefix, new)``: ``prefix`` tokens counted as cached (whatever KV their slots hold), ``new``
+    tokens to extend. ``release`` gives rows and slots back."""
+    generator = torch.Generator().manual_seed(seed)
+    requests = []
+    for index, (prefix, new) in enumerate(prefix_and_new):
+        tokens = torch.randint(0, 512, (prefix + new,), generator=generator).tolist()
+        request = Request(index, tokens, SamplingParams(1), cached_len=prefix)
+        request.req_pool_index = model_runner.req_to_token_pool.alloc()
+        request.kv_slots = model_runner.token_to_kv_pool.alloc(request.budget)
+        model_runner.req_to_token_pool.write(request.req_pool_index, 0, request.kv_slots)
+        requests.append(request)
+    return requests
+
+
+def release(model_runner: ModelRunner, requests: list[Request]) -> None:
+    for request in requests:
+        assert request.kv_slots is not None
+        model_runner.token_to_kv_pool.free(request.kv_slots)
+        model_runner.req_to_token_pool.free(request.req_pool_index)
+
+
+def attention_output(
+    attn_backend: TorchAttentionBackend, q: torch.Tensor, layer_id: int, batch: ForwardBatch
+) -> torch.Tensor:
+    """One call of the registered attention op, keys and values already stored, as the model makes it."""
+    attn_backend.init_forward_metadata(batch)
+    output = torch.full_like(q, float("nan"))
+    with set_forward_context(ForwardContext(forward_batch=batch, attn_backend=attn_backend)):
+        unified_attention(q, q, q, output, layer_id, kv_stored=True)
+    return output
+
+
+# Prefixes that end inside a page, on a page boundary (16, 32) and cross several pages; a request with no prefix,
+# a single new token, and new tokens that themselves cross a page boundary.
+MIXED_EXTENDS = [(0, 5), (15, 3), (16, 1), (17, 40), (31, 2), (100, 20), (0, 33), (64, 64)]
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+def test_flashinfer_extend_matches_torch_extend_on_one_layer(page_size: int) -> None:
+    with engine(FLASHINFER_MODEL, EAGER, page_size=page_size, attention="flashinfer", dtype="bfloat16") as flash:
+        fill_cache(flash, seed=21)
+        shape = flash.shape
+        torch_attention = make_attention_backend("torch", flash.req_to_token_pool, flash.token_to_kv_pool, shape)
+        requests = admit_extend(flash, MIXED_EXTENDS, seed=page_size)
+        batch = make_extend_batch(requests, flash.device)
+        tokens = batch.num_tokens
+        generator = torch.Generator(device="cuda").manual_seed(page_size)
+
+        def activations(width: int) -> torch.Tensor:
+            return torch.randn(tokens, width, generator=generator, device="cuda").to(torch.bfloat16)
+
+        q = activations(shape.num_heads * shape.head_dim)
+        k = activations(shape.num_kv_heads * shape.head_dim)
+        v = activations(shape.num_kv_heads * shape.head_dim)
+        layer_id = shape.num_layers - 1
+        torch_attention.store_kv(k, v, layer_id, batch.out_cache_loc)
+        want = attention_output(torch_attention, q, layer_id, batch)
+        have = attention_output(flash.attn_backend, q, layer_id, batch)
+        assert not have.isnan().any(), "every new token's output row must be written"
+        torch.testing.assert_close(have, want, **BF16_LOGITS)
+        release(flash, requests)
+
+
+# (prefix, new) per request: token counts across several buckets, 1 to 24 requests, prefixes crossing pages.
+PREFILL_CASES = [
+    [(0, 5)],
+    [(0, 16)],
+    [(20, 3), (0, 30), (7, 9)],
+    [(0, 100), (33, 2), (0, 40), (15, 1)],
+    [(0, 150), (150, 150), (0, 150)],
+    [(i % 3 * 17, 1 + i % 5) for i in range(24)],
+]
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+def test_prefill_full_graphs_match_flashinfer_eager(page_size: int) -> None:
+    graphs = config(Backend.DISABLED, Backend.FULL)
+    with engine(FLASHINFER_MODEL, graphs, page_size=page_size, attention="flashinfer", dtype="bfloat16") as flash:
+        runner = flash.prefill_cuda_graph_runner
+        assert runner is not None and runner.attention_in_graph and runner.stats.graphs == len(PREFILL_BUCKETS)
+        fill_cache(flash, seed=7)
+        for case, prefix_and_new in enumerate(PREFILL_CASES):
+            requests = admit_extend(flash, prefix_and_new, seed=case)
+            batch = make_extend_batch(requests, flash.device)
+            assert runner.can_run(batch), f"case {case}: {batch.num_tokens} tokens, {batch.batch_size} requests"
+            replayed = runner.replay(batch).clone()
+            eager = flash.forward(batch)
+            torch.testing.assert_close(replayed, eager, **BF16_LOGITS, msg=f"case {case}")
+            assert torch.equal(replayed.argmax(-1), eager.argmax(-1)), f"case {case}: greedy tokens differ"
+            release(flash, requests)
+        # More tokens than the largest bucket: not graphed, and replay hands it to eager.
+        requests = admit_extend(flash, [(0, 300), (0, 300)], seed=99)
+        too_long = make_extend_batch(requests, flash.device)
+        assert not runner.can_run(too_long)
+        torch.testing.assert_close(runner.replay(too_long), flash.forward(too_long), rtol=0, atol=0)
+        release(flash, requests)
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+def test_flashinfer_prefill_graphs_then_decode_give_eager_tokens(page_size: int, backend: Backend) -> None:
+    """Whole generate loops (prefill graphs of ``backend``, decode full graphs) against FlashInfer eager."""
+    generator = torch.Generator().manual_seed(page_size)
+    prompts = [torch.randint(0, 512, (int(n),), generator=generator).tolist() for n in torch.randint(2, 60, (20,))]
+    params = [SamplingParams(max_new_tokens=1 + i % 7) for i in range(20)]
+    runs = {}
+    for name, graphs in (("eager", EAGER), ("graphs", config(Backend.FULL, backend))):
+        with engine(FLASHINFER_MODEL, graphs, page_size=page_size, attention="flashinfer", dtype="bfloat16") as flash:
+            outputs = generate(flash, prompts, params, max_prefill_tokens=128)
+            runs[name] = [output.output_token_ids for output in outputs]
+    assert runs["graphs"] == runs["eager"]
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+def test_breakable_flashinfer_prefill_matches_eager_exactly(page_size: int) -> None:
+    """The attention break plans the eager wrapper for the real requests only: the same kernels on the same inputs."""
+    graphs = config(Backend.DISABLED, Backend.BREAKABLE)
+    with engine(FLASHINFER_MODEL, graphs, page_size=page_size, attention="flashinfer", dtype="bfloat16") as flash:
+        runner = flash.prefill_cuda_graph_runner
+        assert runner is not None and not runner.attention_in_graph
+        fill_cache(flash, seed=8)
+        for case, prefix_and_new in enumerate(PREFILL_CASES):
+            requests = admit_extend(flash, prefix_and_new, seed=case)
+            batch = make_extend_batch(requests, flash.device)
+            replayed = runner.replay(batch).clone()
+            torch.testing.assert_close(replayed, flash.forward(batch), **BF16_LOGITS, msg=f"case {case}")
+            release(flash, requests)
+
+
+def shrinking_workload(count: int = 65, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
+    """Prompt ``i`` wants ``i + 1`` tokens, so the decode batch walks down through every size from 64 to 1."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 40, (count,), generator=generator).tolist()
+    prompts = [torch.randint(0, 512, (n,), generator=generator).tolist() for n in lengths]
+    return prompts, [SamplingParams(max_new_tokens=i + 1) for i in range(count)]
+
+
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+def test_decode_graphs_over_16_token_pages_give_eager_tokens_at_every_batch_size(backend: Backend) -> None:
+    prompts, params = shrinking_workload()
+    with engine("tiny-qwen3-random", EAGER, page_size=1) as eager:
+        expected = [o.output_token_ids for o in generate(eager, prompts, params)]
+    with engine("tiny-qwen3-random", config(backend, Backend.DISABLED), page_size=16) as graphed:
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        seen: list[int] = []
+        replay = runner.replay
+
+        def counting(batch: ForwardBatch) -> torch.Tensor:
+            if runner.can_run(batch):
+                seen.append(batch.batch_size)
+            return replay(batch)
+
+        runner.replay = counting  # type: ignore[method-assign]
+        got = [o.output_token_ids for o in generate(graphed, prompts, params)]
+    assert sorted(set(seen)) == list(range(1, 65)), "every decode batch size 1..64 should have replayed a graph"
+    for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+        assert have == want, f"prompt {index} diverged"
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+def test_flashinfer_decode_graphs_over_16_token_pages_match_eager_at_every_batch_size(backend: Backend) -> None:
+    graphs = config(backend, Backend.DISABLED)
+    with engine(FLASHINFER_MODEL, graphs, page_size=16, attention="flashinfer", dtype="bfloat16") as flash:
+        fill_cache(flash, seed=12)
+        runner = flash.decode_cuda_graph_runner
+        assert runner is not None
+        generator = torch.Generator().manual_seed(12)
+        for batch_size in range(1, 65):
+            cached = torch.randint(0, 150, (batch_size,), generator=generator).tolist()
+            # Every token but the last is cached: a decode step over pages.
+            requests = admit_extend(flash, [(n, 1) for n in cached], seed=batch_size)
+            batch = make_decode_batch(requests, flash.device)
+            assert runner.can_run(batch)
+            have = runner.replay(batch).clone()
+            want = flash.forward(batch)
+            torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
+            assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
+            release(flash, requests)
