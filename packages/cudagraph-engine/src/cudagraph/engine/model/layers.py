@@ -77,7 +77,6 @@ class HeadRMSNorm(nn.Module):
     ) -> None:
         super().__init__()
         self.eps = eps
-        self.num_q_heads = num_q_heads
         self.weight = _parameter((num_q_heads + num_k_heads, head_dim), dtype, device)
 
 
