@@ -68,6 +68,8 @@ def test_bench_on_cpu_times_eager_and_says_why(tmp_path: Path, capsys: pytest.Ca
     printed = capsys.readouterr().out
     result = json.loads(output.read_text())
     assert "CUDA graphs need a CUDA device" in result["graphs"]
+    assert result["kernels"] == "torch"  # auto, on a CPU
+    assert "torch kernels" in printed
     assert [(t["mode"], t["batch_size"]) for t in result["timings"]] == [("eager", 1), ("eager", 3)]
     assert all(t["step_ms"] > 0 for t in result["timings"])
     assert "eager ms" in printed

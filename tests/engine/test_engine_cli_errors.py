@@ -60,6 +60,22 @@ def test_flashinfer_asked_for_and_not_installed_names_the_extra(capsys: pytest.C
     assert "pip install 'cudagraph-engine[flashinfer]'" in line
 
 
+def test_flashinfer_kernels_asked_for_and_not_installed_name_the_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Absent, whether or not this machine has it (and the fused kernel module imported afresh).
+    monkeypatch.setitem(sys.modules, "flashinfer", None)
+    monkeypatch.setitem(sys.modules, "cudagraph.engine.model.flashinfer_kernels", None)
+    monkeypatch.delitem(sys.modules, "cudagraph.engine.model.flashinfer_kernels")
+    line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--kernel-backend", "flashinfer"], capsys)
+    assert "pip install 'cudagraph-engine[flashinfer]'" in line and "--kernel-backend torch" in line
+
+
+def test_unknown_kernel_backend_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--kernel-backend", "triton"], capsys)
+    assert "--kernel-backend" in line and "'auto', 'torch', 'flashinfer'" in line
+
+
 def test_missing_model_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error([*GENERATE, "--model", str(tmp_path / "nowhere")], capsys)
     assert "nowhere" in line and "config.json" in line

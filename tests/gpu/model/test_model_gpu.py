@@ -22,7 +22,7 @@ from cudagraph.engine.model import (
     reference_greedy,
     reference_logits,
 )
-from cudagraph.engine.model.layers import RMSNorm
+from cudagraph.engine.model.kernels import TorchKernels
 
 pytestmark = pytest.mark.gpu
 
@@ -303,6 +303,9 @@ def test_qwen3_0_6b_shaped_decode_step_time() -> None:
     print(f"matmuls alone (graph) {_median_ms(_capture_matmuls(model)):.3f} ms")
     # What rounding the hidden-size norms exactly as transformers does (norm, round, then scale) would cost.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(RMSNorm, "forward", lambda self, x: F.rms_norm(x, self.weight.shape, eps=self.eps) * self.weight)
+        patch.setattr(TorchKernels, "rms_norm", lambda self, x, w, eps: F.rms_norm(x, w.shape, eps=eps) * w)
+        patch.setattr(
+            TorchKernels, "add_rms_norm", lambda self, x, r, w, eps: (F.rms_norm(r.add_(x), w.shape, eps=eps) * w, r)
+        )
         print(f"model only with unfused norm scaling: {_median_ms(_capture(model_only).replay):.3f} ms")
     assert model_only_ms <= 1.5

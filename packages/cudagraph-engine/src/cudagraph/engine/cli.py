@@ -25,7 +25,16 @@ from .batch import SamplingParams
 from .benchmark import bench_decode, format_table
 from .generate import generate
 from .kv_cache import MAX_PAGE_SIZE, check_page_size
-from .model import PRESETS, CausalLM, ModelLoadError, load_model, model_config_from_preset, random_model
+from .model import (
+    KERNEL_BACKEND_CHOICES,
+    PRESETS,
+    CausalLM,
+    KernelBackendError,
+    ModelLoadError,
+    load_model,
+    model_config_from_preset,
+    random_model,
+)
 from .model_runner import CacheConfig, ModelRunner
 
 logger = logging.getLogger("cudagraph.engine")
@@ -46,6 +55,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     ModelLoadError,
     ConfigError,
     AttentionBackendUnavailableError,
+    KernelBackendError,
 )
 """Errors that are the user's input, reported in one line; anything else is a bug and keeps its traceback."""
 
@@ -86,6 +96,13 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--model-seed", type=int, default=0, help="seed of a preset's random weights")
     parser.add_argument("--attention-backend", choices=sorted(ATTENTION_BACKENDS), default="torch")
+    parser.add_argument(
+        "--kernel-backend",
+        choices=KERNEL_BACKEND_CHOICES,
+        default="auto",
+        help="the layers' norm/rotary/activation kernels (auto: flashinfer when installed and the model runs in "
+        "float16/bfloat16 on CUDA without tc_piecewise, else torch)",
+    )
     parser.add_argument("--max-num-reqs", type=int, default=64, help="request rows in the KV cache")
     parser.add_argument("--max-context-len", type=int, default=1024, help="tokens per request in the KV cache")
     parser.add_argument(
@@ -178,7 +195,12 @@ def build_model_runner(args: argparse.Namespace, config: CudaGraphConfig, *, cap
     model = load_engine_model(args, device)
     cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len, page_size=args.page_size)
     runner = ModelRunner(
-        model, config, cache_config=cache, attention_backend=args.attention_backend, show_progress=not args.quiet
+        model,
+        config,
+        cache_config=cache,
+        attention_backend=args.attention_backend,
+        kernel_backend=args.kernel_backend,
+        show_progress=not args.quiet,
     )
     if capture:
         runner.init_cuda_graphs()
@@ -214,6 +236,7 @@ def run_bench(args: argparse.Namespace, config: CudaGraphConfig) -> dict[str, An
         "device": str(model_runner.device),
         "dtype": str(model_runner.dtype).removeprefix("torch."),
         "graphs": reason or f"decode {config.decode.backend}",
+        "kernels": model_runner.kernels.name,
         "timings": [timing.as_dict() for timing in timings],
         "table": format_table(timings),
     }
@@ -248,7 +271,8 @@ def _run(args: argparse.Namespace) -> int:
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps(result, indent=2) + "\n")
         if not args.json:
-            print(f"decode step on {result['device']} ({result['dtype']}, {result['graphs']})")
+            kernels = f"{result['kernels']} kernels"
+            print(f"decode step on {result['device']} ({result['dtype']}, {kernels}, {result['graphs']})")
             print(result["table"])
             return 0
     elif not args.json:

@@ -165,6 +165,29 @@ class TokenToKVPool:
         self._free_pages[start : start + count] = pages
         self._free_page_count += count
 
+    def store(self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write keys and values ``[T, num_kv_heads * head_dim]`` into ``slots`` ``[T]`` of layer ``layer_id``, both
+        with one kernel when ``v`` follows ``k`` in every row of one tensor (the model's fused projection), else
+        with one more to pair them up. Padded tokens all point at the scratch slot, which any of them may win."""
+        self.kv_buffer[layer_id].index_put_((slots,), self._paired(k, v))
+
+    def _paired(self, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``k`` and ``v`` as one ``[T, 2, num_kv_heads, head_dim]`` tensor: a view of their memory where they
+        sit side by side (no copy), else a stacked copy."""
+        rows, width = k.shape
+        side_by_side = (
+            v.shape == k.shape
+            and v.dtype == k.dtype
+            and k.stride(1) == v.stride(1) == 1
+            and (k.stride(0) == v.stride(0) or rows == 1)  # one row: its stride is never used
+            and v.data_ptr() == k.data_ptr() + width * k.element_size()
+        )
+        if side_by_side:
+            # Element [t, 0, h, d] is k[t, h * D + d] and [t, 1, h, d] is v[t, h * D + d], by the checks above.
+            return k.as_strided((rows, 2, self.num_kv_heads, self.head_dim), (k.stride(0), width, self.head_dim, 1))
+        heads = (rows, self.num_kv_heads, self.head_dim)
+        return torch.stack((k.reshape(heads), v.reshape(heads)), dim=1)
+
     def kv_bytes(self) -> int:
         """Device bytes the keys and values take."""
         return sum(t.numel() * t.element_size() for t in self.kv_pages)

@@ -1,4 +1,5 @@
-"""The reference model runner: owns the model, the KV cache, the attention backend and the two graph runners.
+"""The reference model runner: owns the model, the KV cache, the attention backend, the model's kernel set and the
+two graph runners.
 
 ``run(batch)`` is the one entry the engine calls per step: a graph runner replays the batch when it can, the eager
 ``forward`` takes everything else. ``forward`` is also what the graph runners capture, so it must stay free of host
@@ -20,6 +21,7 @@ from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGra
 from .attention import make_attention_backend
 from .attention.op import attend
 from .kv_cache import ReqToTokenPool, TokenToKVPool, check_page_size, pages_for
+from .model import KernelTarget, LayerKernels, select_kernels
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +43,10 @@ class CausalLMLike(Protocol):
 
     def parameters(self) -> Any:
         """The model's parameters (their device and dtype are the runner's)."""
+        ...
+
+    def use_kernels(self, kernels: LayerKernels) -> None:
+        """Compute through ``kernels`` from now on."""
         ...
 
 
@@ -87,6 +93,17 @@ class ModelShape:
         )
 
 
+COMPILING_BACKENDS = frozenset({Backend.TC_PIECEWISE})
+"""Graph backends that run the forward through ``torch.compile`` (its kernels must be traceable by dynamo)."""
+
+
+def compiles_model_forward(config: CudaGraphConfig) -> bool:
+    """Whether a phase of ``config`` runs ``ModelRunner.model_forward`` compiled (``COMPILING_BACKENDS``, or full
+    decode graphs with compiled small buckets)."""
+    compiled_small_buckets = config.torch_compile_max_bs > 0 and config.decode.backend is Backend.FULL
+    return compiled_small_buckets or any(config.backend(phase) in COMPILING_BACKENDS for phase in Phase)
+
+
 GRAPHS_NEED_CUDA = "CUDA graphs need a CUDA device; the model runs on {device}, so every {phase} step runs eagerly"
 
 
@@ -95,6 +112,9 @@ class ModelRunner:
 
     The graph runners are created by ``init_decode_cuda_graph()`` and ``init_prefill_cuda_graph()`` (or both by
     ``init_cuda_graphs()``); until then, and for batches they cannot take, steps run eagerly.
+
+    ``kernel_backend`` picks the model's kernel set (``model.kernel_backends``: ``auto``, ``torch``, ``flashinfer``)
+    and sets it on the model; a forward a graph backend compiles (``tc_piecewise``) gets one dynamo can trace.
     """
 
     def __init__(
@@ -104,6 +124,7 @@ class ModelRunner:
         *,
         cache_config: CacheConfig | None = None,
         attention_backend: str = "torch",
+        kernel_backend: str = "auto",
         show_progress: bool = False,
     ) -> None:
         first_parameter = next(iter(model.parameters()))
@@ -131,6 +152,9 @@ class ModelRunner:
             attention_backend, self.req_to_token_pool, self.token_to_kv_pool, self.shape
         )
         self._check_prefill_full(attention_backend)
+        target = KernelTarget(model.config, self.dtype, self.device, traced=compiles_model_forward(cuda_graph_config))
+        self.kernels: LayerKernels = select_kernels(kernel_backend, target)
+        model.use_kernels(self.kernels)
         self.decode_cuda_graph_runner: DecodeCudaGraphRunner | None = None
         self.prefill_cuda_graph_runner: PrefillCudaGraphRunner | None = None
 

@@ -202,10 +202,9 @@ class TorchAttentionBackend:
             self._decode(q, output, layer_id, self.forward_metadata)
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, layer_id: int, out_cache_loc: torch.Tensor) -> None:
-        """Write keys and values ``[T, Hkv*D]`` to their slots (padded tokens all hit the scratch slot)."""
-        shape = (-1, self.num_kv_heads, self.head_dim)
-        self.kv_pool.k_buffer[layer_id].index_put_((out_cache_loc,), k.view(shape))
-        self.kv_pool.v_buffer[layer_id].index_put_((out_cache_loc,), v.view(shape))
+        """Write keys and values ``[T, Hkv*D]`` to their slots in one kernel where the model's projection keeps them
+        side by side (``TokenToKVPool.store``; padded tokens all hit the scratch slot)."""
+        self.kv_pool.store(layer_id, out_cache_loc, k, v)
 
     def _decode(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, metadata: DecodeMetadata) -> None:
         rows, width = metadata.kv_slots.shape

@@ -1,5 +1,5 @@
-"""Llama / Qwen2 / Qwen3 decoder in plain torch: config, model, Hugging Face checkpoint I/O, random weights,
-presets, and a dense single-sequence reference.
+"""Llama / Qwen2 / Qwen3 decoder: config, model, Hugging Face checkpoint I/O, random weights, presets, a dense
+single-sequence reference, and the kernel sets a layer computes through (plain torch, or FlashInfer's fused kernels).
 
 The model takes attention from its caller (``attend``), so the engine's paged backends, CUDA-graph capture and the
 dense reference all drive the same weights.
@@ -9,6 +9,15 @@ from .causal_lm import CausalLM, resolve_dtype
 from .checkpoint import TensorSlot, checkpoint_slots, load_model, save_model
 from .config import FAMILIES, ROPE_TYPES, SUPPORTED_DTYPES, ArchitectureFamily, ModelConfig, RopeScaling
 from .errors import ModelFileNotFoundError, ModelLoadError
+from .kernel_backends import (
+    KERNEL_BACKEND_CHOICES,
+    KERNEL_BACKENDS,
+    KernelBackendError,
+    KernelBackendUnavailableError,
+    KernelTarget,
+    select_kernels,
+)
+from .kernels import LayerKernels, TorchKernels
 from .layers import AttendFn
 from .presets import PRESETS, model_config_from_preset
 from .random_init import random_model
@@ -16,17 +25,24 @@ from .reference import dense_attend, dense_causal_attention, reference_greedy, r
 
 __all__ = [
     "FAMILIES",
+    "KERNEL_BACKENDS",
+    "KERNEL_BACKEND_CHOICES",
     "PRESETS",
     "ROPE_TYPES",
     "SUPPORTED_DTYPES",
     "ArchitectureFamily",
     "AttendFn",
     "CausalLM",
+    "KernelBackendError",
+    "KernelBackendUnavailableError",
+    "KernelTarget",
+    "LayerKernels",
     "ModelConfig",
     "ModelFileNotFoundError",
     "ModelLoadError",
     "RopeScaling",
     "TensorSlot",
+    "TorchKernels",
     "checkpoint_slots",
     "dense_attend",
     "dense_causal_attention",
@@ -37,4 +53,5 @@ __all__ = [
     "reference_logits",
     "resolve_dtype",
     "save_model",
+    "select_kernels",
 ]

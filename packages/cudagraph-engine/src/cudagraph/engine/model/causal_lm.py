@@ -13,8 +13,8 @@ from torch import nn
 
 from .config import SUPPORTED_DTYPES, ModelConfig
 from .errors import ModelLoadError
-from .layers import AttendFn, DecoderLayer, RMSNorm
-from .rotary import rotary_cos_sin_table
+from .kernels import TORCH_KERNELS, LayerKernels
+from .layers import AttendFn, DecoderLayer, KernelModule, RMSNorm
 
 _DTYPES_BY_NAME = {name: getattr(torch, name) for name in SUPPORTED_DTYPES}
 
@@ -35,7 +35,7 @@ class CausalLM(nn.Module):
 
     Build one with ``load_model`` (a Hugging Face directory) or ``random_model`` (random weights); constructing
     it directly allocates the parameters (``torch.empty``) on ``device`` in ``dtype``. Parameters never require
-    grad.
+    grad. It computes through plain-torch kernels until ``use_kernels`` picks another set.
 
     Example:
         >>> from cudagraph.engine.model import dense_attend, model_config_from_preset, random_model
@@ -64,17 +64,32 @@ class CausalLM(nn.Module):
             if config.tie_word_embeddings
             else nn.Parameter(torch.empty_like(self.embed_tokens), requires_grad=False)
         )
+        self.kernels: LayerKernels = TORCH_KERNELS
         self.rotary_cos_sin: torch.Tensor
-        self.register_buffer("rotary_cos_sin", rotary_cos_sin_table(config, self.dtype, self.device), persistent=False)
+        self._build_rotary_table()
+
+    def _build_rotary_table(self) -> None:
+        table = self.kernels.rotary_table(self.config, self.dtype, self.device)
+        self.register_buffer("rotary_cos_sin", table, persistent=False)
+
+    def use_kernels(self, kernels: LayerKernels) -> None:
+        """Compute through ``kernels`` from now on (every layer, and the rotary table in that set's layout)."""
+        self.kernels = kernels
+        for module in self.modules():
+            if isinstance(module, KernelModule):
+                module.kernels = kernels
+        self._build_rotary_table()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: AttendFn) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` after the final norm for the flat tokens ``input_ids`` ``[T]`` (int64) at
         ``positions`` ``[T]`` (int64, below ``max_position_embeddings``), attending through ``attend``."""
         hidden = F.embedding(input_ids, self.embed_tokens)
-        cos_sin = torch.index_select(self.rotary_cos_sin, 0, positions)
+        rotary = self.kernels.rotary_step(self.rotary_cos_sin, positions)
+        residual: torch.Tensor | None = None
         for layer in self.layers:
-            hidden = layer(hidden, cos_sin, attend)
-        return self.norm(hidden)
+            hidden, residual = layer(hidden, residual, rotary, attend)
+        assert residual is not None, "a model has at least one layer"
+        return self.norm.add_and_norm(hidden, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits ``[N, vocab]`` for hidden states ``[N, hidden]`` (the head runs in the model dtype)."""

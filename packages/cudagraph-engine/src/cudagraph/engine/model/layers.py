@@ -1,11 +1,13 @@
-"""The decoder's building blocks in plain torch, in a fused layout: one q/k/v matmul, one gate/up matmul, q and k
-normed and rotated together, few kernels per layer (a batch-1 decode step is bound by kernel count, not FLOPs).
+"""The decoder's building blocks in a fused layout: one q/k/v matmul, one gate/up matmul, q and k normed and rotated
+in place in the projection, and the residual add fused into the next norm (a batch-1 decode step is bound by
+kernel count, not FLOPs).
 
-Numerics stay close to the reference implementation: norms reduce in float32, ``silu(gate) * up`` as it does.
-Three fusions round once where it rounds twice (at most one bf16 ulp apart): the hidden-size norms apply their
-weight inside torch's fused RMSNorm kernel, rotary adds its second product with ``addcmul``, and the output and
-down projections accumulate into the residual stream inside the matmul (``addmm_``, in place). Nothing here syncs
-with the host or makes a shape depend on data: a forward is capturable in a CUDA graph.
+Everything besides the matmuls and attention goes through the module's kernel set (``kernels.LayerKernels``): plain
+torch by default, FlashInfer's fused kernels where ``CausalLM.use_kernels`` picks them. A layer hands the residual
+stream on unnormed, SGLang-style: ``hidden, residual = norm(hidden, residual)`` adds the previous block's output to
+the stream and norms it in one step, so an output or down projection ends a block (a tensor-parallel all-reduce of
+its result goes right there). Nothing here syncs with the host or makes a shape depend on data: a forward is
+capturable in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .rotary import apply_rotary
+from .kernels import TORCH_KERNELS, LayerKernels, RotaryStep
 
 
 class AttendFn(Protocol):
@@ -25,9 +27,10 @@ class AttendFn(Protocol):
 
     ``q`` is ``[T, num_heads * head_dim]``, ``k`` and ``v`` ``[T, num_kv_heads * head_dim]``, with rotary (and
     Qwen3's q/k norms) already applied; the result is ``[T, num_heads * head_dim]`` in the activation dtype.
-    All three are column slices of fused tensors: the last dimension is contiguous but, for ``T > 1``, the row
-    stride is larger than the width, so an implementation must not assume they are contiguous (``reshape`` or
-    ``copy_`` them, never ``view`` across rows). Scale scores by ``config.attention_scale``.
+    They are column slices of fused tensors, normally ``v`` right after ``k`` in every row of one (a KV store can
+    then write both as one ``[T, 2, num_kv_heads, head_dim]`` view): the last dimension is contiguous but, for
+    ``T > 1``, the row stride is larger than the width, so an implementation must not assume they are contiguous
+    (``reshape`` or ``copy_`` them, never ``view`` across rows). Scale scores by ``config.attention_scale``.
     """
 
     def __call__(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -39,8 +42,16 @@ def _parameter(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device)
     return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
 
 
-class RMSNorm(nn.Module):
-    """Root-mean-square norm over the last dimension, then a learned per-channel scale, in one fused kernel."""
+class KernelModule(nn.Module):
+    """A module that computes through a kernel set: ``kernels``, plain torch until ``CausalLM.use_kernels`` sets
+    another on every ``KernelModule`` of the model."""
+
+    kernels: LayerKernels = TORCH_KERNELS
+
+
+class RMSNorm(KernelModule):
+    """Root-mean-square norm over the last dimension, then a learned per-channel scale; ``add_and_norm`` first
+    adds a block's output to the residual stream, in the same kernel where the kernel set fuses them."""
 
     def __init__(self, size: int, eps: float, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
@@ -48,30 +59,30 @@ class RMSNorm(nn.Module):
         self.weight = _parameter((size,), dtype, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalize and scale in float32, round once to ``x``'s dtype."""
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        """The norm of ``x`` ``[T, size]``, a new tensor."""
+        return self.kernels.rms_norm(x, self.weight, self.eps)
+
+    def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(x + residual), x + residual)``; both may reuse the storage of ``x`` and ``residual``."""
+        return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
 
 
 class HeadRMSNorm(nn.Module):
-    """Qwen3's per-head RMSNorm of q and k, as one norm over a ``[T, heads, head_dim]`` tensor whose first
-    ``num_heads`` heads are q (scaled by ``q_norm``'s weight) and the next ``num_kv_heads`` are k (``k_norm``'s);
-    rows of ``weight`` hold one copy per head, so the scale is one broadcast product."""
+    """Qwen3's per-head RMSNorm of q (by ``q_norm``'s weight) and k (by ``k_norm``'s): ``weight`` holds one row per
+    head, the first ``num_q_heads`` rows a copy of q's vector and the rest a copy of k's, so the torch kernels scale
+    with one broadcast product and the fused ones read one row of each."""
 
-    def __init__(self, num_heads: int, head_dim: int, eps: float, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self, num_q_heads: int, num_k_heads: int, head_dim: int, eps: float, dtype: torch.dtype, device: torch.device
+    ) -> None:
         super().__init__()
         self.eps = eps
-        self.weight = _parameter((num_heads, head_dim), dtype, device)
-
-    def forward(self, heads: torch.Tensor) -> torch.Tensor:
-        """Norm every head of ``heads`` (which may hold more heads than ``weight``: they are normed, then dropped),
-        round to the activation dtype, then scale (the reference rounding order)."""
-        normed = F.rms_norm(heads, heads.shape[-1:], eps=self.eps)
-        return normed[:, : self.weight.shape[0]] * self.weight
+        self.weight = _parameter((num_q_heads + num_k_heads, head_dim), dtype, device)
 
 
-class Attention(nn.Module):
+class Attention(KernelModule):
     """Grouped-query self-attention around a caller-supplied ``attend``: fused q/k/v projection (with Qwen2's
-    bias), Qwen3's per-head q/k norms, rotary, and the output projection."""
+    bias), Qwen3's per-head q/k norms and rotary (both in place in the projection), and the output projection."""
 
     def __init__(self, config: ModelConfig, layer_id: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
@@ -87,48 +98,42 @@ class Attention(nn.Module):
         self.o_weight = _parameter((config.hidden_size, config.q_size), dtype, device)
         self.o_bias = _parameter((config.hidden_size,), dtype, device) if config.o_bias else None
         self.qk_norm = (
-            HeadRMSNorm(config.num_heads + config.num_kv_heads, config.head_dim, config.rms_norm_eps, dtype, device)
+            HeadRMSNorm(config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps, dtype, device)
             if config.qk_norm
             else None
         )
 
-    def forward(self, x: torch.Tensor, cos_sin: torch.Tensor, attend: AttendFn, residual: torch.Tensor) -> torch.Tensor:
-        """``residual + attention(x)`` for ``x`` and ``residual`` ``[T, hidden]`` and the gathered rotary rows
-        ``cos_sin`` ``[T, 2 * head_dim]``; the sum is accumulated into ``residual`` in place and returned."""
+    def forward(self, x: torch.Tensor, rotary: RotaryStep, attend: AttendFn) -> torch.Tensor:
+        """``attention(x)`` projected back to ``[T, hidden]``, for the normed ``x`` ``[T, hidden]`` (the caller adds
+        it to the residual stream)."""
         qkv = F.linear(x, self.qkv_weight, self.qkv_bias)
-        qk_width = self.q_size + self.kv_size
+        heads = qkv.unflatten(-1, (-1, self.head_dim))  # q heads, then k heads, then v heads: a view of qkv
+        qk = heads[:, : self.num_heads + self.num_kv_heads]
         if self.qk_norm is not None:
-            # Norm the whole contiguous projection (v's heads too, then dropped): cheaper than copying a q/k slice.
-            qk = self.qk_norm(qkv.unflatten(-1, (-1, self.head_dim)))
-        else:
-            qk = qkv[:, :qk_width].unflatten(-1, (self.num_heads + self.num_kv_heads, self.head_dim))
-        qk = apply_rotary(qk, cos_sin).flatten(1)
+            qk = self.kernels.qk_rms_norm(heads, self.qk_norm.weight, self.num_heads, self.qk_norm.eps)
+        # Normed and rotated in qkv itself where the kernels can, so that v still follows k in every row.
+        qk = self.kernels.rotate(qk, self.num_heads, rotary).flatten(1)
         q, k = qk[:, : self.q_size], qk[:, self.q_size :]
-        v = qkv[:, qk_width:]
-        out = attend(self.layer_id, q, k, v)
-        if self.o_bias is not None:
-            return residual.add_(F.linear(out, self.o_weight, self.o_bias))
-        return residual.addmm_(out, self.o_weight.t())
+        v = qkv[:, self.q_size + self.kv_size :]
+        return F.linear(attend(self.layer_id, q, k, v), self.o_weight, self.o_bias)
 
 
-class GatedMLP(nn.Module):
+class GatedMLP(KernelModule):
     """SwiGLU feed-forward: one fused gate/up matmul, ``silu(gate) * up``, then the down projection."""
 
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
-        self.intermediate_size = config.intermediate_size
         self.gate_up_weight = _parameter((2 * config.intermediate_size, config.hidden_size), dtype, device)
         self.down_weight = _parameter((config.hidden_size, config.intermediate_size), dtype, device)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        """``residual + mlp(x)`` over ``[T, hidden]``, accumulated into ``residual`` in place and returned."""
-        gate_up = F.linear(x, self.gate_up_weight)
-        gate, up = gate_up[:, : self.intermediate_size], gate_up[:, self.intermediate_size :]
-        return residual.addmm_(F.silu(gate) * up, self.down_weight.t())
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``mlp(x)`` over the normed ``x`` ``[T, hidden]`` (the caller adds it to the residual stream)."""
+        return F.linear(self.kernels.silu_and_mul(F.linear(x, self.gate_up_weight)), self.down_weight)
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block: ``h += attn(norm(h))``, then ``h += mlp(norm(h))``, updating ``h`` in place."""
+    """Pre-norm residual block: ``residual += attn(norm(residual))``, then ``mlp(norm(residual))`` handed on, its
+    add deferred to the next norm (the next layer's, or the model's final one)."""
 
     def __init__(self, config: ModelConfig, layer_id: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
@@ -137,8 +142,16 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
         self.mlp = GatedMLP(config, dtype, device)
 
-    def forward(self, hidden: torch.Tensor, cos_sin: torch.Tensor, attend: AttendFn) -> torch.Tensor:
-        """One block over the residual stream ``hidden`` ``[T, hidden]``, which it updates in place and returns
-        (the caller must own it: ``CausalLM.forward`` passes its own embedding output)."""
-        hidden = self.self_attn(self.input_layernorm(hidden), cos_sin, attend, residual=hidden)
-        return self.mlp(self.post_attention_layernorm(hidden), residual=hidden)
+    def forward(
+        self, hidden: torch.Tensor, residual: torch.Tensor | None, rotary: RotaryStep, attend: AttendFn
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One block: ``hidden`` is the previous block's output ``[T, hidden]`` not yet added to ``residual`` (the
+        first layer gets the embeddings and ``None``); returns this block's ``(mlp output, residual)``. Both
+        tensors must be the caller's own: the stream is updated in place."""
+        if residual is None:
+            hidden, residual = self.input_layernorm(hidden), hidden
+        else:
+            hidden, residual = self.input_layernorm.add_and_norm(hidden, residual)
+        hidden = self.self_attn(hidden, rotary, attend)
+        hidden, residual = self.post_attention_layernorm.add_and_norm(hidden, residual)
+        return self.mlp(hidden), residual

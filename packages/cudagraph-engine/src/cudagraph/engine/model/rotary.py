@@ -13,6 +13,7 @@ import math
 import torch
 
 from .config import ModelConfig, RopeScaling
+from .out_views import compute_into
 
 
 def rope_inverse_frequencies(config: ModelConfig, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -63,12 +64,27 @@ def rotary_cos_sin_table(config: ModelConfig, dtype: torch.dtype, device: torch.
     return torch.cat((angles.cos(), angles.sin() * sign), dim=-1).to(dtype)
 
 
-def apply_rotary(heads: torch.Tensor, cos_sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``heads`` ``[T, H, D]`` by the gathered table rows ``cos_sin`` ``[T, 2 * D]``; returns a new
-    contiguous ``[T, H, D]`` tensor in three kernels (roll, product, ``addcmul``: the second product is added
-    before rounding, one rounding fewer than ``x * cos + rotate_half(x) * sin``)."""
+def rotary_cos_sin_halves_table(config: ModelConfig, device: torch.device | str) -> torch.Tensor:
+    """``[max_position_embeddings, head_dim]`` float32: per position, ``cos`` then ``sin`` of the ``head_dim // 2``
+    angles (no repeat, no sign), the layout fused rotary kernels read (FlashInfer's ``cos_sin_cache``; vLLM's and
+    SGLang's). Rotating with it: ``x[i] * cos[i] - x[i + D/2] * sin[i]`` for the first half, ``x[i + D/2] * cos[i]
+    + x[i] * sin[i]`` for the second; the same angles as ``rotary_cos_sin_table``, kept in float32."""
+    inverse_frequencies = rope_inverse_frequencies(config, device)
+    positions = torch.arange(config.max_position_embeddings, dtype=torch.int64, device=device).float()
+    angles = torch.outer(positions, inverse_frequencies)
+    return torch.cat((angles.cos(), angles.sin()), dim=-1)
+
+
+def apply_rotary(heads: torch.Tensor, cos_sin: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotate ``heads`` ``[T, H, D]`` by the gathered table rows ``cos_sin`` ``[T, 2 * D]`` in three kernels (roll,
+    product, ``addcmul``: the second product is added before rounding, one rounding fewer than
+    ``x * cos + rotate_half(x) * sin``). With ``out`` (``heads`` itself may be it: the last kernel reads only the
+    first two's results) the result is written there where ``out_views.compute_into`` can; the result is returned,
+    a new contiguous tensor otherwise."""
     head_dim = heads.shape[-1]
     cos = cos_sin[:, None, :head_dim]
     signed_sin = cos_sin[:, None, head_dim:]
     rotated_half = torch.roll(heads, shifts=head_dim // 2, dims=-1)
-    return torch.addcmul(heads * cos, rotated_half, signed_sin)
+    if out is None:
+        return torch.addcmul(heads * cos, rotated_half, signed_sin)
+    return compute_into(out, torch.addcmul, heads * cos, rotated_half, signed_sin)

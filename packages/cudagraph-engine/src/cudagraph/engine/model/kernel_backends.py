@@ -1,0 +1,200 @@
+"""Which kernel set a model computes through: the registry (name -> requirements and factory) and the choice.
+
+``select_kernels(name, target)`` is the one entry. ``torch`` runs everywhere. ``flashinfer`` needs the optional
+``flashinfer-python`` package and the conditions in its row (a CUDA device, a half-precision dtype, a head size its
+rotary kernel is built for, a forward that ``torch.compile`` does not trace). ``auto`` takes the first row of
+``AUTO_ORDER`` whose conditions hold and whose package imports, and logs why it passed over the others. Asking for a
+set by name that cannot run is one error: the missing package (naming the extra that installs it), else the first
+condition that fails, and what to use instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import torch
+
+from .config import ModelConfig
+from .kernels import TORCH_KERNELS, LayerKernels
+
+logger = logging.getLogger(__name__)
+
+AUTO = "auto"
+"""The choice that picks the fastest set this model can use here."""
+
+
+class KernelBackendError(ValueError):
+    """A kernel set that cannot run this model here: the message names the failed condition and the alternative."""
+
+
+class KernelBackendUnavailableError(KernelBackendError):
+    """A kernel set was asked for whose optional dependency is not installed; the message names the extra."""
+
+
+@dataclass(frozen=True)
+class KernelTarget:
+    """What a kernel set must run: the model's shape, its dtype and device, and whether ``torch.compile`` traces its
+    forward (the ``tc_piecewise`` backend does)."""
+
+    config: ModelConfig
+    dtype: torch.dtype
+    device: torch.device
+    traced: bool = False
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One condition a kernel set needs: ``holds(target)``, what it asks for, and what ``target`` has instead."""
+
+    needs: str
+    holds: Callable[[KernelTarget], bool]
+    found: Callable[[KernelTarget], str]
+
+
+KernelFactory = Callable[[KernelTarget], LayerKernels]
+"""Builds (and warms up) a kernel set for a target that meets its conditions."""
+
+
+@dataclass(frozen=True)
+class KernelBackend:
+    """A registry row: the set's name, its conditions, and ``load()``, which imports what the set needs (raising
+    ``ModuleNotFoundError`` when ``package`` is missing) and returns its factory."""
+
+    name: str
+    requirements: tuple[Requirement, ...]
+    load: Callable[[], KernelFactory]
+    package: str | None = None
+    """The optional distribution the set imports, named in the error when it is missing."""
+
+    def unmet(self, target: KernelTarget) -> Requirement | None:
+        """The first condition ``target`` fails, or ``None``."""
+        return next((requirement for requirement in self.requirements if not requirement.holds(target)), None)
+
+
+FLASHINFER_DTYPES = (torch.float16, torch.bfloat16)
+"""The activation dtypes FlashInfer's norm, rotary and activation kernels are built for."""
+FLASHINFER_HEAD_DIMS = (64, 128, 256, 512)
+"""The head sizes FlashInfer's rotary kernel is built for."""
+FLASHINFER_VECTOR_BYTES = 16
+"""``silu_and_mul`` moves 16-byte vectors: a row of gate (or up) must be whole vectors."""
+
+FLASHINFER_REQUIREMENTS = (
+    Requirement("a CUDA device", lambda t: t.device.type == "cuda", lambda t: f"the model is on {t.device}"),
+    Requirement(
+        "float16 or bfloat16",
+        lambda t: t.dtype in FLASHINFER_DTYPES,
+        lambda t: f"the model computes in {str(t.dtype).removeprefix('torch.')}",
+    ),
+    Requirement(
+        f"head_dim in {FLASHINFER_HEAD_DIMS}",
+        lambda t: t.config.head_dim in FLASHINFER_HEAD_DIMS,
+        lambda t: f"head_dim is {t.config.head_dim}",
+    ),
+    Requirement(
+        f"intermediate_size * dtype size a multiple of {FLASHINFER_VECTOR_BYTES} bytes",
+        lambda t: t.config.intermediate_size * t.dtype.itemsize % FLASHINFER_VECTOR_BYTES == 0,
+        lambda t: f"intermediate_size is {t.config.intermediate_size}",
+    ),
+    Requirement(
+        "a forward that torch.compile does not trace (FlashInfer's kernels are not registered torch ops, so dynamo "
+        "cannot trace them)",
+        lambda t: not t.traced,
+        lambda _: "a phase uses the tc_piecewise backend, which compiles the forward",
+    ),
+)
+"""The flashinfer row's conditions, checked in order (the first failing one is reported)."""
+
+
+def _load_torch() -> KernelFactory:
+    return lambda target: TORCH_KERNELS
+
+
+def _load_flashinfer() -> KernelFactory:
+    # Optional dependency: imported only when chosen, so the engine works without it.
+    module = importlib.import_module(".flashinfer_kernels", __package__)
+
+    def build(target: KernelTarget) -> LayerKernels:
+        kernels = module.FlashInferKernels()
+        module.warm_up(kernels, target.config, target.dtype, target.device)
+        return kernels  # type: ignore[no-any-return]
+
+    return build
+
+
+KERNEL_BACKENDS: Mapping[str, KernelBackend] = MappingProxyType(
+    {
+        "torch": KernelBackend("torch", (), _load_torch),
+        "flashinfer": KernelBackend("flashinfer", FLASHINFER_REQUIREMENTS, _load_flashinfer, "flashinfer-python"),
+    }
+)
+"""Kernel set name -> registry row."""
+
+AUTO_ORDER = ("flashinfer", "torch")
+"""What ``auto`` tries, fastest first; the last row has no conditions, so ``auto`` always finds one."""
+
+KERNEL_BACKEND_CHOICES = (AUTO, *KERNEL_BACKENDS)
+"""Every accepted name (the CLI's ``--kernel-backend`` choices)."""
+
+
+def _missing_package(error: ModuleNotFoundError, backend: KernelBackend) -> KernelBackendUnavailableError | None:
+    """The one-line error for a missing optional package, or ``None`` when ``error`` is about something else."""
+    if backend.package is None or error.name is None or not error.name.startswith(("flashinfer", "tvm_ffi")):
+        return None
+    return KernelBackendUnavailableError(
+        f"the {backend.name} kernels need the {backend.package} package ({error.name} is not installed): "
+        f"pip install 'cudagraph-engine[{backend.name}]', or use --kernel-backend torch"
+    )
+
+
+def _load(backend: KernelBackend) -> KernelFactory:
+    try:
+        return backend.load()
+    except ModuleNotFoundError as error:
+        unavailable = _missing_package(error, backend)
+        if unavailable is None:
+            raise
+        raise unavailable from None
+
+
+def select_kernels(name: str, target: KernelTarget) -> LayerKernels:
+    """The kernel set ``name`` (``auto`` or a ``KERNEL_BACKENDS`` key) for ``target``, built and warmed up.
+
+    Raises ``KernelBackendUnavailableError`` when a named set's package is missing and ``KernelBackendError`` when
+    the name is unknown or one of its conditions fails; ``auto`` never raises for those, it falls back.
+    """
+    if name == AUTO:
+        return _select_auto(target)
+    backend = KERNEL_BACKENDS.get(name)
+    if backend is None:
+        raise KernelBackendError(f"unknown kernel backend {name!r}; choose one of {', '.join(KERNEL_BACKEND_CHOICES)}")
+    factory = _load(backend)
+    unmet = backend.unmet(target)
+    if unmet is not None:
+        raise KernelBackendError(
+            f"the {name} kernels need {unmet.needs}, but {unmet.found(target)}: use --kernel-backend torch or auto"
+        )
+    return factory(target)
+
+
+def _select_auto(target: KernelTarget) -> LayerKernels:
+    passed_over: list[str] = []
+    for name in AUTO_ORDER:
+        backend = KERNEL_BACKENDS[name]
+        unmet = backend.unmet(target)
+        if unmet is not None:
+            passed_over.append(f"{name} needs {unmet.needs}, but {unmet.found(target)}")
+            continue
+        try:
+            factory = _load(backend)
+        except KernelBackendUnavailableError:
+            passed_over.append(f"{name} needs the {backend.package} package, which is not installed")
+            continue
+        kernels = factory(target)
+        reasons = f" ({'; '.join(passed_over)})" if passed_over else ""
+        logger.info("kernel backend auto: %s%s", name, reasons)
+        return kernels
+    raise AssertionError(f"AUTO_ORDER ends with a row that has no conditions: {AUTO_ORDER}")

@@ -1,0 +1,156 @@
+"""The engine with FlashInfer's fused kernel set: full and breakable decode graphs give eager's tokens at every batch
+size 1..64, and a decode step launches at most the budgeted kernels per decoder layer.
+
+bfloat16 throughout (the fused kernels exist for float16 and bfloat16 only). Graphs are compared with eager runs of
+the same kernels: every fused kernel computes a token's row the same way whatever the batch, so padding a batch to
+its bucket changes none of the real rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+import torch
+from test_gpu_engine_graphs import (
+    BF16_LOGITS,
+    EAGER,
+    config,
+    count_replayed_batch_sizes,
+    decode_batch_of_lengths,
+    fill_cache,
+    release_decode_batch,
+    shrinking_workload,
+    tokens,
+)
+
+from cudagraph.config import Backend, CudaGraphConfig
+from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
+from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        importlib.util.find_spec("flashinfer") is None, reason="flashinfer is not installed (carry .whl)"
+    ),
+]
+
+FUSED_MODELS = {
+    # FlashInfer's kernels need head_dim 64, 128, 256 or 512; the tiny presets use 32 and 16.
+    "qwen3": model_config_from_preset("tiny-qwen3-random").with_overrides(head_dim=64, torch_dtype="bfloat16"),
+    "llama": model_config_from_preset("tiny-llama-random").with_overrides(head_dim=64, torch_dtype="bfloat16"),
+}
+
+
+@contextlib.contextmanager
+def fused_engine(
+    model_config: ModelConfig, graphs: CudaGraphConfig, attention: str, cache: CacheConfig | None = None
+) -> Iterator[ModelRunner]:
+    """A bfloat16 CUDA engine on the fused kernels, graphs captured; shut down on exit, pass or fail."""
+    model = random_model(model_config, seed=3, dtype="bfloat16", device="cuda")
+    cache = cache or CacheConfig(max_num_reqs=80, max_context_len=160)
+    runner = ModelRunner(model, graphs, cache_config=cache, attention_backend=attention, kernel_backend="flashinfer")
+    assert runner.kernels.name == "flashinfer" and model.kernels is runner.kernels
+    try:
+        runner.init_cuda_graphs()
+        yield runner
+    finally:
+        runner.shutdown()
+
+
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+@pytest.mark.parametrize("name", list(FUSED_MODELS))
+def test_fused_decode_graphs_give_eager_tokens_at_every_batch_size(name: str, backend: Backend) -> None:
+    """With FlashInfer attention (one CTA per row: a padded batch attends each real row as eager does). The torch
+    attention backend sizes eager and graphed decode attention differently, which moves bfloat16 roundings by
+    itself; its graphs are compared by logits in test_gpu_engine_graphs."""
+    prompts, params = shrinking_workload()
+    with fused_engine(FUSED_MODELS[name], EAGER, "flashinfer") as eager:
+        expected = tokens(eager, prompts, params)
+    with fused_engine(FUSED_MODELS[name], config(backend, Backend.DISABLED), "flashinfer") as graphed:
+        assert graphed.decode_cuda_graph_runner is not None
+        seen = count_replayed_batch_sizes(graphed.decode_cuda_graph_runner)
+        got = tokens(graphed, prompts, params)
+    assert sorted(set(seen)) == list(range(1, 65)), "every decode batch size 1..64 should have replayed a graph"
+    for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+        assert have == want, f"prompt {index} diverged"
+
+
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+def test_fused_decode_graph_logits_equal_eager_logits_at_every_batch_size(backend: Backend) -> None:
+    """Requests of mixed lengths at every batch size 1..64 (padding included): replayed logits within bfloat16
+    rounding of eager ones and the same greedy tokens."""
+    with fused_engine(FUSED_MODELS["qwen3"], config(backend, Backend.DISABLED), "flashinfer") as engine:
+        fill_cache(engine, seed=11)
+        runner = engine.decode_cuda_graph_runner
+        assert runner is not None
+        generator = torch.Generator().manual_seed(11)
+        for batch_size in range(1, 65):
+            context_lens = torch.randint(0, 150, (batch_size,), generator=generator).tolist()
+            batch = decode_batch_of_lengths(engine, context_lens, seed=batch_size)
+            have = runner.replay(batch).clone()
+            want = engine.forward(batch)
+            torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
+            assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
+            release_decode_batch(engine, batch)
+
+
+# -- kernels per decoder layer --------------------------------------------------------------------------------------
+
+LAYER_SHAPE = model_config_from_preset("qwen3-0.6b-random").with_overrides(vocab_size=4096, max_position_embeddings=512)
+"""Qwen3-0.6B's layer (hidden 1024, 16/8 heads of 128, intermediate 3072); the vocabulary does not matter here."""
+
+KERNEL_BUDGET = {"llama": 10, "qwen3": 12}
+"""Kernels per decoder layer of a batch-1 decode step on the fused kernels and FlashInfer attention: 4 matmuls,
+attention, the KV store, rotary, 2 fused add+norms, silu-and-mul; Qwen3 adds its q and k head norms, two launches
+(FlashInfer's head norm takes one weight vector and q and k have their own)."""
+
+FUSED_KERNELS_PER_LAYER = {
+    "FusedAddRMSNormKernel": 2,
+    "BatchQKApplyRotaryPosIdsCosSinCache": 1,
+    "act_and_mul_kernel": 1,
+    "BatchDecodeWithPagedKVCache": 1,
+}
+"""Substrings of FlashInfer kernel names (from its sources) and how many launches of each a layer makes."""
+
+
+def device_activities_of_one_decode_step(model_config: ModelConfig) -> Counter[str]:
+    """Every kernel, copy and memset one eager batch-1 decode step puts on the GPU (what a full graph of the same
+    step holds as nodes), by name; measured on a warm engine."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cache = CacheConfig(max_num_reqs=2, max_context_len=256)
+    with fused_engine(model_config, EAGER, "flashinfer", cache) as engine:
+        batch = synthetic_decode_batch(engine, 1, context_len=128)
+        engine.forward(batch)  # warm: plans, lazily loaded modules, matmul handles
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+            engine.forward(batch)
+            torch.cuda.synchronize()
+        release_synthetic_batch(engine, batch, 128)
+    return Counter(e.name for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_a_fused_decoder_layer_launches_at_most_its_kernel_budget(family: str) -> None:
+    """What is counted: the difference between a 4-layer and a 2-layer model's decode step, halved: every device
+    activity (kernel, memcpy, memset) of two decoder layers, and nothing else (embedding, final norm, LM head,
+    attention planning and the step's inputs cancel out)."""
+    shape = LAYER_SHAPE.with_overrides(model_type=family)
+    two, four = (device_activities_of_one_decode_step(shape.with_overrides(num_layers=n)) for n in (2, 4))
+    two_layers = four - two
+    assert not two - four, f"a 2-layer step launched something a 4-layer one did not: {two - four}"
+    assert all(count % 2 == 0 for count in two_layers.values()), f"not the same per layer: {two_layers}"
+    per_layer = {name: count // 2 for name, count in two_layers.items()}
+    total = sum(per_layer.values())
+    listing = "\n".join(f"  {count} x {name[:150]}" for name, count in sorted(per_layer.items()))
+    print(f"\n{family}-shaped decoder layer, fused kernels + FlashInfer attention: {total} launches\n{listing}")
+    for fragment, expected in FUSED_KERNELS_PER_LAYER.items():
+        assert sum(count for name, count in per_layer.items() if fragment in name) == expected, fragment
+    head_norms = sum(count for name, count in per_layer.items() if "QKRMSNormKernel" in name)
+    assert head_norms == (2 if family == "qwen3" else 0)
+    assert total <= KERNEL_BUDGET[family]
