@@ -3,10 +3,15 @@
 Graphs use one ``BatchDecodeWithPagedKVCacheWrapper(use_cuda_graph=True)`` per captured batch size, whose index
 buffers are static; ``plan`` runs on the host before every replay, from the host copy of ``seq_lens`` the runner
 passes, so it never waits on the device. The page size is 1: a KV slot is a page.
+
+A breakable capture binds each decode break to the graph wrapper's kernel launch (``flashinfer_kernel``), so a
+replayed break skips FlashInfer's Python ``run`` as well as the op's dispatch.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import flashinfer
@@ -16,7 +21,8 @@ from cudagraph.backend_utils import is_capture_mode
 from cudagraph.runner import ForwardBatch, ForwardMode
 
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
-from .torch_backend import TorchAttentionBackend
+from .flashinfer_kernel import bind_decode_run
+from .torch_backend import TorchAttentionBackend, _in_order
 
 WORKSPACE_BYTES = 128 * 2**20
 INT_WORKSPACE_BYTES = 8 * 2**20
@@ -231,9 +237,34 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         if not kv_stored:
             self.store_kv(k, v, layer_id, batch.out_cache_loc)
         assert self.decode_wrapper is not None, "init_forward_metadata was not called for this decode step"
+        query, paged_kv, out = self._decode_views(q, output, layer_id)
+        self.decode_wrapper.wrapper.run(query, paged_kv, out=out)
+
+    def bind_forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        output: torch.Tensor,
+        layer_id: int,
+        batch: ForwardBatch,
+        kv_stored: bool = False,
+    ) -> Callable[[], None] | None:
+        """``forward(...)`` bound now, for a breakable replay: decode through a graph wrapper becomes that wrapper's
+        kernel launch on views made once (the plan before each replay refills its buffers and plan info). ``None``
+        for extend batches and the eager wrapper, which replay through the op."""
+        entry = self.decode_wrapper
+        if not batch.forward_mode.is_decode() or entry is None or self._graph_wrappers.get(q.shape[0]) is not entry:
+            return None
+        attend = bind_decode_run(entry.wrapper, *self._decode_views(q, output, layer_id))
+        if kv_stored:
+            return attend
+        return _in_order(functools.partial(self.store_kv, k, v, layer_id, batch.out_cache_loc), attend)
+
+    def _decode_views(
+        self, q: torch.Tensor, output: torch.Tensor, layer_id: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The query, the layer's paged cache and the output as FlashInfer's decode takes them."""
+        heads = (q.shape[0], self.num_heads, self.head_dim)
         # [slots, 2, Hkv, D] is FlashInfer's single-tensor NHD layout with a page size of 1.
-        paged_kv = self.kv_pool.kv_buffer[layer_id].unsqueeze(2)
-        rows = q.shape[0]
-        self.decode_wrapper.wrapper.run(
-            q.view(rows, self.num_heads, self.head_dim), paged_kv, out=output.view(rows, self.num_heads, self.head_dim)
-        )
+        return q.view(heads), self.kv_pool.kv_buffer[layer_id].unsqueeze(2), output.view(heads)
