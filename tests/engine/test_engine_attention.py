@@ -173,3 +173,59 @@ def test_the_op_needs_a_forward_context() -> None:
     q = torch.zeros(1, HEADS * HEAD_DIM)
     with pytest.raises(RuntimeError):
         unified_attention(q, q[:, :16], q[:, :16], torch.empty_like(q), 0)
+
+
+def graph_decode_setup(lengths: list[int]) -> tuple[Setup, ForwardBatch, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A decode batch on the graph path: the capture hook chose the static metadata, filled as a capture fills it."""
+    setup = Setup(lengths)
+    batch, q, k, v = decode_batch(setup)
+    setup.backend.init_cuda_graph_state(8, 8)
+    setup.backend.init_forward_metadata_capture_cuda_graph(
+        batch.batch_size, batch.batch_size, batch.req_pool_indices, batch.seq_lens, ForwardMode.DECODE
+    )
+    with model_capture_mode():
+        setup.backend.init_forward_metadata(batch)
+    return setup, batch, q, k, v
+
+
+@pytest.mark.parametrize("kv_stored", [True, False])
+def test_a_bound_decode_computes_what_forward_computes_bit_for_bit(kv_stored: bool) -> None:
+    setup, batch, q, k, v = graph_decode_setup([4, 11, 2, 7])
+    cache_before = setup.kv_pool.kv_buffer[0].clone()
+    want = torch.full_like(q, float("nan"))
+    setup.backend.forward(q, k, v, want, 0, batch, kv_stored=kv_stored)
+    cache_after_forward = setup.kv_pool.kv_buffer[0].clone()
+    setup.kv_pool.kv_buffer[0].copy_(cache_before)
+    have = torch.full_like(q, float("nan"))
+    bound = setup.backend.bind_forward(q, k, v, have, 0, batch, kv_stored=kv_stored)
+    assert bound is not None
+    bound()
+    assert torch.equal(have, want)
+    assert torch.equal(setup.kv_pool.kv_buffer[0], cache_after_forward)
+    assert kv_stored == torch.equal(cache_after_forward, cache_before), "only kv_stored=False writes the cache"
+
+
+def test_a_bound_decode_reads_the_static_metadata_refilled_after_binding() -> None:
+    setup, batch, q, k, v = graph_decode_setup([4, 11, 2])
+    output = torch.empty_like(q)
+    bound = setup.backend.bind_forward(q, k, v, output, 0, batch, kv_stored=True)
+    assert bound is not None
+    # A later step: one more cached token per request, refilled in place into the same static metadata.
+    for index, length in enumerate(len(keys) for keys in setup.keys):
+        setup.cache_prefix(index, length)
+    batch.seq_lens.add_(1)
+    with model_capture_mode():
+        setup.backend.init_forward_metadata(batch)
+    bound()
+    want = torch.empty_like(q)
+    setup.backend.forward(q, k, v, want, 0, batch, kv_stored=True)
+    assert torch.equal(output, want)
+
+
+def test_nothing_is_bound_for_eager_metadata_or_extend_batches() -> None:
+    setup = Setup([3, 5])
+    batch, q, k, v = decode_batch(setup)
+    setup.backend.init_forward_metadata(batch)  # eager: per-step metadata, no static view to bind to
+    assert setup.backend.bind_forward(q, k, v, torch.empty_like(q), 0, batch) is None
+    extend = ForwardBatch(**{**vars(batch), "forward_mode": ForwardMode.EXTEND})
+    assert setup.backend.bind_forward(q, k, v, torch.empty_like(q), 0, extend) is None

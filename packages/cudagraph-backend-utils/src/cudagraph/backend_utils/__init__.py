@@ -7,6 +7,7 @@ Everything imports on a machine without CUDA; what needs a device (capturing, po
 
 from .break_ops import (
     BreakOptions,
+    ReplayBinder,
     break_options,
     is_split_op,
     register_break_op,
@@ -40,7 +41,7 @@ from .capture_state import (
     use_compiled_model_forward,
 )
 from .errors import BreakableCaptureError, CudaGraphsUnavailableError, require_cuda
-from .forward_context import ForwardContext, get_forward_context, set_forward_context
+from .forward_context import ForwardContext, ForwardContextScope, get_forward_context, set_forward_context
 from .gc_control import freeze_gc
 from .graph_pool import (
     CAPTURE_ERROR_MODES,
@@ -59,6 +60,7 @@ from .memory import (
     weak_ref_tensor,
     weak_ref_tensors,
 )
+from .replay import graph_replay_fn
 
 __version__ = "0.1.0"
 
@@ -73,9 +75,11 @@ __all__ = [
     "EagerBreakFunction",
     "EagerCall",
     "ForwardContext",
+    "ForwardContextScope",
     "GraphPool",
     "GraphPoolHandle",
     "MemoryReading",
+    "ReplayBinder",
     "__version__",
     "add_eager",
     "break_options",
@@ -91,6 +95,7 @@ __all__ = [
     "freeze_gc",
     "get_forward_context",
     "get_global_graph_memory_pool",
+    "graph_replay_fn",
     "is_capture_mode",
     "is_in_breakable_cuda_graph",
     "is_in_tc_piecewise_cuda_graph",

@@ -3,19 +3,39 @@ the compiled FX graph, so a model's attention op breaks (and splits) unedited.
 
 ``register_split_op`` / ``@split_op`` are the same registry as ``register_break_op``: one list, two names for the
 two backends that read it.
+
+A break op may come with a ``ReplayBinder``: called once per break at capture, it returns the zero-argument callable
+a breakable replay runs in place of the op (the exact kernel call, with every view and lookup made once), so replay
+skips the dispatcher and whatever the op looks up per call. The owner of the op supplies it (the engine for its
+attention op); this module only carries it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
 BreakOp = torch._ops.OpOverload | torch._ops.OpOverloadPacket
 
 OpT = TypeVar("OpT")
+
+
+class ReplayBinder(Protocol):
+    """Binds one captured call of a break op for replay: same arguments as the op, returns what replay calls.
+
+    It is called once, at capture, right after the op ran, with the arguments replay will see (the same tensors; CUDA
+    ones held without owning their memory). It returns a zero-argument callable that does exactly what the op would
+    do with those arguments at replay time, reading the same per-step state (set before each replay), or ``None`` to
+    have replay call the op itself. The callable must not keep pool tensors alive beyond the views it takes of the
+    arguments it was given.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Callable[[], object] | None:
+        """The bound replay call for these arguments, or ``None`` to replay the op."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -25,13 +45,20 @@ class BreakOptions:
     capture_stub: Callable[..., Any] | None = None
     """Called instead of the real function during capture only (same arguments, same outputs, cheaper); the real
     function runs at every replay. Use it when the real one is slow or needs peers (a collective) at capture."""
+    replay_binder: ReplayBinder | None = None
+    """Binds each captured call for replay (see ``ReplayBinder``); ``None``: replay calls the op."""
 
 
 _BREAK_OVERLOADS: dict[torch._ops.OpOverload, BreakOptions] = {}
 _BREAK_PACKETS: dict[torch._ops.OpOverloadPacket, BreakOptions] = {}
 
 
-def register_break_op(op: BreakOp | str, *, capture_stub: Callable[..., Any] | None = None) -> None:
+def register_break_op(
+    op: BreakOp | str,
+    *,
+    capture_stub: Callable[..., Any] | None = None,
+    replay_binder: ReplayBinder | None = None,
+) -> None:
     """Make every call of ``op`` inside a breakable capture an eager break (run eagerly at capture and replay).
 
     ``op`` is an ``OpOverloadPacket`` (all its overloads break, e.g. ``torch.ops.my_lib.attention``) or a single
@@ -39,9 +66,12 @@ def register_break_op(op: BreakOp | str, *, capture_stub: Callable[..., Any] | N
     caller passes in (and return nothing), or return new tensors, which the capture copies back into buffers the
     following graph segment reads. Registering again replaces the options. ``op`` may also be given by its qualified
     name (``"my_lib::attention"``, ``"my_lib::attention.default"``) or as a ``torch.library.custom_op`` object.
+
+    ``replay_binder`` (see ``ReplayBinder``) lets a breakable replay call a pre-bound callable instead of the op;
+    eager calls and compiled graphs always go through the op.
     """
     op = _resolve_op(op)
-    options = BreakOptions(capture_stub=capture_stub)
+    options = BreakOptions(capture_stub=capture_stub, replay_binder=replay_binder)
     if isinstance(op, torch._ops.OpOverloadPacket):
         _BREAK_PACKETS[op] = options
     elif isinstance(op, torch._ops.OpOverload):

@@ -7,7 +7,9 @@ with ``@eager_break``, and from calls of torch operators registered with ``regis
 ``TorchDispatchMode`` active only while capturing, so the model itself is not edited).
 
 Each segment is replayed right after it is captured, so the capture pass computes real values and an eager function
-sees the data it will see at replay. Replay is one loop over callables bound at the end of capture.
+sees the data it will see at replay. Replay is one loop over callables bound at the end of capture: each segment's
+``CUDAGraph`` replay, and for each break either the recorded call or, when the break op has a ``ReplayBinder``, the
+callable that binder returned at capture (the kernel call itself, with no dispatcher and no per-call lookups).
 
 Constraints, and why:
 
@@ -50,12 +52,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
-from .break_ops import break_options
+from .break_ops import ReplayBinder, break_options
 from .capture_options import CaptureOptions
 from .capture_state import breakable_cuda_graph_active
 from .errors import BreakableCaptureError, require_cuda
 from .graph_pool import GraphPool, GraphPoolHandle, get_global_graph_memory_pool
 from .memory import weak_ref_tensor
+from .replay import graph_replay_fn
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,9 +82,15 @@ class EagerCall:
     """Static buffers (the capture-time results) that replay refreshes; empty when ``fn`` writes into its args."""
     argument_addresses: tuple[tuple[int, torch.Tensor, int], ...] = ()
     """Debug only: (argument index, the caller's tensor, its data pointer at capture)."""
+    bound: Callable[[], object] | None = None
+    """What the op's ``ReplayBinder`` returned at capture: run at replay instead of ``fn(*args, **kwargs)``."""
 
-    def bind(self) -> Callable[[], None]:
+    def bind(self) -> Callable[[], object]:
         """The zero-argument callable replay runs for this call."""
+        if self.bound is not None:
+            if not self.copy_back:
+                return self.bound
+            return functools.partial(_call_and_copy_back, self.bound, (), {}, self.copy_back)
         if not self.copy_back:
             return cast(Callable[[], None], functools.partial(self.fn, *self.args, **self.kwargs))
         return functools.partial(_call_and_copy_back, self.fn, self.args, self.kwargs, self.copy_back)
@@ -201,7 +210,9 @@ class BreakableCUDAGraph:
         torch.cuda.current_stream().wait_stream(capture_stream)
         self._segments = tuple(recorder.segments)
         self._eager_calls = tuple(step for step in recorder.steps if isinstance(step, EagerCall))
-        self._steps = tuple(step.graph.replay if isinstance(step, _Segment) else step.bind() for step in recorder.steps)
+        self._steps = tuple(
+            graph_replay_fn(step.graph) if isinstance(step, _Segment) else step.bind() for step in recorder.steps
+        )
 
     def replay(self) -> None:
         """Run every segment and eager call in capture order on the current stream."""
@@ -339,8 +350,10 @@ class _CaptureRecorder:
         kwargs: dict[str, Any],
         capture_stub: Callable[..., Any] | None,
         name: str,
+        replay_binder: ReplayBinder | None = None,
     ) -> Any:
-        """End the segment, run ``fn`` (or its stub) eagerly once, record it for replay, begin the next segment."""
+        """End the segment, run ``fn`` (or its stub) eagerly once, record it for replay (bound by ``replay_binder``
+        when given), begin the next segment."""
         reason = f"the eager break {name}"
         if torch.cuda.current_stream().cuda_stream != self.stream.cuda_stream:
             raise BreakableCaptureError(
@@ -355,12 +368,18 @@ class _CaptureRecorder:
             result = (capture_stub or fn)(*args, **kwargs)
         finally:
             self.running_eager = False
-        self.steps.append(self._record(name, fn, args, kwargs, result))
+        self.steps.append(self._record(name, fn, args, kwargs, result, replay_binder))
         self.begin_segment()
         return result
 
     def _record(
-        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        result: Any,
+        replay_binder: ReplayBinder | None,
     ) -> EagerCall:
         argument_tensors = [leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, torch.Tensor)]
         argument_addresses = {tensor.data_ptr() for tensor in argument_tensors}
@@ -373,6 +392,8 @@ class _CaptureRecorder:
                 (index, tensor, tensor.data_ptr()) for index, tensor in enumerate(argument_tensors)
             )
         replay_args, replay_kwargs = tree_map_only(torch.Tensor, _replay_reference, (args, kwargs))
+        # Bound from the replay references, so the callable pins no pool memory the next capture may reuse.
+        bound = replay_binder(*replay_args, **replay_kwargs) if replay_binder is not None else None
         return EagerCall(
             name=name,
             fn=fn,
@@ -380,6 +401,7 @@ class _CaptureRecorder:
             kwargs=replay_kwargs,
             copy_back=tuple(result_tensors) if needs_copy else (),
             argument_addresses=recorded_addresses,
+            bound=bound,
         )
 
     def abort(self) -> None:
@@ -432,7 +454,9 @@ class _BreakDispatchMode(TorchDispatchMode):
             return func(*args, **kwargs)
         options = break_options(func)
         if options is not None:
-            return recorder.eager_break(func, args, kwargs, options.capture_stub, name=str(func))
+            return recorder.eager_break(
+                func, args, kwargs, options.capture_stub, name=str(func), replay_binder=options.replay_binder
+            )
         recorder.note_op(str(func))
         result = func(*args, **kwargs)
         if recorder.graph.options.split_every_op:

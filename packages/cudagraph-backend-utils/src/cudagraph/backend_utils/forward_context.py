@@ -7,9 +7,7 @@ re-run the op then) and the op reads it with ``get_forward_context()``.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +24,34 @@ class ForwardContext:
 _FORWARD_CONTEXT: ContextVar[ForwardContext | None] = ContextVar("cudagraph_forward_context", default=None)
 
 
-@contextlib.contextmanager
-def set_forward_context(context: ForwardContext) -> Iterator[ForwardContext]:
+class ForwardContextScope:
+    """A reusable ``with`` block that makes one ``ForwardContext`` current: what ``set_forward_context`` returns.
+
+    A runner keeps one per captured shape and enters it around every replay, so a step allocates nothing to set the
+    context. One scope may not be entered again before it is exited (scopes of different contexts nest freely).
+    """
+
+    __slots__ = ("_token", "context")
+
+    def __init__(self, context: ForwardContext) -> None:
+        self.context = context
+        self._token: Token[ForwardContext | None] | None = None
+
+    def __enter__(self) -> ForwardContext:
+        if self._token is not None:
+            raise RuntimeError(
+                "this forward context scope is already entered; make a second scope (set_forward_context) to nest"
+            )
+        self._token = _FORWARD_CONTEXT.set(self.context)
+        return self.context
+
+    def __exit__(self, *exc_info: object) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            _FORWARD_CONTEXT.reset(token)
+
+
+def set_forward_context(context: ForwardContext) -> ForwardContextScope:
     """Make ``context`` the one ``get_forward_context()`` returns until the block ends (the outer one is restored).
 
     Example:
@@ -35,11 +59,7 @@ def set_forward_context(context: ForwardContext) -> Iterator[ForwardContext]:
         ...     get_forward_context().forward_batch
         'batch'
     """
-    token = _FORWARD_CONTEXT.set(context)
-    try:
-        yield context
-    finally:
-        _FORWARD_CONTEXT.reset(token)
+    return ForwardContextScope(context)
 
 
 def get_forward_context() -> ForwardContext:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -33,6 +34,11 @@ from .errors import CUDA_GRAPH_CAPTURE_FAILED_HINT, CudaGraphCaptureError
 
 def _nothing_to_replay() -> None:
     return None
+
+
+def _replay_then_return(replay: Callable[[], Any], output: Any) -> Any:
+    replay()
+    return output
 
 
 @dataclass
@@ -212,21 +218,38 @@ class BaseCudaGraphBackend(abc.ABC):
         """Captured shapes, ascending."""
         return tuple(sorted(self.entries))
 
+    def _entry(self, shape: int) -> GraphEntry:
+        entry = self.entries.get(shape)
+        if entry is None:
+            raise KeyError(
+                f"shape {shape} was not captured by this {self.backend} backend; captured: {list(self.shapes)}"
+            )
+        return entry
+
     def replay(self, shape: int, *, static_inputs: Sequence[torch.Tensor] | None = None) -> Any:
         """Replay ``shape`` and return its static output (valid until the next replay of any graph in the pool).
 
         In debug mode, ``static_inputs`` (the tensors passed at capture) are checked to still be at their
         capture-time addresses.
         """
-        entry = self.entries.get(shape)
-        if entry is None:
-            raise KeyError(
-                f"shape {shape} was not captured by this {self.backend} backend; captured: {list(self.shapes)}"
-            )
+        entry = self._entry(shape)
         if self.options.debug and static_inputs is not None:
             entry.check_input_addresses(static_inputs)
         entry.replay()
         return entry.output
+
+    def replay_fn(self, shape: int) -> Callable[[], Any]:
+        """A zero-argument callable doing what ``runtime_session`` plus ``replay(shape)`` do, bound once for a
+        runner's hot path: it returns the step's output, and does no lookups when the backend needs no runtime
+        session (full, breakable). Valid until ``shape`` is captured again, discarded or cleaned up."""
+        entry = self._entry(shape)
+        if type(self).runtime_session is not BaseCudaGraphBackend.runtime_session:
+            return functools.partial(self._replay_in_session, shape)
+        return functools.partial(_replay_then_return, entry.replay, entry.output)
+
+    def _replay_in_session(self, shape: int) -> Any:
+        with self.runtime_session():
+            return self.replay(shape)
 
     def runtime_session(self) -> contextlib.AbstractContextManager[None]:
         """Context manager around one step of replays (full and breakable need none; tc_piecewise sets its flag)."""

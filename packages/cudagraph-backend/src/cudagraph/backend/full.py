@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from cudagraph.backend_utils import CaptureOptions, GraphPool, use_compiled_model_forward
+from cudagraph.backend_utils import CaptureOptions, GraphPool, graph_replay_fn, use_compiled_model_forward
 from cudagraph.config import Backend, Phase
 
 from .base import BaseCudaGraphBackend, GraphEntry, _nothing_to_replay
@@ -109,5 +109,5 @@ class FullCudaGraphBackend(BaseCudaGraphBackend):
         self, shape: int, forward_fn: Callable[[], Any], stream: torch.cuda.Stream, pool: GraphPool
     ) -> GraphEntry:
         graph, output = pool.capture(forward_fn, stream=stream, capture_error_mode=self.options.capture_error_mode)
-        replay = graph.replay if graph is not None else _nothing_to_replay
+        replay = graph_replay_fn(graph) if graph is not None else _nothing_to_replay
         return GraphEntry(shape=shape, graph=graph, replay=replay, output=output)

@@ -9,9 +9,10 @@
 - ``breakable``: capture records the forward op by op, as a tape: every torch op between two registered break ops
   is one step of a segment, replayed with the arguments it was captured with (so Python control flow and host-side
   values are frozen at capture, as in a graph segment), and every registered break op is an eager call run again at
-  replay, reading whatever the forward context holds then. A host sync (``.item()``, ``.tolist()``) inside a
-  segment is an error, as it is under CUDA stream capture. ``@eager_break`` functions and ``add_eager`` calls are
-  not breaks here (only registered operators are), and memory is not pooled.
+  replay, reading whatever the forward context holds then; a break op with a ``ReplayBinder`` is bound at capture
+  and replays its bound callable instead, exactly as ``BreakableCUDAGraph`` does. A host sync (``.item()``,
+  ``.tolist()``) inside a segment is an error, as it is under CUDA stream capture. ``@eager_break`` functions and
+  ``add_eager`` calls are not breaks here (only registered operators are), and memory is not pooled.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class CpuTape(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.steps: list[_TapeStep] = []
-        self._replay_steps: tuple[Callable[[], None], ...] = ()
+        self._replay_steps: tuple[Callable[[], object], ...] = ()
 
     @property
     def num_segments(self) -> int:
@@ -110,7 +111,9 @@ class CpuTape(TorchDispatchMode):
             )
         result = (options.capture_stub or func)(*args, **kwargs) if options is not None else func(*args, **kwargs)
         if options is not None or func not in _ALLOCATIONS:
-            call = EagerCall(name=str(func), fn=func, args=args, kwargs=kwargs, copy_back=_tensors(result))
+            # Inside this handler the tape is off, so what the binder runs is not recorded.
+            bound = options.replay_binder(*args, **kwargs) if options is not None and options.replay_binder else None
+            call = EagerCall(name=str(func), fn=func, args=args, kwargs=kwargs, copy_back=_tensors(result), bound=bound)
             self.steps.append(_TapeStep(call, eager=options is not None))
         return result
 
@@ -184,6 +187,18 @@ class CpuReplayBackend:
         entry.replay()
         self.replayed.append(shape)
         return entry.output
+
+    def replay_fn(self, shape: int) -> Callable[[], Any]:
+        """``replay(shape)`` bound once, as a real backend binds it for a runner's hot path."""
+        entry = self.entries[shape]
+        replayed = self.replayed
+
+        def replay() -> Any:
+            entry.replay()
+            replayed.append(shape)
+            return entry.output
+
+        return replay
 
     def runtime_session(self) -> contextlib.AbstractContextManager[None]:
         """Nothing to set around a step."""

@@ -4,25 +4,30 @@ The loop captures largest shape first into the backend's one shared pool with th
 smaller graphs reuse the memory the largest one reserved. Subclasses own their static buffers and say how one shape
 is fed (``_prepare_capture``) and replayed (``replay``). Everything device-specific (capturing, replaying, reading
 memory) is the backend's: this module runs the same code whatever backend it is given.
+
+Replay is the hot path: whatever a step needs that does not depend on the step (the static batch, the forward
+context's ``with`` block, the backend's bound replay, the output sliced to each batch size) is made once per bucket
+at capture and kept in its ``StaticBucket``, so a step only copies inputs, refreshes attention metadata and replays.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from tqdm import tqdm
 
 from cudagraph.backend import BaseCudaGraphBackend, ModelTraceError, make_backend
-from cudagraph.backend_utils import CaptureOptions, ForwardContext, freeze_gc
+from cudagraph.backend_utils import CaptureOptions, ForwardContext, ForwardContextScope, freeze_gc
 from cudagraph.config import ConfigError, CudaGraphConfig, Phase, PhaseConfig
 
 from .buckets import pad_to_bucket
@@ -34,13 +39,41 @@ from .stats import CaptureStats, ShapeCaptureStats
 logger = logging.getLogger(__name__)
 
 
+_NO_CONTEXT = contextlib.nullcontext()
+"""The ``with`` block of a bucket whose replay reads no forward context (stateless, so one serves every bucket)."""
+
+
 @dataclass
 class StaticBucket:
-    """What one bucket replays with: the batch viewing the static buffers that its graph was captured with, and the
-    forward context its eager breaks read at replay."""
+    """What one bucket replays with, made once: the batch viewing the static buffers that its graph was captured
+    with, the forward context its eager breaks read at replay and the ``with`` block that sets it, and (after
+    capture) the backend's bound replay and its output sliced to every row count that replays this bucket."""
 
     batch: ForwardBatch
     forward_context: ForwardContext
+    context_scope: contextlib.AbstractContextManager[Any] = _NO_CONTEXT
+    """Sets ``forward_context`` around a replay (a no-op block when the backend computes attention metadata inside
+    the graph, so nothing reads the context at replay)."""
+    replay: Callable[[], Any] | None = None
+    """The backend's ``replay_fn`` for this bucket: replays and returns the output."""
+    output: Any = None
+    """The static output the capture returned (what ``replay`` returns, for backends whose output is static)."""
+    output_rows: dict[int, torch.Tensor] = field(default_factory=dict)
+    """``output[:rows]`` for every row count a replay of this bucket returns."""
+
+    def bind_replay(self, replay: Callable[[], Any], output: Any, row_counts: Iterable[int]) -> None:
+        """Keep the bound replay and its output, with the output's first ``rows`` rows for each of ``row_counts``."""
+        self.replay = replay
+        self.output = output
+        self.output_rows = {rows: output[:rows] for rows in row_counts} if isinstance(output, torch.Tensor) else {}
+
+    def rows_of(self, logits: Any, rows: int) -> Any:
+        """``logits[:rows]``, a view made at capture when ``logits`` is the static output (no allocation)."""
+        if logits is self.output:
+            view = self.output_rows.get(rows)
+            if view is not None:
+                return view
+        return logits[:rows]
 
 
 class BaseCudaGraphRunner(abc.ABC):
@@ -119,7 +152,16 @@ class BaseCudaGraphRunner(abc.ABC):
         for bucket in self.buckets:
             batch = self._static_batch(bucket)
             context = ForwardContext(forward_batch=batch, attn_backend=attn_backend, extra={})
-            self.static_buckets[bucket] = StaticBucket(batch, context)
+            scope = _NO_CONTEXT if self._replay_reads_no_context() else ForwardContextScope(context)
+            self.static_buckets[bucket] = StaticBucket(batch, context, scope)
+
+    def _replay_reads_no_context(self) -> bool:
+        """Whether no forward context needs setting around a replay (the graph computes attention metadata inside)."""
+        return False
+
+    @abc.abstractmethod
+    def _output_row_counts(self, shape: int) -> Iterable[int]:
+        """The row counts a replay of ``shape`` returns (its output is sliced to them once, at capture)."""
 
     def _release_static_buffers(self) -> None:
         """Drop every static buffer so ``shutdown`` leaves nothing on the device."""
@@ -209,8 +251,11 @@ class BaseCudaGraphRunner(abc.ABC):
         forward_fn = self._prepare_capture(shape)
         if self.backend.options.debug:
             # The backend records where the static inputs were and checks them before every replay.
-            return self.backend.capture_one(shape, forward_fn, static_inputs=self.static_input_tensors(shape))
-        return self.backend.capture_one(shape, forward_fn)
+            output = self.backend.capture_one(shape, forward_fn, static_inputs=self.static_input_tensors(shape))
+        else:
+            output = self.backend.capture_one(shape, forward_fn)
+        self.static_buckets[shape].bind_replay(self.backend.replay_fn(shape), output, self._output_row_counts(shape))
+        return output
 
     def replay_graph(self, shape: int) -> torch.Tensor:
         """Replay the captured ``shape`` and return its static output (in debug mode, after checking that the static
@@ -218,6 +263,11 @@ class BaseCudaGraphRunner(abc.ABC):
         if self.backend.options.debug:
             return self.backend.replay(shape, static_inputs=self.static_input_tensors(shape))
         return self.backend.replay(shape)
+
+    def _checked_replay(self, shape: int, static_bucket: StaticBucket) -> Any:
+        """Debug mode's replay: through the backend's ``replay``, which first checks the static buffer addresses."""
+        with self.backend.runtime_session(), static_bucket.context_scope:
+            return self.replay_graph(shape)
 
     def static_input_tensors(self, shape: int) -> list[torch.Tensor]:
         """The static buffers the graph of ``shape`` reads (checked against capture-time addresses in debug mode)."""

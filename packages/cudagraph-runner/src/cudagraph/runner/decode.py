@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 import torch
 
-from cudagraph.backend_utils import set_forward_context
 from cudagraph.config import Phase
 
 from .base import BaseCudaGraphRunner
@@ -20,9 +19,9 @@ _GRAPHED_MODES = frozenset({ForwardMode.DECODE, ForwardMode.IDLE})
 class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     """Replays decode (and idle) steps from graphs captured per batch size.
 
-    A step: copy the batch into the static buffers (one fused copy, padding re-applied only when the batch shrank),
-    let the attention backend refresh its static metadata, replay the padded bucket, slice the logits to the real
-    batch. Batches it cannot take are run eagerly through ``model_runner.forward``.
+    A step: copy the batch into the static buffers (one fused copy per dtype, padding re-applied only when the batch
+    shrank), let the attention backend refresh its static metadata, replay the padded bucket, return the logits view
+    of the real batch made at capture. Batches it cannot take are run eagerly through ``model_runner.forward``.
     """
 
     phase: ClassVar[Phase] = Phase.DECODE
@@ -38,7 +37,15 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         )
         self.inputs.mirror_seq_lens_cpu = getattr(attn_backend, "needs_seq_lens_cpu", True)
         attn_backend.init_cuda_graph_state(self.max_size, self.max_size)
+        self._replay_attn_metadata = attn_backend.init_forward_metadata_replay_cuda_graph
         self._index_static_buckets(attn_backend)
+
+    def _replay_reads_no_context(self) -> bool:
+        return self.backend.captures_attn_metadata
+
+    def _output_row_counts(self, shape: int) -> Iterable[int]:
+        """Every batch size that pads to ``shape`` (0, an idle batch, pads to the smallest)."""
+        return [size for size, bucket in enumerate(self.bucket_by_size) if bucket == shape]
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """A batch of ``bucket`` rows viewing the static buffers: what a graph of that size was captured with."""
@@ -69,12 +76,6 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             return None
         return self.bucket_by_size[batch.batch_size]
 
-    def _host_seq_lens(self, static_batch: ForwardBatch, batch: ForwardBatch) -> torch.Tensor | None:
-        # The host mirror is current only when it is kept and the batch brought host lengths (idle: all padding).
-        if self.inputs.mirror_seq_lens_cpu and (batch.seq_lens_cpu is not None or batch.batch_size == 0):
-            return static_batch.seq_lens_cpu
-        return None
-
     def can_run(self, batch: ForwardBatch) -> bool:
         """Decode or idle, with a batch size some bucket holds (exactly, when padding is disabled)."""
         return self.bucket_of(batch) is not None
@@ -88,26 +89,31 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         if bucket is None:
             return self.model_runner.forward(batch)
         batch_size = batch.batch_size
+        inputs = self.inputs
         if batch.forward_mode is ForwardMode.DECODE:
-            self.inputs.load(batch, batch_size, batch_size)
+            inputs.load(batch, batch_size, batch_size)
         else:
-            self.inputs.pad_from(0, 0)  # idle: every row is padding
+            inputs.pad_from(0, 0)  # idle: every row is padding
         static_bucket = self.static_buckets[bucket]
         static_batch = static_bucket.batch
-        padded_sum = batch.seq_lens_sum + (bucket - batch_size) * self.inputs.seq_len_fill_value
-        self.model_runner.attn_backend.init_forward_metadata_replay_cuda_graph(
+        # The host mirror is current only when it is kept and the batch brought host lengths (idle: all padding).
+        host_seq_lens = (
+            static_batch.seq_lens_cpu
+            if inputs.mirror_seq_lens_cpu and (batch.seq_lens_cpu is not None or batch_size == 0)
+            else None
+        )
+        self._replay_attn_metadata(
             bucket,
             static_batch.req_pool_indices,
             static_batch.seq_lens,
-            padded_sum,
+            batch.seq_lens_sum + (bucket - batch_size) * inputs.seq_len_fill_value,
             ForwardMode.DECODE,
-            seq_lens_cpu=self._host_seq_lens(static_batch, batch),
+            seq_lens_cpu=host_seq_lens,
         )
-        with self.backend.runtime_session():
-            if self.backend.captures_attn_metadata:
-                logits = self.replay_graph(bucket)
-            else:
-                # Eager breaks (attention) read the batch from the forward context at replay.
-                with set_forward_context(static_bucket.forward_context):
-                    logits = self.replay_graph(bucket)
-        return logits if batch_size == bucket else logits[:batch_size]
+        if self.backend.options.debug:
+            logits = self._checked_replay(bucket, static_bucket)
+        else:
+            # Eager breaks that replay through their op read the batch from the forward context.
+            with static_bucket.context_scope:
+                logits = static_bucket.replay()  # type: ignore[misc]  # bound at capture
+        return static_bucket.rows_of(logits, batch_size)

@@ -10,12 +10,11 @@ replay; a batch with more requests than the bucket's rows, or more tokens than t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 import torch
 
-from cudagraph.backend_utils import set_forward_context
 from cudagraph.config import Phase
 
 from .base import BaseCudaGraphRunner
@@ -54,6 +53,10 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         )
         attn_backend.init_cuda_graph_state(self.max_requests, self.max_size)
         self._index_static_buckets(attn_backend)
+
+    def _output_row_counts(self, shape: int) -> Iterable[int]:
+        """Every request count the graph of ``shape`` tokens has rows for."""
+        return range(self.requests_per_graph(shape) + 1)
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """All-padding batch of ``bucket`` tokens viewing the static buffers: what the graph is captured with."""
@@ -131,6 +134,9 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             forward_batch=static_batch,
             attention_in_graph=self.attention_in_graph,
         )
-        with self.backend.runtime_session(), set_forward_context(static_bucket.forward_context):
-            logits = self.replay_graph(bucket)
-        return logits[:batch_size]
+        if self.backend.options.debug:
+            logits = self._checked_replay(bucket, static_bucket)
+        else:
+            with static_bucket.context_scope:
+                logits = static_bucket.replay()  # type: ignore[misc]  # bound at capture
+        return static_bucket.rows_of(logits, batch_size)

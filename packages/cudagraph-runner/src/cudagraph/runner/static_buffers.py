@@ -2,12 +2,15 @@
 
 A padded row points at the scratch request row and the scratch KV slot and carries the attention backend's fill
 ``seq_len``, so it never reads or writes a live request's cache. Copies go through one ``torch._foreach_copy_``
-per dtype (on CUDA, one fused kernel for all int64 fields and one for the int32 ones), with the per-size target
-views built once and cached.
+per dtype (on CUDA, one fused kernel for all int64 fields and one for the int32 ones). Everything a copy of a given
+size needs besides the batch (the target views, the readers of the batch's fields, the host mirror's view) is built
+once per size and cached, so a step builds no lists and looks up no names.
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -44,6 +47,23 @@ EXTEND_FIELDS = (
 """Extend: padded requests own no tokens (length 0 starting at 0); padded tokens write to the scratch slot."""
 
 
+@dataclass(frozen=True)
+class _LoadPlan:
+    """How a batch of one size is copied in: per dtype group, the target views and a reader of the batch's fields
+    (both in field order), and the view of the host ``seq_lens`` mirror its lengths go to."""
+
+    copies: tuple[tuple[tuple[torch.Tensor, ...], Callable[[ForwardBatch], tuple[torch.Tensor, ...]]], ...]
+    host_seq_lens: torch.Tensor
+
+
+def _field_reader(names: tuple[str, ...]) -> Callable[[ForwardBatch], tuple[torch.Tensor, ...]]:
+    """A callable returning the batch's fields ``names`` as a tuple (``attrgetter`` of one name returns no tuple)."""
+    if len(names) == 1:
+        read_one = operator.attrgetter(names[0])
+        return lambda batch: (read_one(batch),)
+    return operator.attrgetter(*names)
+
+
 @dataclass
 class StaticInputs:
     """The static buffers of one runner, one tensor per ``PaddedField``, plus a CPU mirror of ``seq_lens``."""
@@ -56,7 +76,7 @@ class StaticInputs:
     seq_len_fill_value: int
     mirror_seq_lens_cpu: bool = True
     """Keep ``seq_lens_cpu`` current (only attention backends that plan on the host need it)."""
-    _targets: dict[tuple[int, int], list[list[torch.Tensor]]] = field(default_factory=dict, repr=False)
+    _load_plans: dict[tuple[int, int], _LoadPlan] = field(default_factory=dict, repr=False)
     _dirty_tokens: int = 0
     _dirty_requests: int = 0
 
@@ -89,20 +109,25 @@ class StaticInputs:
 
     def load(self, batch: ForwardBatch, num_tokens: int, num_requests: int) -> None:
         """Copy ``batch``'s fields into the first rows, then re-pad rows a larger earlier batch left behind."""
-        key = (num_tokens, num_requests)
-        targets = self._targets.get(key)
-        if targets is None:
-            targets = [
-                [self.view(spec.name, num_tokens if spec.per_token else num_requests) for spec in group]
-                for group in self.dtype_groups
-            ]
-            self._targets[key] = targets
-        for group, group_targets in zip(self.dtype_groups, targets, strict=True):
+        plan = self._load_plans.get((num_tokens, num_requests))
+        if plan is None:
+            plan = self._load_plans[(num_tokens, num_requests)] = self._plan_load(num_tokens, num_requests)
+        for targets, read_fields in plan.copies:
             # Same-dtype lists take the fused multi-tensor path: one launch per group, not one per field.
-            torch._foreach_copy_(group_targets, [getattr(batch, spec.name) for spec in group])
+            torch._foreach_copy_(targets, read_fields(batch))
         if self.mirror_seq_lens_cpu and batch.seq_lens_cpu is not None:
-            self.seq_lens_cpu[:num_requests].copy_(batch.seq_lens_cpu)
+            plan.host_seq_lens.copy_(batch.seq_lens_cpu)
         self.pad_from(num_tokens, num_requests)
+
+    def _plan_load(self, num_tokens: int, num_requests: int) -> _LoadPlan:
+        copies = tuple(
+            (
+                tuple(self.view(spec.name, num_tokens if spec.per_token else num_requests) for spec in group),
+                _field_reader(tuple(spec.name for spec in group)),
+            )
+            for group in self.dtype_groups
+        )
+        return _LoadPlan(copies, self.seq_lens_cpu[:num_requests])
 
     def pad_from(self, num_tokens: int, num_requests: int) -> None:
         """Make every row from ``num_tokens`` / ``num_requests`` on hold padding (no launch when they already do)."""
@@ -121,4 +146,4 @@ class StaticInputs:
     def release(self) -> None:
         """Drop every buffer and cached view."""
         self.tensors.clear()
-        self._targets.clear()
+        self._load_plans.clear()

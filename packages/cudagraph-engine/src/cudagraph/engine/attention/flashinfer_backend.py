@@ -21,10 +21,15 @@ they read are gathered from the request-to-token table by device ops of fixed sh
 Every wrapper uses FlashInfer's ``fa2`` kernels with split-kv disabled: a padded graph batch then computes each real
 row as eager does (no partition that depends on the batch), ``fa2``'s CUDA-graph planner keeps the kernel's tiling
 fixed per captured shape, and no wrapper allocates the 64 MiB of index scratch the ``fa3`` path asks for.
+
+A breakable capture binds each decode break to the graph wrapper's kernel launch (``flashinfer_kernel``), so a
+replayed break skips FlashInfer's Python ``run`` as well as the op's dispatch.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -35,8 +40,9 @@ from cudagraph.backend_utils import is_capture_mode
 from cudagraph.runner import ForwardBatch, ForwardMode
 
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
+from .flashinfer_kernel import bind_decode_run
 from .paging import ExtendLengths, HostPages, lay_out_pages
-from .torch_backend import TorchAttentionBackend
+from .torch_backend import TorchAttentionBackend, _in_order
 
 WORKSPACE_BYTES = 128 * 2**20
 INT_WORKSPACE_BYTES = 8 * 2**20
@@ -385,11 +391,8 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         if not kv_stored:
             self.store_kv(k, v, layer_id, batch.out_cache_loc)
         assert self.decode_wrapper is not None, "init_forward_metadata was not called for this decode step"
-        paged_kv = self._paged_kv(layer_id)
-        rows = q.shape[0]
-        self.decode_wrapper.wrapper.run(
-            q.view(rows, self.num_heads, self.head_dim), paged_kv, out=output.view(rows, self.num_heads, self.head_dim)
-        )
+        query, paged_kv, out = self._decode_views(q, output, layer_id)
+        self.decode_wrapper.wrapper.run(query, paged_kv, out=out)
 
     def _extend_paged(
         self,
@@ -420,3 +423,31 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
                 output[real_rows:].zero_()
         shape = (real_rows, self.num_heads, self.head_dim)
         entry.wrapper.run(q[:real_rows].view(shape), self._paged_kv(layer_id), out=output[:real_rows].view(shape))
+
+    def bind_forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        output: torch.Tensor,
+        layer_id: int,
+        batch: ForwardBatch,
+        kv_stored: bool = False,
+    ) -> Callable[[], None] | None:
+        """``forward(...)`` bound now, for a breakable replay: decode through a graph wrapper becomes that wrapper's
+        kernel launch on views made once (the plan before each replay refills its buffers and plan info). ``None``
+        for extend batches and the eager wrapper, which replay through the op."""
+        entry = self.decode_wrapper
+        if not batch.forward_mode.is_decode() or entry is None or self._graph_wrappers.get(q.shape[0]) is not entry:
+            return None
+        attend = bind_decode_run(entry.wrapper, *self._decode_views(q, output, layer_id))
+        if kv_stored:
+            return attend
+        return _in_order(functools.partial(self.store_kv, k, v, layer_id, batch.out_cache_loc), attend)
+
+    def _decode_views(
+        self, q: torch.Tensor, output: torch.Tensor, layer_id: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The query, the layer's paged cache and the output as FlashInfer's decode takes them."""
+        heads = (q.shape[0], self.num_heads, self.head_dim)
+        return q.view(heads), self._paged_kv(layer_id), output.view(heads)

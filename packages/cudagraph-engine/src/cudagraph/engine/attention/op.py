@@ -9,9 +9,16 @@ into one graph; the layer reaches the op as its ``layer_id`` argument, a constan
 anything and both mutate only tensors they are given or the cache, so a full graph captures them like any other op,
 the breakable backend breaks at ``unified_attention`` (a registered split op) and runs it again at replay with the
 same tensors, and ``tc_piecewise`` splits the compiled graph there.
+
+At a breakable capture each call is also bound (``bind_unified_attention``, the op's replay binder): the attention
+backend returns the exact kernel call for that layer and shape with its views made once, and replay calls it
+directly, with no dispatcher, no forward-context lookup and no branching. Eager and compiled forwards always call the
+op.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -62,7 +69,17 @@ store_kv = torch.ops.cudagraph_engine.store_kv
 # elimination in a compiled graph would drop a call whose result nobody reads.
 torch.fx.node.has_side_effect(store_kv.default)
 
-register_split_op(unified_attention)
+
+def bind_unified_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_id: int, *, kv_stored: bool = False
+) -> Callable[[], object] | None:
+    """The replay binder of ``unified_attention``: the attention backend's pre-bound call for this layer and these
+    tensors (``None``, so replay calls the op, where the backend binds nothing for this batch)."""
+    context = get_forward_context()
+    return context.attn_backend.bind_forward(q, k, v, output, layer_id, context.forward_batch, kv_stored=kv_stored)
+
+
+register_split_op(unified_attention, replay_binder=bind_unified_attention)
 
 
 def attend(layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -4,11 +4,17 @@ Decode is graph-safe: its metadata (each row's KV slots and an additive mask hid
 in static buffers as wide as the request-to-token table, filled once per step by device-only ops, so a captured step
 has no host syncs and no shapes that depend on tensor values. Extend (prefill) attention loops over the requests on
 the host; it runs eagerly, also inside breakable and piecewise graphs, where it is the break.
+
+A breakable capture binds each decode break once (``bind_forward``): the gather, the fused attention and the copy
+into the output, on views made at capture, so a replayed break runs three kernel launches and no other Python.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +90,8 @@ class TorchAttentionBackend:
         self.forward_metadata: DecodeMetadata | None = None
         self._graph_capacity = 0
         self._graph_views: dict[int, DecodeMetadata] = {}
+        self._bound_gather: weakref.ref[torch.Tensor] | None = None
+        """The gather buffer bound decode breaks share (alive while a bound break holds it)."""
         device = self.req_to_token.device
         self._positions = torch.arange(self.graph_width, device=device)
         self._no_bias = torch.zeros((), dtype=kv_pool.dtype, device=device)
@@ -201,30 +209,86 @@ class TorchAttentionBackend:
             assert self.forward_metadata is not None, "init_forward_metadata was not called for this decode step"
             self._decode(q, output, layer_id, self.forward_metadata)
 
+    def bind_forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        output: torch.Tensor,
+        layer_id: int,
+        batch: ForwardBatch,
+        kv_stored: bool = False,
+    ) -> Callable[[], None] | None:
+        """``forward(q, k, v, output, layer_id, batch, kv_stored)`` bound now, for a breakable replay: a zero-argument
+        callable with every lookup and view made once (the attention op's replay binder calls this at capture).
+
+        Decode over a graph's static metadata only, whose tensors stay where they are and are refilled every step;
+        ``None`` otherwise (extend batches build host-side metadata per step, so they replay through the op).
+        """
+        metadata = self.forward_metadata
+        if not batch.forward_mode.is_decode() or not self._is_graph_view(metadata):
+            return None
+        assert metadata is not None
+        attend = self._decode_call(q, output, layer_id, metadata, self._shared_gather_buffer(metadata.kv_slots.numel()))
+        if kv_stored:
+            return attend
+        return _in_order(functools.partial(self.store_kv, k, v, layer_id, batch.out_cache_loc), attend)
+
+    def _is_graph_view(self, metadata: DecodeMetadata | None) -> bool:
+        return metadata is not None and self._graph_views.get(metadata.kv_slots.shape[0]) is metadata
+
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, layer_id: int, out_cache_loc: torch.Tensor) -> None:
         """Write keys and values ``[T, Hkv*D]`` to their slots in one kernel where the model's projection keeps them
         side by side (``TokenToKVPool.store``; padded tokens all hit the scratch slot)."""
         self.kv_pool.store(layer_id, out_cache_loc, k, v)
 
     def _decode(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, metadata: DecodeMetadata) -> None:
+        self._decode_call(q, output, layer_id, metadata, self._gather_buffer(metadata.kv_slots.numel()))()
+
+    def _gather_buffer(self, slots: int) -> torch.Tensor:
+        """Room for ``slots`` gathered slots, keys and values side by side: ``[slots, 2, Hkv, D]``."""
+        kv = self.kv_pool.kv_buffer[0]
+        return torch.empty((slots, *kv.shape[1:]), dtype=kv.dtype, device=kv.device)
+
+    def _shared_gather_buffer(self, slots: int) -> torch.Tensor:
+        """A gather buffer of at least ``slots`` slots shared by every bound decode break (of every layer and shape:
+        they run one after another on one stream). Graphs capture their largest shape first, so one buffer, as big as
+        the gather the largest shape would allocate per call anyway, serves them all; it is freed with the last
+        bound break that holds it."""
+        buffer = self._bound_gather() if self._bound_gather is not None else None
+        if buffer is None or buffer.shape[0] < slots:
+            buffer = self._gather_buffer(slots)
+            self._bound_gather = weakref.ref(buffer)
+        # The breaks of the shape it was made for hold the buffer itself (and keep this reference alive); smaller
+        # shapes hold a view of its first rows.
+        return buffer if buffer.shape[0] == slots else buffer[:slots]
+
+    def _decode_call(
+        self, q: torch.Tensor, output: torch.Tensor, layer_id: int, metadata: DecodeMetadata, gathered: torch.Tensor
+    ) -> Callable[[], None]:
+        """Decode attention of ``q`` into ``output`` over ``metadata``, with every view made now (``gathered``:
+        room for the gathered slots); calling the result launches the gather, the fused attention and the copy."""
         rows, width = metadata.kv_slots.shape
         # One gather fetches keys and values ([B*L, 2, Hkv, D]); each is seen as [B, Hkv, L, D] with the head dim
         # contiguous, which the fused kernels need.
-        gathered = self.kv_pool.kv_buffer[layer_id].index_select(0, metadata.kv_slots.view(-1))
         keys = gathered[:, 0].view(rows, width, self.num_kv_heads, self.head_dim)
         values = gathered[:, 1].view(rows, width, self.num_kv_heads, self.head_dim)
         groups = self.num_heads // self.num_kv_heads
         # The query heads sharing a kv head act as that head's query rows, so one fused SDPA call does grouped-query
         # decode with no repeated keys; the mask only hides slots past each row's length.
-        queries = q.view(rows, self.num_kv_heads, groups, self.head_dim)
-        result = F.scaled_dot_product_attention(
-            queries,
+        grouped = (rows, self.num_kv_heads, groups, self.head_dim)
+        return functools.partial(
+            _gather_and_attend,
+            self.kv_pool.kv_buffer[layer_id],
+            metadata.kv_slots.view(-1),
+            gathered,
+            q.view(grouped),
             keys.transpose(1, 2),
             values.transpose(1, 2),
-            attn_mask=metadata.kv_bias[:, None, None, :],
-            scale=self.scale,
+            metadata.kv_bias[:, None, None, :],
+            self.scale,
+            output.view(grouped),
         )
-        output.copy_(result.reshape(rows, -1))
 
     def _extend(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, batch: ForwardBatch) -> None:
         metadata = batch.attn_metadata
@@ -265,3 +329,29 @@ class TorchAttentionBackend:
             requests.append(ExtendRequest(start, num_new, row, causal))
             start += num_new
         return ExtendMetadata(tuple(requests), start)
+
+
+def _gather_and_attend(
+    kv_cache: torch.Tensor,
+    slots: torch.Tensor,
+    gathered: torch.Tensor,
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    scale: float,
+    output: torch.Tensor,
+) -> None:
+    # keys and values view ``gathered``: the gather refreshes them.
+    torch.index_select(kv_cache, 0, slots, out=gathered)
+    output.copy_(F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=scale))
+
+
+def _in_order(*calls: Callable[[], object]) -> Callable[[], None]:
+    """One zero-argument callable running ``calls`` in order."""
+
+    def run() -> None:
+        for call in calls:
+            call()
+
+    return run
