@@ -78,7 +78,9 @@ def gpu(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
-    """Benchmarks (scripts, not tests) with the current interpreter; each prints ratios and writes JSON."""
+    """The benchmark harness with the current interpreter (``bench/run.py``): a table on stdout, JSON and plots in
+    ``bench/results/``. ``nox -s bench -- --quick`` for a smoke run, ``-- --check`` to fail on a missed target,
+    ``-- compare OLD.json NEW.json`` to flag ratios more than 10 % worse."""
     session.run("python3", "bench/run.py", *session.posargs, external=True)
 
 

@@ -1,10 +1,13 @@
-"""Run every ``bench/bench_*.py`` with the current interpreter and collect their JSON into ``bench-results/``.
+"""What ``nox -s bench`` calls: the benchmark harness (``bench/harness``), run with the workspace importable.
 
-What ``nox -s bench`` calls. Each script is run as ``python3 bench/bench_NAME.py --out
-bench-results/bench_NAME.json`` (the path is also in ``$BENCH_OUTPUT``), with the workspace sources importable the
-way ``tests/gpu/run.py`` sets them up (carried wheels in ``.whl/`` included). ``bench-results/summary.json`` records
-every script's exit status and result. Positional arguments select scripts by substring (``python3 bench/run.py
-engine``); ``--`` passes the rest to every script.
+    python3 bench/run.py [--quick] [--check] [--sections decode,breaks,prefill,capture,compile,migration]
+    python3 bench/run.py compare OLD.json NEW.json        # exit 1 when a ratio got more than 10 % worse
+    python3 bench/run.py scripts [NAME...] [--check] [-- ARGS]   # the older bench/bench_*.py scripts
+
+The harness runs in a child process whose ``PYTHONPATH`` holds the workspace sources and the carried wheels (``.whl/``
+unpacked into ``.site/``, the peers and flashinfer), the way ``tests/gpu/run.py`` sets them up. ``compare`` needs
+neither torch nor a GPU. ``scripts`` runs each selected ``bench/bench_*.py`` as ``--out bench-results/NAME.json`` and
+records every exit status in ``bench-results/summary.json``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
 RESULTS = ROOT / "bench-results"
 
 
@@ -31,28 +35,44 @@ def _gpu_runner() -> Any:
 
 
 def workspace_env() -> dict[str, str]:
-    """The GPU test runner's environment: workspace sources (and carried wheels) on ``PYTHONPATH``."""
-    return _gpu_runner().workspace_env()
+    """The GPU test runner's environment (workspace sources and carried wheels importable), plus ``bench/``."""
+    env: dict[str, str] = _gpu_runner().workspace_env()
+    env["PYTHONPATH"] = f"{BENCH}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(BENCH)
+    return env
 
 
-def main(argv: list[str]) -> int:
-    """Run the selected benchmarks; 0 when all of them succeeded (or, without torch or CUDA, one line saying so)."""
+def run_harness(argv: list[str]) -> int:
+    """``python -m harness ARGV`` in the workspace environment."""
+    return subprocess.call([sys.executable, "-m", "harness", *argv], env=workspace_env(), cwd=ROOT)
+
+
+def compare(argv: list[str]) -> int:
+    """``compare OLD NEW`` in this process (pure Python)."""
+    sys.path.insert(0, str(BENCH))
+    from harness.cli import compare_main
+
+    return compare_main(argv)
+
+
+def run_scripts(argv: list[str]) -> int:
+    """Run the selected ``bench/bench_*.py``; 0 when all of them succeeded (and, with ``--check``, met their
+    targets)."""
     reason = _gpu_runner().unavailable_reason()
     if reason is not None:
-        print(f"benchmarks skipped: {reason}")
+        print(f"benchmark scripts skipped: {reason}")
         return 0
     passthrough = argv[argv.index("--") + 1 :] if "--" in argv else []
     selectors = argv[: argv.index("--")] if "--" in argv else argv
     check = "--check" in selectors
     selectors = [selector for selector in selectors if selector != "--check"]
-    scripts = sorted((ROOT / "bench").glob("bench_*.py"))
+    scripts = sorted(BENCH.glob("bench_*.py"))
     scripts = [s for s in scripts if not selectors or any(sel in s.stem for sel in selectors)]
     if not scripts:
         print(f"no bench/bench_*.py matches {selectors}", file=sys.stderr)
         return 2
     RESULTS.mkdir(exist_ok=True)
     env = workspace_env()
-    summary: dict[str, object] = {}
+    summary: dict[str, dict[str, Any]] = {}
     for script in scripts:
         output = RESULTS / f"{script.stem}.json"
         output.unlink(missing_ok=True)
@@ -69,8 +89,8 @@ def main(argv: list[str]) -> int:
             print(f"!! {script.name} exited {status}{'' if result else ' without writing ' + str(output)}")
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"results in {RESULTS.relative_to(ROOT)}/")
-    ran = all(v["returncode"] == 0 and v["result"] is not None for v in summary.values())  # type: ignore[index]
-    missed = [f"{name}: {target}" for name, value in summary.items() for target in missed_targets(value["result"])]  # type: ignore[index]
+    ran = all(value["returncode"] == 0 and value["result"] is not None for value in summary.values())
+    missed = [f"{name}: {target}" for name, value in summary.items() for target in missed_targets(value["result"])]
     if check and missed:
         print("targets missed:\n  " + "\n  ".join(missed))
     return 0 if ran and not (check and missed) else 1
@@ -80,6 +100,17 @@ def missed_targets(result: object) -> list[str]:
     """The targets a script's JSON result states as missed (its ``checks``: target -> met)."""
     checks = result.get("checks", {}) if isinstance(result, dict) else {}
     return [target for target, met in checks.items() if not met]
+
+
+COMMANDS = {"compare": compare, "scripts": run_scripts}
+"""First argument -> command; anything else goes to the harness."""
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch to ``compare``, ``scripts`` or the harness."""
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]](argv[1:])
+    return run_harness(argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,193 @@
+"""The harness command line: ``run`` (the default) measures and writes a result; ``compare OLD NEW`` flags every
+ratio that got more than 10 % worse.
+
+    python bench/run.py [--quick] [--check] [--sections decode,breaks,...] [--out-dir DIR]
+    python bench/run.py compare OLD.json NEW.json [--tolerance 0.10]
+
+Exit status of ``run``: 1 when a configuration gave a wrong answer (or one of ours raised), when a migration run
+exited non-zero, or with ``--check`` when a stated target was missed; else 0. Sections that need CUDA skip with the
+reason on a machine without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .compare import DEFAULT_TOLERANCE, compare_report
+from .migration import MigrationSettings, run_migration, usable_cores
+from .profiles import PROFILES, Profile
+from .report import format_report
+from .rows import BenchResult, WrongAnswer
+from .targets import check_targets
+
+SECTIONS = ("decode", "breaks", "prefill", "capture", "compile", "migration")
+"""Every section, in run order."""
+CPU_SECTIONS = frozenset({"migration"})
+DEFAULT_OUT_DIR = Path(__file__).resolve().parents[1] / "results"
+
+
+def cuda_unavailable_reason() -> str | None:
+    """Why the CUDA sections cannot run here, or None."""
+    if importlib.util.find_spec("torch") is None:
+        return f"torch is not installed for {sys.executable}"
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"CUDA is not available (torch {torch.__version__}): the section needs a CUDA device"
+    return None
+
+
+def _parse_sections(text: str) -> tuple[str, ...]:
+    chosen = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in chosen if name not in SECTIONS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
+    return chosen
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``run`` options (``compare`` is dispatched before parsing)."""
+    parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short smoke run (about 4 minutes on an H100)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a stated target is missed")
+    parser.add_argument("--sections", type=_parse_sections, default=SECTIONS, help=f"comma-separated: {SECTIONS}")
+    parser.add_argument("--presets", nargs="+", help="override the profile's model presets")
+    parser.add_argument("--attention-backend", default="torch", choices=("torch", "flashinfer"))
+    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help="where the JSON and plots go")
+    return parser
+
+
+def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Callable[[BenchResult], None]]:
+    """Section name -> the function that runs it (imported here: these modules need torch and the engine)."""
+    from .breaks import BreakSettings, run_breaks
+    from .capture import CaptureSettings, run_capture, run_compile
+    from .decode import DecodeSettings, run_decode
+    from .models import ModelCache
+    from .prefill import PrefillSettings, run_prefill
+    from .timing import copy_bandwidth_bytes_per_second
+
+    models = ModelCache()
+    presets = tuple(args.presets or profile.presets)
+    backend = args.attention_backend
+    capture = CaptureSettings(
+        presets, profile.capture_decode_max_bs, profile.capture_prefill_max_tokens, presets[0],
+        profile.compile_buckets, backend,
+    )  # fmt: skip
+
+    def decode(result: BenchResult) -> None:
+        bandwidth = copy_bandwidth_bytes_per_second()
+        result.environment["copy_bandwidth_gb_per_s"] = bandwidth / 1e9
+        settings = DecodeSettings(presets, profile.batch_sizes, profile.context_len, profile.iterations, backend)
+        run_decode(result, settings, models, bandwidth)
+
+    return {
+        "decode": decode,
+        "breaks": lambda result: run_breaks(
+            result, BreakSettings(profile.iterations, profile.context_len, backend), models
+        ),
+        "prefill": lambda result: run_prefill(
+            result, PrefillSettings(presets, profile.prefill_shapes, profile.iterations, backend), models
+        ),
+        "capture": lambda result: run_capture(result, capture, models),
+        "compile": lambda result: run_compile(result, capture),
+    }
+
+
+def _describe_machine() -> dict[str, Any]:
+    if importlib.util.find_spec("torch") is None:
+        return {"date": datetime.date.today().isoformat(), "device": "cpu", "torch": None}
+    from .environment import describe_machine
+
+    return describe_machine()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure the chosen sections, print the report, write the JSON and plots; the exit status."""
+    profile = PROFILES["quick" if args.quick else "full"]
+    result = BenchResult(
+        environment=_describe_machine(),
+        settings={"profile": "quick" if args.quick else "full", "sections": list(args.sections), **asdict(profile)},
+    )
+    if args.presets:
+        result.settings["presets"] = list(args.presets)
+    reason = cuda_unavailable_reason()
+    sections: dict[str, Callable[[BenchResult], None]] = {}
+    if reason is None:
+        sections.update(_gpu_sections(args, profile))
+    jobs = tuple(sorted({1, usable_cores()}))
+    sections["migration"] = lambda result: run_migration(
+        result, MigrationSettings(jobs, profile.migration_generated_files, profile.migration_real_tree)
+    )
+    for name in args.sections:
+        if name not in sections:
+            result.skip(name, "section", reason or "not available")
+            continue
+        print(f"== {name}", flush=True)
+        try:
+            sections[name](result)
+        except Exception as error:  # a broken section is reported; the others still run
+            traceback.print_exc()
+            result.wrong.append(WrongAnswer(name, "section", f"raised {type(error).__name__}: {error}"))
+    return finish(result, args)
+
+
+def finish(result: BenchResult, args: argparse.Namespace) -> int:
+    """Print the report and the targets, write the files; the exit status."""
+    from .environment import result_stem
+    from .plots import draw_plots, plots_unavailable_reason
+
+    print(format_report(result))
+    targets = check_targets(result)
+    print("\n".join(str(target) for target in targets))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = result_stem(result.environment, args.quick)
+    path = args.out_dir / f"{stem}.json"
+    path.write_text(result.to_json())
+    print(f"wrote {path}")
+    plots = draw_plots(result, args.out_dir, stem)
+    if plots:
+        print("plots: " + ", ".join(str(plot) for plot in plots))
+    elif result.decode or result.prefill:
+        print(f"no plots: {plots_unavailable_reason()}")
+    migration_failed = any(row.exit_status for row in result.migration)
+    not_converged = sorted({row.tree for row in result.migration if row.recheck_exit_status})
+    if not_converged:
+        # Reported, not failed: a second pass that still finds edits is a codemod bug, not a benchmark error.
+        print(f"NOTE: a second cudagraph-migrate --check over {', '.join(not_converged)} still finds edits")
+    missed = [target for target in targets if not target.met]
+    if result.wrong:
+        print(f"FAILED: {len(result.wrong)} wrong answer(s) or error(s), listed above")
+    if migration_failed:
+        print("FAILED: a migration run exited non-zero")
+    if args.check and missed:
+        print(f"FAILED --check: {len(missed)} target(s) missed")
+    return 1 if result.wrong or migration_failed or (args.check and missed) else 0
+
+
+def compare_main(argv: list[str]) -> int:
+    """``compare OLD NEW [--tolerance T]``: print the regressions; 1 when there is one."""
+    parser = argparse.ArgumentParser(prog="bench/run.py compare", description="flag ratios that got worse")
+    parser.add_argument("old", type=Path)
+    parser.add_argument("new", type=Path)
+    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
+    args = parser.parse_args(argv)
+    text, regressed = compare_report(BenchResult.load(args.old), BenchResult.load(args.new), args.tolerance)
+    print(text)
+    return 1 if regressed else 0
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch ``compare`` or ``run`` (the default; ``run`` may be spelled out)."""
+    if argv and argv[0] == "compare":
+        return compare_main(argv[1:])
+    if argv and argv[0] == "run":
+        argv = argv[1:]
+    return run(build_parser().parse_args(argv))

@@ -1,0 +1,119 @@
+"""``compare OLD.json NEW.json``: every ratio of a run, keyed so two runs line up, and the ones that got worse.
+
+Only ratios are compared (a configuration against a reference measured in the same run), never absolute times:
+those move with the machine's noise, ratios much less. Each ratio knows which direction is better.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .rows import BenchResult
+
+DEFAULT_TOLERANCE = 0.10
+"""A ratio that got more than this much worse (relative) is a regression."""
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """One ratio of a run: its key, its value, and whether a larger value is better."""
+
+    key: str
+    value: float
+    higher_is_better: bool
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A ratio that got worse by more than the tolerance between two runs."""
+
+    key: str
+    old: float
+    new: float
+
+    @property
+    def change(self) -> float:
+        """Relative change of the value, new over old, minus one."""
+        return self.new / self.old - 1.0
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.old:.4g} -> {self.new:.4g} ({self.change:+.1%})"
+
+
+def _decode_ratios(result: BenchResult) -> Iterator[Ratio]:
+    for row in result.decode:
+        key = f"decode/{row.preset}/{row.backend}/bs{row.batch_size}"
+        if row.to_raw is not None and row.backend != "raw":
+            yield Ratio(f"{key}/to_raw", row.to_raw, higher_is_better=False)
+        if row.to_eager is not None and row.backend != "eager":
+            yield Ratio(f"{key}/to_eager", row.to_eager, higher_is_better=False)
+        yield Ratio(f"{key}/floor_fraction", row.floor_fraction, higher_is_better=True)
+
+
+def _break_ratios(result: BenchResult) -> Iterator[Ratio]:
+    ours = {row.workload: row for row in result.breaks if row.implementation == "ours"}
+    for row in result.breaks:
+        reference = ours.get(row.workload)
+        if row.implementation == "ours" or reference is None or row.host_us_per_break <= 0:
+            continue
+        yield Ratio(
+            f"breaks/{row.workload}/ours_over_{row.implementation}",
+            reference.host_us_per_break / row.host_us_per_break,
+            higher_is_better=False,
+        )
+
+
+def _prefill_ratios(result: BenchResult) -> Iterator[Ratio]:
+    for row in result.prefill:
+        if row.speedup is not None and row.backend != "eager":
+            key = f"prefill/{row.preset}/{row.backend}/{row.requests}x{row.tokens_per_request}/speedup"
+            yield Ratio(key, row.speedup, higher_is_better=True)
+
+
+def _migration_ratios(result: BenchResult) -> Iterator[Ratio]:
+    for row in result.migration:
+        single = next((r for r in result.migration if r.tree == row.tree and r.jobs == 1), None)
+        if single is not None and row.jobs > 1 and row.seconds > 0:
+            yield Ratio(f"migration/{row.tree}/j{row.jobs}_speedup", single.seconds / row.seconds, True)
+
+
+RATIO_SOURCES = (_decode_ratios, _break_ratios, _prefill_ratios, _migration_ratios)
+"""Every section that contributes ratios."""
+
+
+def ratios_of(result: BenchResult) -> dict[str, Ratio]:
+    """Every ratio of ``result`` by key."""
+    return {ratio.key: ratio for source in RATIO_SOURCES for ratio in source(result)}
+
+
+def is_regression(old: Ratio, new: Ratio, tolerance: float = DEFAULT_TOLERANCE) -> bool:
+    """Whether ``new`` is more than ``tolerance`` worse than ``old`` (relative to ``old``)."""
+    if old.value <= 0 or new.value <= 0:
+        return False
+    worse_by = old.value / new.value if old.higher_is_better else new.value / old.value
+    return worse_by > 1.0 + tolerance
+
+
+def regressions(old: BenchResult, new: BenchResult, tolerance: float = DEFAULT_TOLERANCE) -> list[Regression]:
+    """Every ratio present in both runs that got more than ``tolerance`` worse, in key order."""
+    old_ratios, new_ratios = ratios_of(old), ratios_of(new)
+    return [
+        Regression(key, old_ratios[key].value, new_ratios[key].value)
+        for key in sorted(old_ratios.keys() & new_ratios.keys())
+        if is_regression(old_ratios[key], new_ratios[key], tolerance)
+    ]
+
+
+def compare_report(old: BenchResult, new: BenchResult, tolerance: float = DEFAULT_TOLERANCE) -> tuple[str, bool]:
+    """The text ``compare`` prints, and whether any ratio regressed."""
+    old_ratios, new_ratios = ratios_of(old), ratios_of(new)
+    found = regressions(old, new, tolerance)
+    lines = [f"{len(old_ratios.keys() & new_ratios.keys())} ratios in both runs, tolerance {tolerance:.0%}"]
+    only_old, only_new = sorted(old_ratios.keys() - new_ratios.keys()), sorted(new_ratios.keys() - old_ratios.keys())
+    if only_old:
+        lines.append(f"{len(only_old)} only in the old run (not compared), e.g. {only_old[0]}")
+    if only_new:
+        lines.append(f"{len(only_new)} only in the new run (not compared), e.g. {only_new[0]}")
+    lines += [f"WORSE  {regression}" for regression in found] or ["no ratio got more than the tolerance worse"]
+    return "\n".join(lines), bool(found)

@@ -1,0 +1,122 @@
+"""The configurations every section measures, as tables: one row per configuration, naming how its steps are made
+(``kind``), the ``resolve()`` keywords of our runners, and whether it is ours (an error in ours fails the run; an
+error in a comparison row only skips it, with the reason)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from cudagraph.config import CudaGraphConfig, resolve
+
+
+class Kind(str, enum.Enum):
+    """How a configuration's steps are made (one ``sources`` class each)."""
+
+    EAGER = "eager"
+    RAW = "raw"
+    RUNNER = "runner"
+    PRIMITIVE = "primitive"
+    PEER = "peer"
+    TORCH_COMPILE = "torch_compile"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One configuration: its row label, its kind, and for runners the settings ``resolve()`` reads."""
+
+    name: str
+    kind: Kind
+    settings: Mapping[str, object] = field(default_factory=dict)
+    peer: str | None = None
+    """The peer's distribution name (``PEER`` rows)."""
+    ours: bool = True
+
+    def runner_config(self, phase_shapes: Mapping[str, tuple[int, ...]]) -> CudaGraphConfig:
+        """The resolved config of a runner row capturing exactly ``phase_shapes`` (``decode``/``prefill`` -> shapes;
+        a phase not named is disabled). ``ConfigError`` when the config rejects a setting (the row is skipped)."""
+        keywords: dict[str, object] = dict(self.settings)
+        for phase, shape_key, disable_key in (
+            ("decode", "decode_cuda_graph_bs", "decode_disable_cuda_graph"),
+            ("prefill", "prefill_cuda_graph_tokens", "prefill_disable_cuda_graph"),
+        ):
+            if phase in phase_shapes:
+                keywords[shape_key] = list(phase_shapes[phase])
+            else:
+                keywords[disable_key] = True
+        return resolve(**keywords)  # type: ignore[arg-type]  # keywords are flag names, never ``environment``
+
+
+COMPILED_SMALL_BUCKETS_MAX_BS = 32
+"""``--torch-compile-max-bs`` of the ``full+compiled`` row: decode buckets up to this are compiled with inductor."""
+
+DECODE_CONFIGS: tuple[BenchConfig, ...] = (
+    BenchConfig("eager", Kind.EAGER),
+    BenchConfig("raw", Kind.RAW),
+    BenchConfig("full", Kind.RUNNER, MappingProxyType({"decode_cuda_graph_backend": "full"})),
+    BenchConfig(
+        "full+compiled",
+        Kind.RUNNER,
+        MappingProxyType({"decode_cuda_graph_backend": "full", "torch_compile_max_bs": COMPILED_SMALL_BUCKETS_MAX_BS}),
+    ),
+    BenchConfig("breakable", Kind.RUNNER, MappingProxyType({"decode_cuda_graph_backend": "breakable"})),
+    BenchConfig(
+        "tc_piecewise/eager",
+        Kind.RUNNER,
+        MappingProxyType({"decode_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "eager"}),
+    ),
+    BenchConfig(
+        "tc_piecewise/inductor",
+        Kind.RUNNER,
+        MappingProxyType({"decode_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "inductor"}),
+    ),
+    BenchConfig("torch.compile", Kind.TORCH_COMPILE, ours=False),
+    BenchConfig("breakable-cuda-graphs", Kind.PEER, peer="breakable-cuda-graphs", ours=False),
+    BenchConfig("piecewise-cuda-graphs", Kind.PEER, peer="piecewise-cuda-graphs", ours=False),
+)
+"""Decode rows, in table order; ``eager`` and ``raw`` first (every ratio refers to them)."""
+
+PREFILL_CONFIGS: tuple[BenchConfig, ...] = (
+    BenchConfig("eager", Kind.EAGER),
+    BenchConfig("breakable", Kind.RUNNER, MappingProxyType({"prefill_cuda_graph_backend": "breakable"})),
+    BenchConfig(
+        "tc_piecewise/eager",
+        Kind.RUNNER,
+        MappingProxyType({"prefill_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "eager"}),
+    ),
+    BenchConfig(
+        "tc_piecewise/inductor",
+        Kind.RUNNER,
+        MappingProxyType({"prefill_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "inductor"}),
+    ),
+    BenchConfig("full", Kind.RUNNER, MappingProxyType({"prefill_cuda_graph_backend": "full"})),
+    BenchConfig("breakable-cuda-graphs", Kind.PEER, peer="breakable-cuda-graphs", ours=False),
+    BenchConfig("piecewise-cuda-graphs", Kind.PEER, peer="piecewise-cuda-graphs", ours=False),
+)
+"""Prefill rows (``full`` only where the config allows prefill ``full``; skipped with its reason otherwise)."""
+
+BREAK_IMPLEMENTATIONS: tuple[BenchConfig, ...] = (
+    BenchConfig("ours", Kind.PRIMITIVE),
+    BenchConfig("breakable-cuda-graphs", Kind.PEER, peer="breakable-cuda-graphs", ours=False),
+    BenchConfig("piecewise-cuda-graphs", Kind.PEER, peer="piecewise-cuda-graphs", ours=False),
+)
+"""The breakable implementations the breaks section compares."""
+
+CAPTURE_BACKENDS: tuple[tuple[str, BenchConfig], ...] = (
+    ("decode", DECODE_CONFIGS[2]),
+    ("decode", DECODE_CONFIGS[3]),
+    ("decode", DECODE_CONFIGS[4]),
+    ("decode", DECODE_CONFIGS[5]),
+    ("decode", DECODE_CONFIGS[6]),
+    ("prefill", PREFILL_CONFIGS[1]),
+    ("prefill", PREFILL_CONFIGS[2]),
+)
+"""(phase, runner row) whose capture of the phase's default buckets the capture section measures."""
+
+
+def default_shapes(phase: str, max_size: int) -> tuple[int, ...]:
+    """The default buckets of ``phase`` up to ``max_size`` (what an engine captures when the user says nothing)."""
+    key = "decode_cuda_graph_max_bs" if phase == "decode" else "prefill_cuda_graph_max_tokens"
+    return resolve(**{key: max_size}).for_phase(phase).buckets  # type: ignore[arg-type]

@@ -1,0 +1,81 @@
+"""Decode section: every row of ``DECODE_CONFIGS`` at every batch size, per preset, with ratios to the raw replay
+and to eager, device activities per step, host time, and the weight-bandwidth floor."""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+
+import torch
+
+from cudagraph.engine.model_runner import CacheConfig
+
+from .configs import DECODE_CONFIGS, BenchConfig
+from .make_source import make_source
+from .measure import guarded, measure_step
+from .models import ModelCache
+from .profiles import Iterations
+from .rows import BenchResult, DecodeRow, with_ratios
+from .timing import weight_bytes
+from .workload import build_model_runner, decode_batches
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """What the decode section runs."""
+
+    presets: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    context_len: int
+    iterations: Iterations
+    attention_backend: str = "torch"
+    configs: tuple[BenchConfig, ...] = DECODE_CONFIGS
+
+
+def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache, bandwidth: float) -> None:
+    """Measure every decode configuration of ``settings`` and add the rows (and skips, and wrong answers)."""
+    for preset in settings.presets:
+        model = models.get(preset)
+        floor_ms = weight_bytes(model) / bandwidth * 1e3
+        cache = CacheConfig(max_num_reqs=max(settings.batch_sizes), max_context_len=2 * settings.context_len)
+        model_runner = build_model_runner(preset, cache, settings.attention_backend, model)
+        rows: list[DecodeRow] = []
+        for config in settings.configs:
+            what = f"{preset} {config.name}"
+            with guarded(result, "decode", what, config):
+                source = make_source(config, model_runner, {"decode": settings.batch_sizes})
+                try:
+                    for batch_size in settings.batch_sizes:
+                        with (
+                            guarded(result, "decode", f"{what} bs {batch_size}", config),
+                            decode_batches(model_runner, batch_size, settings.context_len) as batches,
+                        ):
+                            step = source.step_for(batches)
+                            measured = measure_step(
+                                result,
+                                "decode",
+                                f"{what} bs {batch_size}",
+                                step,
+                                model_runner.forward,
+                                batches,
+                                settings.iterations,
+                            )
+                            if measured is not None:
+                                rows.append(
+                                    DecodeRow(
+                                        preset=preset,
+                                        backend=config.name,
+                                        batch_size=batch_size,
+                                        step_ms=measured.timing.step_ms,
+                                        host_us=measured.timing.host_us,
+                                        kernels_per_step=measured.kernels_per_step,
+                                        floor_ms=floor_ms,
+                                    )
+                                )
+                finally:
+                    source.close()
+        result.decode += with_ratios(rows)
+        model_runner.shutdown()
+        del model_runner
+        gc.collect()
+        torch.cuda.empty_cache()

@@ -1,0 +1,59 @@
+"""The two run profiles as data: ``full`` (every preset, batch size and shape of the issue) and ``quick`` (a smoke run
+of every section and configuration that fits in about four minutes on an H100, compiles included)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Iterations:
+    """How many steps to warm up and to time."""
+
+    warmup: int
+    timed: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes and iteration counts of a run."""
+
+    presets: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    context_len: int
+    iterations: Iterations
+    prefill_shapes: tuple[tuple[int, int], ...]
+    capture_decode_max_bs: int
+    capture_prefill_max_tokens: int
+    compile_buckets: tuple[int, ...]
+    migration_generated_files: int
+    migration_real_tree: bool
+
+
+PROFILES: dict[str, Profile] = {
+    "full": Profile(
+        presets=("qwen3-0.6b", "llama-3.2-1b"),
+        batch_sizes=(1, 8, 32, 128, 256),
+        context_len=128,
+        iterations=Iterations(warmup=10, timed=100),
+        prefill_shapes=((1, 16), (1, 64), (1, 256), (1, 1024), (8, 64)),
+        capture_decode_max_bs=256,
+        capture_prefill_max_tokens=2048,
+        compile_buckets=(1, 8, 32),
+        migration_generated_files=1500,
+        migration_real_tree=True,
+    ),
+    "quick": Profile(
+        presets=("qwen3-0.6b",),
+        batch_sizes=(1, 32),
+        context_len=128,
+        iterations=Iterations(warmup=3, timed=20),
+        prefill_shapes=((1, 64), (8, 64)),
+        capture_decode_max_bs=32,
+        capture_prefill_max_tokens=256,
+        compile_buckets=(1, 8),
+        migration_generated_files=200,
+        migration_real_tree=False,
+    ),
+}
+"""Profile name -> profile (``--quick`` picks ``quick``)."""

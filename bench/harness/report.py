@@ -1,0 +1,133 @@
+"""The stdout table and the markdown summary: one block per section, one line per row, every row listed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .rows import BenchResult
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header and how one row renders in it."""
+
+    header: str
+    render: Callable[[Any], str]
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}x"
+
+
+DECODE_COLUMNS = (
+    Column("preset", lambda r: r.preset),
+    Column("backend", lambda r: r.backend),
+    Column("bs", lambda r: str(r.batch_size)),
+    Column("step ms", lambda r: _ms(r.step_ms)),
+    Column("/raw", lambda r: _ratio(r.to_raw)),
+    Column("/eager", lambda r: _ratio(r.to_eager)),
+    Column("kernels", lambda r: "-" if r.kernels_per_step is None else f"{r.kernels_per_step:.0f}"),
+    Column("host us", lambda r: f"{r.host_us:.0f}"),
+    Column("floor ms", lambda r: _ms(r.floor_ms)),
+    Column("of floor", lambda r: f"{r.floor_fraction:.0%}"),
+)
+BREAK_COLUMNS = (
+    Column("implementation", lambda r: r.implementation),
+    Column("workload", lambda r: r.workload),
+    Column("breaks", lambda r: str(r.breaks)),
+    Column("host us/break", lambda r: f"{r.host_us_per_break:.2f}"),
+    Column("wall us/break", lambda r: f"{r.wall_us_per_break:.2f}"),
+    Column("step ms", lambda r: _ms(r.step_ms)),
+)
+PREFILL_COLUMNS = (
+    Column("preset", lambda r: r.preset),
+    Column("backend", lambda r: r.backend),
+    Column("shape", lambda r: f"{r.requests}x{r.tokens_per_request}"),
+    Column("tokens", lambda r: str(r.tokens)),
+    Column("step ms", lambda r: _ms(r.step_ms)),
+    Column("speed-up", lambda r: _ratio(r.speedup)),
+    Column("host us", lambda r: f"{r.host_us:.0f}"),
+)
+CAPTURE_COLUMNS = (
+    Column("preset", lambda r: r.preset),
+    Column("phase", lambda r: r.phase),
+    Column("backend", lambda r: r.backend),
+    Column("graphs", lambda r: str(r.graphs)),
+    Column("seconds", lambda r: f"{r.seconds:.2f}"),
+    Column("GiB", lambda r: f"{r.bytes / 2**30:.3f}"),
+)
+COMPILE_COLUMNS = (
+    Column("preset", lambda r: r.preset),
+    Column("compiler", lambda r: r.compiler),
+    Column("cold compile s", lambda r: f"{r.cold_seconds:.1f}"),
+    Column("warm compile s", lambda r: f"{r.warm_seconds:.1f}"),
+    Column("cold capture s", lambda r: f"{r.cold_capture_seconds:.1f}"),
+    Column("warm capture s", lambda r: f"{r.warm_capture_seconds:.1f}"),
+)
+MIGRATION_COLUMNS = (
+    Column("tree", lambda r: r.tree),
+    Column("files", lambda r: str(r.files)),
+    Column("-j", lambda r: str(r.jobs)),
+    Column("seconds", lambda r: f"{r.seconds:.2f}"),
+    Column("files/s", lambda r: f"{r.files_per_second:.0f}"),
+    Column("exit", lambda r: str(r.exit_status)),
+    Column("recheck", lambda r: str(r.recheck_exit_status)),
+)
+SKIPPED_COLUMNS = (
+    Column("section", lambda r: r.section),
+    Column("what", lambda r: r.what),
+    Column("reason", lambda r: r.reason),
+)
+WRONG_COLUMNS = (
+    Column("section", lambda r: r.section),
+    Column("what", lambda r: r.what),
+    Column("detail", lambda r: r.detail),
+)
+
+SECTIONS: tuple[tuple[str, str, tuple[Column, ...]], ...] = (
+    ("decode", "Decode step", DECODE_COLUMNS),
+    ("breaks", "Breaks alone", BREAK_COLUMNS),
+    ("prefill", "Prefill step", PREFILL_COLUMNS),
+    ("capture", "Capture of the default buckets", CAPTURE_COLUMNS),
+    ("compile", "tc_piecewise compile, fresh process", COMPILE_COLUMNS),
+    ("migration", "cudagraph-migrate", MIGRATION_COLUMNS),
+    ("wrong", "WRONG ANSWERS (not results; the run fails)", WRONG_COLUMNS),
+    ("skipped", "Not measured", SKIPPED_COLUMNS),
+)
+"""(result attribute, title, columns) in print order."""
+
+
+def format_rows(rows: Sequence[Any], columns: Sequence[Column], *, markdown: bool = False) -> str:
+    """``rows`` as an aligned plain-text table (or a markdown table), one line per row, headers first."""
+    cells = [[column.header for column in columns]] + [[column.render(row) for column in columns] for row in rows]
+    if markdown:
+        lines = ["| " + " | ".join(line) + " |" for line in cells]
+        lines.insert(1, "|" + "---|" * len(columns))
+        return "\n".join(lines)
+    widths = [max(len(line[index]) for line in cells) for index in range(len(columns))]
+    padded = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in cells]
+    return "\n".join(line.rstrip() for line in padded)
+
+
+def describe_environment(result: BenchResult) -> str:
+    """One line: device, driver, torch, CUDA, flashinfer."""
+    env = result.environment
+    keys = ("device", "driver", "torch", "cuda", "flashinfer", "date")
+    return ", ".join(f"{key} {env[key]}" for key in keys if env.get(key) is not None)
+
+
+def format_report(result: BenchResult, *, markdown: bool = False) -> str:
+    """Every non-empty section of ``result`` as a titled table."""
+    blocks = [describe_environment(result)]
+    for attribute, title, columns in SECTIONS:
+        rows = getattr(result, attribute)
+        if rows:
+            heading = f"## {title}" if markdown else f"== {title}"
+            blocks.append(f"{heading}\n\n{format_rows(rows, columns, markdown=markdown)}")
+    return "\n\n".join(blocks) + "\n"

@@ -1,0 +1,222 @@
+"""The results: one frozen dataclass per row kind, and ``BenchResult``, which holds them all and round-trips JSON.
+
+Never imports torch: the compare, report and target logic read results on any machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+SCHEMA_VERSION = 1
+"""Bumped when a row changes meaning; ``BenchResult.from_json`` refuses other versions."""
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    """One decode configuration at one batch size (medians over rotating inputs)."""
+
+    preset: str
+    backend: str
+    batch_size: int
+    step_ms: float
+    """Median step time between CUDA events recorded around each step, launched back to back."""
+    host_us: float
+    """Median time the step call takes to return when launched onto an idle device."""
+    kernels_per_step: float | None
+    """Device activities (kernels, copies, memsets) per step as torch.profiler records them; None if unavailable."""
+    floor_ms: float
+    """Weight bytes / measured device copy bandwidth: no decode step can be faster."""
+    to_raw: float | None = None
+    """``step_ms`` over the raw ``CUDAGraph.replay`` of the same forward at the same batch size."""
+    to_eager: float | None = None
+    """``step_ms`` over the eager forward at the same batch size."""
+
+    @property
+    def floor_fraction(self) -> float:
+        """How much of the weight-bandwidth floor this step reaches (1.0 = at the floor)."""
+        return self.floor_ms / self.step_ms
+
+
+@dataclass(frozen=True)
+class BreakRow:
+    """Per-break cost of one breakable implementation, against one full graph of the same work."""
+
+    implementation: str
+    workload: str
+    """``empty``: tiny kernels split by breaks that call a function doing nothing; ``model``: the 16-layer model's
+    decode step at batch 1, broken at its attention op."""
+    breaks: int
+    host_us_per_break: float
+    wall_us_per_break: float
+    step_ms: float
+
+
+@dataclass(frozen=True)
+class PrefillRow:
+    """One prefill configuration on one batch shape."""
+
+    preset: str
+    backend: str
+    requests: int
+    tokens_per_request: int
+    step_ms: float
+    host_us: float
+    speedup: float | None = None
+    """Eager step time over this one on the same shape."""
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in the step."""
+        return self.requests * self.tokens_per_request
+
+
+@dataclass(frozen=True)
+class CaptureRow:
+    """What capturing a phase's default buckets cost with one backend."""
+
+    preset: str
+    phase: str
+    backend: str
+    graphs: int
+    seconds: float
+    bytes: int
+
+
+@dataclass(frozen=True)
+class CompileRow:
+    """``tc_piecewise`` compile seconds in a fresh process: with empty compile caches (cold) and again (warm)."""
+
+    preset: str
+    compiler: str
+    cold_seconds: float
+    warm_seconds: float
+    cold_capture_seconds: float
+    warm_capture_seconds: float
+
+
+@dataclass(frozen=True)
+class MigrationRow:
+    """``cudagraph-migrate`` over a tree with ``-j jobs``."""
+
+    tree: str
+    files: int
+    jobs: int
+    seconds: float
+    exit_status: int
+    recheck_exit_status: int
+
+    @property
+    def files_per_second(self) -> float:
+        """Throughput of the run."""
+        return self.files / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class SkippedRow:
+    """A configuration that was not measured, and why (no CUDA, a peer not installed, a config that rejects it)."""
+
+    section: str
+    what: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class WrongAnswer:
+    """A configuration whose greedy tokens differ from eager's: not a result, and the run fails."""
+
+    section: str
+    what: str
+    detail: str
+
+
+def with_ratios(rows: list[DecodeRow]) -> list[DecodeRow]:
+    """``rows`` with ``to_raw`` and ``to_eager`` filled from the raw and eager rows of the same preset and batch."""
+    reference = {(row.preset, row.backend, row.batch_size): row.step_ms for row in rows}
+
+    def ratio(row: DecodeRow, backend: str) -> float | None:
+        base = reference.get((row.preset, backend, row.batch_size))
+        return row.step_ms / base if base else None
+
+    return [dataclasses.replace(row, to_raw=ratio(row, "raw"), to_eager=ratio(row, "eager")) for row in rows]
+
+
+def with_speedups(rows: list[PrefillRow]) -> list[PrefillRow]:
+    """``rows`` with ``speedup`` = eager step / this step on the same preset and shape."""
+    eager = {(row.preset, row.requests, row.tokens_per_request): row.step_ms for row in rows if row.backend == "eager"}
+
+    def speedup(row: PrefillRow) -> float | None:
+        base = eager.get((row.preset, row.requests, row.tokens_per_request))
+        return base / row.step_ms if base else None
+
+    return [dataclasses.replace(row, speedup=speedup(row)) for row in rows]
+
+
+ROW_TYPES: dict[str, type[Any]] = {
+    "decode": DecodeRow,
+    "breaks": BreakRow,
+    "prefill": PrefillRow,
+    "capture": CaptureRow,
+    "compile": CompileRow,
+    "migration": MigrationRow,
+    "skipped": SkippedRow,
+    "wrong": WrongAnswer,
+}
+"""JSON key -> row type; ``BenchResult`` has one list per key."""
+
+
+@dataclass
+class BenchResult:
+    """Everything one run measured, with the machine it ran on and the settings it ran with."""
+
+    environment: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    decode: list[DecodeRow] = field(default_factory=list)
+    breaks: list[BreakRow] = field(default_factory=list)
+    prefill: list[PrefillRow] = field(default_factory=list)
+    capture: list[CaptureRow] = field(default_factory=list)
+    compile: list[CompileRow] = field(default_factory=list)
+    migration: list[MigrationRow] = field(default_factory=list)
+    skipped: list[SkippedRow] = field(default_factory=list)
+    wrong: list[WrongAnswer] = field(default_factory=list)
+
+    schema_version: ClassVar[int] = SCHEMA_VERSION
+
+    def skip(self, section: str, what: str, reason: str) -> None:
+        """Record that ``what`` in ``section`` was not measured, and why."""
+        self.skipped.append(SkippedRow(section, what, reason))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: the schema version, environment, settings and one list of row dicts per kind."""
+        rows = {key: [asdict(row) for row in getattr(self, key)] for key in ROW_TYPES}
+        return {"schema_version": SCHEMA_VERSION, "environment": self.environment, "settings": self.settings, **rows}
+
+    def to_json(self) -> str:
+        """Indented JSON text."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchResult:
+        """Read back what ``to_dict`` wrote; another schema version or an unknown row field is an error."""
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"bench result schema_version {version!r} is not supported; this harness reads {SCHEMA_VERSION}"
+            )
+        result = cls(environment=dict(data.get("environment", {})), settings=dict(data.get("settings", {})))
+        for key, row_type in ROW_TYPES.items():
+            names = {f.name for f in dataclasses.fields(row_type)}
+            for index, row in enumerate(data.get(key, [])):
+                unknown = sorted(set(row) - names)
+                if unknown:
+                    raise ValueError(f"{key}[{index}] has unknown fields {unknown}; {row_type.__name__} has {names}")
+                getattr(result, key).append(row_type(**row))
+        return result
+
+    @classmethod
+    def load(cls, path: Path) -> BenchResult:
+        """Read a result file."""
+        return cls.from_dict(json.loads(path.read_text()))

@@ -1,0 +1,154 @@
+"""The model, its engine, and the batches every configuration runs: decode batches of ``batch_size`` requests with
+``context_len`` cached tokens, extend batches of whole prompts, each with rotating copies (same requests and KV
+slots, different token ids in new tensors) so a step never sees the tensors of the step before.
+
+Also the correctness gate: a configuration's greedy tokens against eager's on the same batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
+from cudagraph.engine.model import random_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.runner import ForwardBatch, ForwardMode
+
+from .presets import preset_config
+
+EAGER_CONFIG = CudaGraphConfig(PhaseConfig(Backend.DISABLED, (), 0), PhaseConfig(Backend.DISABLED, (), 0))
+"""The engine itself stays eager: every runner under test is built by its section."""
+
+ROTATING_INPUTS = 4
+"""Copies of every batch that the timed steps cycle through."""
+
+TIE_TOLERANCE = 0.125
+"""A token that differs from eager's is a tie, not an error, when eager's logit for it is within this of eager's
+best (bf16 logits of unit spread: a few ulps; other kernels, inductor's, may round such near-ties the other way)."""
+
+
+def build_model_runner(
+    preset: str, cache: CacheConfig, attention_backend: str, model: torch.nn.Module | None = None
+) -> ModelRunner:
+    """An eager engine on CUDA over the preset's random bf16 weights (or ``model``'s, shared between engines)."""
+    if model is None:
+        model = random_model(preset_config(preset), seed=0, dtype="bfloat16", device="cuda")
+    return ModelRunner(model, EAGER_CONFIG, cache_config=cache, attention_backend=attention_backend)  # type: ignore[arg-type]
+
+
+def rotations(batch: ForwardBatch, vocab_size: int, count: int = ROTATING_INPUTS, seed: int = 0) -> list[ForwardBatch]:
+    """``batch`` and ``count - 1`` copies with fresh tensors and other token ids below ``vocab_size`` (same requests,
+    same KV slots)."""
+    # Offset from the seed the batch itself was drawn with, or the first copy would repeat its token ids.
+    generator = torch.Generator().manual_seed(seed + 7919)
+    copies = [batch]
+    for _ in range(count - 1):
+        ids = torch.randint(0, vocab_size, tuple(batch.input_ids.shape), generator=generator).to(batch.input_ids.device)
+        fresh = {
+            field.name: getattr(batch, field.name).clone()
+            for field in dataclasses.fields(batch)
+            if isinstance(getattr(batch, field.name), torch.Tensor)
+        }
+        copies.append(dataclasses.replace(batch, **{**fresh, "input_ids": ids}))
+    return copies
+
+
+@contextmanager
+def decode_batches(model_runner: ModelRunner, batch_size: int, context_len: int) -> Iterator[list[ForwardBatch]]:
+    """Rotating decode batches of ``batch_size`` requests; their rows and slots are given back on exit."""
+    batch = synthetic_decode_batch(model_runner, batch_size, context_len, seed=batch_size)
+    try:
+        yield rotations(batch, model_runner.model.config.vocab_size, seed=batch_size)
+    finally:
+        release_synthetic_batch(model_runner, batch, context_len)
+
+
+@contextmanager
+def extend_batches(model_runner: ModelRunner, requests: int, tokens: int) -> Iterator[list[ForwardBatch]]:
+    """Rotating extend batches: ``requests`` fresh prompts of ``tokens`` tokens each, nothing cached yet."""
+    device = model_runner.device
+    rows, slots = [], []
+    for _ in range(requests):
+        row = model_runner.req_to_token_pool.alloc()
+        request_slots = model_runner.token_to_kv_pool.alloc(tokens)
+        model_runner.req_to_token_pool.write(row, 0, request_slots)
+        rows.append(row)
+        slots.append(request_slots)
+    generator = torch.Generator().manual_seed(requests * tokens)
+    vocab = model_runner.model.config.vocab_size
+    seq_lens_cpu = torch.full((requests,), tokens, dtype=torch.int32)
+    batch = ForwardBatch(
+        forward_mode=ForwardMode.EXTEND,
+        batch_size=requests,
+        input_ids=torch.randint(0, vocab, (requests * tokens,), generator=generator).to(device),
+        positions=torch.arange(tokens, dtype=torch.int64).repeat(requests).to(device),
+        seq_lens=seq_lens_cpu.to(device),
+        req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=device),
+        out_cache_loc=torch.cat(slots).to(device),
+        seq_lens_sum=requests * tokens,
+        seq_lens_cpu=seq_lens_cpu,
+        extend_seq_lens=torch.full((requests,), tokens, dtype=torch.int32, device=device),
+        extend_prefix_lens=torch.zeros(requests, dtype=torch.int32, device=device),
+        extend_start_loc=torch.arange(0, requests * tokens, tokens, dtype=torch.int32, device=device),
+        extend_num_tokens=requests * tokens,
+        extend_seq_lens_cpu=[tokens] * requests,
+        extend_prefix_lens_cpu=[0] * requests,
+    )
+    try:
+        yield rotations(batch, vocab, seed=requests * tokens)
+    finally:
+        for row, request_slots in zip(rows, slots, strict=True):
+            model_runner.token_to_kv_pool.free(request_slots)
+            model_runner.req_to_token_pool.free(row)
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    """A configuration's greedy tokens against eager's on one batch."""
+
+    rows: int
+    differing: int
+    """Rows whose token differs from eager's (ties included)."""
+    wrong: int
+    """Differing rows that are not ties: eager's logit for the token is more than ``TIE_TOLERANCE`` below its best."""
+    max_abs_logit_diff: float
+
+    @property
+    def ok(self) -> bool:
+        """No wrong token."""
+        return self.wrong == 0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.wrong} of {self.rows} greedy tokens wrong ({self.differing - self.wrong} near-ties), "
+            f"max |logit - eager| {self.max_abs_logit_diff:.3g}"
+        )
+
+
+def check_tokens(eager_logits: torch.Tensor, logits: torch.Tensor) -> TokenCheck:
+    """Compare greedy tokens of ``logits`` with those of ``eager_logits`` (both ``[rows, vocab]``)."""
+    eager_logits, logits = eager_logits.float(), logits.float()
+    if logits.shape != eager_logits.shape:
+        return TokenCheck(eager_logits.shape[0], eager_logits.shape[0], eager_logits.shape[0], float("inf"))
+    eager_tokens, tokens = eager_logits.argmax(-1), logits.argmax(-1)
+    differing = eager_tokens != tokens
+    best = eager_logits.gather(1, eager_tokens[:, None])[:, 0]
+    chosen = eager_logits.gather(1, tokens[:, None])[:, 0]
+    wrong = differing & (best - chosen > TIE_TOLERANCE)
+    difference = (logits - eager_logits).abs().nan_to_num(nan=float("inf"))
+    return TokenCheck(
+        rows=int(eager_tokens.numel()),
+        differing=int(differing.sum()),
+        wrong=int(wrong.sum()),
+        max_abs_logit_diff=float(difference.max()) if difference.numel() else 0.0,
+    )
+
+
+StepFn = Callable[[ForwardBatch], torch.Tensor]
+"""One step of a configuration: the logits of a batch (rows sliced to the batch's requests)."""

@@ -1,0 +1,10 @@
+"""The harness lives under ``bench/`` (scripts, not a distribution): put that folder on the path for its tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))

@@ -1,0 +1,64 @@
+"""The harness command line on a machine without CUDA: the CUDA sections are skipped with the reason, the result is
+written, and ``--check`` fails because the targets were not measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from harness import cli
+from harness.cli import main
+from harness.environment import device_slug, result_stem
+from results_factory import sample_result, scaled
+
+
+@pytest.fixture
+def no_cuda(monkeypatch: pytest.MonkeyPatch) -> str:
+    reason = "CUDA is not available (test)"
+    monkeypatch.setattr(cli, "cuda_unavailable_reason", lambda: reason)
+    return reason
+
+
+def test_cuda_sections_skip_with_the_reason_and_the_json_is_written(tmp_path: Path, no_cuda: str) -> None:
+    assert cli.main(["--sections", "decode,prefill", "--out-dir", str(tmp_path)]) == 0
+    [written] = tmp_path.glob("*-bench.json")
+    data = json.loads(written.read_text())
+    assert data["skipped"] == [
+        {"section": "decode", "what": "section", "reason": no_cuda},
+        {"section": "prefill", "what": "section", "reason": no_cuda},
+    ]
+    assert data["decode"] == [] and data["settings"]["profile"] == "full"
+
+
+def test_check_fails_when_targets_are_not_measured(tmp_path: Path, no_cuda: str) -> None:
+    assert cli.main(["--quick", "--check", "--sections", "decode", "--out-dir", str(tmp_path)]) == 1
+    assert list(tmp_path.glob("*-bench-quick.json"))
+
+
+def test_unknown_section_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--sections", "decode,warp"])
+    assert "unknown section(s) ['warp']; choose from decode, breaks" in capsys.readouterr().err
+
+
+def test_result_file_is_named_by_date_and_device() -> None:
+    assert device_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert device_slug("NVIDIA H200") == "h200"
+    assert device_slug("cpu") == "cpu"
+    assert (
+        result_stem({"date": "2026-11-23", "device": "NVIDIA H100 80GB HBM3"}, quick=True)
+        == "2026-11-23-h100-bench-quick"
+    )
+
+
+@pytest.mark.parametrize(("factor", "status"), [(1.15, 1), (1.05, 0)])
+def test_compare_command_exit_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], factor: float, status: int
+) -> None:
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(sample_result().to_json())
+    new.write_text(scaled(sample_result(), "breakable", factor).to_json())
+    assert main(["compare", str(old), str(new)]) == status
+    output = capsys.readouterr().out
+    assert ("WORSE  decode/qwen3-0.6b/breakable/bs1/to_raw" in output) == (status == 1)
