@@ -87,8 +87,8 @@ def test_paged_cache_gives_the_tokens_of_one_slot_pages(page_size: int) -> None:
     assert outputs[1][0] == reference_greedy(model, batch[0], 9)
 
 
-def test_prefill_full_with_torch_attention_is_one_error_naming_flashinfer() -> None:
+def test_prefill_full_with_torch_attention_is_one_error_naming_what_works() -> None:
     model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=1, dtype="float32", device="cpu")
     config = CudaGraphConfig(decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.FULL, (16,), 16))
-    with pytest.raises(ConfigError, match=r"prefill CUDA-graph backend 'full'.*--attention-backend flashinfer"):
+    with pytest.raises(ConfigError, match=r"prefill CUDA-graph backend 'full'.*--prefill-cuda-graph-backend breakable"):
         ModelRunner(model, config, attention_backend="torch")

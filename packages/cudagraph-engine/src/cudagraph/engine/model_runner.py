@@ -167,8 +167,9 @@ class ModelRunner:
             return
         raise ConfigError(
             f"prefill CUDA-graph backend 'full' captures attention inside the graph, which the {attention_backend!r} "
-            "attention backend cannot (its extend attention loops over the requests on the host); use the "
-            "'flashinfer' attention backend (--attention-backend flashinfer), or prefill 'breakable' or 'tc_piecewise'"
+            "attention backend cannot yet (torch's extend attention loops over the requests on the host; FlashInfer's "
+            "graph prefill wrappers are not proven); use prefill 'breakable' or 'tc_piecewise' "
+            "(--prefill-cuda-graph-backend breakable)"
         )
 
     # -- graphs -----------------------------------------------------------------------------------------------------

@@ -112,8 +112,12 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
     name = "flashinfer"
     needs_seq_lens_cpu = True
     """``plan`` builds the index pointers on the host from the lengths."""
-    captures_extend_attention = True
-    """Extend attention can run inside a graph (prefill ``full``): a static wrapper per token bucket."""
+    captures_extend_attention = False
+    """Prefill ``full`` is refused for now: the per-bucket ``use_cuda_graph=True`` prefill wrappers below are built
+    and planned, but replaying their capture faulted on the H100 (``cudaErrorInvalidAddressSpace``, FlashInfer 0.5.3,
+    torch 2.11), so no engine takes that path until it is proven; eager and breakable extend use the same kernels."""
+    SUPPORTED_HEAD_DIMS = (64, 128, 256, 512)
+    """Head sizes FlashInfer 0.5.3 can merge split attention for (its decode planner may split whatever we ask)."""
 
     def __init__(
         self,
@@ -128,6 +132,11 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         device = self.req_to_token.device
         if device.type != "cuda":
             raise ValueError(f"the flashinfer attention backend needs a CUDA device, not {device}; use 'torch'")
+        if head_dim not in self.SUPPORTED_HEAD_DIMS:
+            raise ValueError(
+                f"the flashinfer attention backend supports head_dim {', '.join(map(str, self.SUPPORTED_HEAD_DIMS))}; "
+                f"this model has head_dim {head_dim}: use --attention-backend torch"
+            )
         self.page_size = kv_pool.page_size
         if self.graph_width % self.page_size:
             raise ValueError(
