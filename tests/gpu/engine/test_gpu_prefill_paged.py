@@ -21,9 +21,10 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from test_gpu_engine_graphs import EAGER, config
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
-from cudagraph.config import Backend, ConfigError, CudaGraphConfig, PhaseConfig
+from cudagraph.config import Backend, ConfigError, CudaGraphConfig
 from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, unified_attention
 from cudagraph.engine.batch import Request, SamplingParams, make_decode_batch, make_extend_batch
 from cudagraph.engine.generate import generate
@@ -34,23 +35,11 @@ from cudagraph.runner import ForwardBatch
 pytestmark = pytest.mark.gpu
 
 BF16_LOGITS = {"rtol": 2e-2, "atol": 2e-2}
-DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
-PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
 NO_FLASHINFER = importlib.util.find_spec("flashinfer") is None
 needs_flashinfer = pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
 # FlashInfer's kernels are built for head dims 64, 128 and 256; the tiny presets use 32.
 FLASHINFER_MODEL = model_config_from_preset("tiny-qwen3-random").with_overrides(head_dim=64)
 PAGE_SIZES = [1, 16]
-
-
-def config(decode: Backend, prefill: Backend) -> CudaGraphConfig:
-    return CudaGraphConfig(
-        decode=PhaseConfig(decode, () if decode is Backend.DISABLED else DECODE_BUCKETS, 64),
-        prefill=PhaseConfig(prefill, () if prefill is Backend.DISABLED else PREFILL_BUCKETS, 512),
-    )
-
-
-EAGER = config(Backend.DISABLED, Backend.DISABLED)
 
 
 @contextlib.contextmanager
