@@ -204,11 +204,21 @@ class RawGraphSource(CapturedSource):
         return graph, output
 
     def step_for(self, batches: list[ForwardBatch]) -> StepFn:
-        """Replay only (the graph reads the first batch's tensors whatever batch is passed)."""
-        graph, output = self.capture_shape(batches[0])
+        """Replay only (the graph reads the first batch's tensors whatever batch is passed).
+
+        An attention backend that plans on the host (FlashInfer) shares one index workspace between all of its
+        wrappers, so any other plan in between (another source, an eager step) rewrites what this graph reads: its
+        plan for the captured batch is made again before each replay, as every runner does.
+        """
+        static = batches[0]
+        graph, output = self.capture_shape(static)
         replay = graph.replay
+        model_runner = self.model_runner
+        plans_on_host = bool(getattr(model_runner.attn_backend, "needs_seq_lens_cpu", False))
 
         def step(batch: ForwardBatch) -> torch.Tensor:
+            if plans_on_host:
+                refresh_graph_metadata(model_runner, static)
             replay()
             return output
 
