@@ -8,8 +8,9 @@ dense reference all drive the same weights.
 from .causal_lm import CausalLM, resolve_dtype
 from .checkpoint import TensorSlot, checkpoint_slots, load_model, save_model
 from .config import FAMILIES, ROPE_TYPES, SUPPORTED_DTYPES, ArchitectureFamily, ModelConfig, RopeScaling
-from .errors import ModelFileNotFoundError, ModelLoadError
+from .errors import ModelFileNotFoundError, ModelLoadError, TensorParallelError
 from .layers import AttendFn
+from .parallel import SINGLE_RANK, RowRange, ShardPlan
 from .presets import PRESETS, model_config_from_preset
 from .random_init import random_model
 from .reference import dense_attend, dense_causal_attention, reference_greedy, reference_logits
@@ -18,6 +19,7 @@ __all__ = [
     "FAMILIES",
     "PRESETS",
     "ROPE_TYPES",
+    "SINGLE_RANK",
     "SUPPORTED_DTYPES",
     "ArchitectureFamily",
     "AttendFn",
@@ -26,6 +28,9 @@ __all__ = [
     "ModelFileNotFoundError",
     "ModelLoadError",
     "RopeScaling",
+    "RowRange",
+    "ShardPlan",
+    "TensorParallelError",
     "TensorSlot",
     "checkpoint_slots",
     "dense_attend",

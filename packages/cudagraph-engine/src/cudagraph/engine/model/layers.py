@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .collectives import all_reduced
 from .config import ModelConfig
 from .rotary import apply_rotary
 
@@ -71,11 +72,20 @@ class HeadRMSNorm(nn.Module):
 
 class Attention(nn.Module):
     """Grouped-query self-attention around a caller-supplied ``attend``: fused q/k/v projection (with Qwen2's
-    bias), Qwen3's per-head q/k norms, rotary, and the output projection."""
+    bias), Qwen3's per-head q/k norms, rotary, and the output projection (row-parallel, all-reduced over
+    ``reduce_group`` when the model is sharded)."""
 
-    def __init__(self, config: ModelConfig, layer_id: int, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        layer_id: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        reduce_group: str | None = None,
+    ) -> None:
         super().__init__()
         self.layer_id = layer_id
+        self.reduce_group = reduce_group
         self.num_heads = config.num_heads
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
@@ -106,16 +116,23 @@ class Attention(nn.Module):
         q, k = qk[:, : self.q_size], qk[:, self.q_size :]
         v = qkv[:, qk_width:]
         out = attend(self.layer_id, q, k, v)
+        if self.reduce_group is not None:
+            partial = all_reduced(F.linear(out, self.o_weight), self.reduce_group)
+            return residual.add_(partial if self.o_bias is None else partial.add_(self.o_bias))
         if self.o_bias is not None:
             return residual.add_(F.linear(out, self.o_weight, self.o_bias))
         return residual.addmm_(out, self.o_weight.t())
 
 
 class GatedMLP(nn.Module):
-    """SwiGLU feed-forward: one fused gate/up matmul, ``silu(gate) * up``, then the down projection."""
+    """SwiGLU feed-forward: one fused gate/up matmul, ``silu(gate) * up``, then the down projection (row-parallel,
+    all-reduced over ``reduce_group`` when the model is sharded)."""
 
-    def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self, config: ModelConfig, dtype: torch.dtype, device: torch.device, reduce_group: str | None = None
+    ) -> None:
         super().__init__()
+        self.reduce_group = reduce_group
         self.intermediate_size = config.intermediate_size
         self.gate_up_weight = _parameter((2 * config.intermediate_size, config.hidden_size), dtype, device)
         self.down_weight = _parameter((config.hidden_size, config.intermediate_size), dtype, device)
@@ -124,18 +141,30 @@ class GatedMLP(nn.Module):
         """``residual + mlp(x)`` over ``[T, hidden]``, accumulated into ``residual`` in place and returned."""
         gate_up = F.linear(x, self.gate_up_weight)
         gate, up = gate_up[:, : self.intermediate_size], gate_up[:, self.intermediate_size :]
+        if self.reduce_group is not None:
+            return residual.add_(all_reduced(F.linear(F.silu(gate) * up, self.down_weight), self.reduce_group))
         return residual.addmm_(F.silu(gate) * up, self.down_weight.t())
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block: ``h += attn(norm(h))``, then ``h += mlp(norm(h))``, updating ``h`` in place."""
+    """Pre-norm residual block: ``h += attn(norm(h))``, then ``h += mlp(norm(h))``, updating ``h`` in place.
 
-    def __init__(self, config: ModelConfig, layer_id: int, dtype: torch.dtype, device: torch.device) -> None:
+    ``config`` holds one rank's heads and MLP width (``ShardPlan.local_config``); ``reduce_group`` names the
+    process group whose all-reduce completes the row-parallel projections (``None``: one rank, no collective)."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        layer_id: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        reduce_group: str | None = None,
+    ) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
-        self.self_attn = Attention(config, layer_id, dtype, device)
+        self.self_attn = Attention(config, layer_id, dtype, device, reduce_group)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
-        self.mlp = GatedMLP(config, dtype, device)
+        self.mlp = GatedMLP(config, dtype, device, reduce_group)
 
     def forward(self, hidden: torch.Tensor, cos_sin: torch.Tensor, attend: AttendFn) -> torch.Tensor:
         """One block over the residual stream ``hidden`` ``[T, hidden]``, which it updates in place and returns
