@@ -8,6 +8,7 @@ syncs and value-dependent shapes whenever ``is_capture_mode()`` is on.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -30,6 +31,8 @@ class CausalLMLike(Protocol):
     """What the runner needs from a model: ``forward(input_ids, positions, attend) -> hidden`` and the head."""
 
     config: Any
+    local_config: Any
+    """The config of this rank's part of the model (heads, MLP width): what the KV cache is sized from."""
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Any) -> torch.Tensor:
         """Hidden states ``[T, H]`` after the final norm."""
@@ -88,6 +91,10 @@ class ModelRunner:
 
     The graph runners are created by ``init_decode_cuda_graph()`` and ``init_prefill_cuda_graph()`` (or both by
     ``init_cuda_graphs()``); until then, and for batches they cannot take, steps run eagerly.
+
+    On a tensor-parallel rank the model is that rank's shard: the KV cache and attention hold its heads
+    (``model.local_config``), and ``capture_barrier`` (a host-side barrier of the group) is where the ranks meet
+    before each eager break of a breakable capture, so every rank captures the same shapes in lock-step.
     """
 
     def __init__(
@@ -98,6 +105,7 @@ class ModelRunner:
         cache_config: CacheConfig | None = None,
         attention_backend: str = "torch",
         show_progress: bool = False,
+        capture_barrier: Callable[[], None] | None = None,
     ) -> None:
         first_parameter = next(iter(model.parameters()))
         self.model = model
@@ -106,7 +114,8 @@ class ModelRunner:
         self.cuda_graph_config = cuda_graph_config
         self.cache_config = cache_config or CacheConfig()
         self.show_progress = show_progress
-        self.shape = ModelShape.of(model.config)
+        self.capture_barrier = capture_barrier
+        self.shape = ModelShape.of(model.local_config)
         self.req_to_token_pool = ReqToTokenPool(
             self.cache_config.max_num_reqs, self.cache_config.max_context_len, self.device
         )
@@ -151,7 +160,9 @@ class ModelRunner:
         if reason is not None:
             logger.warning(reason)
             return None
-        runner = runner_type(self, self.cuda_graph_config, show_progress=self.show_progress)
+        runner = runner_type(
+            self, self.cuda_graph_config, show_progress=self.show_progress, capture_barrier=self.capture_barrier
+        )
         self._capture_or_free(runner)
         return runner
 
