@@ -34,32 +34,37 @@ from cudagraph.engine.model import (
 )
 from cudagraph.engine.model import checkpoint as checkpoint_module
 from cudagraph.engine.model.checkpoint import checkpoint_slots
-from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.model_runner import ModelRunner
 
 FLOAT32_LOGITS = {"rtol": 1e-4, "atol": 1e-4}
 """Sharded against single-rank float32 logits: the only difference is the order of the partial sums (measured
 differences are about 3e-6)."""
 
 
-def single_rank_outputs(preset: str) -> tuple[list[list[int]], list[torch.Tensor]]:
+def single_rank_outputs(preset: str, page_size: int) -> tuple[list[list[int]], list[torch.Tensor]]:
     model = random_model(model_config_from_preset(preset), seed=5)
-    runner = ModelRunner(model, tp_workers.EAGER, cache_config=CacheConfig(max_num_reqs=8, max_context_len=64))
+    cache = tp_workers.cache_config(page_size)
+    runner = ModelRunner(model, tp_workers.EAGER, cache_config=cache, kernel_backend="torch")
     params = SamplingParams(max_new_tokens=tp_workers.NEW_TOKENS)
     tokens = [out.output_token_ids for out in generate(runner, [list(p) for p in tp_workers.PROMPTS], params)]
     return tokens, [reference_logits(model, prompt) for prompt in tp_workers.PROMPTS]
 
 
 @pytest.mark.parametrize(
-    ("preset", "world_size"),
+    ("preset", "world_size", "page_size"),
     [
-        ("tiny-qwen3-random", 2),  # 2 KV heads: one per rank
-        ("tiny-llama-random", 2),  # 1 KV head: replicated on both ranks
-        ("tiny-qwen3-random", 4),  # 2 KV heads over 4 ranks: each replicated twice
+        ("tiny-qwen3-random", 2, 1),  # 2 KV heads: one per rank
+        ("tiny-llama-random", 2, 1),  # 1 KV head: replicated on both ranks
+        ("tiny-qwen3-random", 4, 1),  # 2 KV heads over 4 ranks: each replicated twice
+        ("tiny-llama-random", 2, 16),  # pages of 16 tokens: every rank's cache holds its heads in the same pages
+        ("tiny-qwen3-random", 4, 16),
     ],
 )
-def test_sharded_model_gives_single_rank_tokens_and_logits(preset: str, world_size: int) -> None:
-    expected_tokens, expected_logits = single_rank_outputs(preset)
-    got = launch(tp_workers.model_outputs, preset, world_size)
+def test_sharded_model_gives_single_rank_tokens_and_logits(preset: str, world_size: int, page_size: int) -> None:
+    # The torch kernel set, residual handed on unnormed: the o and down projections are all-reduced before the
+    # next norm adds them, so every rank's stream is the single-rank one.
+    expected_tokens, expected_logits = single_rank_outputs(preset, page_size)
+    got = launch(tp_workers.model_outputs, (preset, page_size, "torch"), world_size)
     assert got["tokens"] == expected_tokens
     for index, (have, want) in enumerate(zip(got["logits"], expected_logits, strict=True)):
         torch.testing.assert_close(have, want, **FLOAT32_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")
@@ -258,8 +263,11 @@ def test_both_spellings_parse_to_the_same_size(flag: str) -> None:
     assert cli.tp_size_of(args) == 2
 
 
-def test_cli_generate_at_tp2_prints_the_single_rank_tokens(capsys: pytest.CaptureFixture[str]) -> None:
-    prompts = ["--prompt-token-ids", "5,6,7,8", "--max-new-tokens", "6", "--json", "-q"]
+@pytest.mark.parametrize("engine_flags", [[], ["--page-size", "16", "--kernel-backend", "torch"]])
+def test_cli_generate_at_tp2_prints_the_single_rank_tokens(
+    engine_flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = ["--prompt-token-ids", "5,6,7,8", "--max-new-tokens", "6", "--json", "-q", *engine_flags]
     assert cli.main([*GENERATE, *prompts]) == 0
     single = json.loads(capsys.readouterr().out)
     assert cli.main([*GENERATE, *prompts, "--tp-size", "2"]) == 0

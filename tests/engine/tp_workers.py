@@ -32,24 +32,33 @@ def join(rank: int, world_size: int, init_method: str, timeout_s: float = TIMEOU
     return init_tensor_parallel(GroupOptions(rank, world_size, torch.device("cpu"), init_method, timeout_s))
 
 
-def model_outputs(rank: int, world_size: int, init_method: str, preset: str) -> dict[str, Any] | None:
-    """Rank 0: the engine's greedy tokens (rank 0 driving, the others following) and dense logits per prompt."""
+def cache_config(page_size: int) -> CacheConfig:
+    """The KV cache every tensor-parallel CPU test runs with, in pages of ``page_size`` tokens."""
+    return CacheConfig(max_num_reqs=8, max_context_len=64, page_size=page_size)
+
+
+def model_outputs(rank: int, world_size: int, init_method: str, payload: tuple[str, int, str]) -> dict[str, Any] | None:
+    """Rank 0: the engine's greedy tokens (rank 0 driving, the others following, over a KV cache of
+    ``page_size``-token pages with the ``kernel_backend`` kernel set) and dense logits per prompt."""
+    preset, page_size, kernel_backend = payload
     group = join(rank, world_size, init_method)
     group.choose_all_reduce("auto", torch.float32, 64 * 64)
     model = random_model(model_config_from_preset(preset), seed=5, shard=group.shard_plan())
     logits = [reference_logits(model, prompt) for prompt in PROMPTS]
-    cache = CacheConfig(max_num_reqs=8, max_context_len=64)
+    cache = cache_config(page_size)
     broadcaster = StepBroadcaster(group)
     params = SamplingParams(max_new_tokens=NEW_TOKENS)
     tokens = None
     if rank == 0:
-        driver = DrivingModelRunner(model, EAGER, cache_config=cache, broadcaster=broadcaster)
+        driver = DrivingModelRunner(
+            model, EAGER, cache_config=cache, kernel_backend=kernel_backend, broadcaster=broadcaster
+        )
         try:
             tokens = [out.output_token_ids for out in generate(driver, [list(p) for p in PROMPTS], params)]
         finally:
             broadcaster.stop()
     else:
-        follow(ModelRunner(model, EAGER, cache_config=cache), broadcaster)
+        follow(ModelRunner(model, EAGER, cache_config=cache, kernel_backend=kernel_backend), broadcaster)
     shutdown_tensor_parallel(group)
     if rank != 0:
         return None

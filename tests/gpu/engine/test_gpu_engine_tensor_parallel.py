@@ -11,6 +11,7 @@ bfloat16 once, where TP=1 accumulates in one matmul).
 
 from __future__ import annotations
 
+import importlib.util
 import time
 
 import pytest
@@ -54,6 +55,36 @@ def test_tp2_gives_tp1_tokens_in_float32_with_full_graphs(preset: str) -> None:
 def test_tp2_logits_match_tp1_within_bf16(preset: str) -> None:
     single = workers.single_gpu(preset, "bfloat16", Backend.FULL)
     sharded = launch(workers.tensor_parallel, (preset, "bfloat16", "full", "auto"), 2)
+    for have, want in zip(sharded["logits"], single["logits"], strict=True):
+        torch.testing.assert_close(have, want, **BF16_LOGITS)
+
+
+needs_flashinfer = pytest.mark.skipif(
+    importlib.util.find_spec("flashinfer") is None, reason="flashinfer is not installed (carry .whl)"
+)
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+@pytest.mark.parametrize("preset", PRESETS)
+def test_tp2_fused_kernels_over_paged_flashinfer_graphs_give_tp2_eager_tokens(preset: str, backend: Backend) -> None:
+    """FlashInfer's fused kernel set (add+norm taking each all-reduced o/down output), FlashInfer attention over
+    16-token pages holding one rank's KV heads: graphs replay eager's tokens at every decode batch size (bfloat16;
+    two ranks sum in one addition, so padding the all-reduce changes no real row)."""
+    eager = launch(workers.tensor_parallel, (preset, "bfloat16", "disabled", "auto", workers.FUSED_PAGED), 2)
+    graphed = launch(workers.tensor_parallel, (preset, "bfloat16", str(backend), "auto", workers.FUSED_PAGED), 2)
+    assert graphed["replayed"] == list(range(1, 65)), "every decode batch size 1..64 should have replayed a graph"
+    for index, (want, have) in enumerate(zip(eager["tokens"], graphed["tokens"], strict=True)):
+        assert have == want, f"prompt {index} diverged"
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("preset", PRESETS)
+def test_tp2_fused_kernel_logits_match_tp1_fused_kernel_logits_within_bf16(preset: str) -> None:
+    """Dense-attention logits through the fused kernel set the engine set on the model, after a paged run: the
+    all-reduced o/down outputs feed FlashInfer's fused add+norm as TP=1's unreduced ones do."""
+    single = workers.single_gpu(preset, "bfloat16", Backend.FULL, workers.FUSED_PAGED)
+    sharded = launch(workers.tensor_parallel, (preset, "bfloat16", "full", "auto", workers.FUSED_PAGED), 2)
     for have, want in zip(sharded["logits"], single["logits"], strict=True):
         torch.testing.assert_close(have, want, **BF16_LOGITS)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,11 +18,33 @@ from cudagraph.engine.distributed import (
     shutdown_tensor_parallel,
 )
 from cudagraph.engine.generate import generate
-from cudagraph.engine.model import model_config_from_preset, random_model, reference_logits
+from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model, reference_logits
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
 DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 LOGIT_PROMPTS = ([1, 2, 3], [7, 300, 11, 45, 2, 9], [64, 65, 66, 67, 68, 69, 70, 71])
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How the engine of a run is built beyond the preset, dtype and decode backend: the kernel set, the attention
+    backend, the KV page size, and a head size other than the preset's (FlashInfer's fused kernels need 64 or more;
+    the tiny presets have 32 and 16)."""
+
+    kernel_backend: str = "auto"
+    attention_backend: str = "torch"
+    page_size: int = 1
+    head_dim: int | None = None
+
+    def model_config(self, preset: str) -> ModelConfig:
+        """The preset's config with this head size."""
+        config = model_config_from_preset(preset)
+        return config if self.head_dim is None else config.with_overrides(head_dim=self.head_dim)
+
+
+DEFAULT_OPTIONS = EngineOptions()
+FUSED_PAGED = EngineOptions(kernel_backend="flashinfer", attention_backend="flashinfer", page_size=16, head_dim=64)
+"""FlashInfer's fused kernel set and paged attention over 16-token pages."""
 
 
 def graphs(decode: Backend) -> CudaGraphConfig:
@@ -38,13 +61,25 @@ def shrinking_workload(count: int = 65, seed: int = 0) -> tuple[list[list[int]],
     return prompts, [SamplingParams(max_new_tokens=i + 1) for i in range(count)]
 
 
-def run_engine(model: Any, decode: Backend, barrier: Any = None, broadcaster: Any = None, rank: int = 0) -> Any:
+def run_engine(
+    model: Any,
+    decode: Backend,
+    barrier: Any = None,
+    broadcaster: Any = None,
+    rank: int = 0,
+    options: EngineOptions = DEFAULT_OPTIONS,
+) -> Any:
     """Greedy tokens of the shrinking workload and the decode batch sizes that replayed a graph (rank 0), or
     ``None`` after following rank 0 (other ranks)."""
-    cache = CacheConfig(max_num_reqs=80, max_context_len=160)
+    cache = CacheConfig(max_num_reqs=80, max_context_len=160, page_size=options.page_size)
     config = graphs(decode)
+    built = {
+        "cache_config": cache,
+        "kernel_backend": options.kernel_backend,
+        "attention_backend": options.attention_backend,
+    }
     if rank != 0:
-        follower = ModelRunner(model, config, cache_config=cache, capture_barrier=barrier)
+        follower = ModelRunner(model, config, capture_barrier=barrier, **built)
         try:
             follower.init_cuda_graphs()
             follow(follower, broadcaster)
@@ -52,9 +87,11 @@ def run_engine(model: Any, decode: Backend, barrier: Any = None, broadcaster: An
             follower.shutdown()
         return None
     if broadcaster is None:
-        runner = ModelRunner(model, config, cache_config=cache)
+        runner = ModelRunner(model, config, **built)
     else:
-        runner = DrivingModelRunner(model, config, cache_config=cache, capture_barrier=barrier, broadcaster=broadcaster)
+        runner = DrivingModelRunner(model, config, capture_barrier=barrier, broadcaster=broadcaster, **built)
+    if options.kernel_backend != "auto":
+        assert runner.kernels.name == options.kernel_backend
     replayed: list[int] = []
     try:
         runner.init_cuda_graphs()
@@ -77,26 +114,33 @@ def run_engine(model: Any, decode: Backend, barrier: Any = None, broadcaster: An
     return {"tokens": tokens, "replayed": sorted(set(replayed))}
 
 
-def single_gpu(preset: str, dtype: str, decode: Backend) -> dict[str, Any]:
+def single_gpu(preset: str, dtype: str, decode: Backend, options: EngineOptions = DEFAULT_OPTIONS) -> dict[str, Any]:
     """The same workload and logits at TP=1 on ``cuda:0`` (in the test process)."""
-    model = random_model(model_config_from_preset(preset), seed=3, dtype=dtype, device="cuda:0")
-    result = run_engine(model, decode)
+    model = random_model(options.model_config(preset), seed=3, dtype=dtype, device="cuda:0")
+    result = run_engine(model, decode, options=options)
     result["logits"] = [reference_logits(model, prompt).cpu() for prompt in LOGIT_PROMPTS]
     return result
 
 
-def tensor_parallel(rank: int, world_size: int, init_method: str, payload: tuple[str, str, str, str]) -> Any:
-    """One rank: the sharded model runs the workload with ``decode`` graphs; rank 0 returns tokens, replayed
-    sizes, dense logits and the all-reduce choice."""
-    preset, dtype, decode, all_reduce = payload
+def tensor_parallel(
+    rank: int,
+    world_size: int,
+    init_method: str,
+    payload: tuple[str, str, str, str] | tuple[str, str, str, str, EngineOptions],
+) -> Any:
+    """One rank: the sharded model runs the workload with ``decode`` graphs (built as the optional fifth item,
+    ``EngineOptions``, says); rank 0 returns tokens, replayed sizes, dense logits and the all-reduce choice."""
+    preset, dtype, decode, all_reduce = payload[:4]
+    options = payload[4] if len(payload) == 5 else DEFAULT_OPTIONS
     device = torch.device("cuda", rank)
     group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, timeout_s=120.0))
     try:
-        config = model_config_from_preset(preset)
+        config = options.model_config(preset)
         model = random_model(config, seed=3, dtype=dtype, device=device, shard=group.shard_plan())
         choice = group.choose_all_reduce(all_reduce, model.dtype, 64 * config.hidden_size)
+        result = run_engine(model, Backend(decode), group.barrier, StepBroadcaster(group), rank, options)
+        # After the engine: through the kernel set it chose for the model, as single_gpu's logits are.
         logits = [reference_logits(model, prompt).cpu() for prompt in LOGIT_PROMPTS]
-        result = run_engine(model, Backend(decode), group.barrier, StepBroadcaster(group), rank)
     finally:
         shutdown_tensor_parallel(group)
     if rank != 0:
