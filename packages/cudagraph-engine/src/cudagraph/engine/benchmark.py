@@ -169,6 +169,14 @@ def _step_of(
     return lambda: runner.replay(batch)
 
 
+@dataclass(frozen=True)
+class DecodeBench:
+    """Step timings of every mode and batch size, and what capturing each graphed mode cost (this rank's)."""
+
+    timings: list[StepTiming]
+    captures: list[CaptureTiming]
+
+
 def bench_decode(
     model_runner: ModelRunner,
     batch_sizes: list[int],
@@ -179,6 +187,19 @@ def bench_decode(
 ) -> list[StepTiming]:
     """Time every mode in ``modes`` (``eager``, ``raw``, ``full``, ``breakable``, ``tc_piecewise``) at every batch
     size; ``tc_piecewise`` compiles with the model runner's configured compiler."""
+    return run_decode_bench(model_runner, batch_sizes, modes, context_len=context_len, steps=steps).timings
+
+
+def run_decode_bench(
+    model_runner: ModelRunner,
+    batch_sizes: list[int],
+    modes: list[str],
+    *,
+    context_len: int = 128,
+    steps: int = 50,
+) -> DecodeBench:
+    """``bench_decode`` plus the capture cost of each graphed mode. On a tensor-parallel rank every rank must call
+    it with the same arguments: the ranks capture and step in lock-step (the batches are seeded, not random)."""
     too_many = [size for size in batch_sizes if size > model_runner.req_to_token_pool.max_num_reqs]
     if too_many:
         raise ValueError(
@@ -187,13 +208,18 @@ def bench_decode(
         )
     settings = model_runner.cuda_graph_config
     runners: dict[str, DecodeCudaGraphRunner] = {}
+    captures: list[CaptureTiming] = []
     for mode in modes:
         if mode in ("full", "breakable", "tc_piecewise"):
             runner = DecodeCudaGraphRunner(
-                model_runner, decode_only_config(Backend(mode), batch_sizes, settings), show_progress=False
+                model_runner,
+                decode_only_config(Backend(mode), batch_sizes, settings),
+                show_progress=False,
+                capture_barrier=model_runner.capture_barrier,
             )
-            runner.capture()
+            stats = runner.capture()
             runners[mode] = runner
+            captures.append(CaptureTiming.of(mode, list(runner.buckets), runner.backend.options.num_warmups, stats))
     results = []
     for batch_size in batch_sizes:
         batch = synthetic_decode_batch(model_runner, batch_size, context_len, seed=batch_size)
@@ -203,7 +229,7 @@ def bench_decode(
         release_synthetic_batch(model_runner, batch, context_len)
     for runner in runners.values():
         runner.shutdown()
-    return results
+    return DecodeBench(results, captures)
 
 
 def bench_capture(

@@ -3,6 +3,10 @@
 Scripts drive ``generate --json``: stdout then holds exactly one JSON object, ``{"outputs": [{"output_token_ids":
 [...]}, ...]}``, one entry per ``--prompt-token-ids`` in order; everything else (why graphs are off, capture
 progress) goes to stderr. The CUDA-graph flags are those of ``cudagraph.config.add_cli_args``.
+
+``--tp-size N`` (or vLLM's ``--tensor-parallel-size N``) shards the model over N ranks: the command starts N
+processes itself (one GPU each on CUDA, gloo on CPU), or, started by ``torchrun``, runs as the rank it was given.
+Rank 0 drives the batch loop and prints the result; a rank that fails stops the others with one error.
 """
 
 from __future__ import annotations
@@ -22,15 +26,32 @@ from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Environment,
 
 from .attention import ATTENTION_BACKENDS, AttentionBackendUnavailableError
 from .batch import SamplingParams
-from .benchmark import bench_decode, format_table
+from .benchmark import format_table, run_decode_bench
+from .distributed import (
+    ALL_REDUCE_CHOICES,
+    DEFAULT_TIMEOUT_S,
+    DrivingModelRunner,
+    GroupOptions,
+    RankFailedError,
+    StepBroadcaster,
+    TensorParallelGroup,
+    follow,
+    init_tensor_parallel,
+    launch,
+    shutdown_tensor_parallel,
+    torchrun_rank,
+)
 from .generate import generate
 from .kv_cache import MAX_PAGE_SIZE, check_page_size
 from .model import (
     KERNEL_BACKEND_CHOICES,
     PRESETS,
+    SINGLE_RANK,
     CausalLM,
     KernelBackendError,
+    ModelConfig,
     ModelLoadError,
+    ShardPlan,
     load_model,
     model_config_from_preset,
     random_model,
@@ -56,6 +77,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     ConfigError,
     AttentionBackendUnavailableError,
     KernelBackendError,
+    RankFailedError,
 )
 """Errors that are the user's input, reported in one line; anything else is a bug and keeps its traceback."""
 
@@ -115,6 +137,24 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     loudness.add_argument("-v", "--verbose", action="store_true", help="also log debug detail")
     loudness.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no capture bar")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an input error")
+    parallel = parser.add_argument_group("tensor parallel")
+    parallel.add_argument("--tp-size", type=int, default=None, help="shard the model over N ranks (default 1)")
+    parallel.add_argument(
+        "--tensor-parallel-size", type=int, default=None, help="vLLM's spelling of --tp-size (they must agree)"
+    )
+    parallel.add_argument(
+        "--tp-all-reduce",
+        choices=ALL_REDUCE_CHOICES,
+        default="auto",
+        help="how small all-reduces travel: symmetric-memory one-shot where available (auto), or always the "
+        "process group (NCCL/gloo)",
+    )
+    parallel.add_argument(
+        "--dist-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help="seconds a rank waits on the others (collectives, barriers, teardown) before failing",
+    )
     add_cli_args(parser)
 
 
@@ -163,6 +203,32 @@ def _device(args: argparse.Namespace) -> torch.device:
     return device
 
 
+def tp_size_of(args: argparse.Namespace) -> int:
+    """The tensor-parallel size from ``--tp-size`` / ``--tensor-parallel-size`` (1 when neither is given)."""
+    sglang, vllm = args.tp_size, args.tensor_parallel_size
+    if sglang is not None and vllm is not None and sglang != vllm:
+        raise EngineInputError(
+            f"--tp-size {sglang} and --tensor-parallel-size {vllm} disagree: they are one setting, give one of them"
+        )
+    size = sglang if sglang is not None else vllm if vllm is not None else 1
+    flag = "--tp-size" if sglang is not None else "--tensor-parallel-size"
+    if size < 1:
+        raise EngineInputError(f"{flag} {size}: the tensor-parallel size must be at least 1")
+    return int(size)
+
+
+def check_tp_size(args: argparse.Namespace, size: int, device: torch.device) -> None:
+    """``size`` ranks must fit the devices (one GPU each on CUDA) and split the model's heads and MLP."""
+    if device.type == "cuda" and size > torch.cuda.device_count():
+        raise EngineInputError(
+            f"--tp-size {size} needs {size} GPUs (one per rank) but {torch.cuda.device_count()} are visible"
+        )
+    config = (
+        ModelConfig.from_pretrained(args.model) if args.model is not None else model_config_from_preset(args.preset)
+    )
+    ShardPlan(rank=0, size=size, group_name="tp").check(config)
+
+
 def check_prompts_fit(args: argparse.Namespace) -> None:
     """Every prompt plus its new tokens must fit a request's KV cache rows (``--max-context-len``)."""
     for index, prompt in enumerate(args.prompt_token_ids):
@@ -182,43 +248,83 @@ def environment_of(device: torch.device) -> Environment:
     return Environment(device_type=device.type, gpu_memory_gib=memory_gib)
 
 
-def load_engine_model(args: argparse.Namespace, device: torch.device) -> CausalLM:
-    """The model ``--model`` or ``--preset`` names, on ``device`` in ``--dtype``."""
+def load_engine_model(args: argparse.Namespace, device: torch.device, shard: ShardPlan = SINGLE_RANK) -> CausalLM:
+    """The model ``--model`` or ``--preset`` names (``shard``'s part of it), on ``device`` in ``--dtype``."""
     if args.model is not None:
-        return load_model(args.model, dtype=args.dtype, device=device)
-    return random_model(model_config_from_preset(args.preset), seed=args.model_seed, dtype=args.dtype, device=device)
+        return load_model(args.model, dtype=args.dtype, device=device, shard=shard)
+    config = model_config_from_preset(args.preset)
+    return random_model(config, seed=args.model_seed, dtype=args.dtype, device=device, shard=shard)
 
 
-def build_model_runner(args: argparse.Namespace, config: CudaGraphConfig, *, capture: bool = True) -> ModelRunner:
-    """Model, KV cache and attention backend from the arguments; with ``capture``, the graphs ``config`` allows."""
-    device = _device(args)
-    model = load_engine_model(args, device)
+def build_model_runner(
+    args: argparse.Namespace,
+    config: CudaGraphConfig,
+    *,
+    capture: bool = True,
+    group: TensorParallelGroup | None = None,
+    runner_type: type[ModelRunner] = ModelRunner,
+    **runner_options: Any,
+) -> ModelRunner:
+    """Model, KV cache and attention backend from the arguments; with ``capture``, the graphs ``config`` allows.
+
+    On a tensor-parallel rank (``group``) the model is the rank's shard, the all-reduce path is chosen (sized for
+    the largest decode batch), and graphs are captured in lock-step with the other ranks."""
+    device = group.device if group is not None else _device(args)
+    model = load_engine_model(args, device, group.shard_plan() if group is not None else SINGLE_RANK)
+    if group is not None:
+        largest_batch = max(config.decode.max_size, *getattr(args, "batch_sizes", [1]))
+        group.choose_all_reduce(args.tp_all_reduce, model.dtype, largest_batch * model.config.hidden_size)
     cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len, page_size=args.page_size)
-    runner = ModelRunner(
+    runner = runner_type(
         model,
         config,
         cache_config=cache,
         attention_backend=args.attention_backend,
         kernel_backend=args.kernel_backend,
-        show_progress=not args.quiet,
+        show_progress=not args.quiet and (group is None or group.rank == 0),
+        capture_barrier=group.barrier if group is not None else None,
+        **runner_options,
     )
     if capture:
         runner.init_cuda_graphs()
     return runner
 
 
-def run_generate(args: argparse.Namespace, config: CudaGraphConfig) -> dict[str, Any]:
-    """Generate for every prompt; the JSON-ready result."""
+def run_generate(
+    args: argparse.Namespace, config: CudaGraphConfig, group: TensorParallelGroup | None = None
+) -> dict[str, Any] | None:
+    """Generate for every prompt; the JSON-ready result. On a tensor-parallel group rank 0 schedules and sends
+    every step, the other ranks follow (and return ``None``)."""
     check_prompts_fit(args)
-    model_runner = build_model_runner(args, config)
+    if group is not None and group.rank != 0:
+        follower = build_model_runner(args, config, group=group)
+        try:
+            follow(follower, StepBroadcaster(group))
+        finally:
+            follower.shutdown()
+        return None
+    broadcaster = StepBroadcaster(group) if group is not None else None
+    model_runner = (
+        build_model_runner(args, config, group=group, runner_type=DrivingModelRunner, broadcaster=broadcaster)
+        if broadcaster is not None
+        else build_model_runner(args, config)
+    )
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
-    outputs = generate(model_runner, args.prompt_token_ids, params)
-    model_runner.shutdown()
+    try:
+        outputs = generate(model_runner, args.prompt_token_ids, params)
+    finally:
+        if broadcaster is not None:
+            broadcaster.stop()
+        model_runner.shutdown()
     return {"outputs": [{"output_token_ids": output.output_token_ids} for output in outputs]}
 
 
-def run_bench(args: argparse.Namespace, config: CudaGraphConfig) -> dict[str, Any]:
-    """Time eager decode steps and, on CUDA, the configured decode backend; the JSON-ready result."""
+def run_bench(
+    args: argparse.Namespace, config: CudaGraphConfig, group: TensorParallelGroup | None = None
+) -> dict[str, Any] | None:
+    """Time eager decode steps and, on CUDA, the configured decode backend; the JSON-ready result. On a
+    tensor-parallel group every rank runs the same steps; rank 0 returns the result with every rank's capture
+    cost, the others ``None``."""
     # bench_decode captures exactly the batch sizes it times, with the configured decode backend.
     too_many = [size for size in args.batch_sizes if size > args.max_num_reqs or size < 1]
     if too_many:
@@ -226,31 +332,72 @@ def run_bench(args: argparse.Namespace, config: CudaGraphConfig) -> dict[str, An
             f"--batch-sizes {' '.join(map(str, too_many))}: each must be between 1 and --max-num-reqs "
             f"({args.max_num_reqs}), the KV cache's request rows"
         )
-    model_runner = build_model_runner(args, config, capture=False)
+    model_runner = build_model_runner(args, config, capture=False, group=group)
     modes = ["eager"]
     reason = model_runner.graphs_unavailable_reason(Phase.DECODE)
     if reason is None:
         modes += ["raw", str(config.decode.backend)]
-    timings = bench_decode(model_runner, args.batch_sizes, modes, context_len=args.context_len, steps=args.steps)
-    return {
+    try:
+        bench = run_decode_bench(model_runner, args.batch_sizes, modes, context_len=args.context_len, steps=args.steps)
+    finally:
+        model_runner.shutdown()
+    captures = [capture.as_dict() for capture in bench.captures]
+    result: dict[str, Any] = {
         "device": str(model_runner.device),
         "dtype": str(model_runner.dtype).removeprefix("torch."),
         "graphs": reason or f"decode {config.decode.backend}",
         "kernels": model_runner.kernels.name,
-        "timings": [timing.as_dict() for timing in timings],
-        "table": format_table(timings),
+        "tp_size": 1,
+        "timings": [timing.as_dict() for timing in bench.timings],
+        "captures": captures,
+        "table": format_table(bench.timings),
     }
+    if group is None:
+        return result
+    per_rank: list[Any] = [None] * group.world_size
+    torch.distributed.all_gather_object(per_rank, {"rank": group.rank, "captures": captures}, group=group.cpu_group)
+    if group.rank != 0:
+        return None
+    assert group.all_reduce is not None
+    all_reduce = {"kind": group.all_reduce.kind, "reason": group.all_reduce.reason}
+    return {**result, "tp_size": group.world_size, "all_reduce": all_reduce, "captures_per_rank": per_rank}
 
 
 COMMANDS = {"generate": run_generate, "bench": run_bench}
 
 
+def _configure_logging(args: argparse.Namespace, rank: int | None = None) -> None:
+    # Like SGLang: INFO by default (a capture bar, one summary line per runner), -q for warnings only.
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    log_format = LOG_FORMAT if rank is None else LOG_FORMAT.replace("] ", f"] TP{rank} ", 1)
+    logging.basicConfig(level=level, format=log_format, stream=sys.stderr, force=rank is not None)
+
+
+def _rank_device(args: argparse.Namespace, local_rank: int) -> torch.device:
+    """A rank's device: its own GPU (``cuda:<local rank>``) on CUDA, else the CPU."""
+    return torch.device("cuda", local_rank) if _device(args).type == "cuda" else torch.device("cpu")
+
+
+def tensor_parallel_rank(rank: int, world_size: int, init_method: str, payload: Any) -> dict[str, Any] | None:
+    """One rank of a ``--tp-size`` command (what ``launch`` runs in each process): join the group, run the
+    command, tear down in order; rank 0's result, ``None`` elsewhere."""
+    args, local_rank = payload
+    _configure_logging(args, rank)
+    device = _rank_device(args, rank if local_rank is None else local_rank)
+    config = resolve(args, environment=environment_of(device))  # the same on every rank: same flags, same device
+    group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, args.dist_timeout))
+    try:
+        result = COMMANDS[args.command](args, config, group)
+    finally:
+        # Each command frees its own graphs before returning; this synchronizes, meets the others and destroys.
+        shutdown_tensor_parallel(group)
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cudagraph-engine`` and ``python -m cudagraph.engine``."""
     args = build_parser().parse_args(argv)
-    # Like SGLang: INFO by default (a capture bar, one summary line per runner), -q for warnings only.
-    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
+    _configure_logging(args)
     try:
         return _run(args)
     except EXPECTED_ERRORS as error:
@@ -264,7 +411,31 @@ def _run(args: argparse.Namespace) -> int:
     config = resolve(args, environment=environment_of(_device(args)))
     if config.backend(Phase.DECODE) is Backend.DISABLED and config.backend(Phase.PREFILL) is Backend.DISABLED:
         logger.info("CUDA graphs are disabled for both phases; every step runs eagerly")
-    result = COMMANDS[args.command](args, config)
+    tp_size = tp_size_of(args)
+    under_torchrun = torchrun_rank()
+    if (
+        under_torchrun is not None
+        and under_torchrun.world_size != tp_size
+        and (args.tp_size or args.tensor_parallel_size)
+    ):
+        raise EngineInputError(
+            f"--tp-size {tp_size} but torchrun started {under_torchrun.world_size} processes: they must match"
+        )
+    result: dict[str, Any] | None
+    if under_torchrun is not None and under_torchrun.world_size > 1:
+        check_tp_size(args, under_torchrun.world_size, _device(args))
+        payload = (args, under_torchrun.local_rank)
+        result = tensor_parallel_rank(under_torchrun.rank, under_torchrun.world_size, "env://", payload)
+        if result is None:
+            return 0  # rank 0 prints
+    elif tp_size > 1:
+        check_tp_size(args, tp_size, _device(args))
+        if args.command == "generate":
+            check_prompts_fit(args)
+        result = launch(tensor_parallel_rank, (args, None), tp_size, exit_timeout_s=args.dist_timeout)
+    else:
+        result = COMMANDS[args.command](args, config)
+    assert result is not None
     text = json.dumps(result)
     if args.command == "bench":
         if args.output is not None:
@@ -272,7 +443,10 @@ def _run(args: argparse.Namespace) -> int:
             args.output.write_text(json.dumps(result, indent=2) + "\n")
         if not args.json:
             kernels = f"{result['kernels']} kernels"
-            print(f"decode step on {result['device']} ({result['dtype']}, {kernels}, {result['graphs']})")
+            graphs = f"{result['graphs']}, TP={result['tp_size']}"
+            print(f"decode step on {result['device']} ({result['dtype']}, {kernels}, {graphs})")
+            for capture in result["captures"]:
+                print(f"capture {capture['backend']}: {capture['seconds']:.2f} s, {capture['bytes'] / 2**20:.1f} MiB")
             print(result["table"])
             return 0
     elif not args.json:

@@ -11,6 +11,7 @@ there, so the allocators never hand them out. Allocation is host-side bookkeepin
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import torch
 
@@ -46,8 +47,24 @@ def pages_for(num_tokens: int, page_size: int) -> int:
     return -(-num_tokens // page_size)
 
 
+@dataclass(frozen=True)
+class ReqToTokenEdit:
+    """One change to the request-to-token table: ``slots`` written at ``row`` from column ``start``, or, when
+    ``slots`` is ``None``, ``row`` freed (reset to the scratch slot)."""
+
+    row: int
+    start: int = 0
+    slots: torch.Tensor | None = None
+    """CPU int32 slots."""
+
+
 class ReqToTokenPool:
-    """``req_to_token[row, i]`` is the KV slot of token ``i`` of the request in ``row``; row 0 is scratch."""
+    """``req_to_token[row, i]`` is the KV slot of token ``i`` of the request in ``row``; row 0 is scratch.
+
+    ``start_recording()`` keeps every write and free as a ``ReqToTokenEdit`` until ``take_edits()``: the rank that
+    schedules a tensor-parallel group sends them along with each step, and the other ranks ``apply`` them, so every
+    rank's table stays the same without any rank scheduling twice.
+    """
 
     def __init__(
         self, max_num_reqs: int, max_context_len: int, device: torch.device | str, *, page_size: int = 1
@@ -66,6 +83,7 @@ class ReqToTokenPool:
         width = -(-max_context_len // alignment) * alignment
         self.req_to_token = torch.full((max_num_reqs + 1, width), PADDING_KV_SLOT, dtype=torch.int32, device=device)
         self._free_rows: deque[int] = deque(row for row in range(max_num_reqs + 1) if row != PADDING_REQ_POOL_INDEX)
+        self._edits: list[ReqToTokenEdit] | None = None
 
     @property
     def max_pages_per_request(self) -> int:
@@ -89,6 +107,8 @@ class ReqToTokenPool:
             raise ValueError(f"request row {row} is not one this pool hands out (1..{self.max_num_reqs})")
         self.req_to_token[row].fill_(PADDING_KV_SLOT)
         self._free_rows.append(row)
+        if self._edits is not None:
+            self._edits.append(ReqToTokenEdit(row))
 
     def write(self, row: int, start: int, slots: torch.Tensor) -> None:
         """Record that tokens ``start .. start + len(slots)`` of the request in ``row`` live in ``slots``."""
@@ -96,6 +116,27 @@ class ReqToTokenPool:
         if stop > self.max_context_len:
             raise CacheFullError(f"a request of {stop} tokens exceeds max_context_len={self.max_context_len}")
         self.req_to_token[row, start:stop] = slots.to(device=self.req_to_token.device, dtype=torch.int32)
+        if self._edits is not None:
+            self._edits.append(ReqToTokenEdit(row, start, slots.to(device="cpu", dtype=torch.int32)))
+
+    def start_recording(self) -> None:
+        """Keep every later write and free as an edit, until ``take_edits``."""
+        self._edits = []
+
+    def take_edits(self) -> list[ReqToTokenEdit]:
+        """The edits recorded since the last call (none unless recording)."""
+        if not self._edits:
+            return []
+        edits, self._edits = self._edits, []
+        return edits
+
+    def apply(self, edit: ReqToTokenEdit) -> None:
+        """Make the same change another rank's pool recorded (the table only: this pool hands out no rows)."""
+        if edit.slots is None:
+            self.req_to_token[edit.row].fill_(PADDING_KV_SLOT)
+        else:
+            stop = edit.start + int(edit.slots.numel())
+            self.req_to_token[edit.row, edit.start : stop] = edit.slots.to(self.req_to_token.device)
 
 
 class TokenToKVPool:

@@ -9,6 +9,7 @@ syncs and value-dependent shapes whenever ``is_capture_mode()`` is on.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -32,6 +33,8 @@ class CausalLMLike(Protocol):
     """What the runner needs from a model: ``forward(input_ids, positions, attend) -> hidden`` and the head."""
 
     config: Any
+    local_config: Any
+    """The config of this rank's part of the model (heads, MLP width): what the KV cache is sized from."""
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Any) -> torch.Tensor:
         """Hidden states ``[T, H]`` after the final norm."""
@@ -115,6 +118,10 @@ class ModelRunner:
 
     ``kernel_backend`` picks the model's kernel set (``model.kernel_backends``: ``auto``, ``torch``, ``flashinfer``)
     and sets it on the model; a forward a graph backend compiles (``tc_piecewise``) gets one dynamo can trace.
+
+    On a tensor-parallel rank the model is that rank's shard: the KV cache and attention hold its heads
+    (``model.local_config``), and ``capture_barrier`` (a host-side barrier of the group) is where the ranks meet
+    before each eager break of a breakable capture, so every rank captures the same shapes in lock-step.
     """
 
     def __init__(
@@ -126,6 +133,7 @@ class ModelRunner:
         attention_backend: str = "torch",
         kernel_backend: str = "auto",
         show_progress: bool = False,
+        capture_barrier: Callable[[], None] | None = None,
     ) -> None:
         first_parameter = next(iter(model.parameters()))
         self.model = model
@@ -134,7 +142,8 @@ class ModelRunner:
         self.cuda_graph_config = cuda_graph_config
         self.cache_config = cache_config or CacheConfig()
         self.show_progress = show_progress
-        self.shape = ModelShape.of(model.config)
+        self.capture_barrier = capture_barrier
+        self.shape = ModelShape.of(model.local_config)
         page_size = self.cache_config.page_size
         self.req_to_token_pool = ReqToTokenPool(
             self.cache_config.max_num_reqs, self.cache_config.max_context_len, self.device, page_size=page_size
@@ -152,7 +161,10 @@ class ModelRunner:
             attention_backend, self.req_to_token_pool, self.token_to_kv_pool, self.shape
         )
         self._check_prefill_full(attention_backend)
-        target = KernelTarget(model.config, self.dtype, self.device, traced=compiles_model_forward(cuda_graph_config))
+        # The kernels run at this rank's sizes (its heads and MLP width), the whole model's on one rank.
+        target = KernelTarget(
+            model.local_config, self.dtype, self.device, traced=compiles_model_forward(cuda_graph_config)
+        )
         self.kernels: LayerKernels = select_kernels(kernel_backend, target)
         model.use_kernels(self.kernels)
         self.decode_cuda_graph_runner: DecodeCudaGraphRunner | None = None
@@ -199,7 +211,9 @@ class ModelRunner:
         if reason is not None:
             logger.warning(reason)
             return None
-        runner = runner_type(self, self.cuda_graph_config, show_progress=self.show_progress)
+        runner = runner_type(
+            self, self.cuda_graph_config, show_progress=self.show_progress, capture_barrier=self.capture_barrier
+        )
         self._capture_or_free(runner)
         return runner
 

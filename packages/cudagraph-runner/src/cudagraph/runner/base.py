@@ -83,6 +83,8 @@ class BaseCudaGraphRunner(abc.ABC):
     config (``debug``, ``enable_gc``) and ``num_warmups`` eager runs before each capture; pass one to use another
     (tests pass ``cudagraph.backend.testing.CpuReplayBackend``). ``show_progress`` turns the capture progress bar on
     or off. Buckets above the phase's ``max_size`` are not captured, so batches above it run eagerly.
+    ``capture_barrier`` (the breakable backend's ``CaptureOptions.barrier``) is where the ranks of a
+    tensor-parallel group meet before each eager break while capturing.
     """
 
     phase: ClassVar[Phase]
@@ -97,6 +99,7 @@ class BaseCudaGraphRunner(abc.ABC):
         backend: BaseCudaGraphBackend | None = None,
         show_progress: bool = True,
         num_warmups: int = 2,
+        capture_barrier: Callable[[], None] | None = None,
     ) -> None:
         phase_config: PhaseConfig = config.for_phase(self.phase)
         buckets = tuple(bucket for bucket in phase_config.buckets if bucket <= phase_config.max_size)
@@ -117,7 +120,9 @@ class BaseCudaGraphRunner(abc.ABC):
             self.phase,
             phase_config.backend,
             self.device,
-            options=CaptureOptions(num_warmups=num_warmups, debug=config.debug, freeze_gc=not config.enable_gc),
+            options=CaptureOptions(
+                num_warmups=num_warmups, debug=config.debug, freeze_gc=not config.enable_gc, barrier=capture_barrier
+            ),
             tc_piecewise_compiler=config.tc_piecewise_compiler,
             # SGLang's --torch-compile-max-bs: compiled small batch sizes, decode only.
             compile_max_shape=config.torch_compile_max_bs if self.phase is Phase.DECODE else 0,

@@ -8,7 +8,7 @@ dense reference all drive the same weights.
 from .causal_lm import CausalLM, resolve_dtype
 from .checkpoint import TensorSlot, checkpoint_slots, load_model, save_model
 from .config import FAMILIES, ROPE_TYPES, SUPPORTED_DTYPES, ArchitectureFamily, ModelConfig, RopeScaling
-from .errors import ModelFileNotFoundError, ModelLoadError
+from .errors import ModelFileNotFoundError, ModelLoadError, TensorParallelError
 from .kernel_backends import (
     KERNEL_BACKEND_CHOICES,
     KERNEL_BACKENDS,
@@ -19,6 +19,7 @@ from .kernel_backends import (
 )
 from .kernels import LayerKernels, TorchKernels
 from .layers import AttendFn
+from .parallel import SINGLE_RANK, RowRange, ShardPlan
 from .presets import PRESETS, model_config_from_preset
 from .random_init import random_model
 from .reference import dense_attend, dense_causal_attention, reference_greedy, reference_logits
@@ -29,6 +30,7 @@ __all__ = [
     "KERNEL_BACKEND_CHOICES",
     "PRESETS",
     "ROPE_TYPES",
+    "SINGLE_RANK",
     "SUPPORTED_DTYPES",
     "ArchitectureFamily",
     "AttendFn",
@@ -41,6 +43,9 @@ __all__ = [
     "ModelFileNotFoundError",
     "ModelLoadError",
     "RopeScaling",
+    "RowRange",
+    "ShardPlan",
+    "TensorParallelError",
     "TensorSlot",
     "TorchKernels",
     "checkpoint_slots",

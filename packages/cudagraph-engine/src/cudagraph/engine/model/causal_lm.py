@@ -11,10 +11,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .collectives import gather_vocab_logits, vocab_parallel_embedding
 from .config import SUPPORTED_DTYPES, ModelConfig
 from .errors import ModelLoadError
 from .kernels import TORCH_KERNELS, LayerKernels
 from .layers import AttendFn, DecoderLayer, KernelModule, RMSNorm
+from .parallel import SINGLE_RANK, ShardPlan
 
 _DTYPES_BY_NAME = {name: getattr(torch, name) for name in SUPPORTED_DTYPES}
 
@@ -37,6 +39,11 @@ class CausalLM(nn.Module):
     it directly allocates the parameters (``torch.empty``) on ``device`` in ``dtype``. Parameters never require
     grad. It computes through plain-torch kernels until ``use_kernels`` picks another set.
 
+    With a ``shard`` of more than one rank the model holds rank ``shard.rank``'s part (``ShardPlan``): its layers
+    are built from ``local_config`` (this rank's heads and MLP width), the embedding and head hold
+    ``vocab_per_rank`` vocabulary rows, and ``forward``/``compute_logits`` run the collectives that make every
+    rank's hidden states and logits those of the whole model.
+
     Example:
         >>> from cudagraph.engine.model import dense_attend, model_config_from_preset, random_model
         >>> model = random_model(model_config_from_preset("tiny-llama-random"))
@@ -46,23 +53,38 @@ class CausalLM(nn.Module):
         torch.Size([1, 512])
     """
 
-    def __init__(self, config: ModelConfig, dtype: torch.dtype | str = "auto", device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        config: ModelConfig,
+        dtype: torch.dtype | str = "auto",
+        device: torch.device | str = "cpu",
+        shard: ShardPlan = SINGLE_RANK,
+    ):
         super().__init__()
         self.config = config
+        self.shard = shard
+        self.local_config = shard.local_config(config)
+        """``config`` with this rank's heads and MLP width (``config`` itself on one rank)."""
         self.dtype = resolve_dtype(dtype, config)
         self.device = torch.device(device)
+        vocab = shard.vocab(config)
+        self.vocab_start, self.vocab_rows = vocab.start, vocab.size
+        # Zeros: a padded last rank's extra rows then give zero logits, which the gather cuts off anyway.
         self.embed_tokens = nn.Parameter(
-            torch.empty((config.vocab_size, config.hidden_size), dtype=self.dtype, device=self.device),
+            torch.zeros((shard.vocab_per_rank(config), config.hidden_size), dtype=self.dtype, device=self.device),
             requires_grad=False,
         )
+        self.reduce_group = shard.group_name if shard.is_parallel else None
+        """The process group the collectives run on, or ``None`` on one rank."""
         self.layers = nn.ModuleList(
-            DecoderLayer(config, layer_id, self.dtype, self.device) for layer_id in range(config.num_layers)
+            DecoderLayer(self.local_config, layer_id, self.dtype, self.device, self.reduce_group)
+            for layer_id in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, self.dtype, self.device)
         self.lm_head = (
             self.embed_tokens
             if config.tie_word_embeddings
-            else nn.Parameter(torch.empty_like(self.embed_tokens), requires_grad=False)
+            else nn.Parameter(torch.zeros_like(self.embed_tokens), requires_grad=False)
         )
         self.kernels: LayerKernels = TORCH_KERNELS
         self.rotary_cos_sin: torch.Tensor
@@ -83,7 +105,12 @@ class CausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: AttendFn) -> torch.Tensor:
         """Hidden states ``[T, hidden]`` after the final norm for the flat tokens ``input_ids`` ``[T]`` (int64) at
         ``positions`` ``[T]`` (int64, below ``max_position_embeddings``), attending through ``attend``."""
-        hidden = F.embedding(input_ids, self.embed_tokens)
+        if self.reduce_group is None:
+            hidden = F.embedding(input_ids, self.embed_tokens)
+        else:
+            hidden = vocab_parallel_embedding(
+                input_ids, self.embed_tokens, self.vocab_start, self.vocab_rows, self.reduce_group
+            )
         rotary = self.kernels.rotary_step(self.rotary_cos_sin, positions)
         residual: torch.Tensor | None = None
         for layer in self.layers:
@@ -92,5 +119,8 @@ class CausalLM(nn.Module):
         return self.norm.add_and_norm(hidden, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Float32 logits ``[N, vocab]`` for hidden states ``[N, hidden]`` (the head runs in the model dtype)."""
-        return F.linear(hidden, self.lm_head).float()
+        """Float32 logits ``[N, vocab]`` for hidden states ``[N, hidden]`` (the head runs in the model dtype; a
+        sharded head's slices are gathered from every rank)."""
+        if self.reduce_group is None:
+            return F.linear(hidden, self.lm_head).float()
+        return gather_vocab_logits(F.linear(hidden, self.lm_head), self.reduce_group, self.config.vocab_size).float()

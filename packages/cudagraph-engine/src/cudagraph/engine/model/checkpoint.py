@@ -24,7 +24,8 @@ from tqdm.auto import tqdm
 
 from .causal_lm import CausalLM
 from .config import CONFIG_FILE, ModelConfig
-from .errors import ModelFileNotFoundError, ModelLoadError
+from .errors import ModelFileNotFoundError, ModelLoadError, TensorParallelError
+from .parallel import SINGLE_RANK, RowRange, ShardPlan
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 class TensorSlot:
     """Where one Hugging Face tensor lives: rows ``[row_start, row_stop)`` of ``parameter`` (a dotted name in
     ``CausalLM``), and the shape the checkpoint must hold. ``broadcast``: the checkpoint's vector fills every row
-    (Qwen3's q/k norm weight, repeated per head)."""
+    (Qwen3's q/k norm weight, repeated per head). ``source``: on a tensor-parallel rank, the part of the
+    checkpoint tensor this rank holds (rows or, with ``source_dim=1``, columns); ``None``: all of it."""
 
     hf_name: str
     parameter: str
@@ -47,40 +49,81 @@ class TensorSlot:
     row_stop: int
     shape: tuple[int, ...]
     broadcast: bool = False
+    source: RowRange | None = None
+    source_dim: int = 0
 
     def target(self, model: CausalLM) -> torch.Tensor:
         """The slice of the model's parameter this tensor fills."""
         return model.get_parameter(self.parameter)[self.row_start : self.row_stop]
 
+    def select(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This rank's part of the whole checkpoint ``tensor`` (a view)."""
+        if self.source is None:
+            return tensor
+        return tensor.narrow(self.source_dim, self.source.start, self.source.size)
 
-def checkpoint_slots(config: ModelConfig) -> list[TensorSlot]:
-    """Every tensor a checkpoint of ``config`` must hold, in Hugging Face naming, mapped onto ``CausalLM``."""
-    hidden, q_size, kv_size, inter = config.hidden_size, config.q_size, config.kv_size, config.intermediate_size
-    slots = [TensorSlot("model.embed_tokens.weight", "embed_tokens", 0, config.vocab_size, (config.vocab_size, hidden))]
+    def index(self) -> tuple[slice, ...]:
+        """The index of this rank's part, for a lazily read safetensors slice."""
+        if self.source is None:
+            return (slice(None),)
+        part = slice(self.source.start, self.source.stop)
+        return (part,) if self.source_dim == 0 else (slice(None), part)
+
+
+def checkpoint_slots(config: ModelConfig, shard: ShardPlan = SINGLE_RANK) -> list[TensorSlot]:
+    """Every tensor a checkpoint of ``config`` must hold, in Hugging Face naming, mapped onto ``CausalLM`` (onto
+    rank ``shard.rank``'s part of it when ``shard`` spans several ranks, each slot naming what it reads)."""
+    hidden, head_dim = config.hidden_size, config.head_dim
+    local = shard.local_config(config)
+    q_size, kv_size, inter = local.q_size, local.kv_size, local.intermediate_size
+    parallel = shard.is_parallel
+
+    def part(heads: RowRange, width: int = 1) -> RowRange | None:
+        return RowRange(heads.start * width, heads.stop * width) if parallel else None
+
+    q_rows = part(shard.q_heads(config), head_dim)
+    kv_rows = part(shard.kv_heads(config), head_dim)
+    inter_rows = part(shard.intermediate(config))
+    vocab_rows = part(shard.vocab(config))
+    vocab_here = shard.vocab(config).size
+    vocab_shape = (config.vocab_size, hidden)
+    slots = [TensorSlot("model.embed_tokens.weight", "embed_tokens", 0, vocab_here, vocab_shape, source=vocab_rows)]
     for layer in range(config.num_layers):
         hf, ours = f"model.layers.{layer}.", f"layers.{layer}."
         attn = ours + "self_attn."
         # q, k and v are stacked row-wise in one projection, as are gate and up.
         qkv_rows = (
-            ("q_proj", 0, q_size),
-            ("k_proj", q_size, q_size + kv_size),
-            ("v_proj", q_size + kv_size, q_size + 2 * kv_size),
+            ("q_proj", 0, q_size, config.q_size, q_rows),
+            ("k_proj", q_size, q_size + kv_size, config.kv_size, kv_rows),
+            ("v_proj", q_size + kv_size, q_size + 2 * kv_size, config.kv_size, kv_rows),
         )
-        for projection, start, stop in qkv_rows:
+        for projection, start, stop, full, source in qkv_rows:
             slots.append(
                 TensorSlot(
-                    f"{hf}self_attn.{projection}.weight", attn + "qkv_weight", start, stop, (stop - start, hidden)
+                    f"{hf}self_attn.{projection}.weight",
+                    attn + "qkv_weight",
+                    start,
+                    stop,
+                    (full, hidden),
+                    source=source,
                 )
             )
             if config.qkv_bias:
                 slots.append(
-                    TensorSlot(f"{hf}self_attn.{projection}.bias", attn + "qkv_bias", start, stop, (stop - start,))
+                    TensorSlot(
+                        f"{hf}self_attn.{projection}.bias", attn + "qkv_bias", start, stop, (full,), source=source
+                    )
                 )
-        slots.append(TensorSlot(f"{hf}self_attn.o_proj.weight", attn + "o_weight", 0, hidden, (hidden, q_size)))
+        o_shape = (hidden, config.q_size)
+        slots.append(
+            TensorSlot(
+                f"{hf}self_attn.o_proj.weight", attn + "o_weight", 0, hidden, o_shape, source=q_rows, source_dim=1
+            )
+        )
         if config.o_bias:
             slots.append(TensorSlot(f"{hf}self_attn.o_proj.bias", attn + "o_bias", 0, hidden, (hidden,)))
         if config.qk_norm:
-            heads, all_heads, head_dim = config.num_heads, config.num_heads + config.num_kv_heads, config.head_dim
+            heads, all_heads = local.num_heads, local.num_heads + local.num_kv_heads
             norm = attn + "qk_norm.weight"
             slots.append(TensorSlot(f"{hf}self_attn.q_norm.weight", norm, 0, heads, (head_dim,), broadcast=True))
             slots.append(
@@ -88,14 +131,25 @@ def checkpoint_slots(config: ModelConfig) -> list[TensorSlot]:
             )
         for norm_name in ("input_layernorm", "post_attention_layernorm"):
             slots.append(TensorSlot(f"{hf}{norm_name}.weight", f"{ours}{norm_name}.weight", 0, hidden, (hidden,)))
-        slots.append(TensorSlot(f"{hf}mlp.gate_proj.weight", ours + "mlp.gate_up_weight", 0, inter, (inter, hidden)))
+        mlp_shape = (config.intermediate_size, hidden)
+        gate_up = ours + "mlp.gate_up_weight"
+        slots.append(TensorSlot(f"{hf}mlp.gate_proj.weight", gate_up, 0, inter, mlp_shape, source=inter_rows))
+        slots.append(TensorSlot(f"{hf}mlp.up_proj.weight", gate_up, inter, 2 * inter, mlp_shape, source=inter_rows))
+        down_shape = (hidden, config.intermediate_size)
         slots.append(
-            TensorSlot(f"{hf}mlp.up_proj.weight", ours + "mlp.gate_up_weight", inter, 2 * inter, (inter, hidden))
+            TensorSlot(
+                f"{hf}mlp.down_proj.weight",
+                ours + "mlp.down_weight",
+                0,
+                hidden,
+                down_shape,
+                source=inter_rows,
+                source_dim=1,
+            )
         )
-        slots.append(TensorSlot(f"{hf}mlp.down_proj.weight", ours + "mlp.down_weight", 0, hidden, (hidden, inter)))
     slots.append(TensorSlot("model.norm.weight", "norm.weight", 0, hidden, (hidden,)))
     if not config.tie_word_embeddings:
-        slots.append(TensorSlot("lm_head.weight", "lm_head", 0, config.vocab_size, (config.vocab_size, hidden)))
+        slots.append(TensorSlot("lm_head.weight", "lm_head", 0, vocab_here, vocab_shape, source=vocab_rows))
     return slots
 
 
@@ -105,20 +159,23 @@ def load_model(
     device: torch.device | str = "cpu",
     *,
     progress: bool | None = None,
+    shard: ShardPlan = SINGLE_RANK,
 ) -> CausalLM:
     """Load a Hugging Face model directory (``config.json`` + ``model.safetensors`` or a sharded
     ``model.safetensors.index.json``) onto ``device``.
 
     ``dtype="auto"`` keeps the checkpoint's dtype (``config.json``'s ``dtype``/``torch_dtype``); otherwise
     ``float32``, ``bfloat16`` or ``float16`` (name or ``torch.dtype``). ``progress``: show a bar per shard
-    (default: only when there are several shards).
+    (default: only when there are several shards). ``shard``: load one tensor-parallel rank's part, reading only
+    that part of each tensor from the files (safetensors slices), never the whole tensor.
     """
     directory = Path(path)
     config = ModelConfig.from_pretrained(directory)
     files_by_name = _checkpoint_files(directory)
-    slots = checkpoint_slots(config)
+    shard.check(config)
+    slots = checkpoint_slots(config, shard)
     _check_names(directory, config, slots, files_by_name)
-    model = CausalLM(config, dtype, device)
+    model = CausalLM(config, dtype, device, shard)
     slots_by_file: dict[Path, list[TensorSlot]] = defaultdict(list)
     for slot in slots:
         slots_by_file[files_by_name[slot.hf_name]].append(slot)
@@ -127,10 +184,9 @@ def load_model(
         for file, file_slots in tqdm(
             slots_by_file.items(), desc="loading shards", unit="shard", disable=not show_progress
         ):
-            with _open_safetensors(file) as shard:
+            with _open_safetensors(file) as handle:
                 for slot in file_slots:
-                    tensor = _read_tensor(file, shard, slot.hf_name)
-                    _check_shape(file, slot, tensor)
+                    tensor = _read_slot(file, handle, slot)
                     slot.target(model).copy_(
                         tensor.expand(slot.row_stop - slot.row_start, -1) if slot.broadcast else tensor
                     )
@@ -141,6 +197,11 @@ def save_model(model: CausalLM, path: str | Path, *, max_shard_bytes: int | None
     """Write ``model`` as a Hugging Face directory (``config.json`` + safetensors in Hugging Face naming) that
     ``load_model`` and ``transformers`` both load. ``max_shard_bytes`` splits the weights into shards with a
     ``model.safetensors.index.json``; by default one ``model.safetensors``."""
+    if model.shard.is_parallel:
+        raise TensorParallelError(
+            f"save_model writes whole models; this one is rank {model.shard.rank} of {model.shard.size} of a "
+            "tensor-parallel group: save the single-rank model instead"
+        )
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     dtype_name = str(model.dtype).removeprefix("torch.")
@@ -199,11 +260,22 @@ def _open_safetensors(file: Path) -> Iterator[Any]:
         yield opened
 
 
-def _read_tensor(file: Path, shard: Any, name: str) -> torch.Tensor:
+def _read_slot(file: Path, handle: Any, slot: TensorSlot) -> torch.Tensor:
+    """The part of ``slot``'s tensor this rank holds, read lazily: the shape is checked from the header first, and
+    only the rows (or columns) in ``slot.source`` are read from the file."""
     try:
-        return shard.get_tensor(name)
+        lazy = handle.get_slice(slot.hf_name)
+        _check_shape(file, slot, tuple(lazy.get_shape()))
+        tensor = lazy[slot.index()]
     except _UNREADABLE as error:
-        raise ModelLoadError(f"{file}: tensor {name!r} cannot be read (truncated or corrupt file?): {error}") from None
+        raise ModelLoadError(
+            f"{file}: tensor {slot.hf_name!r} cannot be read (truncated or corrupt file?): {error}"
+        ) from None
+    if not tensor.is_floating_point():
+        raise ModelLoadError(
+            f"tensor {slot.hf_name!r} in {file.name} has dtype {tensor.dtype}: weights must be floating point"
+        )
+    return tensor
 
 
 def _check_names(directory: Path, config: ModelConfig, slots: list[TensorSlot], files: dict[str, Path]) -> None:
@@ -227,15 +299,10 @@ def _check_names(directory: Path, config: ModelConfig, slots: list[TensorSlot], 
         logger.warning("ignoring %d tensors the model does not use, e.g. %s", len(unexpected), unexpected[:3])
 
 
-def _check_shape(file: Path, slot: TensorSlot, tensor: torch.Tensor) -> None:
-    if tuple(tensor.shape) != slot.shape:
+def _check_shape(file: Path, slot: TensorSlot, shape: tuple[int, ...]) -> None:
+    if shape != slot.shape:
         raise ModelLoadError(
-            f"tensor {slot.hf_name!r} in {file.name} has shape {tuple(tensor.shape)}, but config.json implies "
-            f"{slot.shape}"
-        )
-    if not tensor.is_floating_point():
-        raise ModelLoadError(
-            f"tensor {slot.hf_name!r} in {file.name} has dtype {tensor.dtype}: weights must be floating point"
+            f"tensor {slot.hf_name!r} in {file.name} has shape {shape}, but config.json implies {slot.shape}"
         )
 
 

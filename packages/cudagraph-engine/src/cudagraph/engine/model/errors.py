@@ -10,3 +10,7 @@ class ModelLoadError(ValueError):
 
 class ModelFileNotFoundError(ModelLoadError, FileNotFoundError):
     """A file the model directory must contain (``config.json``, a safetensors shard) is missing."""
+
+
+class TensorParallelError(ModelLoadError):
+    """A tensor-parallel size the model cannot be split into (heads, KV heads or MLP width not divisible)."""

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .collectives import all_reduced
 from .config import ModelConfig
 from .kernels import TORCH_KERNELS, LayerKernels, RotaryStep
 
@@ -82,11 +83,20 @@ class HeadRMSNorm(nn.Module):
 
 class Attention(KernelModule):
     """Grouped-query self-attention around a caller-supplied ``attend``: fused q/k/v projection (with Qwen2's
-    bias), Qwen3's per-head q/k norms and rotary (both in place in the projection), and the output projection."""
+    bias), Qwen3's per-head q/k norms and rotary (both in place in the projection), and the output projection
+    (row-parallel: all-reduced over ``reduce_group`` when the model is sharded)."""
 
-    def __init__(self, config: ModelConfig, layer_id: int, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        layer_id: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        reduce_group: str | None = None,
+    ) -> None:
         super().__init__()
         self.layer_id = layer_id
+        self.reduce_group = reduce_group
         self.num_heads = config.num_heads
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
@@ -115,32 +125,52 @@ class Attention(KernelModule):
         qk = self.kernels.rotate(qk, self.num_heads, rotary).flatten(1)
         q, k = qk[:, : self.q_size], qk[:, self.q_size :]
         v = qkv[:, self.q_size + self.kv_size :]
-        return F.linear(attend(self.layer_id, q, k, v), self.o_weight, self.o_bias)
+        out = attend(self.layer_id, q, k, v)
+        if self.reduce_group is None:
+            return F.linear(out, self.o_weight, self.o_bias)
+        # Row-parallel: every rank's partial product is summed before the bias, which only one sum may carry.
+        projected = all_reduced(F.linear(out, self.o_weight), self.reduce_group)
+        return projected if self.o_bias is None else projected.add_(self.o_bias)
 
 
 class GatedMLP(KernelModule):
-    """SwiGLU feed-forward: one fused gate/up matmul, ``silu(gate) * up``, then the down projection."""
+    """SwiGLU feed-forward: one fused gate/up matmul, ``silu(gate) * up``, then the down projection (row-parallel:
+    all-reduced over ``reduce_group`` when the model is sharded)."""
 
-    def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self, config: ModelConfig, dtype: torch.dtype, device: torch.device, reduce_group: str | None = None
+    ) -> None:
         super().__init__()
+        self.reduce_group = reduce_group
         self.gate_up_weight = _parameter((2 * config.intermediate_size, config.hidden_size), dtype, device)
         self.down_weight = _parameter((config.hidden_size, config.intermediate_size), dtype, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``mlp(x)`` over the normed ``x`` ``[T, hidden]`` (the caller adds it to the residual stream)."""
-        return F.linear(self.kernels.silu_and_mul(F.linear(x, self.gate_up_weight)), self.down_weight)
+        down = F.linear(self.kernels.silu_and_mul(F.linear(x, self.gate_up_weight)), self.down_weight)
+        return down if self.reduce_group is None else all_reduced(down, self.reduce_group)
 
 
 class DecoderLayer(nn.Module):
     """Pre-norm residual block: ``residual += attn(norm(residual))``, then ``mlp(norm(residual))`` handed on, its
-    add deferred to the next norm (the next layer's, or the model's final one)."""
+    add deferred to the next norm (the next layer's, or the model's final one).
 
-    def __init__(self, config: ModelConfig, layer_id: int, dtype: torch.dtype, device: torch.device) -> None:
+    ``config`` holds one rank's heads and MLP width (``ShardPlan.local_config``); ``reduce_group`` names the
+    process group whose all-reduce completes the row-parallel projections (``None``: one rank, no collective)."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        layer_id: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        reduce_group: str | None = None,
+    ) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
-        self.self_attn = Attention(config, layer_id, dtype, device)
+        self.self_attn = Attention(config, layer_id, dtype, device, reduce_group)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
-        self.mlp = GatedMLP(config, dtype, device)
+        self.mlp = GatedMLP(config, dtype, device, reduce_group)
 
     def forward(
         self, hidden: torch.Tensor, residual: torch.Tensor | None, rotary: RotaryStep, attend: AttendFn

@@ -26,6 +26,22 @@ PRESETS: Mapping[str, ModelConfig] = MappingProxyType(
             tie_word_embeddings=True,
             torch_dtype="bfloat16",
         ),
+        # Llama-3-8B's shapes (bf16, rope scaling left out): the tensor-parallel benchmark model.
+        "llama3-8b-random": ModelConfig(
+            model_type="llama",
+            hidden_size=4096,
+            num_layers=32,
+            num_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=14336,
+            vocab_size=128256,
+            rms_norm_eps=1e-5,
+            rope_theta=500_000.0,
+            max_position_embeddings=8192,
+            tie_word_embeddings=False,
+            torch_dtype="bfloat16",
+        ),
         # Tiny float32 models: a CPU forward takes milliseconds.
         "tiny-qwen3-random": ModelConfig(
             model_type="qwen3",

@@ -17,6 +17,7 @@ import torch
 from .causal_lm import CausalLM
 from .checkpoint import checkpoint_slots
 from .config import ModelConfig
+from .parallel import SINGLE_RANK, ShardPlan
 
 
 @dataclass(frozen=True)
@@ -46,20 +47,24 @@ def random_model(
     seed: int = 0,
     dtype: torch.dtype | str = "auto",
     device: torch.device | str = "cpu",
+    shard: ShardPlan = SINGLE_RANK,
 ) -> CausalLM:
     """A ``CausalLM`` of ``config`` with random weights drawn from ``seed`` on ``device`` (float32 draws, rounded
     to ``dtype``; the same seed and device give the same weights).
 
     Weights are drawn per checkpoint tensor, so the model is exactly what ``save_model`` can write (Qwen3's q/k
-    norm weight is one vector shared by all heads, as in the checkpoint format).
+    norm weight is one vector shared by all heads, as in the checkpoint format). With a ``shard`` of several
+    ranks every whole tensor is drawn and the rank keeps its part, so the ranks together hold exactly the
+    single-rank model of the same seed.
     """
-    model = CausalLM(config, dtype, device)
+    model = CausalLM(config, dtype, device, shard)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     with torch.no_grad():
-        for slot in checkpoint_slots(config):
+        for slot in checkpoint_slots(config, shard):
             rule = next(rule for rule in INIT_RULES if slot.hf_name.endswith(rule.suffix))
             draw = torch.empty(slot.shape, dtype=torch.float32, device=model.device)
             draw.normal_(rule.mean, rule.std(slot.shape), generator=generator)
             target = slot.target(model)
-            target.copy_(draw.expand_as(target) if slot.broadcast else draw)
+            part = slot.select(draw)
+            target.copy_(part.expand_as(target) if slot.broadcast else part)
     return model

@@ -43,7 +43,7 @@ def reference_logits(model: CausalLM, token_ids: list[int] | torch.Tensor) -> to
     """Float32 logits ``[T, vocab]`` at every position of one sequence, computed densely from position 0."""
     ids = torch.as_tensor(token_ids, dtype=torch.int64, device=model.device)
     positions = torch.arange(ids.shape[0], dtype=torch.int64, device=model.device)
-    return model.compute_logits(model(ids, positions, dense_attend(model.config)))
+    return model.compute_logits(model(ids, positions, dense_attend(model.local_config)))
 
 
 def reference_greedy(model: CausalLM, prompt_ids: list[int], max_new_tokens: int) -> list[int]:

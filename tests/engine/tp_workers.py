@@ -1,0 +1,81 @@
+"""Rank functions for the tensor-parallel tests (a module of their own so ``spawn`` can import them by name)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from cudagraph.config import resolve
+from cudagraph.engine.batch import SamplingParams
+from cudagraph.engine.distributed import (
+    DrivingModelRunner,
+    GroupOptions,
+    StepBroadcaster,
+    follow,
+    init_tensor_parallel,
+    shutdown_tensor_parallel,
+)
+from cudagraph.engine.generate import generate
+from cudagraph.engine.model import model_config_from_preset, random_model, reference_logits
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+
+PROMPTS = ([1, 2, 3], [7, 300, 11, 45, 2, 9], [500], [64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74])
+NEW_TOKENS = 8
+TIMEOUT_S = 20.0
+EAGER = resolve(disable_cuda_graph=True)
+
+
+def join(rank: int, world_size: int, init_method: str, timeout_s: float = TIMEOUT_S):
+    return init_tensor_parallel(GroupOptions(rank, world_size, torch.device("cpu"), init_method, timeout_s))
+
+
+def cache_config(page_size: int) -> CacheConfig:
+    """The KV cache every tensor-parallel CPU test runs with, in pages of ``page_size`` tokens."""
+    return CacheConfig(max_num_reqs=8, max_context_len=64, page_size=page_size)
+
+
+def model_outputs(rank: int, world_size: int, init_method: str, payload: tuple[str, int, str]) -> dict[str, Any] | None:
+    """Rank 0: the engine's greedy tokens (rank 0 driving, the others following, over a KV cache of
+    ``page_size``-token pages with the ``kernel_backend`` kernel set) and dense logits per prompt."""
+    preset, page_size, kernel_backend = payload
+    group = join(rank, world_size, init_method)
+    group.choose_all_reduce("auto", torch.float32, 64 * 64)
+    model = random_model(model_config_from_preset(preset), seed=5, shard=group.shard_plan())
+    logits = [reference_logits(model, prompt) for prompt in PROMPTS]
+    cache = cache_config(page_size)
+    broadcaster = StepBroadcaster(group)
+    params = SamplingParams(max_new_tokens=NEW_TOKENS)
+    tokens = None
+    if rank == 0:
+        driver = DrivingModelRunner(
+            model, EAGER, cache_config=cache, kernel_backend=kernel_backend, broadcaster=broadcaster
+        )
+        try:
+            tokens = [out.output_token_ids for out in generate(driver, [list(p) for p in PROMPTS], params)]
+        finally:
+            broadcaster.stop()
+    else:
+        follow(ModelRunner(model, EAGER, cache_config=cache, kernel_backend=kernel_backend), broadcaster)
+    shutdown_tensor_parallel(group)
+    if rank != 0:
+        return None
+    return {"tokens": tokens, "logits": logits, "initialized_after": dist.is_initialized()}
+
+
+def raises_on_rank_1(rank: int, world_size: int, init_method: str, payload: Any) -> None:
+    """Rank 1 fails after joining; rank 0 waits in a collective that rank 1 never enters."""
+    group = join(rank, world_size, init_method)
+    if rank == 1:
+        raise ValueError("rank 1 cannot load its shard")
+    dist.all_reduce(torch.ones(4), group=group.group)
+
+
+def hangs_on_rank_1(rank: int, world_size: int, init_method: str, timeout_s: float) -> None:
+    """Rank 1 never enters the collective (alive but stuck); rank 0's wait must time out."""
+    group = join(rank, world_size, init_method, timeout_s)
+    if rank == 1:
+        time.sleep(120)
+    dist.all_reduce(torch.ones(4), group=group.group)

@@ -1,0 +1,148 @@
+"""Rank functions for the tensor-parallel GPU tests (a module of their own so ``spawn`` can import them by name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.batch import SamplingParams
+from cudagraph.engine.distributed import (
+    DrivingModelRunner,
+    GroupOptions,
+    StepBroadcaster,
+    follow,
+    init_tensor_parallel,
+    shutdown_tensor_parallel,
+)
+from cudagraph.engine.generate import generate
+from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model, reference_logits
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+
+DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
+LOGIT_PROMPTS = ([1, 2, 3], [7, 300, 11, 45, 2, 9], [64, 65, 66, 67, 68, 69, 70, 71])
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How the engine of a run is built beyond the preset, dtype and decode backend: the kernel set, the attention
+    backend, the KV page size, and a head size other than the preset's (FlashInfer's fused kernels need 64 or more;
+    the tiny presets have 32 and 16)."""
+
+    kernel_backend: str = "auto"
+    attention_backend: str = "torch"
+    page_size: int = 1
+    head_dim: int | None = None
+
+    def model_config(self, preset: str) -> ModelConfig:
+        """The preset's config with this head size."""
+        config = model_config_from_preset(preset)
+        return config if self.head_dim is None else config.with_overrides(head_dim=self.head_dim)
+
+
+DEFAULT_OPTIONS = EngineOptions()
+FUSED_PAGED = EngineOptions(kernel_backend="flashinfer", attention_backend="flashinfer", page_size=16, head_dim=64)
+"""FlashInfer's fused kernel set and paged attention over 16-token pages."""
+
+
+def graphs(decode: Backend) -> CudaGraphConfig:
+    """``decode`` graphs at every decode bucket up to 64, prefill eager."""
+    buckets = () if decode is Backend.DISABLED else DECODE_BUCKETS
+    return CudaGraphConfig(decode=PhaseConfig(decode, buckets, 64), prefill=PhaseConfig(Backend.DISABLED, (), 0))
+
+
+def shrinking_workload(count: int = 65, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
+    """Prompt ``i`` wants ``i + 1`` tokens: decode batches walk down through every size from 64 to 1."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 24, (count,), generator=generator).tolist()
+    prompts = [torch.randint(0, 512, (n,), generator=generator).tolist() for n in lengths]
+    return prompts, [SamplingParams(max_new_tokens=i + 1) for i in range(count)]
+
+
+def run_engine(
+    model: Any,
+    decode: Backend,
+    barrier: Any = None,
+    broadcaster: Any = None,
+    rank: int = 0,
+    options: EngineOptions = DEFAULT_OPTIONS,
+) -> Any:
+    """Greedy tokens of the shrinking workload and the decode batch sizes that replayed a graph (rank 0), or
+    ``None`` after following rank 0 (other ranks)."""
+    cache = CacheConfig(max_num_reqs=80, max_context_len=160, page_size=options.page_size)
+    config = graphs(decode)
+    built = {
+        "cache_config": cache,
+        "kernel_backend": options.kernel_backend,
+        "attention_backend": options.attention_backend,
+    }
+    if rank != 0:
+        follower = ModelRunner(model, config, capture_barrier=barrier, **built)
+        try:
+            follower.init_cuda_graphs()
+            follow(follower, broadcaster)
+        finally:
+            follower.shutdown()
+        return None
+    if broadcaster is None:
+        runner = ModelRunner(model, config, **built)
+    else:
+        runner = DrivingModelRunner(model, config, capture_barrier=barrier, broadcaster=broadcaster, **built)
+    if options.kernel_backend != "auto":
+        assert runner.kernels.name == options.kernel_backend
+    replayed: list[int] = []
+    try:
+        runner.init_cuda_graphs()
+        decode_runner = runner.decode_cuda_graph_runner
+        if decode_runner is not None:
+            replay = decode_runner.replay
+
+            def counting(batch: Any) -> Any:
+                if decode_runner.can_run(batch):
+                    replayed.append(batch.batch_size)
+                return replay(batch)
+
+            decode_runner.replay = counting  # type: ignore[method-assign]
+        prompts, params = shrinking_workload()
+        tokens = [out.output_token_ids for out in generate(runner, prompts, params)]
+    finally:
+        if broadcaster is not None:
+            broadcaster.stop()
+        runner.shutdown()
+    return {"tokens": tokens, "replayed": sorted(set(replayed))}
+
+
+def single_gpu(preset: str, dtype: str, decode: Backend, options: EngineOptions = DEFAULT_OPTIONS) -> dict[str, Any]:
+    """The same workload and logits at TP=1 on ``cuda:0`` (in the test process)."""
+    model = random_model(options.model_config(preset), seed=3, dtype=dtype, device="cuda:0")
+    result = run_engine(model, decode, options=options)
+    result["logits"] = [reference_logits(model, prompt).cpu() for prompt in LOGIT_PROMPTS]
+    return result
+
+
+def tensor_parallel(
+    rank: int,
+    world_size: int,
+    init_method: str,
+    payload: tuple[str, str, str, str] | tuple[str, str, str, str, EngineOptions],
+) -> Any:
+    """One rank: the sharded model runs the workload with ``decode`` graphs (built as the optional fifth item,
+    ``EngineOptions``, says); rank 0 returns tokens, replayed sizes, dense logits and the all-reduce choice."""
+    preset, dtype, decode, all_reduce = payload[:4]
+    options = payload[4] if len(payload) == 5 else DEFAULT_OPTIONS
+    device = torch.device("cuda", rank)
+    group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, timeout_s=120.0))
+    try:
+        config = options.model_config(preset)
+        model = random_model(config, seed=3, dtype=dtype, device=device, shard=group.shard_plan())
+        choice = group.choose_all_reduce(all_reduce, model.dtype, 64 * config.hidden_size)
+        result = run_engine(model, Backend(decode), group.barrier, StepBroadcaster(group), rank, options)
+        # After the engine: through the kernel set it chose for the model, as single_gpu's logits are.
+        logits = [reference_logits(model, prompt).cpu() for prompt in LOGIT_PROMPTS]
+    finally:
+        shutdown_tensor_parallel(group)
+    if rank != 0:
+        return None
+    return {**result, "logits": logits, "all_reduce": choice.kind, "reason": choice.reason}
