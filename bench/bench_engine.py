@@ -3,6 +3,11 @@
 On the Qwen3-0.6B-shaped preset (random bf16 weights), decode batches of 1, 8, 32 and 128 requests with 128 cached
 tokens each. Also captures the default decode buckets up to 256 with each backend and reports seconds and bytes.
 Prints a table with ratios to the raw replay and the issue's targets, and writes JSON (``--out``).
+
+Host costs, measured with the device kept busy so only host work is timed: the runner's work over a raw replay
+(full - raw) and the cost of one eager break ((breakable - full) / breaks), per batch size. ``--profile-host MODE``
+also prints the top cProfile entries of a replay loop of that mode (``raw``, ``full``, ``breakable``) at the first
+batch size.
 """
 
 from __future__ import annotations
@@ -15,7 +20,14 @@ from pathlib import Path
 import torch
 
 from cudagraph.config import Backend, CudaGraphConfig, Phase, PhaseConfig, resolve
-from cudagraph.engine.benchmark import bench_capture, bench_decode, format_table
+from cudagraph.engine.benchmark import (
+    bench_capture,
+    bench_decode,
+    format_host_costs,
+    format_table,
+    measure_host_costs,
+    profile_runner_replay,
+)
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
@@ -25,6 +37,8 @@ TARGETS = {
     "batch1_step_ms": 1.5,
     "capture_seconds": 5.0,
     "capture_gib": 1.0,
+    "runner_over_raw_host_us": 10.0,
+    "per_break_host_us": 8.0,
 }
 
 
@@ -39,6 +53,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--capture-max-bs", type=int, default=256)
     parser.add_argument("--attention-backend", default="torch")
+    parser.add_argument("--host-repeats", type=int, default=50, help="timed calls per host-cost figure")
+    parser.add_argument(
+        "--profile-host",
+        nargs="+",
+        choices=["raw", "full", "breakable"],
+        default=[],
+        help="print the top cProfile entries of a replay loop of these modes at the first batch size",
+    )
     return parser.parse_args(argv)
 
 
@@ -80,7 +102,15 @@ def main(argv: list[str]) -> int:
         for mode in ("full", "breakable")
         for bs in args.batch_sizes
     }
+    host_costs = measure_host_costs(
+        model_runner, args.batch_sizes, context_len=args.context_len, repeats=args.host_repeats
+    )
+    profiles = {
+        mode: profile_runner_replay(model_runner, mode, args.batch_sizes[0], context_len=args.context_len)
+        for mode in args.profile_host
+    }
     batch1 = args.batch_sizes[0]
+    measured = [cost for cost in host_costs if not cost.device_waited]
     checks = {
         "runner full step within 1.05x of raw replay (all batch sizes)": max(
             ratios[f"full/raw@{bs}"] for bs in args.batch_sizes
@@ -92,6 +122,10 @@ def main(argv: list[str]) -> int:
         <= TARGETS["batch1_step_ms"],
         "capture of default decode buckets (full) <= 5 s": captures[0].seconds <= TARGETS["capture_seconds"],
         "capture of default decode buckets (full) <= 1 GiB": captures[0].bytes / 2**30 <= TARGETS["capture_gib"],
+        "runner host work over raw replay, device busy, <= 10 us (all batch sizes)": bool(measured)
+        and max(cost.runner_over_raw_us for cost in measured) <= TARGETS["runner_over_raw_host_us"],
+        "breakable host cost per break, device busy, <= 8 us (all batch sizes)": bool(measured)
+        and max(cost.per_break_us for cost in measured) <= TARGETS["per_break_host_us"],
     }
     result = {
         "device": torch.cuda.get_device_name(device),
@@ -105,12 +139,19 @@ def main(argv: list[str]) -> int:
         "ratios": ratios,
         "runner_host_overhead_us": overhead_us,
         "captures": [c.as_dict() for c in captures],
+        "host_costs": [cost.as_dict() for cost in host_costs],
+        "host_profiles": profiles,
         "targets": TARGETS,
         "checks": checks,
     }
     print(f"decode step, {args.preset} ({args.dtype}, {args.attention_backend} attention) on {result['device']}")
     print(format_table(timings))
     print("runner host work over raw replay (us): " + ", ".join(f"{k} {v:.1f}" for k, v in overhead_us.items()))
+    print("host cost with the device busy (median us per step):")
+    print(format_host_costs(host_costs))
+    for mode, profile in profiles.items():
+        print(f"cProfile of 200 {mode} replays at batch {batch1} (top entries by own time):")
+        print(profile)
     for capture in captures:
         print(
             f"capture {capture.backend} ({capture.num_warmups} warm-ups per shape): {len(capture.buckets)} buckets up "

@@ -7,10 +7,12 @@ correct result after replay with fresh inputs proves they ran eagerly, at captur
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from collections.abc import Callable
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudagraph.backend_utils import (
     BreakableCaptureError,
@@ -122,6 +124,41 @@ def test_one_break_each_source_and_convention(source: str, weight: torch.Tensor)
     assert (graph.num_segments, graph.num_eager_calls) == (2, 1)
     copies_back = source.endswith("copy-back")
     assert bool(graph.eager_calls[0].copy_back) is copies_back
+
+
+@pytest.mark.parametrize("op_name", ["operator-into", "operator-copy-back"])
+def test_a_bound_break_replays_its_bound_callable_not_the_op(op_name: str, weight: torch.Tensor) -> None:
+    """With a replay binder, replay calls what the binder returned (the same Python function, no dispatch): still
+    equal to eager on fresh inputs, and the op is never dispatched at replay."""
+    op, function = (NORMALIZE_INTO_OP, normalize_into) if op_name == "operator-into" else (NORMALIZE_OP, normalize)
+    bound_calls = []
+
+    def binder(*args: torch.Tensor):
+        def bound():
+            bound_calls.append(op_name)
+            return function(*args)
+
+        return bound
+
+    register_break_op(op, replay_binder=binder)
+    graph = capture_and_compare(lambda x: chain(x, weight, [BREAKS[op_name]] * 2))
+    assert graph.num_eager_calls == 2 and all(call.bound is not None for call in graph.eager_calls)
+    assert len(bound_calls) == 3 * 2, "three replays of two bound breaks"
+    counter = _OpCounter()
+    with counter:
+        graph.replay()
+    assert counter.calls[str(op)] == 0 and len(bound_calls) == 4 * 2
+    assert counter.calls["aten.div"] == 2, "the bound breaks ran their own ops"
+
+
+class _OpCounter(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("breaks", [0, 1, 5])

@@ -2,10 +2,18 @@
 
 Used by ``cudagraph-engine bench`` and ``bench/bench_engine.py``. Every mode runs the same ``ForwardBatch`` (a
 decode step over requests with ``context_len`` cached tokens), so the ratios compare like with like.
+
+Host cost (``measure_host_costs``) is the time the step call takes on the host while the device is kept busy by a
+sleep kernel queued first, so nothing the call launches can wait for the device or be hidden by it: the runner's
+work over a raw replay is ``full - raw``, and the cost of one eager break is ``(breakable - full) / breaks``.
+``profile_host`` runs a replay loop under cProfile and returns its top entries.
 """
 
 from __future__ import annotations
 
+import cProfile
+import io
+import pstats
 import statistics
 import time
 from collections.abc import Callable
@@ -14,7 +22,7 @@ from typing import Any
 
 import torch
 
-from cudagraph.backend_utils import model_capture_mode
+from cudagraph.backend_utils import graph_replay_fn, model_capture_mode
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.runner import CaptureStats, DecodeCudaGraphRunner, ForwardBatch, ForwardMode
 
@@ -164,7 +172,7 @@ def _step_of(
     if mode == "eager":
         return lambda: model_runner.forward(batch)
     if mode == "raw":
-        return capture_raw_graph(model_runner, batch).replay
+        return graph_replay_fn(capture_raw_graph(model_runner, batch))
     runner = runners[mode]
     return lambda: runner.replay(batch)
 
@@ -262,3 +270,156 @@ def format_table(timings: list[StepTiming]) -> str:
         row += [f"{by_key[(mode, batch_size)].host_us:.1f}" for mode in modes]
         lines.append(" | ".join(row))
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class HostCost:
+    """Host microseconds of one decode step at one batch size: a raw replay, the runner's full and breakable
+    replays, and what follows from them."""
+
+    batch_size: int
+    raw_us: float
+    full_us: float
+    breakable_us: float
+    breaks: int
+    """Eager breaks of the breakable graph the batch replays (one per attention layer)."""
+    device_waited: bool
+    """True when a step's host time reached the device's head start: the call waited for the device (a host sync or
+    a pageable copy), so the figures above include device time and say little about host work."""
+
+    @property
+    def runner_over_raw_us(self) -> float:
+        """Host work the full runner adds to a raw ``CUDAGraph`` replay (copies, metadata hook, bookkeeping)."""
+        return self.full_us - self.raw_us
+
+    @property
+    def per_break_us(self) -> float:
+        """Host cost of one eager break: ``(breakable - full) / breaks``."""
+        return (self.breakable_us - self.full_us) / self.breaks if self.breaks else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready fields, the derived ones included."""
+        return {**asdict(self), "runner_over_raw_us": self.runner_over_raw_us, "per_break_us": self.per_break_us}
+
+
+def _sleep_cycles_per_ms(device: torch.device) -> float:
+    """How many ``torch.cuda._sleep`` cycles keep ``device`` busy for a millisecond (measured once per call)."""
+    cycles = 10_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.device(device):
+        torch.cuda._sleep(cycles // 10)  # warm-up
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+    return cycles / max(start.elapsed_time(end), 1e-3)
+
+
+def host_time_us(
+    step: Callable[[], object], device: torch.device, *, repeats: int = 50, head_start_ms: float = 20.0
+) -> tuple[float, bool]:
+    """Median host microseconds of ``step()`` called while the device still has ``head_start_ms`` of sleep queued,
+    and whether any call took that long (it then waited for the device)."""
+    cycles = int(_sleep_cycles_per_ms(device) * head_start_ms)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize(device)
+    samples, waited = [], False
+    for _ in range(repeats):
+        torch.cuda._sleep(cycles)
+        started = time.perf_counter()
+        step()
+        elapsed = time.perf_counter() - started
+        torch.cuda.synchronize(device)
+        samples.append(elapsed)
+        waited = waited or elapsed * 1e3 >= 0.9 * head_start_ms
+    return statistics.median(samples) * 1e6, waited
+
+
+def measure_host_costs(
+    model_runner: ModelRunner, batch_sizes: list[int], *, context_len: int = 128, repeats: int = 50
+) -> list[HostCost]:
+    """``HostCost`` at every batch size: raw replay, full runner and breakable runner, each timed by ``host_time_us``
+    on the same batch (the runners capture exactly ``batch_sizes``)."""
+    if model_runner.device.type != "cuda":
+        raise ValueError(f"host costs are measured around CUDA graph replays; the model runs on {model_runner.device}")
+    runners = {
+        mode: DecodeCudaGraphRunner(model_runner, decode_only_config(Backend(mode), batch_sizes), show_progress=False)
+        for mode in ("full", "breakable")
+    }
+    costs = []
+    try:
+        for runner in runners.values():
+            runner.capture()
+        for batch_size in batch_sizes:
+            batch = synthetic_decode_batch(model_runner, batch_size, context_len, seed=batch_size)
+            raw_us, raw_waited = host_time_us(
+                _step_of("raw", model_runner, batch, {}), model_runner.device, repeats=repeats
+            )
+            full_us, full_waited = host_time_us(
+                _step_of("full", model_runner, batch, runners), model_runner.device, repeats=repeats
+            )
+            breakable = runners["breakable"]
+            breakable_us, breakable_waited = host_time_us(
+                _step_of("breakable", model_runner, batch, runners), model_runner.device, repeats=repeats
+            )
+            bucket = breakable.pad_to_bucket(batch_size)
+            breaks = breakable.backend.entries[bucket].graph.num_eager_calls if bucket is not None else 0
+            waited = raw_waited or full_waited or breakable_waited
+            costs.append(HostCost(batch_size, raw_us, full_us, breakable_us, breaks, waited))
+            release_synthetic_batch(model_runner, batch, context_len)
+    finally:
+        for runner in runners.values():
+            runner.shutdown()
+    return costs
+
+
+def format_host_costs(costs: list[HostCost]) -> str:
+    """A plain-text table of ``HostCost`` rows."""
+    lines = ["batch | raw host us | full host us | breakable host us | breaks | runner over raw us | us per break"]
+    for cost in costs:
+        flag = "  (waited on the device)" if cost.device_waited else ""
+        lines.append(
+            f"{cost.batch_size} | {cost.raw_us:.1f} | {cost.full_us:.1f} | {cost.breakable_us:.1f} | {cost.breaks} | "
+            f"{cost.runner_over_raw_us:.1f} | {cost.per_break_us:.2f}{flag}"
+        )
+    return "\n".join(lines)
+
+
+def profile_host(step: Callable[[], object], device: torch.device, *, steps: int = 200, top: int = 25) -> str:
+    """Run ``step`` ``steps`` times under cProfile (warmed up first; the device synchronized every 20 steps so its
+    queue never fills) and return the ``top`` entries by own time, as pstats prints them."""
+    for _ in range(5):
+        step()
+    _synchronize(device)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for index in range(steps):
+        step()
+        if index % 20 == 19:
+            _synchronize(device)
+    profiler.disable()
+    _synchronize(device)
+    report = io.StringIO()
+    pstats.Stats(profiler, stream=report).sort_stats("tottime").print_stats(top)
+    return report.getvalue()
+
+
+def profile_runner_replay(
+    model_runner: ModelRunner, mode: str, batch_size: int, *, context_len: int = 128, steps: int = 200, top: int = 25
+) -> str:
+    """``profile_host`` of ``mode``'s decode replay (``raw``, ``full``, ``breakable``) of one batch."""
+    runners: dict[str, DecodeCudaGraphRunner] = {}
+    if mode != "raw":
+        runners[mode] = DecodeCudaGraphRunner(
+            model_runner, decode_only_config(Backend(mode), [batch_size]), show_progress=False
+        )
+        runners[mode].capture()
+    batch = synthetic_decode_batch(model_runner, batch_size, context_len, seed=batch_size)
+    try:
+        step = _step_of(mode, model_runner, batch, runners)
+        return profile_host(step, model_runner.device, steps=steps, top=top)
+    finally:
+        release_synthetic_batch(model_runner, batch, context_len)
+        for runner in runners.values():
+            runner.shutdown()

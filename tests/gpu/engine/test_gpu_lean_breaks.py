@@ -1,0 +1,161 @@
+"""Lean breaks on a real GPU: a breakable decode replay calls each attention break's bound kernel call (no op
+dispatch, no ``backend.forward``), computes what the dispatched op computes bit for bit, and matches eager, with both
+attention backends; FlashInfer's bound launch is the direct kernel call and equals ``wrapper.run``; and the host-cost
+measurement of the benchmark runs end to end.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from unittest import mock
+
+import pytest
+import torch
+from test_gpu_engine_graphs import (
+    BF16_LOGITS,
+    EAGER,
+    FLASHINFER_MODEL,
+    NO_FLASHINFER,
+    decode_batch_of_lengths,
+    engine,
+    fill_cache,
+    release_decode_batch,
+)
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.attention import op as attention_op
+from cudagraph.engine.benchmark import measure_host_costs
+
+pytestmark = pytest.mark.gpu
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+BREAKABLE_DECODE = CudaGraphConfig(
+    decode=PhaseConfig(Backend.BREAKABLE, BUCKETS, 64), prefill=PhaseConfig(Backend.DISABLED, (), 0)
+)
+ATTENTION = {
+    "torch": {"preset": "tiny-qwen3-random", "dtype": "float32"},
+    "flashinfer": {"preset": FLASHINFER_MODEL, "dtype": "bfloat16"},
+}
+
+
+def attention_params() -> list:
+    skip_flashinfer = pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+    return [pytest.param("torch"), pytest.param("flashinfer", marks=skip_flashinfer)]
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the ops dispatched while active, by overload packet name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def dispatched_attention() -> Iterator[None]:
+    """``unified_attention`` without its replay binder while the fixture is active (replay then calls the op)."""
+    attention_op.register_split_op(attention_op.unified_attention)
+    try:
+        yield
+    finally:
+        attention_op.register_split_op(
+            attention_op.unified_attention, replay_binder=attention_op.bind_unified_attention
+        )
+
+
+def context_lens(batch_size: int, seed: int) -> list[int]:
+    return torch.randint(0, 150, (batch_size,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.mark.parametrize("attention", attention_params())
+def test_breakable_replay_calls_bound_breaks_only_and_matches_eager(attention: str) -> None:
+    setup = ATTENTION[attention]
+    with engine(setup["preset"], BREAKABLE_DECODE, attention=attention, dtype=setup["dtype"]) as graphed:
+        fill_cache(graphed, seed=21)
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        layers = graphed.shape.num_layers
+        assert all(runner.backend.entries[bucket].graph.num_eager_calls == layers for bucket in BUCKETS)
+        for batch_size in (1, 3, 8, 17, 40, 64):
+            batch = decode_batch_of_lengths(graphed, context_lens(batch_size, batch_size), seed=batch_size)
+            counter = OpCounter()
+            watched = mock.patch.object(graphed.attn_backend, "forward", wraps=graphed.attn_backend.forward)
+            with watched as forward, counter:
+                have = runner.replay(batch).clone()
+            assert forward.call_count == 0, "a replayed break must not go through backend.forward"
+            assert counter.calls["cudagraph_engine.unified_attention"] == 0
+            assert counter.calls["cudagraph_engine.store_kv"] == 0, "storing keys and values is inside the graph"
+            want = graphed.forward(batch)
+            torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
+            assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
+            release_decode_batch(graphed, batch)
+
+
+@pytest.mark.parametrize("attention", attention_params())
+def test_bound_and_dispatched_breakable_replays_agree_bit_for_bit(attention: str, request) -> None:
+    setup = ATTENTION[attention]
+
+    def replayed_logits() -> list[torch.Tensor]:
+        with engine(setup["preset"], BREAKABLE_DECODE, attention=attention, dtype=setup["dtype"]) as graphed:
+            fill_cache(graphed, seed=22)
+            runner = graphed.decode_cuda_graph_runner
+            assert runner is not None
+            results = []
+            for batch_size in (1, 5, 16, 64):
+                batch = decode_batch_of_lengths(graphed, context_lens(batch_size, 100 + batch_size), seed=batch_size)
+                results.append(runner.replay(batch).clone())
+                release_decode_batch(graphed, batch)
+            return results
+
+    bound = replayed_logits()
+    request.getfixturevalue("dispatched_attention")
+    dispatched = replayed_logits()
+    for have, want in zip(bound, dispatched, strict=True):
+        assert torch.equal(have, want)
+
+
+@pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+@pytest.mark.parametrize("batch_size", [1, 7, 32])
+def test_flashinfer_bound_launch_is_the_direct_kernel_call_and_equals_wrapper_run(batch_size: int) -> None:
+    from cudagraph.engine.attention.flashinfer_kernel import _direct_launch, bind_decode_run
+
+    with engine(FLASHINFER_MODEL, EAGER, attention="flashinfer", dtype="bfloat16") as flash:
+        fill_cache(flash, seed=23)
+        shape, attn_backend = flash.shape, flash.attn_backend
+        batch = decode_batch_of_lengths(flash, context_lens(batch_size, 7), seed=batch_size)
+        attn_backend.init_forward_metadata_replay_cuda_graph(
+            batch_size,
+            batch.req_pool_indices,
+            batch.seq_lens,
+            batch.seq_lens_sum,
+            batch.forward_mode,
+            seq_lens_cpu=batch.seq_lens_cpu,
+        )
+        wrapper = attn_backend.decode_wrapper.wrapper
+        q = torch.randn(batch_size, shape.num_heads * shape.head_dim, device="cuda").to(torch.bfloat16)
+        want, have = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
+        query, paged_kv, out = attn_backend._decode_views(q, want, shape.num_layers - 1)
+        wrapper.run(query, paged_kv, out=out)
+        query, paged_kv, out = attn_backend._decode_views(q, have, shape.num_layers - 1)
+        assert _direct_launch(wrapper, query, paged_kv, out) is not None, "the graph wrapper binds the kernel itself"
+        bind_decode_run(wrapper, query, paged_kv, out)()
+        assert torch.equal(have, want)
+        release_decode_batch(flash, batch)
+
+
+@pytest.mark.parametrize("attention", attention_params())
+def test_host_costs_are_measured_for_every_batch_size(attention: str) -> None:
+    setup = ATTENTION[attention]
+    with engine(setup["preset"], EAGER, attention=attention, dtype=setup["dtype"]) as model_runner:
+        costs = measure_host_costs(model_runner, [1, 4], context_len=32, repeats=10)
+    assert [cost.batch_size for cost in costs] == [1, 4]
+    for cost in costs:
+        assert cost.breaks == model_runner.shape.num_layers
+        assert min(cost.raw_us, cost.full_us, cost.breakable_us) > 0
+        assert cost.breakable_us > cost.full_us, "the breakable step launches more than the full one"
