@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePath
@@ -57,6 +58,14 @@ class QuickView:
     def reaches_any(self, owners: Sequence[str]) -> bool:
         """Whether an owner, or the module that defines it, is imported here."""
         return any(owner in self.imported or owner.rpartition(".")[0] in self.imported for owner in owners)
+
+
+@functools.cache
+def _import_spellings(table: RenameTable) -> frozenset[str]:
+    """Text an import of a legacy module contains: the module path (``import a.b.c``), or its package when the module
+    is imported from it (``from a.b import c``)."""
+    packages = {module.rpartition(".")[0] for module in table.modules}
+    return frozenset({*table.modules, *(package for package in packages if package)})
 
 
 class MigrationCommand(CodemodCommand, cst.CSTTransformer):
@@ -128,7 +137,7 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         """
         if not any(trigger in text for trigger in cls.triggers(table)):
             return False
-        if not cls.TIED_TO_OWNERS or "cudagraph" in text or any(module in text for module in table.modules):
+        if not cls.TIED_TO_OWNERS or "cudagraph" in text or any(module in text for module in _import_spellings(table)):
             return True
         return any(marker in text for marker in markers)
 

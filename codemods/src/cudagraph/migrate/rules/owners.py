@@ -47,9 +47,13 @@ class Canonicalizer:
     """Names the project re-exports from the legacy API (``project.module.Name -> new qualified name``)."""
 
     def canonical(self, qualified: str) -> str:
-        """``legacy.module.Old`` -> ``new.module.New`` (symbol row, an exported name moved unchanged, a re-export)."""
+        """``legacy.module.Old`` -> ``new.module.New`` (symbol row, an exported name moved unchanged, a re-export);
+        ``legacy.module`` -> ``new.module``."""
         if qualified in self.reexports:
             return self.reexports[qualified]
+        legacy_module = self.table.modules.get(qualified)
+        if legacy_module is not None:  # the module itself (``from sglang... import cuda_graph_runner as cgr``)
+            return legacy_module.new
         module, _, name = qualified.rpartition(".")
         row = self.table.symbol(module, name)
         if row is not None:
