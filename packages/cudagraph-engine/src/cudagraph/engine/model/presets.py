@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from .config import ModelConfig
+from .config import ModelConfig, RopeScaling
 from .errors import ModelLoadError
 
 PRESETS: Mapping[str, ModelConfig] = MappingProxyType(
@@ -40,6 +40,23 @@ PRESETS: Mapping[str, ModelConfig] = MappingProxyType(
             rope_theta=500_000.0,
             max_position_embeddings=8192,
             tie_word_embeddings=False,
+            torch_dtype="bfloat16",
+        ),
+        # Llama-3.2-1B's shapes (bf16, llama3 rope scaling): 16 layers, the benchmark's Llama model.
+        "llama3.2-1b-random": ModelConfig(
+            model_type="llama",
+            hidden_size=2048,
+            num_layers=16,
+            num_heads=32,
+            num_kv_heads=8,
+            head_dim=64,
+            intermediate_size=8192,
+            vocab_size=128256,
+            rms_norm_eps=1e-5,
+            rope_theta=500_000.0,
+            rope_scaling=RopeScaling("llama3", 32.0, 1.0, 4.0, 8192),
+            max_position_embeddings=131072,
+            tie_word_embeddings=True,
             torch_dtype="bfloat16",
         ),
         # Tiny float32 models: a CPU forward takes milliseconds.
