@@ -17,7 +17,7 @@ import importlib.util
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,13 @@ def _parse_sections(text: str) -> tuple[str, ...]:
     return chosen
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``run`` options (``compare`` is dispatched before parsing)."""
     parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
@@ -60,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true", help="exit 1 when a stated target is missed")
     parser.add_argument("--sections", type=_parse_sections, default=SECTIONS, help=f"comma-separated: {SECTIONS}")
     parser.add_argument("--presets", nargs="+", help="override the profile's model presets")
+    parser.add_argument(
+        "--batch-sizes", nargs="+", type=_positive_int, help="override the profile's decode batch sizes"
+    )
     parser.add_argument("--attention-backend", default="torch", choices=("torch", "flashinfer"))
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help="where the JSON and plots go")
     return parser
@@ -112,6 +122,8 @@ def _describe_machine() -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Measure the chosen sections, print the report, write the JSON and plots; the exit status."""
     profile = PROFILES["quick" if args.quick else "full"]
+    if args.batch_sizes:
+        profile = replace(profile, batch_sizes=tuple(sorted(set(args.batch_sizes))))
     result = BenchResult(
         environment=_describe_machine(),
         settings={"profile": "quick" if args.quick else "full", "sections": list(args.sections), **asdict(profile)},
@@ -129,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     for name in args.sections:
         if name not in sections:
             result.skip(name, "section", reason or "not available")
+            write_checkpoint(result, args)
             continue
         print(f"== {name}", flush=True)
         try:
@@ -136,7 +149,19 @@ def run(args: argparse.Namespace) -> int:
         except Exception as error:  # a broken section is reported; the others still run
             traceback.print_exc()
             result.wrong.append(WrongAnswer(name, "section", f"raised {type(error).__name__}: {error}"))
+        write_checkpoint(result, args)
     return finish(result, args)
+
+
+def write_checkpoint(result: BenchResult, args: argparse.Namespace) -> Path:
+    """Write the sections measured so far to ``<stem>.partial.json`` (a run stopped early keeps them); ``finish``
+    writes the complete result and removes it."""
+    from .environment import result_stem
+
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    path = args.out_dir / f"{result_stem(result.environment, args.quick)}.partial.json"
+    path.write_text(result.to_json())
+    return path
 
 
 def finish(result: BenchResult, args: argparse.Namespace) -> int:
@@ -151,6 +176,7 @@ def finish(result: BenchResult, args: argparse.Namespace) -> int:
     stem = result_stem(result.environment, args.quick)
     path = args.out_dir / f"{stem}.json"
     path.write_text(result.to_json())
+    (args.out_dir / f"{stem}.partial.json").unlink(missing_ok=True)
     print(f"wrote {path}")
     plots = draw_plots(result, args.out_dir, stem)
     if plots:

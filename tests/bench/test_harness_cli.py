@@ -62,3 +62,36 @@ def test_compare_command_exit_status(
     assert main(["compare", str(old), str(new)]) == status
     output = capsys.readouterr().out
     assert ("WORSE  decode/qwen3-0.6b/breakable/bs1/to_raw" in output) == (status == 1)
+
+
+def test_batch_sizes_override_the_profile_and_must_be_positive(
+    tmp_path: Path, no_cuda: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        cli.main(["--quick", "--batch-sizes", "8", "1", "8", "--sections", "decode", "--out-dir", str(tmp_path)]) == 0
+    )
+    [written] = tmp_path.glob("*-bench-quick.json")
+    assert json.loads(written.read_text())["settings"]["batch_sizes"] == [1, 8]
+    with pytest.raises(SystemExit):
+        cli.main(["--batch-sizes", "0"])
+    assert "must be a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_a_section_that_stops_the_run_leaves_the_finished_ones_on_disk(
+    tmp_path: Path, no_cuda: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed (or timed out) in a later section keeps what the earlier ones measured in ``*.partial.json``."""
+
+    def killed(result: object, args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "finish", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["--sections", "decode,prefill", "--out-dir", str(tmp_path)])
+    [partial] = tmp_path.glob("*-bench.partial.json")
+    assert [row["section"] for row in json.loads(partial.read_text())["skipped"]] == ["decode", "prefill"]
+
+
+def test_a_finished_run_removes_its_partial_file(tmp_path: Path, no_cuda: str) -> None:
+    assert cli.main(["--sections", "decode", "--out-dir", str(tmp_path)]) == 0
+    assert not list(tmp_path.glob("*.partial.json")) and list(tmp_path.glob("*-bench.json"))

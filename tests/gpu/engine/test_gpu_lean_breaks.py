@@ -158,4 +158,4 @@ def test_host_costs_are_measured_for_every_batch_size(attention: str) -> None:
     for cost in costs:
         assert cost.breaks == model_runner.shape.num_layers
         assert min(cost.raw_us, cost.full_us, cost.breakable_us) > 0
-        assert cost.breakable_us > cost.full_us, "the breakable step launches more than the full one"
+        assert not cost.device_waited, "a host timing waited on the device: it measured GPU time, not host work"

