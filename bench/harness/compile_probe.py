@@ -30,8 +30,12 @@ def main(argv: list[str]) -> int:
         decode_cuda_graph_bs=args.buckets,
         prefill_disable_cuda_graph=True,
     )
+    model_runner.use_kernels(model_runner.kernels_for(config))  # the set the engine compiles with this config
     runner = DecodeCudaGraphRunner(model_runner, config, show_progress=False)
     stats = runner.capture()
+    if runner.eager_reason is not None:
+        runner.shutdown()
+        raise SystemExit(f"the tc_piecewise runner fell back to eager, nothing was compiled: {runner.eager_reason}")
     compile_stats = getattr(runner.backend, "compile_stats", None)
     if compile_stats is None:
         raise SystemExit(f"{type(runner.backend).__name__} keeps no compile stats; expected the tc_piecewise backend")

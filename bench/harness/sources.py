@@ -26,7 +26,7 @@ from cudagraph.backend_utils import (
     new_graph_pool,
     set_forward_context,
 )
-from cudagraph.config import CudaGraphConfig
+from cudagraph.config import ConfigError, CudaGraphConfig
 from cudagraph.engine.model_runner import ModelRunner
 from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner
 
@@ -65,14 +65,25 @@ class RunnerSource(StepSource):
 
     def __init__(self, model_runner: ModelRunner, config: CudaGraphConfig, prefill: bool) -> None:
         super().__init__(model_runner)
+        try:
+            model_runner.check_graph_config(config)
+        except ConfigError as error:
+            raise SourceUnavailableError(f"the engine refuses it: {error}") from None
+        # The kernels the engine would run with this config (the torch set where it compiles the forward).
+        self._engine_kernels = model_runner.kernels
+        model_runner.use_kernels(model_runner.kernels_for(config))
         runner_type = PrefillCudaGraphRunner if prefill else DecodeCudaGraphRunner
-        self.runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner = runner_type(
-            model_runner, config, show_progress=False
-        )
+        try:
+            self.runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner = runner_type(
+                model_runner, config, show_progress=False
+            )
+        except BaseException:
+            model_runner.use_kernels(self._engine_kernels)
+            raise
         try:
             self.stats = self.runner.capture()
         except BaseException:
-            self.runner.shutdown()
+            self.close()
             raise
         if self.runner.eager_reason is not None:
             raise SourceUnavailableError(f"the runner fell back to eager: {self.runner.eager_reason}")
@@ -87,6 +98,7 @@ class RunnerSource(StepSource):
         """Shut the runner down and drop dynamo's compiled code: every configuration compiles ``model_forward`` (the
         same code object) afresh, so cache entries of earlier ones must not count towards its recompile limit."""
         self.runner.shutdown()
+        self.model_runner.use_kernels(self._engine_kernels)
         torch._dynamo.reset()
 
 
@@ -262,6 +274,8 @@ class TorchCompileSource(StepSource):
 
     def __init__(self, model_runner: ModelRunner) -> None:
         super().__init__(model_runner)
+        self._engine_kernels = model_runner.kernels
+        model_runner.use_kernels(model_runner.traced_kernels())
         self.compiled = torch.compile(model_runner.model_forward, mode="reduce-overhead")
         model_runner.model_forward = self.compiled  # type: ignore[method-assign]  # forward() calls self.model_forward
 
@@ -282,6 +296,7 @@ class TorchCompileSource(StepSource):
     def close(self) -> None:
         """Restore the eager model forward and drop the compiled code and its graphs."""
         del self.model_runner.model_forward
+        self.model_runner.use_kernels(self._engine_kernels)
         torch._dynamo.reset()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()

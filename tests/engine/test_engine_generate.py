@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -92,3 +94,25 @@ def test_prefill_full_with_torch_attention_is_one_error_naming_what_works() -> N
     config = CudaGraphConfig(decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.FULL, (16,), 16))
     with pytest.raises(ConfigError, match=r"prefill CUDA-graph backend 'full'.*--prefill-cuda-graph-backend breakable"):
         ModelRunner(model, config, attention_backend="torch")
+
+
+def test_a_config_the_engine_was_not_built_with_is_checked_and_gets_its_kernels() -> None:
+    """A benchmark builds runners of other configs over one eager engine: the engine checks each (prefill ``full``
+    with torch attention is refused, as at construction) and hands it the kernel set it would pick, switchable back."""
+    runner = engine("tiny-qwen3-random")
+    prefill_full = CudaGraphConfig(
+        decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.FULL, (16,), 16)
+    )
+    with pytest.raises(ConfigError, match=r"prefill CUDA-graph backend 'full'.*'torch' attention backend"):
+        runner.check_graph_config(prefill_full)
+    runner.check_graph_config(EAGER)
+    built_with = runner.kernels
+    traced = runner.kernels_for(
+        CudaGraphConfig(decode=PhaseConfig(Backend.TC_PIECEWISE, (1,), 1), prefill=PhaseConfig(Backend.DISABLED, (), 0))
+    )
+    assert traced.name == "torch"
+    other = copy.copy(built_with)
+    runner.use_kernels(other)
+    assert runner.kernels is other and runner.model.kernels is other
+    runner.use_kernels(built_with)
+    assert runner.model.kernels is built_with

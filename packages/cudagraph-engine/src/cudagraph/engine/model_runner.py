@@ -160,23 +160,43 @@ class ModelRunner:
         self.attn_backend = make_attention_backend(
             attention_backend, self.req_to_token_pool, self.token_to_kv_pool, self.shape
         )
-        self._check_prefill_full(attention_backend)
-        # The kernels run at this rank's sizes (its heads and MLP width), the whole model's on one rank.
-        target = KernelTarget(
-            model.local_config, self.dtype, self.device, traced=compiles_model_forward(cuda_graph_config)
-        )
-        self.kernels: LayerKernels = select_kernels(kernel_backend, target)
+        self.attention_backend_name = attention_backend
+        self.kernel_backend_name = kernel_backend
+        self.check_graph_config(cuda_graph_config)
+        self.kernels: LayerKernels = self.kernels_for(cuda_graph_config)
         model.use_kernels(self.kernels)
         self.decode_cuda_graph_runner: DecodeCudaGraphRunner | None = None
         self.prefill_cuda_graph_runner: PrefillCudaGraphRunner | None = None
 
-    def _check_prefill_full(self, attention_backend: str) -> None:
-        """Prefill ``full`` captures extend attention inside the graph: only an attention backend that can do that
-        (``captures_extend_attention``) runs it; any other is one clear error before anything is captured."""
-        if self.cuda_graph_config.backend(Phase.PREFILL) is not Backend.FULL:
+    def kernels_for(self, config: CudaGraphConfig) -> LayerKernels:
+        """The kernel set this engine's ``kernel_backend`` picks when its graphs follow ``config``: with ``auto``,
+        the torch set where a phase compiles the forward (dynamo cannot trace FlashInfer's functions)."""
+        return self._select_kernels(traced=compiles_model_forward(config))
+
+    def traced_kernels(self) -> LayerKernels:
+        """The kernel set this engine's ``kernel_backend`` picks for a forward that dynamo traces."""
+        return self._select_kernels(traced=True)
+
+    def _select_kernels(self, traced: bool) -> LayerKernels:
+        # The kernels run at this rank's sizes (its heads and MLP width), the whole model's on one rank.
+        target = KernelTarget(self.model.local_config, self.dtype, self.device, traced=traced)
+        return select_kernels(self.kernel_backend_name, target)
+
+    def use_kernels(self, kernels: LayerKernels) -> None:
+        """Compute through ``kernels`` from now on (a runner built outside this engine's config, as a benchmark
+        does, switches to ``kernels_for(its config)`` and back)."""
+        self.kernels = kernels
+        self.model.use_kernels(kernels)
+
+    def check_graph_config(self, config: CudaGraphConfig) -> None:
+        """Raise ``ConfigError`` when this engine cannot run ``config``'s graphs. Prefill ``full`` captures extend
+        attention inside the graph: only an attention backend that can do that (``captures_extend_attention``) runs
+        it; any other is one clear error before anything is captured."""
+        if config.backend(Phase.PREFILL) is not Backend.FULL:
             return
         if getattr(self.attn_backend, "captures_extend_attention", False):
             return
+        attention_backend = self.attention_backend_name
         raise ConfigError(
             f"prefill CUDA-graph backend 'full' captures attention inside the graph, which the {attention_backend!r} "
             "attention backend cannot yet (torch's extend attention loops over the requests on the host; FlashInfer's "
