@@ -75,26 +75,6 @@ def piecewise_backend(model_runner: ModelRunner) -> TcPiecewiseCudaGraphBackend:
     return runner.backend
 
 
-SIZE_ONE_GUARD = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "inductor adds a '2 <= tokens' guard for the Llama pieces (fake_impls._compute_stride with inductor's 32-bit "
-        "indexing check, seen with torch 2.11 on the H100), so batch 1 recompiles once; the tokens stay equal"
-    ),
-)
-"""Where one compilation for every bucket is not reached yet: a strict xfail, so the day it is reached it says so."""
-
-
-def compile_once_cases() -> list[object]:
-    """Every (preset, compiler); Llama with inductor marked with the guard it still trips."""
-    marked = {("tiny-llama-random", "inductor"): SIZE_ONE_GUARD}
-    return [
-        pytest.param(preset, compiler, marks=marked.get((preset, compiler), ()))
-        for preset in PRESETS
-        for compiler in COMPILERS
-    ]
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("preset", PRESETS)
@@ -113,7 +93,8 @@ def test_tc_piecewise_decode_gives_eager_tokens_at_every_batch_size(preset: str,
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("preset", "compiler"), compile_once_cases())
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("preset", PRESETS)
 def test_tc_piecewise_decodes_every_batch_size_on_one_compilation(preset: str, compiler: str) -> None:
     prompts, params = shrinking_workload()
     with engine(preset, graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
