@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudagraph.engine.kv_cache import CacheFullError, ReqToTokenPool, TokenToKVPool
 from cudagraph.engine.model import dense_attend, model_config_from_preset, random_model
+from cudagraph.engine.testing import DispatchedOps
 from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX
 
 
@@ -88,20 +88,6 @@ def test_page_sizes_other_than_powers_of_two_up_to_128_are_refused(page_size: in
         TokenToKVPool(8, 1, 1, 4, torch.float32, "cpu", page_size=page_size)
 
 
-class AtenOps(TorchDispatchMode):
-    """Records the aten ops that compute inside it (each one kernel on a GPU); views, which move no data, are left
-    out."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        if not func.is_view:
-            self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 def model_keys_and_values(preset: str, tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The keys and values the model hands to ``attend`` in every layer, for ``tokens`` tokens."""
     model = random_model(model_config_from_preset(preset))
@@ -128,9 +114,9 @@ def test_the_models_keys_and_values_are_stored_with_one_op(preset: str, tokens: 
     stored = model_keys_and_values(preset, tokens)
     assert len(stored) == config.num_layers
     for layer_id, (k, v) in enumerate(stored):
-        with AtenOps() as recorded:
+        with DispatchedOps() as recorded:
             pool.store(layer_id, slots, k, v)
-        assert recorded.ops == ["aten.index_put_.default"]
+        assert recorded.computed == ["aten.index_put_.default"]
         assert torch.equal(pool.k_buffer[layer_id][slots].flatten(1), k)
         assert torch.equal(pool.v_buffer[layer_id][slots].flatten(1), v)
 
@@ -139,9 +125,9 @@ def test_keys_and_values_from_separate_tensors_are_paired_up_first() -> None:
     pool = TokenToKVPool(num_slots=8, num_layers=1, num_kv_heads=2, head_dim=4, dtype=torch.float32, device="cpu")
     keys, values = torch.randn(3, 8), torch.randn(3, 8)
     slots = torch.tensor([5, 1, 7])
-    with AtenOps() as recorded:
+    with DispatchedOps() as recorded:
         pool.store(0, slots, keys, values)
-    assert recorded.ops == ["aten.stack.default", "aten.index_put_.default"]
+    assert recorded.computed == ["aten.stack.default", "aten.index_put_.default"]
     assert torch.equal(pool.k_buffer[0][slots].flatten(1), keys)
     assert torch.equal(pool.v_buffer[0][slots].flatten(1), values)
     assert pool.kv_buffer[0][[0, 2, 3, 4, 6, 8]].eq(0).all(), "no other slot is written"
@@ -154,8 +140,8 @@ def test_values_right_after_keys_in_a_wider_tensor_are_stored_from_a_view() -> N
     projection = torch.randn(4, 12)
     keys, values = projection[:, 4:8], projection[:, 8:]
     slots = torch.tensor([2, 3, 8, 6])
-    with AtenOps() as recorded:
+    with DispatchedOps() as recorded:
         pool.store(1, slots, keys, values)
-    assert recorded.ops == ["aten.index_put_.default"]
+    assert recorded.computed == ["aten.index_put_.default"]
     assert torch.equal(pool.k_buffer[1][slots, 0], keys) and torch.equal(pool.v_buffer[1][slots, 0], values)
     assert pool.kv_buffer[0].eq(0).all(), "only the layer asked for is written"

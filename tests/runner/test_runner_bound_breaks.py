@@ -4,45 +4,27 @@ computes exactly what the dispatched op computes. Plus what the decode hot path 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from unittest import mock
 
 import pytest
 import torch
 from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend
 from cudagraph.engine.attention import op as attention_op
 from cudagraph.engine.attention import torch_backend
 from cudagraph.engine.batch import make_decode_batch
+from cudagraph.engine.testing import DispatchedOps, unbound_attention
 from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch
-
-
-class OpCounter(TorchDispatchMode):
-    """Counts every op dispatched while active, by overload packet name."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
 
 
 @pytest.fixture
 def dispatched_attention() -> Iterator[None]:
-    """``unified_attention`` registered without its replay binder (replay then calls the op, as before binding)."""
-    attention_op.register_split_op(attention_op.unified_attention)
-    try:
+    """``unified_attention`` without its replay binder while the fixture is active (replay then calls the op)."""
+    with unbound_attention():
         yield
-    finally:
-        attention_op.register_split_op(
-            attention_op.unified_attention, replay_binder=attention_op.bind_unified_attention
-        )
 
 
 def breakable_runner(model_runner) -> DecodeCudaGraphRunner:
@@ -74,7 +56,7 @@ def test_a_replay_dispatches_no_attention_op_and_reads_no_forward_context(batch_
         batch = decode_batch(model_runner, batch_size)
         forward.reset_mock()
         kernels.reset_mock()
-        counter = OpCounter()
+        counter = DispatchedOps()
         context_reads = mock.patch.object(attention_op, "get_forward_context", wraps=attention_op.get_forward_context)
         with context_reads as reads, counter:
             runner.replay(batch)

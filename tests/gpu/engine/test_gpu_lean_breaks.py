@@ -6,7 +6,6 @@ measurement of the benchmark runs end to end.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from unittest import mock
 
@@ -22,11 +21,10 @@ from test_gpu_engine_graphs import (
     fill_cache,
     release_decode_batch,
 )
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
-from cudagraph.engine.attention import op as attention_op
 from cudagraph.engine.benchmark import measure_host_costs
+from cudagraph.engine.testing import DispatchedOps, unbound_attention
 
 pytestmark = pytest.mark.gpu
 
@@ -45,28 +43,11 @@ def attention_params() -> list:
     return [pytest.param("torch"), pytest.param("flashinfer", marks=skip_flashinfer)]
 
 
-class OpCounter(TorchDispatchMode):
-    """Counts the ops dispatched while active, by overload packet name."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.fixture
 def dispatched_attention() -> Iterator[None]:
     """``unified_attention`` without its replay binder while the fixture is active (replay then calls the op)."""
-    attention_op.register_split_op(attention_op.unified_attention)
-    try:
+    with unbound_attention():
         yield
-    finally:
-        attention_op.register_split_op(
-            attention_op.unified_attention, replay_binder=attention_op.bind_unified_attention
-        )
 
 
 def context_lens(batch_size: int, seed: int) -> list[int]:
@@ -84,7 +65,7 @@ def test_breakable_replay_calls_bound_breaks_only_and_matches_eager(attention: s
         assert all(runner.backend.entries[bucket].graph.num_eager_calls == layers for bucket in BUCKETS)
         for batch_size in (1, 3, 8, 17, 40, 64):
             batch = decode_batch_of_lengths(graphed, context_lens(batch_size, batch_size), seed=batch_size)
-            counter = OpCounter()
+            counter = DispatchedOps()
             watched = mock.patch.object(graphed.attn_backend, "forward", wraps=graphed.attn_backend.forward)
             with watched as forward, counter:
                 have = runner.replay(batch).clone()
