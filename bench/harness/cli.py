@@ -63,7 +63,7 @@ def _positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``run`` options (``compare`` is dispatched before parsing)."""
     parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short smoke run (about 4 minutes on an H100)")
+    parser.add_argument("--quick", action="store_true", help="short smoke run (7+ minutes on an H100)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a stated target is missed")
     parser.add_argument("--sections", type=_parse_sections, default=SECTIONS, help=f"comma-separated: {SECTIONS}")
     parser.add_argument("--presets", nargs="+", help="override the profile's model presets")

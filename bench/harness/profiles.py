@@ -1,5 +1,6 @@
 """The two run profiles as data: ``full`` (every preset, batch size and shape of the issue) and ``quick`` (a smoke run
-of every section and configuration that fits in about four minutes on an H100, compiles included)."""
+of every section and configuration; on an H100 it takes 7 minutes or more, inductor compiles included: run it with
+``--sections`` split over calls where a call has a time limit)."""
 
 from __future__ import annotations
 
