@@ -12,8 +12,10 @@ import torch
 import torch._dynamo
 
 from cudagraph.backend import CompileStats, ModelTraceError
-from cudagraph.backend.compile_forward import compile_model_forward, counting_inductor
+from cudagraph.backend.compile_forward import compile_model_forward, counting_inductor, inductor_mode_options
 from cudagraph.backend_utils import compiled_model_forward, is_in_torch_compile_warmup
+from cudagraph.config import TORCH_COMPILE_MODES, ConfigError
+from cudagraph.config.vocabulary import CUDA_GRAPH_COMPILE_MODES
 
 
 @pytest.fixture(autouse=True)
@@ -100,3 +102,32 @@ def test_a_mode_that_captures_its_own_graphs_is_refused() -> None:
     with pytest.raises(ValueError, match="captures its own CUDA graphs"):
         counting_inductor(CompileStats(), "reduce-overhead")
     counting_inductor(CompileStats(), "max-autotune-no-cudagraphs")  # accepted
+
+
+def test_the_allowed_modes_are_torchs_modes_without_cuda_graphs_of_their_own() -> None:
+    # Guards the config's vocabulary against the installed torch: a new mode, or one that starts capturing CUDA
+    # graphs, must be sorted into one of the two tables.
+    from torch._inductor import list_mode_options
+
+    torch_modes = list_mode_options()
+    assert set(TORCH_COMPILE_MODES) | set(CUDA_GRAPH_COMPILE_MODES) == set(torch_modes)
+    assert [mode for mode in TORCH_COMPILE_MODES if torch_modes[mode].get("triton.cudagraphs")] == []
+    assert all(torch_modes[mode].get("triton.cudagraphs") for mode in CUDA_GRAPH_COMPILE_MODES)
+
+
+@pytest.mark.parametrize("mode", TORCH_COMPILE_MODES)
+def test_an_allowed_mode_stands_for_torchs_inductor_options(mode: str) -> None:
+    from torch._inductor import list_mode_options
+
+    assert inductor_mode_options(mode) == list_mode_options(mode)
+    assert inductor_mode_options(None) == {}
+    assert inductor_mode_options("max-autotune-no-cudagraphs")["max_autotune"] is True
+
+
+@pytest.mark.parametrize(("mode", "why"), [("max-autotune", "captures its own CUDA graphs"), ("fast", "unknown")])
+def test_a_refused_mode_is_a_config_error_naming_the_allowed_ones(mode: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why) as raised:
+        inductor_mode_options(mode, "compile_mode")
+    assert str(raised.value).startswith("compile_mode: ") and str(raised.value).endswith(
+        "allowed: " + ", ".join(TORCH_COMPILE_MODES)
+    )

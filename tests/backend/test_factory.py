@@ -68,7 +68,15 @@ def test_allowed_pairs_build_their_backend_with_the_options_given(
     for cls in (FullCudaGraphBackend, BreakableCudaGraphBackend):
         monkeypatch.setattr(cls, "__init__", record_init)
     options = CaptureOptions(num_warmups=3, debug=True)
-    make_backend(phase, backend, "cuda:1", options=options, share_global_pool=False, compile_max_shape=8)
+    make_backend(
+        phase,
+        backend,
+        "cuda:1",
+        options=options,
+        share_global_pool=False,
+        compile_max_shape=8,
+        compile_mode="max-autotune-no-cudagraphs",
+    )
     given: dict[str, object] = {
         "device": "cuda:1",
         "phase": Phase(phase),
@@ -77,8 +85,42 @@ def test_allowed_pairs_build_their_backend_with_the_options_given(
         "share_global_pool": False,
     }
     # Compiled small buckets are the full backend's alone.
-    extra = {"compile_max_shape": 8} if expected is FullCudaGraphBackend else {}
+    extra = (
+        {"compile_max_shape": 8, "compile_mode": "max-autotune-no-cudagraphs"}
+        if expected is FullCudaGraphBackend
+        else {}
+    )
     assert built == [(expected, {**given, **extra})]
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_tc_piecewise_gets_its_compiler_and_the_compile_mode(monkeypatch: pytest.MonkeyPatch, phase: Phase) -> None:
+    built: list[dict[str, object]] = []
+    monkeypatch.setattr(TcPiecewiseCudaGraphBackend, "__init__", lambda self, device, **kwargs: built.append(kwargs))
+    make_backend(
+        phase, "tc_piecewise", "cuda", tc_piecewise_compiler="inductor", compile_max_shape=8, compile_mode="lite"
+    )
+    assert built == [
+        {
+            "phase": phase,
+            "options": None,
+            "pool": None,
+            "share_global_pool": True,
+            "compiler": "inductor",
+            "compile_mode": "lite",
+        }
+    ]
+
+
+@pytest.mark.parametrize("backend_class", [FullCudaGraphBackend, TcPiecewiseCudaGraphBackend])
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune", "Default"])
+def test_a_refused_compile_mode_fails_before_the_device_check(backend_class: type, mode: str) -> None:
+    # On a machine without CUDA the device check would fail too: the mode is checked first, so the message is about
+    # the mode wherever it runs.
+    with pytest.raises(
+        ConfigError, match=rf"^compile_mode: .*{mode!r}.*; allowed: default, max-autotune-no-cudagraphs"
+    ):
+        backend_class("cuda", compile_mode=mode)
 
 
 @pytest.mark.parametrize(

@@ -61,3 +61,19 @@ def test_json_with_rules_and_memory(capsys: pytest.CaptureFixture[str]) -> None:
 def test_argparse_problems_still_exit_2() -> None:
     result = run("--no-such-flag")
     assert result.returncode == 2 and "unrecognized arguments: --no-such-flag" in result.stderr
+
+
+def test_compile_mode_explained_and_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["resolve", "--explain", "--torch-compile-max-bs", "8", "--torch-compile-mode", "lite"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["torch_compile_mode"].split() == ["torch_compile_mode", "lite", "flag", "--torch-compile-mode"]
+    assert main(["resolve", "--explain", "--torch-compile-mode", "lite", "--decode-disable-cuda-graph"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "(unused: nothing compiles with inductor;" in lines["torch_compile_mode"]
+    assert main(["resolve", "--torch-compile-mode", "reduce-overhead"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "error: --torch-compile-mode: torch.compile mode 'reduce-overhead' captures its own CUDA graphs, which would "
+        "be captured inside ours; allowed: default, max-autotune-no-cudagraphs, lite"
+    ]

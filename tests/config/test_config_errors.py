@@ -125,6 +125,24 @@ CASES = [
         "--tc-piecewise-compiler: unknown compiler 'nvfuser'; allowed: eager, inductor",
     ),
     (
+        ["--torch-compile-mode", "max_autotune"],
+        {"torch_compile_mode": "max_autotune"},
+        "--torch-compile-mode: unknown torch.compile mode 'max_autotune'; allowed: default, "
+        "max-autotune-no-cudagraphs, lite",
+    ),
+    (
+        ["--torch-compile-max-bs", "8", "--torch-compile-mode", "reduce-overhead"],
+        {"torch_compile_max_bs": 8, "torch_compile_mode": "reduce-overhead"},
+        "--torch-compile-mode: torch.compile mode 'reduce-overhead' captures its own CUDA graphs, which would be "
+        "captured inside ours; allowed: default, max-autotune-no-cudagraphs, lite",
+    ),
+    (
+        ["--torch-compile-mode", "max-autotune"],
+        {"torch_compile_mode": "max-autotune"},
+        "--torch-compile-mode: torch.compile mode 'max-autotune' captures its own CUDA graphs, which would be "
+        "captured inside ours; allowed: default, max-autotune-no-cudagraphs, lite",
+    ),
+    (
         ["--piecewise-cuda-graph-compiler", "aot"],
         {"piecewise_cuda_graph_compiler": "aot"},
         "--piecewise-cuda-graph-compiler: unknown compiler 'aot'; allowed: eager, inductor",

@@ -18,6 +18,7 @@ from cudagraph.config import (
     Backend,
     ConfigError,
     CudaGraphConfig,
+    Environment,
     LegacyFlagWarning,
     Phase,
     add_cli_args,
@@ -45,6 +46,7 @@ ISSUE_FLAGS = {
     "--prefill-cuda-graph-max-tokens",
     "--tc-piecewise-compiler",
     "--torch-compile-max-bs",
+    "--torch-compile-mode",
     "--debug-cuda-graph",
     "--enable-cudagraph-gc",
     "--disable-cuda-graph-padding",
@@ -124,6 +126,10 @@ def test_no_flags_gives_defaults(no_warnings: object) -> None:
         (["--prefill-cuda-graph-max-tokens", "40"], lambda c: c.prefill.buckets == (16, 32, 40)),
         (["--tc-piecewise-compiler", "inductor"], lambda c: c.tc_piecewise_compiler == "inductor"),
         (["--torch-compile-max-bs", "8"], lambda c: c.torch_compile_max_bs == 8),
+        (
+            ["--torch-compile-mode", "max-autotune-no-cudagraphs"],
+            lambda c: c.torch_compile_mode == "max-autotune-no-cudagraphs",
+        ),
         (["--debug-cuda-graph"], lambda c: c.debug),
         (["--enable-cudagraph-gc"], lambda c: c.enable_gc),
         (["--disable-cuda-graph-padding"], lambda c: c.disable_padding),
@@ -273,3 +279,57 @@ def test_compiled_small_buckets_need_full_decode_graphs(backend: str) -> None:
     message = str(raised.value)
     assert message.startswith("--torch-compile-max-bs: compiled small batches run inside full decode graphs")
     assert f"decode uses {backend} (from --decode-cuda-graph-backend)" in message
+
+
+UNUSED_MODE = (
+    "flag --torch-compile-mode (unused: nothing compiles with inductor; it applies with --torch-compile-max-bs and "
+    "full decode graphs, or --tc-piecewise-compiler inductor and a tc_piecewise phase)"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "source"),
+    [
+        (["--torch-compile-max-bs", "8"], "flag --torch-compile-mode"),
+        (["--enable-torch-compile"], "flag --torch-compile-mode"),
+        (
+            ["--prefill-cuda-graph-backend", "tc_piecewise", "--tc-piecewise-compiler", "inductor"],
+            "flag --torch-compile-mode",
+        ),
+        (["--cudagraph-mode", "PIECEWISE", "--cuda-graph-tc-compiler", "inductor"], "flag --torch-compile-mode"),
+        ([], UNUSED_MODE),
+        (["--decode-disable-cuda-graph", "--torch-compile-max-bs", "8"], UNUSED_MODE),
+        (["--prefill-cuda-graph-backend", "tc_piecewise"], UNUSED_MODE),  # eager pieces compile nothing
+        (["--tc-piecewise-compiler", "inductor"], UNUSED_MODE),  # no tc_piecewise phase
+    ],
+)
+@pytest.mark.parametrize("mode", ["default", "max-autotune-no-cudagraphs", "lite"])
+def test_compile_mode_is_kept_and_marked_unused_when_nothing_compiles(
+    argv: list[str], source: str, mode: str, no_warnings: object
+) -> None:
+    config = resolve_argv([*argv, "--torch-compile-mode", mode])
+    assert config.torch_compile_mode == mode
+    assert config.sources["torch_compile_mode"] == source
+    assert config.to_dict()["torch_compile_mode"] == mode
+    explained = next(line for line in config.explain().splitlines() if line.startswith("torch_compile_mode "))
+    assert explained.split()[1] == mode and explained.endswith(source)
+    # Nothing else changes.
+    assert config == CudaGraphConfig(**{**vars(resolve_argv(argv)), "torch_compile_mode": mode})
+
+
+def test_compile_mode_unused_after_a_rule_turns_the_compiling_phase_off() -> None:
+    # The note follows what runs: a rule that turns tc_piecewise prefill off leaves nothing compiling.
+    config = resolve(
+        prefill_cuda_graph_backend="tc_piecewise",
+        tc_piecewise_compiler="inductor",
+        torch_compile_mode="lite",
+        environment=Environment(lora=True),
+    )
+    assert config.prefill.backend is Backend.DISABLED and config.torch_compile_mode == "lite"
+    assert config.sources["torch_compile_mode"] == UNUSED_MODE
+
+
+def test_compile_mode_defaults_to_inductors_own() -> None:
+    config = resolve()
+    assert config.torch_compile_mode is None and config.sources["torch_compile_mode"] == "default"
+    assert "--torch-compile-mode" not in config.to_cli_args()

@@ -23,6 +23,7 @@ def test_to_dict_holds_backend_names_and_the_rest() -> None:
         "prefill_max_size": 0,
         "tc_piecewise_compiler": "eager",
         "torch_compile_max_bs": 0,
+        "torch_compile_mode": None,
         "debug": False,
         "enable_gc": True,
         "disable_padding": False,
@@ -47,6 +48,7 @@ def test_explain_names_every_source_kind() -> None:
         "prefill.max_size",
         "tc_piecewise_compiler",
         "torch_compile_max_bs",
+        "torch_compile_mode",
         "debug",
         "enable_gc",
         "disable_padding",
@@ -74,6 +76,9 @@ ROUND_TRIP_CASES = [
     {"cuda_graph_mode": '{"decode": "tc_piecewise", "prefill": "tc_piecewise"}', "tc_piecewise_compiler": "inductor"},
     {"disable_cuda_graph": True, "debug_cuda_graph": True, "disable_cuda_graph_padding": True},
     {"enable_profile_cuda_graph": True, "enable_cudagraph_gc": True},
+    {"torch_compile_max_bs": 16, "torch_compile_mode": "max-autotune-no-cudagraphs"},
+    {"decode_disable_cuda_graph": True, "torch_compile_mode": "default"},  # kept although unused
+    {"cudagraph_mode": "PIECEWISE", "tc_piecewise_compiler": "inductor", "torch_compile_mode": "lite"},
 ]
 
 
@@ -134,3 +139,14 @@ def test_sources_do_not_affect_equality() -> None:
         legacy = resolve(cuda_graph_bs=[1, 2])
     modern = resolve(decode_cuda_graph_bs=[1, 2])
     assert legacy == modern and legacy.sources != modern.sources
+
+
+def test_compile_mode_is_written_after_the_compile_size() -> None:
+    config = resolve(torch_compile_max_bs=32, torch_compile_mode="max-autotune-no-cudagraphs")
+    assert config.to_cli_args()[-4:] == [
+        "--torch-compile-max-bs",
+        "32",
+        "--torch-compile-mode",
+        "max-autotune-no-cudagraphs",
+    ]
+    assert resolve(parse(config.to_cli_args())).torch_compile_mode == "max-autotune-no-cudagraphs"

@@ -139,3 +139,13 @@ def test_bench_batch_sizes_beyond_the_kv_cache(capsys: pytest.CaptureFixture[str
 def test_page_size_not_a_power_of_two_up_to_128(page_size: str, capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--page-size", page_size], capsys)
     assert f"--page-size: {page_size!r} is not a power of two up to 128" in line
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_bench_compile_mode_with_its_own_cuda_graphs_is_refused(mode: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "--preset", "tiny-llama-random", "--device", "cpu", "--torch-compile-max-bs", "8"]
+    line = _one_line_error([*argv, "--torch-compile-mode", mode], capsys)
+    assert line == (
+        f"cudagraph-engine bench: error: --torch-compile-mode: torch.compile mode {mode!r} captures its own CUDA "
+        "graphs, which would be captured inside ours; allowed: default, max-autotune-no-cudagraphs, lite"
+    )

@@ -99,3 +99,29 @@ def test_a_forward_that_does_not_trace_names_the_function_the_line_and_the_reaso
     message = str(error)
     assert "_untraceable" in message and "test_tc_piecewise_split.py:" in message
     assert "breakable backend" in message
+
+
+@pytest.mark.parametrize("mode", [None, "max-autotune-no-cudagraphs", "lite"])
+def test_inductor_pieces_compile_with_the_modes_options(monkeypatch: pytest.MonkeyPatch, mode: str | None) -> None:
+    import torch._inductor.compile_fx
+    from torch._inductor import list_mode_options
+
+    given: list[object] = []
+
+    def record_compile_fx(piece: torch.fx.GraphModule, inputs: list[object], **kwargs: object) -> object:
+        given.append(kwargs.get("config_patches"))
+        return piece  # run as traced: what is checked is what inductor was asked for
+
+    monkeypatch.setattr(torch._inductor.compile_fx, "compile_fx", record_compile_fx)
+    compiler = PiecewiseCompiler("inductor", mode=mode)
+    compiled = torch.compile(lambda x: x.sin() + 1, backend=compiler, fullgraph=True)
+    torch.testing.assert_close(compiled(torch.ones(3)), torch.ones(3).sin() + 1)
+    assert compiler.stats.pieces == 1
+    assert given == [list_mode_options(mode) if mode else {}]
+
+
+def test_a_mode_with_its_own_cuda_graphs_is_refused_by_the_piecewise_compiler() -> None:
+    from cudagraph.config import ConfigError
+
+    with pytest.raises(ConfigError, match="'reduce-overhead' captures its own CUDA graphs"):
+        PiecewiseCompiler("inductor", mode="reduce-overhead")

@@ -23,6 +23,7 @@ from cudagraph.config import (
     LEGACY_FLAGS,
     MODERN_FLAGS,
     SGLANG_FLAGS,
+    TORCH_COMPILE_MODES,
     VLLM_FLAGS,
     Backend,
     ConfigError,
@@ -156,6 +157,8 @@ valid_sizes = st.lists(  # tokens of one size or several joined by commas ("1,2,
 any_sizes = st.lists(any_size, min_size=1, max_size=6)
 valid_compiler = st.sampled_from(["eager", "inductor"])
 any_compiler = st.sampled_from(["eager", "inductor", "aot", ""])
+valid_compile_mode = st.sampled_from(TORCH_COMPILE_MODES)
+any_compile_mode = st.sampled_from([*TORCH_COMPILE_MODES, "reduce-overhead", "max-autotune", "max_autotune", ""])
 
 VLLM_MODE_NAMES = list(allowed_vllm_modes())
 valid_vllm_mode = st.tuples(st.sampled_from(VLLM_MODE_NAMES), st.sampled_from([str.upper, str.lower, str.title])).map(
@@ -213,6 +216,7 @@ VALUE_KINDS: dict[object, ValueKind] = {
     "sizes": ValueKind(valid_sizes, any_sizes, ["1"]),
     "max": ValueKind(valid_max, any_size, "1"),
     "compiler": ValueKind(valid_compiler, any_compiler, "eager"),
+    "--torch-compile-mode": ValueKind(valid_compile_mode, any_compile_mode, "default"),
 }
 
 
@@ -310,6 +314,9 @@ def valid_flag_sets(draw: st.DrawFn) -> FlagSet:
             )
         ):
             flags[name] = True if name == "enable_torch_compile" else draw(valid_max)
+    # A compile mode is valid whatever else is given (unused when nothing compiles).
+    if draw(st.integers(0, 2)) == 0:
+        flags["torch_compile_mode"] = draw(valid_compile_mode)
     for switch in (
         "debug_cuda_graph",
         "enable_cudagraph_gc",

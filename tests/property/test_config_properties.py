@@ -39,6 +39,7 @@ from cudagraph.config import (
     ALIAS_FLAGS,
     ALLOWED_BACKENDS_PER_PHASE,
     LEGACY_FLAGS,
+    TORCH_COMPILE_MODES,
     VLLM_CUDAGRAPH_MODES,
     VLLM_FLAGS,
     Backend,
@@ -478,12 +479,14 @@ def test_rules_only_turn_unlocked_phases_off(flags: FlagSet, environment: Enviro
     assert (
         ruled.tc_piecewise_compiler,
         ruled.torch_compile_max_bs,
+        ruled.torch_compile_mode,
         ruled.debug,
         ruled.enable_gc,
         ruled.disable_padding,
     ) == (
         plain.tc_piecewise_compiler,
         plain.torch_compile_max_bs,
+        plain.torch_compile_mode,
         plain.debug,
         plain.enable_gc,
         plain.disable_padding,
@@ -524,6 +527,31 @@ def test_compiled_small_buckets_apply_to_full_decode_only(flags: FlagSet, given_
     source = config.sources["torch_compile_max_bs"]
     assert source == ("flag --torch-compile-max-bs" if "max" in given_flags else source)
     assert ("--enable-torch-compile" in source) == (given_flags == ("enable",))
+
+
+@given(valid_flag_sets(), st.sampled_from(TORCH_COMPILE_MODES), environments)
+@example({"decode_disable_cuda_graph": True, "torch_compile_max_bs": "8"}, "lite", Environment())
+@example(
+    {"prefill_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "inductor"},
+    "max-autotune-no-cudagraphs",
+    Environment(lora=True),
+)
+def test_a_compile_mode_is_kept_and_marked_unused_exactly_when_nothing_compiles(
+    flags: FlagSet, mode: str, environment: Environment
+) -> None:
+    base = {name: value for name, value in flags.items() if name != "torch_compile_mode"}
+    plain, _, _ = via_cli(base, environment)
+    assume(plain is not None)
+    assert plain is not None
+    config, error, _ = via_cli({**base, "torch_compile_mode": mode}, environment)
+    # The mode never makes input invalid and changes nothing else.
+    assert error is None and config == CudaGraphConfig(**{**vars(plain), "torch_compile_mode": mode})
+    backends = {config.backend(phase) for phase in Phase}
+    compiled_buckets = config.torch_compile_max_bs > 0 and config.decode.backend is Backend.FULL
+    inductor_pieces = config.tc_piecewise_compiler == "inductor" and Backend.TC_PIECEWISE in backends
+    source = config.sources["torch_compile_mode"]
+    assert source.startswith("flag --torch-compile-mode")
+    assert ("(unused: nothing compiles with inductor" in source) is not (compiled_buckets or inductor_pieces)
 
 
 def test_strategies_produce_mostly_resolvable_sets() -> None:

@@ -1,7 +1,9 @@
 """tc_piecewise on a real GPU, through the engine: the forward compiled once, split at the attention op, every piece
 a CUDA graph per decode batch size; greedy tokens equal eager for batch sizes 1..16 with both compilers, and no
 recompile across 20 replays of every bucket. Also full graphs with compiled small buckets (``--torch-compile-max-bs``):
-the inductor-compiled forward inside the one graph for batch sizes up to 8, tokens equal eager.
+the inductor-compiled forward inside the one graph for batch sizes up to 8, tokens equal eager. With
+``--torch-compile-mode max-autotune-no-cudagraphs`` both compiled backends autotune their matmuls and still give eager
+tokens on one compilation.
 
 Random-weight float32 models keep greedy ties out of the comparison. Every engine is shut down even when a test
 fails, so a failure never leaves a graph pool behind for the next test.
@@ -10,11 +12,13 @@ fails, so a failure never leaves a graph pool behind for the next test.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
 import torch
 import torch._dynamo
+import torch._inductor.config
 from torch._dynamo.utils import counters
 
 from cudagraph.backend import FullCudaGraphBackend, TcPiecewiseCudaGraphBackend
@@ -231,3 +235,37 @@ def test_inductor_rounding_in_bf16_stays_within_tolerance_and_keeps_greedy_token
         torch.testing.assert_close(got, expected, atol=5e-2, rtol=5e-2)
         got_tokens = tokens(graphed, prompts, params)
     assert got_tokens == expected_tokens
+
+
+# -- --torch-compile-mode max-autotune-no-cudagraphs ------------------------------------------------------------------
+
+AUTOTUNE_MODE = "max-autotune-no-cudagraphs"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend_kind", ["compiled_full", "tc_piecewise_inductor"])
+def test_compile_mode_max_autotune_autotunes_and_gives_eager_tokens(backend_kind: str) -> None:
+    """The mode reaches inductor (matmuls autotuned: inductor's own counter, with its caches off so that a warm
+    machine cannot skip the tuning), the forward compiles once, and greedy tokens equal eager at every batch size."""
+    base = compiled_full() if backend_kind == "compiled_full" else graphs(Backend.TC_PIECEWISE, "inductor")
+    config = dataclasses.replace(base, torch_compile_mode=AUTOTUNE_MODE)
+    prompts, params = shrinking_workload(count=9, seed=2)
+    with engine("tiny-qwen3-random", graphs(Backend.DISABLED)) as eager:
+        expected = tokens(eager, prompts, params)
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False, autotune_local_cache=False),
+        engine("tiny-qwen3-random", config) as graphed,
+    ):
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        backend = runner.backend
+        if isinstance(backend, FullCudaGraphBackend):
+            assert backend.compile_mode == AUTOTUNE_MODE
+        else:
+            assert isinstance(backend, TcPiecewiseCudaGraphBackend) and backend.compiler.mode == AUTOTUNE_MODE
+        assert counters["inductor"]["select_algorithm_autotune"] > 0, dict(counters["inductor"])
+        got = tokens(graphed, prompts, params)
+        assert backend.compile_stats is not None and backend.compile_stats.compilations == 1
+        assert runner.recompiles_at_replay == 0
+    for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+        assert have == want, f"prompt {index} diverged ({backend_kind}, {AUTOTUNE_MODE})"

@@ -25,6 +25,7 @@ import torch.fx
 import torch.fx.experimental._config as fx_config
 
 from cudagraph.backend_utils import enable_torch_compile_warmup, use_compiled_model_forward
+from cudagraph.config import read_torch_compile_mode
 
 __all__ = [
     "CompileStats",
@@ -32,6 +33,7 @@ __all__ = [
     "compile_model_forward",
     "counting_inductor",
     "inductor_cache_counts",
+    "inductor_mode_options",
 ]
 
 
@@ -85,22 +87,31 @@ CompilerBackend = Callable[[torch.fx.GraphModule, Sequence[Any]], Callable[..., 
 """A ``torch.compile`` backend: ``(graph_module, example_inputs) -> callable``."""
 
 
+def inductor_mode_options(mode: str | None, label: str = "torch.compile mode") -> dict[str, Any]:
+    """The inductor config patches that ``torch.compile`` mode ``mode`` stands for (``None``: none, inductor's
+    defaults), for compiling through ``compile_fx`` directly.
+
+    ``mode`` must be one of ``cudagraph.config.TORCH_COMPILE_MODES`` (``--torch-compile-mode``); anything else, a mode
+    that captures its own CUDA graphs included, is a ``ConfigError`` naming ``label`` and the allowed modes.
+    """
+    if mode is None:
+        return {}
+    read_torch_compile_mode(label, mode)
+    from torch._inductor import list_mode_options
+
+    return dict(list_mode_options(mode))
+
+
 def counting_inductor(stats: CompileStats, mode: str | None = None) -> CompilerBackend:
     """Inductor as a ``torch.compile`` backend that counts each compilation in ``stats``.
 
-    ``mode`` is one of ``torch.compile``'s modes (``None``: inductor's defaults; ``"max-autotune-no-cudagraphs"``
-    tunes Triton matmul templates against cuBLAS). ``reduce-overhead`` and ``max-autotune`` are refused: their
-    cudagraph trees would capture inside our capture.
+    ``mode`` is one of ``cudagraph.config.TORCH_COMPILE_MODES`` (``None``: inductor's defaults;
+    ``"max-autotune-no-cudagraphs"`` tunes Triton matmul templates against cuBLAS). ``reduce-overhead`` and
+    ``max-autotune`` are a ``ConfigError``: their cudagraph trees would capture inside our capture.
     """
-    from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
-    patches = dict(list_mode_options(mode)) if mode is not None else {}
-    if patches.get("triton.cudagraphs"):
-        raise ValueError(
-            f"torch.compile mode {mode!r} captures its own CUDA graphs inside ours; use 'default' or "
-            "'max-autotune-no-cudagraphs'"
-        )
+    patches = inductor_mode_options(mode, "counting_inductor mode")
 
     def compile_counted(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         stats.compilations += 1

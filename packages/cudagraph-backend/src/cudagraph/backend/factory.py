@@ -36,6 +36,7 @@ def make_backend(
     share_global_pool: bool = True,
     tc_piecewise_compiler: str | None = None,
     compile_max_shape: int = 0,
+    compile_mode: str | None = None,
 ) -> BaseCudaGraphBackend:
     """The backend that captures ``phase`` with ``backend`` on ``device``.
 
@@ -44,7 +45,9 @@ def make_backend(
     release; ``CudaGraphsUnavailableError`` on a machine without CUDA. ``options``, ``pool`` and
     ``share_global_pool`` go to the backend's constructor, ``tc_piecewise_compiler`` (``eager`` or ``inductor``;
     default ``eager``) to the tc_piecewise backend only, ``compile_max_shape`` (shapes up to it capture an
-    inductor-compiled forward; ``--torch-compile-max-bs``) to the full backend only.
+    inductor-compiled forward; ``--torch-compile-max-bs``) to the full backend only, and ``compile_mode`` (the
+    ``torch.compile`` mode of whatever inductor compiles, one of ``TORCH_COMPILE_MODES``; ``--torch-compile-mode``)
+    to both of those.
     """
     phase = read_phase("make_backend phase", phase)
     backend = backend_for_phase("make_backend backend", backend, phase)
@@ -70,6 +73,7 @@ def make_backend(
             pool=pool,
             share_global_pool=share_global_pool,
             compiler=tc_piecewise_compiler or "eager",
+            compile_mode=compile_mode,
         )
     if backend_class is FullCudaGraphBackend:
         return FullCudaGraphBackend(
@@ -79,5 +83,6 @@ def make_backend(
             pool=pool,
             share_global_pool=share_global_pool,
             compile_max_shape=compile_max_shape,
+            compile_mode=compile_mode,
         )
     return backend_class(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)

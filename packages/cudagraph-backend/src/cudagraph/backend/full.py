@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from cudagraph.backend_utils import CaptureOptions, GraphPool, graph_replay_fn, use_compiled_model_forward
-from cudagraph.config import Backend, Phase
+from cudagraph.config import Backend, Phase, read_torch_compile_mode
 
 from .base import BaseCudaGraphBackend, GraphEntry, _nothing_to_replay
 from .compile_forward import CompileStats, compile_model_forward, counting_inductor
@@ -33,8 +33,9 @@ class FullCudaGraphBackend(BaseCudaGraphBackend):
         compile_max_shape: shapes up to this one capture an inductor-compiled model forward (0: none). ``prepare``
             compiles the host model runner's ``model_forward`` once, on the largest such bucket, with the token
             dimension dynamic; a model that does not trace raises ``ModelTraceError``.
-        compile_mode: ``torch.compile`` mode of that compilation (``None``: inductor's defaults;
-            ``"max-autotune-no-cudagraphs"`` tunes Triton matmuls against cuBLAS, slower to compile).
+        compile_mode: ``torch.compile`` mode of that compilation, one of ``cudagraph.config.TORCH_COMPILE_MODES``
+            (``--torch-compile-mode``; ``None``: inductor's defaults; ``"max-autotune-no-cudagraphs"`` tunes Triton
+            matmuls against cuBLAS, slower to compile). Any other mode is a ``ConfigError``.
         The other arguments are ``BaseCudaGraphBackend``'s.
     """
 
@@ -52,6 +53,8 @@ class FullCudaGraphBackend(BaseCudaGraphBackend):
         compile_max_shape: int = 0,
         compile_mode: str | None = None,
     ) -> None:
+        if compile_mode is not None:  # bad input fails on any machine, before the device check
+            read_torch_compile_mode("compile_mode", compile_mode)
         super().__init__(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
         if compile_max_shape < 0:
             raise ValueError(f"compile_max_shape must be 0 (off) or a positive shape, not {compile_max_shape}")

@@ -42,10 +42,10 @@ from cudagraph.backend_utils import (
     model_capture_mode,
     weak_ref_tensors,
 )
-from cudagraph.config import TC_PIECEWISE_COMPILERS, Backend, ConfigError, Phase
+from cudagraph.config import TC_PIECEWISE_COMPILERS, Backend, ConfigError, Phase, read_torch_compile_mode
 
 from .base import BaseCudaGraphBackend, GraphEntry
-from .compile_forward import CompileStats, ModelTraceError, compile_model_forward
+from .compile_forward import CompileStats, ModelTraceError, compile_model_forward, inductor_mode_options
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,9 @@ class PiecewiseCompiler:
             runs AOTAutograd first; and not ``torch.compile`` of each piece, which would trace again and guard
             each piece on its own shapes).
         wrap_piece: called once per compiled piece; the backend puts its per-shape CUDA-graph wrapper here.
+        mode: ``torch.compile`` mode of the inductor pieces, one of ``cudagraph.config.TORCH_COMPILE_MODES``
+            (``--torch-compile-mode``; ``None``: inductor's defaults): its inductor config patches go to
+            ``compile_fx``. Unused by ``eager``.
 
     Example:
         >>> compiler = PiecewiseCompiler("eager")
@@ -141,12 +144,17 @@ class PiecewiseCompiler:
         (True, 1)
     """
 
-    def __init__(self, compiler: str = "eager", *, wrap_piece: PieceWrapper | None = None) -> None:
+    def __init__(
+        self, compiler: str = "eager", *, wrap_piece: PieceWrapper | None = None, mode: str | None = None
+    ) -> None:
         if compiler not in TC_PIECEWISE_COMPILERS:
             raise ConfigError(
                 f"unknown tc_piecewise compiler {compiler!r}; allowed: {', '.join(TC_PIECEWISE_COMPILERS)}"
             )
+        if mode is not None:
+            read_torch_compile_mode("tc_piecewise compile mode", mode)
         self.compiler = compiler
+        self.mode = mode
         self.wrap_piece: PieceWrapper = wrap_piece if wrap_piece is not None else (lambda index, piece: piece)
         self.stats = PiecewiseStats()
         self.split: SplitGraph | None = None
@@ -170,7 +178,7 @@ class PiecewiseCompiler:
         pieces = {name: getattr(split.module, name) for name in split.piece_names}
         if self.compiler == "eager":
             return pieces
-        return _compile_with_inductor(split, example_inputs, pieces)
+        return _compile_with_inductor(split, example_inputs, pieces, inductor_mode_options(self.mode))
 
 
 class _PieceInputRecorder(torch.fx.Interpreter):
@@ -188,7 +196,10 @@ class _PieceInputRecorder(torch.fx.Interpreter):
 
 
 def _compile_with_inductor(
-    split: SplitGraph, example_inputs: Sequence[Any], pieces: dict[str, Callable[..., Any]]
+    split: SplitGraph,
+    example_inputs: Sequence[Any],
+    pieces: dict[str, Callable[..., Any]],
+    config_patches: dict[str, Any],
 ) -> dict[str, Callable[..., Any]]:
     from torch._dispatch.python import enable_python_dispatcher
     from torch._guards import detect_fake_mode
@@ -207,7 +218,9 @@ def _compile_with_inductor(
     compiled: dict[str, Callable[..., Any]] = {}
     for name, piece in pieces.items():
         assert isinstance(piece, torch.fx.GraphModule)
-        compiled[name] = cast(Callable[..., Any], compile_fx(piece, list(recorder.inputs[name])))
+        compiled[name] = cast(
+            Callable[..., Any], compile_fx(piece, list(recorder.inputs[name]), config_patches=config_patches)
+        )
     return compiled
 
 
@@ -313,6 +326,8 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
 
     Args:
         compiler: ``eager`` or ``inductor`` (``--tc-piecewise-compiler``).
+        compile_mode: ``torch.compile`` mode of the inductor pieces (``--torch-compile-mode``; ``None``: inductor's
+            defaults); see ``PiecewiseCompiler``.
         The other arguments are ``BaseCudaGraphBackend``'s.
     """
 
@@ -328,9 +343,12 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         pool: GraphPool | None = None,
         share_global_pool: bool = True,
         compiler: str = "eager",
+        compile_mode: str | None = None,
     ) -> None:
+        if compile_mode is not None:  # bad input fails on any machine, before the device check
+            read_torch_compile_mode("compile_mode", compile_mode)
         super().__init__(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
-        self.compiler = PiecewiseCompiler(compiler, wrap_piece=self._wrap_piece)
+        self.compiler = PiecewiseCompiler(compiler, wrap_piece=self._wrap_piece, mode=compile_mode)
         self.model_forward: Callable[..., Any] | None = None
         """The compiled ``model_forward`` (set by ``prepare``)."""
         self._pieces: list[_PieceGraphs] = []
@@ -383,8 +401,9 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
             )
         self.model_forward = compiled
         logger.info(
-            "tc_piecewise (%s): %d pieces around %d split ops, %s",
+            "tc_piecewise (%s, mode %s): %d pieces around %d split ops, %s",
             self.compiler.compiler,
+            self.compiler.mode or "default",
             self.compile_stats.pieces,
             self.compile_stats.split_ops,
             self.compile_stats.summary(),

@@ -22,12 +22,13 @@ from .renames import Rename, RenameKind, RenameTable, RenameTableError, load_ren
 from .resolve import resolve
 from .rules import COMPATIBILITY_RULES, CompatibilityRule, RuleContext
 from .types import CudaGraphConfig, PhaseConfig
-from .values import backend_for_phase, read_phase
+from .values import backend_for_phase, read_phase, read_torch_compile_mode
 from .vllm import VLLM_CUDAGRAPH_MODES
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
     DEFAULT_CUDA_GRAPH_MODE,
     TC_PIECEWISE_COMPILERS,
+    TORCH_COMPILE_MODES,
     Backend,
     ConfigError,
     LegacyFlagWarning,
@@ -50,6 +51,7 @@ __all__ = [
     "MODERN_FLAGS",
     "SGLANG_FLAGS",
     "TC_PIECEWISE_COMPILERS",
+    "TORCH_COMPILE_MODES",
     "VLLM_CUDAGRAPH_MODES",
     "VLLM_FLAGS",
     "Backend",
@@ -72,6 +74,7 @@ __all__ = [
     "default_buckets",
     "load_renames",
     "read_phase",
+    "read_torch_compile_mode",
     "renames_path",
     "resolve",
 ]

@@ -81,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         switches = " ".join(f"{switch}={getattr(config, switch)}" for switch in SWITCH_OPTIONS)
         print(
             f"tc_piecewise_compiler={config.tc_piecewise_compiler} "
-            f"torch_compile_max_bs={config.torch_compile_max_bs} {switches}"
+            f"torch_compile_max_bs={config.torch_compile_max_bs} torch_compile_mode={config.torch_compile_mode} "
+            f"{switches}"
         )
     return 0

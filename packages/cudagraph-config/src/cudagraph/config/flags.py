@@ -32,11 +32,13 @@ from .values import (
     read_positive_int,
     read_sizes,
     read_switch,
+    read_torch_compile_mode,
 )
 from .vllm import VLLM_CUDAGRAPH_MODES, read_compilation_config, read_enforce_eager, read_vllm_mode
 from .vocabulary import (
     DEFAULT_CUDA_GRAPH_MODE,
     TC_PIECEWISE_COMPILERS,
+    TORCH_COMPILE_MODES,
     Backend,
     Phase,
     allowed_backends,
@@ -206,6 +208,7 @@ MAX_SIZE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
 )
 COMPILER_OPTION = "--tc-piecewise-compiler"
 TORCH_COMPILE_OPTION = "--torch-compile-max-bs"
+TORCH_COMPILE_MODE_OPTION = "--torch-compile-mode"
 ENABLE_TORCH_COMPILE_OPTION = "--enable-torch-compile"
 DEFAULT_TORCH_COMPILE_MAX_BS = 32
 """SGLang's default largest batch compiled when ``--enable-torch-compile`` comes without ``--torch-compile-max-bs``."""
@@ -320,6 +323,16 @@ _MODERN_ROWS: tuple[Flag, ...] = (
         "full decode graphs of batch sizes up to N capture an inductor-compiled forward (default: off; SGLang also "
         f"needs {ENABLE_TORCH_COMPILE_OPTION}, here either flag turns it on)",
         "N",
+    ),
+    Flag(
+        TORCH_COMPILE_MODE_OPTION,
+        Arity.ONE,
+        OriginKind.FLAG,
+        lambda label, raw, notes: {"torch_compile_mode": read_torch_compile_mode(label, raw)},
+        f"torch.compile mode of the inductor-compiled forward ({TORCH_COMPILE_OPTION} buckets of full decode graphs, "
+        f"and the pieces of tc_piecewise with {COMPILER_OPTION} inductor); modes that capture CUDA graphs of their "
+        "own are refused (default: inductor's defaults)",
+        "{" + ",".join(TORCH_COMPILE_MODES) + "}",
     ),
     Flag(
         SWITCH_OPTIONS["debug"],

@@ -31,7 +31,8 @@ class Origin:
     kind: OriginKind
     detail: str = ""
     note: str = field(default="", compare=False)
-    """How the value was spelled, when that matters (``legacy value 'tcpcg'``); shown, never compared."""
+    """A remark on the value: how it was spelled, when that matters (``legacy value 'tcpcg'``), or that it goes
+    unused; shown, never compared."""
 
     @property
     def user_given(self) -> bool:

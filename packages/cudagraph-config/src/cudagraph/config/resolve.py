@@ -7,6 +7,7 @@ end, once per legacy flag and once per overridden setting, so a failed resolutio
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from collections.abc import Mapping
@@ -18,10 +19,12 @@ from .buckets import default_buckets, default_max_size
 from .environment import Environment
 from .flags import (
     ALL_FLAGS,
+    COMPILER_OPTION,
     DEFAULT_TORCH_COMPILE_MAX_BS,
     ENABLE_TORCH_COMPILE_OPTION,
     FLAGS_BY_DEST,
     SWITCH_OPTIONS,
+    TORCH_COMPILE_OPTION,
     AnyFlag,
     Arity,
     LegacyFlag,
@@ -247,6 +250,35 @@ def _torch_compile_max_bs(resolution: _Resolution) -> int:
     return value
 
 
+_UNUSED_COMPILE_MODE = (
+    f"unused: nothing compiles with inductor; it applies with {TORCH_COMPILE_OPTION} and full decode graphs, or "
+    f"{COMPILER_OPTION} inductor and a tc_piecewise phase"
+)
+
+
+def _inductor_compiles(backends: Mapping[Phase, Backend], compiler: str, torch_compile_max_bs: int) -> bool:
+    """Whether some graph of the resolved config runs an inductor-compiled forward: full decode graphs with compiled
+    small buckets, or a tc_piecewise phase whose pieces inductor compiles."""
+    compiled_buckets = torch_compile_max_bs > 0 and backends[Phase.DECODE] is Backend.FULL
+    inductor_pieces = compiler == "inductor" and Backend.TC_PIECEWISE in backends.values()
+    return compiled_buckets or inductor_pieces
+
+
+def _torch_compile_mode(resolution: _Resolution, compiles: bool) -> str | None:
+    """The ``torch.compile`` mode of the compiled forwards (``None``: inductor's defaults).
+
+    A mode given while nothing compiles (after compatibility rules) is kept, and its source says it is unused.
+    """
+    key = "torch_compile_mode"
+    claim = resolution.settled.get(key)
+    if claim is None:
+        resolution.sources[key] = str(_DEFAULT)
+        return None
+    origin = claim.origin if compiles else dataclasses.replace(claim.origin, note=_UNUSED_COMPILE_MODE)
+    resolution.sources[key] = str(origin)
+    return cast(str, claim.value)
+
+
 def resolve(
     namespace: object = None, /, *, environment: Environment | None = None, **kwargs: object
 ) -> CudaGraphConfig:
@@ -283,12 +315,14 @@ def resolve(
     decode, prefill = (_phase_config(phase, backends[phase], resolution, environment) for phase in Phase)
     compiler = str(resolution.value("tc_piecewise_compiler", TC_PIECEWISE_COMPILERS[0]))
     torch_compile_max_bs = _torch_compile_max_bs(resolution)
+    torch_compile_mode = _torch_compile_mode(resolution, _inductor_compiles(backends, compiler, torch_compile_max_bs))
     switches = {switch: bool(resolution.value(switch, False)) for switch in SWITCH_OPTIONS}
     config = CudaGraphConfig(
         decode=decode,
         prefill=prefill,
         tc_piecewise_compiler=compiler,
         torch_compile_max_bs=torch_compile_max_bs,
+        torch_compile_mode=torch_compile_mode,
         sources=MappingProxyType(dict(sorted(resolution.sources.items(), key=lambda item: _key_order(item[0])))),
         **switches,
     )
@@ -299,5 +333,5 @@ def resolve(
 
 def _key_order(key: str) -> int:
     order = [phase_key(phase, name) for phase in Phase for name in ("backend", "buckets", "max_size")]
-    order += ["tc_piecewise_compiler", "torch_compile_max_bs", *SWITCH_OPTIONS]
+    order += ["tc_piecewise_compiler", "torch_compile_max_bs", "torch_compile_mode", *SWITCH_OPTIONS]
     return order.index(key)

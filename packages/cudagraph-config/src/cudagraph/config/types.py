@@ -18,6 +18,7 @@ from .flags import (
     MAX_SIZE_OPTIONS,
     MODE_OPTION,
     SWITCH_OPTIONS,
+    TORCH_COMPILE_MODE_OPTION,
     TORCH_COMPILE_OPTION,
 )
 from .vocabulary import (
@@ -85,6 +86,10 @@ class CudaGraphConfig:
     tc_piecewise_compiler: str = "eager"
     torch_compile_max_bs: int = 0
     """Full decode graphs of batch sizes up to this capture an inductor-compiled forward (0: none)."""
+    torch_compile_mode: str | None = None
+    """``torch.compile`` mode of every inductor-compiled forward (one of ``TORCH_COMPILE_MODES``; ``None``: inductor's
+    defaults). Used by the compiled buckets of full decode graphs and by tc_piecewise's inductor pieces; kept, and
+    marked unused in ``sources``, when nothing compiles."""
     debug: bool = False
     enable_gc: bool = False
     disable_padding: bool = False
@@ -110,6 +115,7 @@ class CudaGraphConfig:
             values[phase_key(phase, "max_size")] = phase_config.max_size
         values["tc_piecewise_compiler"] = self.tc_piecewise_compiler
         values["torch_compile_max_bs"] = self.torch_compile_max_bs
+        values["torch_compile_mode"] = self.torch_compile_mode
         for switch in SWITCH_OPTIONS:
             values[switch] = getattr(self, switch)
         return values
@@ -118,7 +124,8 @@ class CudaGraphConfig:
         """A JSON-ready dict: ``decode`` and ``prefill`` hold the backend names, the rest sits alongside.
 
         Keys: ``decode``, ``decode_buckets``, ``decode_max_size``, the same for ``prefill``, ``tc_piecewise_compiler``,
-        ``torch_compile_max_bs``, ``debug``, ``enable_gc``, ``disable_padding``, ``profile_capture`` and ``sources``.
+        ``torch_compile_max_bs``, ``torch_compile_mode`` (``None``: inductor's defaults), ``debug``, ``enable_gc``,
+        ``disable_padding``, ``profile_capture`` and ``sources``.
         """
         result: dict[str, object] = {}
         for phase in Phase:
@@ -128,6 +135,7 @@ class CudaGraphConfig:
             result[f"{phase.value}_max_size"] = phase_config.max_size
         result["tc_piecewise_compiler"] = self.tc_piecewise_compiler
         result["torch_compile_max_bs"] = self.torch_compile_max_bs
+        result["torch_compile_mode"] = self.torch_compile_mode
         for switch in SWITCH_OPTIONS:
             result[switch] = getattr(self, switch)
         result["sources"] = dict(self.sources)
@@ -176,5 +184,7 @@ class CudaGraphConfig:
             args += [COMPILER_OPTION, self.tc_piecewise_compiler]
         if self.torch_compile_max_bs:
             args += [TORCH_COMPILE_OPTION, str(self.torch_compile_max_bs)]
+        if self.torch_compile_mode is not None:
+            args += [TORCH_COMPILE_MODE_OPTION, self.torch_compile_mode]
         args += [option for switch, option in SWITCH_OPTIONS.items() if getattr(self, switch)]
         return args

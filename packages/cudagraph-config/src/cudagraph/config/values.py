@@ -16,7 +16,9 @@ from typing import Any
 
 from .legacy_values import LEGACY_BACKEND_VALUES
 from .vocabulary import (
+    CUDA_GRAPH_COMPILE_MODES,
     TC_PIECEWISE_COMPILERS,
+    TORCH_COMPILE_MODES,
     Backend,
     ConfigError,
     LegacyFlagWarning,
@@ -144,6 +146,20 @@ def read_compiler(label: str, raw: object) -> str:
     """``raw`` as one of ``TC_PIECEWISE_COMPILERS``."""
     if raw not in TC_PIECEWISE_COMPILERS:
         raise ConfigError(f"{label}: unknown compiler {raw!r}; allowed: {_names(TC_PIECEWISE_COMPILERS)}")
+    return str(raw)
+
+
+def read_torch_compile_mode(label: str, raw: object) -> str:
+    """``raw`` as one of ``TORCH_COMPILE_MODES``; a mode that captures its own CUDA graphs
+    (``CUDA_GRAPH_COMPILE_MODES``) is refused with that reason."""
+    allowed = _names(TORCH_COMPILE_MODES)
+    if raw in CUDA_GRAPH_COMPILE_MODES:
+        raise ConfigError(
+            f"{label}: torch.compile mode {raw!r} captures its own CUDA graphs, which would be captured inside ours; "
+            f"allowed: {allowed}"
+        )
+    if raw not in TORCH_COMPILE_MODES:
+        raise ConfigError(f"{label}: unknown torch.compile mode {raw!r}; allowed: {allowed}")
     return str(raw)
 
 

@@ -76,6 +76,16 @@ WHAT_EACH_BACKEND_CAPTURES: Mapping[Phase, Mapping[Backend, str]] = MappingProxy
 TC_PIECEWISE_COMPILERS: tuple[str, ...] = ("eager", "inductor")
 """What torch.compile uses for the pieces of a ``tc_piecewise`` graph; the first is the default."""
 
+TORCH_COMPILE_MODES: tuple[str, ...] = ("default", "max-autotune-no-cudagraphs", "lite")
+"""The ``torch.compile`` modes an inductor-compiled forward may use inside our graphs: those that capture no CUDA
+graphs of their own. ``default``: inductor's defaults; ``max-autotune-no-cudagraphs``: Triton matmul templates tuned
+against cuBLAS, with coordinate-descent tuning (slower to compile); ``lite``: inductor falls back to the eager kernels
+by default (numerics of eager, little fusion). Not setting a mode means inductor's defaults too."""
+
+CUDA_GRAPH_COMPILE_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
+"""``torch.compile`` modes that capture CUDA graphs of their own (inductor's cudagraph trees): refused, since those
+graphs would be captured inside ours."""
+
 
 class ConfigError(ValueError):
     """Bad CUDA-graph configuration input: the message names the flag or key, the value, and what is allowed."""

@@ -126,6 +126,7 @@ class BaseCudaGraphRunner(abc.ABC):
             tc_piecewise_compiler=config.tc_piecewise_compiler,
             # SGLang's --torch-compile-max-bs: compiled small batch sizes, decode only.
             compile_max_shape=config.torch_compile_max_bs if self.phase is Phase.DECODE else 0,
+            compile_mode=config.torch_compile_mode,
         )
         self.show_progress = show_progress
         self.stats = CaptureStats()
