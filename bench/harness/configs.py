@@ -61,6 +61,17 @@ DECODE_CONFIGS: tuple[BenchConfig, ...] = (
         Kind.RUNNER,
         MappingProxyType({"decode_cuda_graph_backend": "full", "torch_compile_max_bs": COMPILED_SMALL_BUCKETS_MAX_BS}),
     ),
+    BenchConfig(
+        "full+compiled/autotuned",
+        Kind.RUNNER,
+        MappingProxyType(
+            {
+                "decode_cuda_graph_backend": "full",
+                "torch_compile_max_bs": COMPILED_SMALL_BUCKETS_MAX_BS,
+                "torch_compile_mode": "max-autotune-no-cudagraphs",
+            }
+        ),
+    ),
     BenchConfig("breakable", Kind.RUNNER, MappingProxyType({"decode_cuda_graph_backend": "breakable"})),
     BenchConfig(
         "tc_piecewise/eager",
