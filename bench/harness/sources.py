@@ -27,6 +27,7 @@ from cudagraph.backend_utils import (
     set_forward_context,
 )
 from cudagraph.config import ConfigError, CudaGraphConfig
+from cudagraph.engine.model import LayerKernels
 from cudagraph.engine.model_runner import ModelRunner
 from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner
 
@@ -43,6 +44,20 @@ class StepSource(abc.ABC):
 
     def __init__(self, model_runner: ModelRunner) -> None:
         self.model_runner = model_runner
+        self._engine_kernels: LayerKernels | None = None
+
+    def _switch_kernels(self, kernels: LayerKernels) -> None:
+        """Run the engine on ``kernels`` until ``_restore_kernels`` (the set the engine would pick for this
+        configuration, where it differs from the eager engine's)."""
+        if self._engine_kernels is None:
+            self._engine_kernels = self.model_runner.kernels
+        self.model_runner.use_kernels(kernels)
+
+    def _restore_kernels(self) -> None:
+        """Give the engine back the kernels it had before ``_switch_kernels`` (nothing if they were not switched)."""
+        if self._engine_kernels is not None:
+            self.model_runner.use_kernels(self._engine_kernels)
+            self._engine_kernels = None
 
     @abc.abstractmethod
     def step_for(self, batches: list[ForwardBatch]) -> StepFn:
@@ -70,15 +85,14 @@ class RunnerSource(StepSource):
         except ConfigError as error:
             raise SourceUnavailableError(f"the engine refuses it: {error}") from None
         # The kernels the engine would run with this config (the torch set where it compiles the forward).
-        self._engine_kernels = model_runner.kernels
-        model_runner.use_kernels(model_runner.kernels_for(config))
+        self._switch_kernels(model_runner.kernels_for(config))
         runner_type = PrefillCudaGraphRunner if prefill else DecodeCudaGraphRunner
         try:
             self.runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner = runner_type(
                 model_runner, config, show_progress=False
             )
         except BaseException:
-            model_runner.use_kernels(self._engine_kernels)
+            self._restore_kernels()
             raise
         try:
             self.stats = self.runner.capture()
@@ -98,7 +112,7 @@ class RunnerSource(StepSource):
         """Shut the runner down and drop dynamo's compiled code: every configuration compiles ``model_forward`` (the
         same code object) afresh, so cache entries of earlier ones must not count towards its recompile limit."""
         self.runner.shutdown()
-        self.model_runner.use_kernels(self._engine_kernels)
+        self._restore_kernels()
         torch._dynamo.reset()
 
 
@@ -274,8 +288,7 @@ class TorchCompileSource(StepSource):
 
     def __init__(self, model_runner: ModelRunner) -> None:
         super().__init__(model_runner)
-        self._engine_kernels = model_runner.kernels
-        model_runner.use_kernels(model_runner.traced_kernels())
+        self._switch_kernels(model_runner.traced_kernels())
         self.compiled = torch.compile(model_runner.model_forward, mode="reduce-overhead")
         model_runner.model_forward = self.compiled  # type: ignore[method-assign]  # forward() calls self.model_forward
 
@@ -296,7 +309,7 @@ class TorchCompileSource(StepSource):
     def close(self) -> None:
         """Restore the eager model forward and drop the compiled code and its graphs."""
         del self.model_runner.model_forward
-        self.model_runner.use_kernels(self._engine_kernels)
+        self._restore_kernels()
         torch._dynamo.reset()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
