@@ -91,6 +91,8 @@ def test_tc_piecewise_decode_gives_eager_tokens_at_every_batch_size(preset: str,
         num_layers = graphed.model.config.num_layers
         assert backend.compile_stats.pieces == backend.compile_stats.split_ops + 1 == num_layers + 1
         assert backend.shapes == DECODE_BUCKETS
+        # Every attention call of every shape replays its bound kernel calls (no dispatcher, no per-call views).
+        assert [backend.bound_split_calls(bucket) for bucket in DECODE_BUCKETS] == [num_layers] * len(DECODE_BUCKETS)
         got = tokens(graphed, prompts, params)
     for index, (want, have) in enumerate(zip(expected, got, strict=True)):
         assert have == want, f"prompt {index} diverged ({compiler})"

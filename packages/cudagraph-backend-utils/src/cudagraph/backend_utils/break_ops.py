@@ -106,8 +106,16 @@ def unregister_break_op(op: BreakOp | str) -> None:
     _BREAK_OVERLOADS.pop(op, None)  # type: ignore[call-overload, arg-type]
 
 
-def break_options(op: torch._ops.OpOverload) -> BreakOptions | None:
-    """The options of ``op`` if it (or its packet) is a registered break point, else ``None``."""
+def break_options(op: BreakOp) -> BreakOptions | None:
+    """The options of ``op`` if it (or its packet) is a registered break point, else ``None``.
+
+    A packet (what an FX graph traced by dynamo calls) has its own options if it was registered, else those of the
+    first of its overloads that was."""
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        options = _BREAK_PACKETS.get(op)
+        if options is None:
+            options = next((found for key, found in _BREAK_OVERLOADS.items() if key.overloadpacket is op), None)
+        return options
     options = _BREAK_OVERLOADS.get(op)
     if options is None:
         options = _BREAK_PACKETS.get(op.overloadpacket)

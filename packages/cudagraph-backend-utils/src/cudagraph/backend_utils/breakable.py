@@ -85,6 +85,48 @@ class EagerCall:
     bound: Callable[[], object] | None = None
     """What the op's ``ReplayBinder`` returned at capture: run at replay instead of ``fn(*args, **kwargs)``."""
 
+    @classmethod
+    def record(
+        cls,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        result: Any,
+        *,
+        replay_binder: ReplayBinder | None = None,
+        debug: bool = False,
+    ) -> EagerCall:
+        """The record of ``fn(*args, **kwargs)``, which has just run and returned ``result``, for replay.
+
+        CUDA tensor arguments are kept without owning their memory (like the addresses a graph kernel reads), so pool
+        intermediates can be reused by the next capture. Results that are not arguments are refreshed at replay by
+        copying into ``result``'s tensors; results written in place need nothing. ``replay_binder`` (the op's, see
+        ``ReplayBinder``) is called now, with those same arguments; ``debug`` records argument addresses.
+        """
+        argument_tensors = [leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, torch.Tensor)]
+        argument_addresses = {tensor.data_ptr() for tensor in argument_tensors}
+        result_tensors = [leaf for leaf in tree_flatten(result)[0] if isinstance(leaf, torch.Tensor)]
+        # A result that is one of the arguments was written in place; anything else is refreshed by copying back.
+        needs_copy = any(tensor.data_ptr() not in argument_addresses for tensor in result_tensors)
+        recorded_addresses: tuple[tuple[int, torch.Tensor, int], ...] = ()
+        if debug:
+            recorded_addresses = tuple(
+                (index, tensor, tensor.data_ptr()) for index, tensor in enumerate(argument_tensors)
+            )
+        replay_args, replay_kwargs = tree_map_only(torch.Tensor, _replay_reference, (args, kwargs))
+        # Bound from the replay references, so the callable pins no pool memory the next capture may reuse.
+        bound = replay_binder(*replay_args, **replay_kwargs) if replay_binder is not None else None
+        return cls(
+            name=name,
+            fn=fn,
+            args=replay_args,
+            kwargs=replay_kwargs,
+            copy_back=tuple(result_tensors) if needs_copy else (),
+            argument_addresses=recorded_addresses,
+            bound=bound,
+        )
+
     def bind(self) -> Callable[[], object]:
         """The zero-argument callable replay runs for this call."""
         if self.bound is not None:
@@ -368,41 +410,13 @@ class _CaptureRecorder:
             result = (capture_stub or fn)(*args, **kwargs)
         finally:
             self.running_eager = False
-        self.steps.append(self._record(name, fn, args, kwargs, result, replay_binder))
+        self.steps.append(
+            EagerCall.record(
+                name, fn, args, kwargs, result, replay_binder=replay_binder, debug=self.graph.options.debug
+            )
+        )
         self.begin_segment()
         return result
-
-    def _record(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        result: Any,
-        replay_binder: ReplayBinder | None,
-    ) -> EagerCall:
-        argument_tensors = [leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, torch.Tensor)]
-        argument_addresses = {tensor.data_ptr() for tensor in argument_tensors}
-        result_tensors = [leaf for leaf in tree_flatten(result)[0] if isinstance(leaf, torch.Tensor)]
-        # A result that is one of the arguments was written in place; anything else is refreshed by copying back.
-        needs_copy = any(tensor.data_ptr() not in argument_addresses for tensor in result_tensors)
-        recorded_addresses: tuple[tuple[int, torch.Tensor, int], ...] = ()
-        if self.graph.options.debug:
-            recorded_addresses = tuple(
-                (index, tensor, tensor.data_ptr()) for index, tensor in enumerate(argument_tensors)
-            )
-        replay_args, replay_kwargs = tree_map_only(torch.Tensor, _replay_reference, (args, kwargs))
-        # Bound from the replay references, so the callable pins no pool memory the next capture may reuse.
-        bound = replay_binder(*replay_args, **replay_kwargs) if replay_binder is not None else None
-        return EagerCall(
-            name=name,
-            fn=fn,
-            args=replay_args,
-            kwargs=replay_kwargs,
-            copy_back=tuple(result_tensors) if needs_copy else (),
-            argument_addresses=recorded_addresses,
-            bound=bound,
-        )
 
     def abort(self) -> None:
         """Free everything recorded after a failure: the segment in progress and every finished one."""

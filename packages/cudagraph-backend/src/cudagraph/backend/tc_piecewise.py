@@ -12,7 +12,9 @@ Three layers, each usable alone:
   compilations, so a recompile is visible in its stats.
 - ``TcPiecewiseCudaGraphBackend``: the ``BaseCudaGraphBackend`` that compiles the host model runner's
   ``model_forward(input_ids, positions)`` in ``prepare()`` and wraps each piece so that, per shape, it is captured in
-  ``capture_one()`` and replayed by ``replay()``.
+  ``capture_one()`` and replayed by ``replay()``. It also wraps each split-op call: recorded per shape at capture,
+  and replayed like a breakable break (the op's ``ReplayBinder`` call where it has one, so the engine's attention
+  replays as its bare kernel calls; results not written in place copied back into the tensors the next piece reads).
 
 Dynamic shapes: only the token dimension of ``input_ids`` and ``positions`` is marked dynamic (``mark_dynamic``), and
 the compile runs with ``backed_size_oblivious`` so that dynamo does not specialize that size on 0 or 1: one graph then
@@ -36,8 +38,12 @@ from torch.fx.passes.split_module import split_module
 
 from cudagraph.backend_utils import (
     CaptureOptions,
+    EagerCall,
     GraphPool,
+    ReplayBinder,
+    break_options,
     enable_tc_piecewise_cuda_graph,
+    graph_replay_fn,
     is_split_op,
     model_capture_mode,
     weak_ref_tensors,
@@ -122,6 +128,10 @@ class PiecewiseStats(CompileStats):
 PieceWrapper = Callable[[int, Callable[..., Any]], Callable[..., Any]]
 """``wrap_piece(index, compiled_piece) -> callable``: what runs in the split graph in place of piece ``index``."""
 
+SplitWrapper = Callable[[int, torch.fx.GraphModule], Callable[..., Any]]
+"""``wrap_split(index, split_submodule) -> callable``: what runs in the split graph in place of split-op call
+``index`` (a submodule holding that one call)."""
+
 
 class PiecewiseCompiler:
     """A ``torch.compile`` backend: split at the registered split ops, compile each piece, wrap each piece.
@@ -133,6 +143,8 @@ class PiecewiseCompiler:
             runs AOTAutograd first; and not ``torch.compile`` of each piece, which would trace again and guard
             each piece on its own shapes).
         wrap_piece: called once per compiled piece; the backend puts its per-shape CUDA-graph wrapper here.
+        wrap_split: called once per split-op submodule; the backend records and binds each call per shape here
+            (identity by default).
         mode: ``torch.compile`` mode of the inductor pieces, one of ``cudagraph.config.TORCH_COMPILE_MODES``
             (``--torch-compile-mode``; ``None``: inductor's defaults): its inductor config patches go to
             ``compile_fx``. Unused by ``eager``.
@@ -145,7 +157,12 @@ class PiecewiseCompiler:
     """
 
     def __init__(
-        self, compiler: str = "eager", *, wrap_piece: PieceWrapper | None = None, mode: str | None = None
+        self,
+        compiler: str = "eager",
+        *,
+        wrap_piece: PieceWrapper | None = None,
+        wrap_split: SplitWrapper | None = None,
+        mode: str | None = None,
     ) -> None:
         if compiler not in TC_PIECEWISE_COMPILERS:
             raise ConfigError(
@@ -156,6 +173,7 @@ class PiecewiseCompiler:
         self.compiler = compiler
         self.mode = mode
         self.wrap_piece: PieceWrapper = wrap_piece if wrap_piece is not None else (lambda index, piece: piece)
+        self.wrap_split: SplitWrapper = wrap_split if wrap_split is not None else (lambda index, split: split)
         self.stats = PiecewiseStats()
         self.split: SplitGraph | None = None
         """The latest split graph (for inspection and tests)."""
@@ -168,6 +186,8 @@ class PiecewiseCompiler:
             # An instance attribute shadows the submodule: the split graph's `self.submod_<i>(...)` then calls the
             # wrapper directly, with no nn.Module call overhead per piece and step.
             split.module.__dict__[name] = self.wrap_piece(index, compiled[name])
+        for index, name in enumerate(split.split_names):
+            split.module.__dict__[name] = self.wrap_split(index, getattr(split.module, name))
         self.split = split
         self.stats.compilations += 1
         self.stats.pieces = len(split.piece_names)
@@ -236,6 +256,8 @@ class _PieceEntry:
     graph: torch.cuda.CUDAGraph | None
     output: Any
     input_addresses: tuple[int, ...] = ()
+    launch: Callable[[], None] | None = None
+    """The graph's replay, bound once (``graph_replay_fn``); ``None`` for a piece that captured no graph."""
 
 
 def _tensor_addresses(args: Sequence[Any]) -> tuple[int, ...]:
@@ -272,8 +294,8 @@ class _PieceGraphs:
                     f"tc_piecewise piece {self.index}, shape {shape}: its inputs are not where they were at capture; "
                     f"the graph would read stale memory (copy new values into the captured buffers instead)"
                 )
-        if entry.graph is not None:
-            entry.graph.replay()
+        if entry.launch is not None:
+            entry.launch()
         return entry.output
 
     def _capture(self, shape: int, args: tuple[Any, ...]) -> Any:
@@ -289,7 +311,9 @@ class _PieceGraphs:
                 graph.replay()
         # Held weakly: the pool may hand this memory to another shape once this shape's capture is done. The strong
         # output is returned, so the later pieces of this capture cannot be given the same memory.
-        entry = _PieceEntry(graph, weak_ref_tensors(output))
+        entry = _PieceEntry(
+            graph, weak_ref_tensors(output), launch=graph_replay_fn(graph) if graph is not None else None
+        )
         if owner.options.debug:
             entry.input_addresses = _tensor_addresses(args)
         self.entries[shape] = entry
@@ -299,6 +323,104 @@ class _PieceGraphs:
         entry = self.entries.pop(shape, None)
         if entry is not None and entry.graph is not None:
             entry.graph.reset()
+
+
+@dataclass(frozen=True)
+class _BindableOpCall:
+    """The one split-op call of a split submodule whose op has a ``ReplayBinder``: which submodule arguments it
+    takes, so the call can be bound at capture like a breakable break."""
+
+    op: Any
+    binder: ReplayBinder
+    node: torch.fx.Node
+    placeholders: tuple[torch.fx.Node, ...]
+
+    @classmethod
+    def of(cls, module: torch.fx.GraphModule) -> _BindableOpCall | None:
+        """The call, if ``module`` is exactly one call of a split op with a replay binder (else ``None``)."""
+        placeholders: list[torch.fx.Node] = []
+        calls: list[torch.fx.Node] = []
+        for node in module.graph.nodes:
+            if node.op == "placeholder":
+                placeholders.append(node)
+            elif node.op == "call_function":
+                calls.append(node)
+            elif node.op != "output":
+                return None
+        if len(calls) != 1:
+            return None
+        options = break_options(calls[0].target)  # type: ignore[arg-type]
+        if options is None or options.replay_binder is None:
+            return None
+        return cls(calls[0].target, options.replay_binder, calls[0], tuple(placeholders))
+
+    def arguments(self, module_args: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The op's arguments when the submodule is called with ``module_args``."""
+        values = dict(zip(self.placeholders, module_args, strict=True))
+        args = torch.fx.node.map_arg(self.node.args, values.__getitem__)
+        kwargs = torch.fx.node.map_arg(self.node.kwargs, values.__getitem__)
+        return tuple(args), dict(kwargs)
+
+
+def _has_tensors(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_has_tensors(item) for item in value)
+    return False
+
+
+@dataclass
+class _SplitCall:
+    """A split-op submodule between two pieces, run eagerly: as is outside graphs; at capture, run and recorded per
+    shape; at replay, its recorded call. An in-place op with a ``ReplayBinder`` (the engine's attention) replays the
+    callable its binder returned at capture (the kernel call itself: no dispatcher, no forward-context lookup, no
+    views made per call), as a breakable replay does. Any other split op replays through the submodule, and results it
+    returns (not written in place) are copied into the tensors it returned at capture, which the next piece's graph
+    was captured reading."""
+
+    index: int
+    module: torch.fx.GraphModule
+    owner: TcPiecewiseCudaGraphBackend
+    bindable: _BindableOpCall | None
+    entries: dict[int, tuple[Callable[[], object], Any, bool]] = field(default_factory=dict)
+    """Per shape: the replay call, the capture-time output returned at replay, whether the call is bound."""
+
+    def __call__(self, *args: Any) -> Any:
+        owner = self.owner
+        mode = owner._piece_mode
+        if mode is None:
+            return self.module(*args)
+        shape = owner._piece_shape
+        if mode == "capture":
+            return self._capture(shape, args)
+        entry = self.entries.get(shape)
+        if entry is None:
+            return self.module(*args)
+        entry[0]()
+        return entry[1]
+
+    def _capture(self, shape: int, args: tuple[Any, ...]) -> Any:
+        output = self.module(*args)
+        name = f"tc_piecewise split {self.index}"
+        debug = self.owner.options.debug
+        if self.bindable is not None and not debug and not _has_tensors(output):
+            op_args, op_kwargs = self.bindable.arguments(args)
+            call = EagerCall.record(
+                name, self.bindable.op, op_args, op_kwargs, None, replay_binder=self.bindable.binder
+            )
+        else:
+            call = EagerCall.record(name, self.module, args, {}, output, debug=debug)
+        self.entries[shape] = (call.bind(), output, call.bound is not None)
+        return output
+
+    def is_bound(self, shape: int) -> bool:
+        """Whether ``shape``'s replay calls the op's pre-bound kernel call."""
+        entry = self.entries.get(shape)
+        return entry is not None and entry[2]
+
+    def discard(self, shape: int) -> None:
+        self.entries.pop(shape, None)
 
 
 @dataclass
@@ -311,6 +433,8 @@ class _ShapeGraphs:
     def reset(self) -> None:
         for piece in self.backend._pieces:
             piece.discard(self.shape)
+        for split in self.backend._splits:
+            split.discard(self.shape)
 
 
 class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
@@ -348,10 +472,13 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         if compile_mode is not None:  # bad input fails on any machine, before the device check
             read_torch_compile_mode("compile_mode", compile_mode)
         super().__init__(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
-        self.compiler = PiecewiseCompiler(compiler, wrap_piece=self._wrap_piece, mode=compile_mode)
+        self.compiler = PiecewiseCompiler(
+            compiler, wrap_piece=self._wrap_piece, wrap_split=self._wrap_split, mode=compile_mode
+        )
         self.model_forward: Callable[..., Any] | None = None
         """The compiled ``model_forward`` (set by ``prepare``)."""
         self._pieces: list[_PieceGraphs] = []
+        self._splits: list[_SplitCall] = []
         self._piece_mode: str | None = None
         self._piece_shape = 0
         self._recompiles_reported = 0
@@ -364,6 +491,17 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         piece = _PieceGraphs(index, runnable, self)
         self._pieces.append(piece)
         return piece
+
+    def _wrap_split(self, index: int, module: torch.fx.GraphModule) -> Callable[..., Any]:
+        if index == 0:
+            self._splits = []  # a new compilation: its split calls replace the old ones
+        split = _SplitCall(index, module, self, _BindableOpCall.of(module))
+        self._splits.append(split)
+        return split
+
+    def bound_split_calls(self, shape: int) -> int:
+        """How many split-op calls of ``shape`` replay their op's pre-bound kernel call (the rest replay the op)."""
+        return sum(split.is_bound(shape) for split in self._splits)
 
     def _capture_target(self) -> tuple[GraphPool, torch.cuda.Stream]:
         stream = self._session_stream
@@ -482,3 +620,5 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         for piece in self._pieces:
             for shape in list(piece.entries):
                 piece.discard(shape)
+        for split in self._splits:
+            split.entries.clear()
