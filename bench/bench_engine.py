@@ -6,8 +6,8 @@ Prints a table with ratios to the raw replay and the issue's targets, and writes
 
 Host costs, measured with the device kept busy so only host work is timed: the runner's work over a raw replay
 (full - raw) and the cost of one eager break ((breakable - full) / breaks), per batch size. ``--profile-host MODE``
-also prints the top cProfile entries of a replay loop of that mode (``raw``, ``full``, ``breakable``) at the first
-batch size.
+also prints the top cProfile entries of a replay loop of that mode (``raw``, ``full``, ``breakable``,
+``tc_piecewise`` with ``--tc-piecewise-compiler``) at the first batch size.
 """
 
 from __future__ import annotations
@@ -57,9 +57,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--profile-host",
         nargs="+",
-        choices=["raw", "full", "breakable"],
+        choices=["raw", "full", "breakable", "tc_piecewise"],
         default=[],
         help="print the top cProfile entries of a replay loop of these modes at the first batch size",
+    )
+    parser.add_argument(
+        "--tc-piecewise-compiler",
+        choices=["eager", "inductor"],
+        default="eager",
+        help="the compiler of the tc_piecewise pieces that --profile-host tc_piecewise profiles",
     )
     return parser.parse_args(argv)
 
@@ -106,7 +112,13 @@ def main(argv: list[str]) -> int:
         model_runner, args.batch_sizes, context_len=args.context_len, repeats=args.host_repeats
     )
     profiles = {
-        mode: profile_runner_replay(model_runner, mode, args.batch_sizes[0], context_len=args.context_len)
+        mode: profile_runner_replay(
+            model_runner,
+            mode,
+            args.batch_sizes[0],
+            context_len=args.context_len,
+            settings=resolve(tc_piecewise_compiler=args.tc_piecewise_compiler),
+        )
         for mode in args.profile_host
     }
     batch1 = args.batch_sizes[0]

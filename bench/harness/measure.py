@@ -55,6 +55,9 @@ def measure_step(
 
     timing = time_steps(rotating, iterations)
     kernels = device_activities_per_step(rotating) if count_kernels else None
+    # One line per measured row as it lands, so a run cut short still shows what it measured.
+    shown_kernels = f", {kernels:.0f} device activities" if kernels is not None else ""
+    print(f"  {what}: {timing.step_ms:.3f} ms, host {timing.host_us:.0f} us{shown_kernels}", flush=True)
     return Measured(timing, kernels)
 
 

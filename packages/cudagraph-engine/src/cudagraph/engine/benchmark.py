@@ -406,13 +406,21 @@ def profile_host(step: Callable[[], object], device: torch.device, *, steps: int
 
 
 def profile_runner_replay(
-    model_runner: ModelRunner, mode: str, batch_size: int, *, context_len: int = 128, steps: int = 200, top: int = 25
+    model_runner: ModelRunner,
+    mode: str,
+    batch_size: int,
+    *,
+    context_len: int = 128,
+    steps: int = 200,
+    top: int = 25,
+    settings: CudaGraphConfig | None = None,
 ) -> str:
-    """``profile_host`` of ``mode``'s decode replay (``raw``, ``full``, ``breakable``) of one batch."""
+    """``profile_host`` of ``mode``'s decode replay (``raw``, ``full``, ``breakable``, ``tc_piecewise``) of one
+    batch; ``settings`` carries the rest of the runner's config (the tc_piecewise compiler, compiled buckets...)."""
     runners: dict[str, DecodeCudaGraphRunner] = {}
     if mode != "raw":
         runners[mode] = DecodeCudaGraphRunner(
-            model_runner, decode_only_config(Backend(mode), [batch_size]), show_progress=False
+            model_runner, decode_only_config(Backend(mode), [batch_size], settings), show_progress=False
         )
         runners[mode].capture()
     batch = synthetic_decode_batch(model_runner, batch_size, context_len, seed=batch_size)
