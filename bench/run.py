@@ -2,12 +2,13 @@
 
     python3 bench/run.py [--quick] [--check] [--sections decode,breaks,prefill,capture,compile,migration]
     python3 bench/run.py compare OLD.json NEW.json        # exit 1 when a ratio got more than 10 % worse
+    python3 bench/run.py merge RUN.json... --out ALL.json  # one result from runs split over several calls
     python3 bench/run.py scripts [NAME...] [--check] [-- ARGS]   # the older bench/bench_*.py scripts
 
 The harness runs in a child process whose ``PYTHONPATH`` holds the workspace sources and the carried wheels (``.whl/``
-unpacked into ``.site/``, the peers and flashinfer), the way ``tests/gpu/run.py`` sets them up. ``compare`` needs
-neither torch nor a GPU. ``scripts`` runs each selected ``bench/bench_*.py`` as ``--out bench-results/NAME.json`` and
-records every exit status in ``bench-results/summary.json``.
+unpacked into ``.site/``, the peers and flashinfer), the way ``tests/gpu/run.py`` sets them up. ``compare`` and
+``merge`` need neither torch nor a GPU. ``scripts`` runs each selected ``bench/bench_*.py`` as
+``--out bench-results/NAME.json`` and records every exit status in ``bench-results/summary.json``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ def compare(argv: list[str]) -> int:
     from harness.cli import compare_main
 
     return compare_main(argv)
+
+
+def merge(argv: list[str]) -> int:
+    """``merge RUN.json... --out MERGED.json`` in this process (pure Python)."""
+    sys.path.insert(0, str(BENCH))
+    from harness.cli import merge_main
+
+    return merge_main(argv)
 
 
 def run_scripts(argv: list[str]) -> int:
@@ -102,12 +111,12 @@ def missed_targets(result: object) -> list[str]:
     return [target for target, met in checks.items() if not met]
 
 
-COMMANDS = {"compare": compare, "scripts": run_scripts}
+COMMANDS = {"compare": compare, "merge": merge, "scripts": run_scripts}
 """First argument -> command; anything else goes to the harness."""
 
 
 def main(argv: list[str]) -> int:
-    """Dispatch to ``compare``, ``scripts`` or the harness."""
+    """Dispatch to ``compare``, ``merge``, ``scripts`` or the harness."""
     if argv and argv[0] in COMMANDS:
         return COMMANDS[argv[0]](argv[1:])
     return run_harness(argv)

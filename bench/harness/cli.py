@@ -25,7 +25,7 @@ from .compare import DEFAULT_TOLERANCE, compare_report
 from .migration import MigrationSettings, run_migration, usable_cores
 from .profiles import PROFILES, Profile
 from .report import format_report
-from .rows import BenchResult, WrongAnswer
+from .rows import ROW_TYPES, BenchResult, WrongAnswer
 from .targets import check_targets
 
 SECTIONS = ("decode", "breaks", "prefill", "capture", "compile", "migration")
@@ -210,10 +210,35 @@ def compare_main(argv: list[str]) -> int:
     return 1 if regressed else 0
 
 
+def merge_main(argv: list[str]) -> int:
+    """``merge RUN.json... --out MERGED.json``: write one result from several runs of one machine; 2 when they
+    cannot be merged."""
+    from .merge import MergeError, merge_files
+
+    parser = argparse.ArgumentParser(
+        prog="bench/run.py merge", description="one result from runs of the same machine (later runs win)"
+    )
+    parser.add_argument("runs", type=Path, nargs="+", help="result files, oldest first")
+    parser.add_argument("--out", type=Path, required=True, help="where to write the merged result")
+    args = parser.parse_args(argv)
+    try:
+        merged = merge_files(args.runs)
+    except (MergeError, OSError, ValueError) as error:
+        print(f"bench/run.py merge: {error}", file=sys.stderr)
+        return 2
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(merged.to_json())
+    counts = ", ".join(f"{len(getattr(merged, key))} {key}" for key in ROW_TYPES if getattr(merged, key))
+    print(f"wrote {args.out} ({counts}) from {len(args.runs)} runs")
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """Dispatch ``compare`` or ``run`` (the default; ``run`` may be spelled out)."""
+    """Dispatch ``compare``, ``merge`` or ``run`` (the default; ``run`` may be spelled out)."""
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
+    if argv and argv[0] == "merge":
+        return merge_main(argv[1:])
     if argv and argv[0] == "run":
         argv = argv[1:]
     return run(build_parser().parse_args(argv))
