@@ -3,7 +3,11 @@ the eager forward; one piece more than attention calls; no graph breaks; one com
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
 from contextvars import ContextVar
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +23,10 @@ from torch._dynamo.utils import counters
 
 from cudagraph.backend import ModelTraceError, PiecewiseCompiler, split_at_split_ops
 from cudagraph.backend.compile_forward import is_trace_error, trace_error
+from cudagraph.config import resolve
 from cudagraph.engine.attention.op import unified_attention
+from cudagraph.engine.model import model_config_from_preset, random_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
 PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
 
@@ -125,3 +132,65 @@ def test_a_mode_with_its_own_cuda_graphs_is_refused_by_the_piecewise_compiler() 
 
     with pytest.raises(ConfigError, match="'reduce-overhead' captures its own CUDA graphs"):
         PiecewiseCompiler("inductor", mode="reduce-overhead")
+
+
+def _structure(piece: torch.fx.GraphModule) -> list[tuple[object, ...]]:
+    """A piece's graph with node names left out: op kind, target and arguments (other nodes by position)."""
+    position = {node: index for index, node in enumerate(piece.graph.nodes)}
+
+    def shape_of(value: object) -> object:
+        return ("node", position[value]) if isinstance(value, torch.fx.Node) else value
+
+    return [
+        (
+            node.op,
+            node.target if node.op != "placeholder" else "input",
+            torch.fx.node.map_aggregate(node.args, shape_of),
+        )
+        for node in piece.graph.nodes
+    ]
+
+
+def _deep_runner(num_layers: int) -> ModelRunner:
+    torch.manual_seed(0)
+    config = dataclasses.replace(model_config_from_preset("tiny-qwen3-random"), num_layers=num_layers)
+    return ModelRunner(random_model(config), resolve(), cache_config=CacheConfig(max_num_reqs=8, max_context_len=32))
+
+
+def _compile_split(runner: ModelRunner, compiler: PiecewiseCompiler) -> torch.Tensor:
+    compiled = torch.compile(runner.model_forward, backend=compiler, fullgraph=True)
+    batch = decode_batch(runner, 4)
+    torch._dynamo.mark_dynamic(batch.input_ids, 0)
+    torch._dynamo.mark_dynamic(batch.positions, 0)
+    with fx_config.patch(backed_size_oblivious=True):
+        return run_hidden(runner, batch, compiled)
+
+
+def test_every_piece_between_two_attention_calls_is_the_same_graph() -> None:
+    """The layer reaches only the attention call (a split op), so the pieces of layers 1..n-1 differ in nothing but
+    the weights they are given: the condition for inductor to compile one and serve the rest from its cache."""
+    runner = _deep_runner(num_layers=5)
+    compiler = PiecewiseCompiler("eager")
+    _compile_split(runner, compiler)
+    assert compiler.split is not None
+    pieces = [getattr(compiler.split.module, name) for name in compiler.split.piece_names]
+    assert len(pieces) == 6
+    middle = [_structure(piece) for piece in pieces[1:-1]]
+    assert all(structure == middle[0] for structure in middle[1:])
+    assert _structure(pieces[0]) != middle[0]  # the embedding piece is another graph: the comparison can tell
+
+
+@pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None, reason="inductor needs a C++ compiler for CPU pieces"
+)
+def test_inductor_compiles_the_repeated_layer_piece_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))  # a cold cache
+    counters.clear()
+    runner = _deep_runner(num_layers=4)
+    compiler = PiecewiseCompiler("inductor")
+    got = _compile_split(runner, compiler)
+    assert compiler.stats.pieces == 5
+    # Compiled: the embedding piece, the first layer piece, the last piece; the other layer pieces hit the cache.
+    assert counters["inductor"]["fxgraph_cache_miss"] == 3
+    assert counters["inductor"]["fxgraph_cache_hit"] == 2
+    assert torch.isfinite(got).all()

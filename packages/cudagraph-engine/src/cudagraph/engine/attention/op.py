@@ -85,11 +85,19 @@ register_split_op(unified_attention, replay_binder=bind_unified_attention)
 def attend(layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The ``attend`` callback the model calls: ``[T, Hq*D]`` attention output for layer ``layer_id``.
 
-    The keys and values are stored by their own op before attention (plain tensor ops inside it, so graphs capture
-    them even where attention is an eager break), and ``unified_attention`` only attends: a breakable replay then
-    runs as little as possible eagerly. Only operators are called here, so dynamo traces it without a break.
+    Run eagerly (eager steps, full and breakable captures), the keys and values are stored by their own op before
+    attention (plain tensor ops inside it, so graphs capture them even where attention is an eager break), and
+    ``unified_attention`` only attends: a breakable replay then runs as little as possible eagerly.
+
+    Traced by dynamo (``tc_piecewise``, compiled buckets), ``unified_attention`` stores them itself, so ``layer_id``
+    appears only in the attention call: the graph pieces between two attention calls are then the same graph for
+    every layer (the weights are inputs), and inductor compiles one and serves the others from its FX graph cache
+    instead of compiling every layer again. Only operators are called here, so dynamo traces it without a break.
     """
-    store_kv(k, v, layer_id)
     output = torch.empty_like(q)
-    unified_attention(q, k, v, output, layer_id, kv_stored=True)
+    if torch.compiler.is_compiling():
+        unified_attention(q, k, v, output, layer_id, kv_stored=False)
+    else:
+        store_kv(k, v, layer_id)
+        unified_attention(q, k, v, output, layer_id, kv_stored=True)
     return output
