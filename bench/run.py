@@ -1,6 +1,7 @@
 """What ``nox -s bench`` calls: the benchmark harness (``bench/harness``), run with the workspace importable.
 
     python3 bench/run.py [--quick] [--check] [--sections decode,breaks,prefill,capture,compile,migration]
+                         [--presets P...] [--batch-sizes N...] [--configs NAME...]
     python3 bench/run.py compare OLD.json NEW.json        # exit 1 when a ratio got more than 10 % worse
     python3 bench/run.py merge RUN.json... --out ALL.json  # one result from runs split over several calls
     python3 bench/run.py scripts [NAME...] [--check] [-- ARGS]   # the older bench/bench_*.py scripts

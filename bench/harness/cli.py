@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--batch-sizes", nargs="+", type=_positive_int, help="override the profile's decode batch sizes"
     )
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        metavar="NAME",
+        help="measure only these decode/prefill rows (eager and raw, the references, always run), e.g. "
+        "tc_piecewise/inductor full",
+    )
     parser.add_argument("--attention-backend", default="torch", choices=("torch", "flashinfer"))
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help="where the JSON and plots go")
     return parser
@@ -79,6 +86,7 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
     """Section name -> the function that runs it (imported here: these modules need torch and the engine)."""
     from .breaks import BreakSettings, run_breaks
     from .capture import CaptureSettings, run_capture, run_compile
+    from .configs import DECODE_CONFIGS, PREFILL_CONFIGS, select_configs
     from .decode import DecodeSettings, run_decode
     from .models import ModelCache
     from .prefill import PrefillSettings, run_prefill
@@ -86,6 +94,7 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
 
     models = ModelCache()
     presets = tuple(args.presets or profile.presets)
+    names = frozenset(args.configs) if args.configs else None
     backend = args.attention_backend
     capture = CaptureSettings(
         presets, profile.capture_decode_max_bs, profile.capture_prefill_max_tokens, presets[0],
@@ -95,7 +104,10 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
     def decode(result: BenchResult) -> None:
         bandwidth = copy_bandwidth_bytes_per_second()
         result.environment["copy_bandwidth_gb_per_s"] = bandwidth / 1e9
-        settings = DecodeSettings(presets, profile.batch_sizes, profile.context_len, profile.iterations, backend)
+        settings = DecodeSettings(
+            presets, profile.batch_sizes, profile.context_len, profile.iterations, backend,
+            select_configs(DECODE_CONFIGS, names),
+        )  # fmt: skip
         run_decode(result, settings, models, bandwidth)
 
     return {
@@ -104,11 +116,26 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
             result, BreakSettings(profile.iterations, profile.context_len, backend), models
         ),
         "prefill": lambda result: run_prefill(
-            result, PrefillSettings(presets, profile.prefill_shapes, profile.iterations, backend), models
+            result,
+            PrefillSettings(
+                presets, profile.prefill_shapes, profile.iterations, backend, select_configs(PREFILL_CONFIGS, names)
+            ),
+            models,
         ),
         "capture": lambda result: run_capture(result, capture, models),
         "compile": lambda result: run_compile(result, capture),
     }
+
+
+def _unknown_configs(names: list[str]) -> str | None:
+    """What is wrong with ``--configs`` (names no section measures, and the allowed ones), or None."""
+    from .configs import selectable_config_names
+
+    allowed = selectable_config_names()
+    unknown = [name for name in names if name not in allowed]
+    if not unknown:
+        return None
+    return f"unknown --configs {unknown}; allowed: {', '.join(allowed)}"
 
 
 def _describe_machine() -> dict[str, Any]:
@@ -130,6 +157,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.presets:
         result.settings["presets"] = list(args.presets)
+    if args.configs:
+        unknown = _unknown_configs(args.configs)
+        if unknown is not None:
+            print(f"bench/run.py: {unknown}", file=sys.stderr)
+            return 2
+        result.settings["configs"] = list(args.configs)
     reason = cuda_unavailable_reason()
     sections: dict[str, Callable[[BenchResult], None]] = {}
     if reason is None:

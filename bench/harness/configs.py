@@ -108,6 +108,22 @@ PREFILL_CONFIGS: tuple[BenchConfig, ...] = (
 )
 """Prefill rows (``full`` only where the config allows prefill ``full``; skipped with its reason otherwise)."""
 
+REFERENCE_CONFIGS = frozenset({"eager", "raw"})
+"""Rows every ratio of their section refers to: measured whatever ``--configs`` selects."""
+
+
+def selectable_config_names() -> tuple[str, ...]:
+    """The names ``--configs`` accepts: every decode and prefill row, in table order."""
+    return tuple(dict.fromkeys(config.name for config in (*DECODE_CONFIGS, *PREFILL_CONFIGS)))
+
+
+def select_configs(configs: tuple[BenchConfig, ...], names: frozenset[str] | None) -> tuple[BenchConfig, ...]:
+    """The rows of ``configs`` named in ``names`` (all of them for ``None``), with the reference rows kept."""
+    if names is None:
+        return configs
+    return tuple(config for config in configs if config.name in names or config.name in REFERENCE_CONFIGS)
+
+
 BREAK_IMPLEMENTATIONS: tuple[BenchConfig, ...] = (
     BenchConfig("ours", Kind.PRIMITIVE),
     BenchConfig("breakable-cuda-graphs", Kind.PEER, peer="breakable-cuda-graphs", ours=False),

@@ -95,3 +95,23 @@ def test_a_section_that_stops_the_run_leaves_the_finished_ones_on_disk(
 def test_a_finished_run_removes_its_partial_file(tmp_path: Path, no_cuda: str) -> None:
     assert cli.main(["--sections", "decode", "--out-dir", str(tmp_path)]) == 0
     assert not list(tmp_path.glob("*.partial.json")) and list(tmp_path.glob("*-bench.json"))
+
+
+def test_configs_select_rows_and_keep_the_references(
+    tmp_path: Path, no_cuda: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.configs import DECODE_CONFIGS, PREFILL_CONFIGS, select_configs
+
+    chosen = frozenset({"tc_piecewise/inductor", "full"})
+    assert [c.name for c in select_configs(DECODE_CONFIGS, chosen)] == ["eager", "raw", "full", "tc_piecewise/inductor"]
+    assert [c.name for c in select_configs(PREFILL_CONFIGS, chosen)] == ["eager", "tc_piecewise/inductor", "full"]
+    assert select_configs(DECODE_CONFIGS, None) == DECODE_CONFIGS
+
+    args = ["--quick", "--sections", "decode", "--out-dir", str(tmp_path), "--configs", "full", "tc_piecewise/eager"]
+    assert cli.main(args) == 0
+    [written] = tmp_path.glob("*-bench-quick.json")
+    assert json.loads(written.read_text())["settings"]["configs"] == ["full", "tc_piecewise/eager"]
+
+    assert cli.main(["--sections", "decode", "--out-dir", str(tmp_path), "--configs", "full", "fastest"]) == 2
+    error = capsys.readouterr().err
+    assert "unknown --configs ['fastest']; allowed: eager, raw, full," in error
