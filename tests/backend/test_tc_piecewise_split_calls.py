@@ -128,6 +128,15 @@ def compiled_with_split_calls(owner: StandInOwner) -> tuple[Callable[..., torch.
     return torch.compile(forward, backend=compiler, fullgraph=True), splits
 
 
+def captured_at_4(owner: StandInOwner) -> tuple[Callable[..., torch.Tensor], list[_SplitCall], torch.Tensor]:
+    """Compile (eagerly), then capture shape 4 on a static input; the owner is left in capture mode."""
+    compiled, splits = compiled_with_split_calls(owner)
+    static_x = torch.arange(4.0)
+    compiled(static_x)
+    owner._piece_mode, owner._piece_shape = "capture", 4
+    return compiled, splits, static_x
+
+
 def test_only_a_lone_in_place_split_op_with_a_binder_is_bindable() -> None:
     owner = StandInOwner()
     compiled, splits = compiled_with_split_calls(owner)
@@ -138,10 +147,7 @@ def test_only_a_lone_in_place_split_op_with_a_binder_is_bindable() -> None:
 
 def test_replay_runs_the_bound_call_and_copies_returned_tensors_back() -> None:
     owner = StandInOwner()
-    compiled, splits = compiled_with_split_calls(owner)
-    static_x = torch.arange(4.0)
-    compiled(static_x)  # compile, eagerly
-    owner._piece_mode, owner._piece_shape = "capture", 4
+    compiled, splits, static_x = captured_at_4(owner)
     captured = compiled(static_x).clone()
     assert STATE["binds"] == 1 and [split.is_bound(4) for split in splits] == [True, False]
     op_calls = STATE["op_calls"]
@@ -161,13 +167,10 @@ def test_replay_runs_the_bound_call_and_copies_returned_tensors_back() -> None:
 
 def test_the_split_returning_a_tensor_hands_the_next_piece_the_captured_tensor_refreshed() -> None:
     owner = StandInOwner()
-    compiled, splits = compiled_with_split_calls(owner)
-    static_x = torch.arange(4.0)
-    compiled(static_x)
-    owner._piece_mode, owner._piece_shape = "capture", 4
+    compiled, splits, static_x = captured_at_4(owner)
     compiled(static_x)
     returning = splits[1]
-    (captured_output,) = _tensors(returning.entries[4][1])
+    (captured_output,) = _tensors(returning.entries[4].output)
     address = captured_output.data_ptr()
     STATE["shift"] = 100.0
     owner._piece_mode = "replay"
@@ -180,10 +183,7 @@ def test_the_split_returning_a_tensor_hands_the_next_piece_the_captured_tensor_r
 
 def test_an_unknown_shape_runs_the_split_op_as_is_and_shapes_are_discarded() -> None:
     owner = StandInOwner()
-    compiled, splits = compiled_with_split_calls(owner)
-    static_x = torch.arange(4.0)
-    compiled(static_x)
-    owner._piece_mode, owner._piece_shape = "capture", 4
+    compiled, splits, static_x = captured_at_4(owner)
     compiled(static_x)
     owner._piece_mode, owner._piece_shape = "replay", 8
     x8 = torch.arange(8.0)

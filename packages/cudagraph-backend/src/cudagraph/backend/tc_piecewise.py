@@ -370,6 +370,17 @@ def _has_tensors(value: Any) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class _SplitEntry:
+    """One split-op call's record for one shape."""
+
+    replay: Callable[[], object]
+    output: Any
+    """What the call returned at capture (the next piece's graph reads these tensors), returned at every replay."""
+    bound: bool
+    """Whether ``replay`` is the op's pre-bound kernel call (not the op)."""
+
+
 @dataclass
 class _SplitCall:
     """A split-op submodule between two pieces, run eagerly: as is outside graphs; at capture, run and recorded per
@@ -383,8 +394,7 @@ class _SplitCall:
     module: torch.fx.GraphModule
     owner: TcPiecewiseCudaGraphBackend
     bindable: _BindableOpCall | None
-    entries: dict[int, tuple[Callable[[], object], Any, bool]] = field(default_factory=dict)
-    """Per shape: the replay call, the capture-time output returned at replay, whether the call is bound."""
+    entries: dict[int, _SplitEntry] = field(default_factory=dict)
 
     def __call__(self, *args: Any) -> Any:
         owner = self.owner
@@ -397,8 +407,8 @@ class _SplitCall:
         entry = self.entries.get(shape)
         if entry is None:
             return self.module(*args)
-        entry[0]()
-        return entry[1]
+        entry.replay()
+        return entry.output
 
     def _capture(self, shape: int, args: tuple[Any, ...]) -> Any:
         output = self.module(*args)
@@ -411,13 +421,13 @@ class _SplitCall:
             )
         else:
             call = EagerCall.record(name, self.module, args, {}, output, debug=debug)
-        self.entries[shape] = (call.bind(), output, call.bound is not None)
+        self.entries[shape] = _SplitEntry(call.bind(), output, call.bound is not None)
         return output
 
     def is_bound(self, shape: int) -> bool:
         """Whether ``shape``'s replay calls the op's pre-bound kernel call."""
         entry = self.entries.get(shape)
-        return entry is not None and entry[2]
+        return entry is not None and entry.bound
 
     def discard(self, shape: int) -> None:
         self.entries.pop(shape, None)
