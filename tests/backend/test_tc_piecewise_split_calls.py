@@ -1,7 +1,8 @@
 """tc_piecewise's split-op calls without CUDA: recorded per shape at capture, and at replay an in-place op with a
-replay binder runs its bound callable (not the op), while an op that returns a new tensor is run again and its
-result copied into the tensor the next piece was captured reading. Pieces run eagerly here (no graphs); the owner
-is a stand-in that holds the capture/replay mode as the backend does."""
+replay binder runs its bound callable (not the op), while an op that returns a new tensor is run again on the step's
+arguments and its result copied into the tensor the next piece was captured reading. Pieces stand in for their graphs
+(run again, outputs copied into the captured ones); the owner is a stand-in that holds the capture/replay mode as the
+backend does."""
 
 from __future__ import annotations
 
@@ -165,7 +166,7 @@ def test_replay_runs_the_bound_call_and_copies_returned_tensors_back() -> None:
     assert STATE["bound_calls"] == 1 and STATE["op_calls"] == op_calls + 1  # + 1: the eager `expected` above
 
 
-def test_the_split_returning_a_tensor_hands_the_next_piece_the_captured_tensor_refreshed() -> None:
+def test_the_split_returning_a_tensor_runs_on_the_step_arguments_into_the_captured_tensor() -> None:
     owner = StandInOwner()
     compiled, splits, static_x = captured_at_4(owner)
     compiled(static_x)
@@ -174,11 +175,11 @@ def test_the_split_returning_a_tensor_hands_the_next_piece_the_captured_tensor_r
     address = captured_output.data_ptr()
     STATE["shift"] = 100.0
     owner._piece_mode = "replay"
-    replayed = returning(torch.full((4,), 2.0))  # what the previous piece's graph would hand it: ignored
+    replayed = returning(torch.full((4,), 5.0))  # the step's argument (a graph piece hands its static output)
     owner._piece_mode = None
     (replayed_tensor,) = _tensors(replayed)
     assert replayed_tensor.data_ptr() == address  # the same tensor the next piece was captured reading
-    torch.testing.assert_close(replayed_tensor, (torch.arange(4.0) * 3 * 2 + 1) + 100.0)
+    torch.testing.assert_close(replayed_tensor, torch.full((4,), 105.0))  # computed from this step's argument
 
 
 def test_an_unknown_shape_runs_the_split_op_as_is_and_shapes_are_discarded() -> None:

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, cast
 import torch
 import torch.fx
 from torch.fx.passes.split_module import split_module
+from torch.utils._pytree import tree_flatten
 
 from cudagraph.backend_utils import (
     CaptureOptions,
@@ -362,33 +363,41 @@ class _BindableOpCall:
         return tuple(args), dict(kwargs)
 
 
-def _has_tensors(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return True
-    if isinstance(value, (tuple, list)):
-        return any(_has_tensors(item) for item in value)
-    return False
+def _tensor_leaves(value: Any) -> tuple[torch.Tensor, ...]:
+    return tuple(leaf for leaf in tree_flatten(value)[0] if isinstance(leaf, torch.Tensor))
 
 
 @dataclass(frozen=True)
 class _SplitEntry:
     """One split-op call's record for one shape."""
 
-    replay: Callable[[], object]
     output: Any
     """What the call returned at capture (the next piece's graph reads these tensors), returned at every replay."""
-    bound: bool
-    """Whether ``replay`` is the op's pre-bound kernel call (not the op)."""
+    bound: Callable[[], object] | None
+    """The op's pre-bound kernel call, run at replay instead of the submodule (``None``: the submodule runs)."""
+    copy_back: tuple[torch.Tensor, ...]
+    """``output``'s tensors when the submodule returned new ones (not written in place): refreshed at every replay."""
+
+    def replay(self, module: torch.fx.GraphModule, args: tuple[Any, ...]) -> Any:
+        """Run the call for this step and return the capture-time output, refreshed."""
+        if self.bound is not None:
+            self.bound()
+            return self.output
+        fresh = module(*args)
+        for kept, new in zip(self.copy_back, _tensor_leaves(fresh), strict=True):
+            if kept.data_ptr() != new.data_ptr():
+                kept.copy_(new)
+        return self.output
 
 
 @dataclass
 class _SplitCall:
     """A split-op submodule between two pieces, run eagerly: as is outside graphs; at capture, run and recorded per
-    shape; at replay, its recorded call. An in-place op with a ``ReplayBinder`` (the engine's attention) replays the
-    callable its binder returned at capture (the kernel call itself: no dispatcher, no forward-context lookup, no
-    views made per call), as a breakable replay does. Any other split op replays through the submodule, and results it
-    returns (not written in place) are copied into the tensors it returned at capture, which the next piece's graph
-    was captured reading."""
+    shape; at replay, run again for the step. An in-place op with a ``ReplayBinder`` (the engine's attention) replays
+    the callable its binder returned at capture (the kernel call itself: no dispatcher, no forward-context lookup, no
+    views made per call), as a breakable replay does. Any other split op replays through the submodule with the
+    step's arguments, and results it returns (not written in place) are copied into the tensors it returned at
+    capture, which the next piece's graph was captured reading."""
 
     index: int
     module: torch.fx.GraphModule
@@ -407,27 +416,27 @@ class _SplitCall:
         entry = self.entries.get(shape)
         if entry is None:
             return self.module(*args)
-        entry.replay()
-        return entry.output
+        return entry.replay(self.module, args)
 
     def _capture(self, shape: int, args: tuple[Any, ...]) -> Any:
         output = self.module(*args)
-        name = f"tc_piecewise split {self.index}"
-        debug = self.owner.options.debug
-        if self.bindable is not None and not debug and not _has_tensors(output):
+        bound = None
+        if self.bindable is not None and not self.owner.options.debug and not _tensor_leaves(output):
             op_args, op_kwargs = self.bindable.arguments(args)
-            call = EagerCall.record(
+            name = f"tc_piecewise split {self.index}"
+            bound = EagerCall.record(
                 name, self.bindable.op, op_args, op_kwargs, None, replay_binder=self.bindable.binder
-            )
-        else:
-            call = EagerCall.record(name, self.module, args, {}, output, debug=debug)
-        self.entries[shape] = _SplitEntry(call.bind(), output, call.bound is not None)
+            ).bound
+        argument_addresses = {tensor.data_ptr() for tensor in _tensor_leaves(args)}
+        results = _tensor_leaves(output)
+        written_in_place = all(tensor.data_ptr() in argument_addresses for tensor in results)
+        self.entries[shape] = _SplitEntry(output, bound, () if written_in_place else results)
         return output
 
     def is_bound(self, shape: int) -> bool:
         """Whether ``shape``'s replay calls the op's pre-bound kernel call."""
         entry = self.entries.get(shape)
-        return entry is not None and entry.bound
+        return entry is not None and entry.bound is not None
 
     def discard(self, shape: int) -> None:
         self.entries.pop(shape, None)
