@@ -172,6 +172,26 @@ def test_eager_call_binds_the_bound_callable_itself() -> None:
     assert calls == ["bound"]
 
 
+def test_an_eager_call_reruns_on_the_step_arguments_and_refreshes_what_it_returned() -> None:
+    def add(x: torch.Tensor, amount: float) -> torch.Tensor:
+        return x + amount
+
+    def add_(x: torch.Tensor, amount: float) -> torch.Tensor:
+        return x.add_(amount)  # in place: returns its argument
+
+    x = torch.zeros(3)
+    captured = add(x, 1.0)
+    call = EagerCall.record("add", add, (x, 1.0), {}, captured)
+    assert call.copy_back == (captured,)
+    call.rerun(torch.full((3,), 10.0), 5.0)  # this step's arguments, not the recorded (x, 1.0)
+    torch.testing.assert_close(captured, torch.full((3,), 15.0))
+
+    in_place = EagerCall.record("add_", add_, (x, 1.0), {}, add_(x, 1.0))
+    assert in_place.copy_back == ()
+    in_place.rerun(x, 2.0)  # nothing to refresh: the result is the argument
+    torch.testing.assert_close(x, torch.full((3,), 3.0))
+
+
 def test_a_forward_context_scope_is_reusable_and_restores_the_outer_context() -> None:
     outer, inner = ForwardContext(forward_batch="outer"), ForwardContext(forward_batch="inner")
     scope = ForwardContextScope(inner)

@@ -137,6 +137,15 @@ class EagerCall:
             return cast(Callable[[], None], functools.partial(self.fn, *self.args, **self.kwargs))
         return functools.partial(_call_and_copy_back, self.fn, self.args, self.kwargs, self.copy_back)
 
+    def rerun(self, *args: Any, **kwargs: Any) -> None:
+        """Run ``fn`` on this step's arguments (not the recorded ones) and refresh ``copy_back`` from its results:
+        for a caller whose arguments are the same tensors at every step but may carry other values (host tensors,
+        Python numbers) that must not be frozen at capture."""
+        if not self.copy_back:
+            self.fn(*args, **kwargs)
+            return
+        _call_and_copy_back(self.fn, args, kwargs, self.copy_back)
+
 
 def _call_and_copy_back(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], static_outputs: tuple[torch.Tensor, ...]

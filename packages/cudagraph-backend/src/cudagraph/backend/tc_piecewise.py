@@ -35,7 +35,6 @@ from typing import Any, ClassVar, cast
 import torch
 import torch.fx
 from torch.fx.passes.split_module import split_module
-from torch.utils._pytree import tree_flatten
 
 from cudagraph.backend_utils import (
     CaptureOptions,
@@ -363,30 +362,22 @@ class _BindableOpCall:
         return tuple(args), dict(kwargs)
 
 
-def _tensor_leaves(value: Any) -> tuple[torch.Tensor, ...]:
-    return tuple(leaf for leaf in tree_flatten(value)[0] if isinstance(leaf, torch.Tensor))
-
-
 @dataclass(frozen=True)
 class _SplitEntry:
     """One split-op call's record for one shape."""
 
+    call: EagerCall
+    """The call as captured: the op with its pre-bound kernel call (``call.bound``), or the submodule with the
+    tensors its results refresh (``call.copy_back``)."""
     output: Any
     """What the call returned at capture (the next piece's graph reads these tensors), returned at every replay."""
-    bound: Callable[[], object] | None
-    """The op's pre-bound kernel call, run at replay instead of the submodule (``None``: the submodule runs)."""
-    copy_back: tuple[torch.Tensor, ...]
-    """``output``'s tensors when the submodule returned new ones (not written in place): refreshed at every replay."""
 
-    def replay(self, module: torch.fx.GraphModule, args: tuple[Any, ...]) -> Any:
+    def replay(self, args: tuple[Any, ...]) -> Any:
         """Run the call for this step and return the capture-time output, refreshed."""
-        if self.bound is not None:
-            self.bound()
-            return self.output
-        fresh = module(*args)
-        for kept, new in zip(self.copy_back, _tensor_leaves(fresh), strict=True):
-            if kept.data_ptr() != new.data_ptr():
-                kept.copy_(new)
+        if self.call.bound is not None:
+            self.call.bound()
+        else:
+            self.call.rerun(*args)
         return self.output
 
 
@@ -416,27 +407,27 @@ class _SplitCall:
         entry = self.entries.get(shape)
         if entry is None:
             return self.module(*args)
-        return entry.replay(self.module, args)
+        return entry.replay(args)
 
     def _capture(self, shape: int, args: tuple[Any, ...]) -> Any:
         output = self.module(*args)
-        bound = None
-        if self.bindable is not None and not self.owner.options.debug and not _tensor_leaves(output):
+        name = f"tc_piecewise split {self.index}"
+        call = EagerCall.record(name, self.module, args, {}, output)
+        # An op that writes in place (nothing to copy back) and has a binder replays as its bound kernel call.
+        if self.bindable is not None and not call.copy_back and not self.owner.options.debug:
             op_args, op_kwargs = self.bindable.arguments(args)
-            name = f"tc_piecewise split {self.index}"
-            bound = EagerCall.record(
+            op_call = EagerCall.record(
                 name, self.bindable.op, op_args, op_kwargs, None, replay_binder=self.bindable.binder
-            ).bound
-        argument_addresses = {tensor.data_ptr() for tensor in _tensor_leaves(args)}
-        results = _tensor_leaves(output)
-        written_in_place = all(tensor.data_ptr() in argument_addresses for tensor in results)
-        self.entries[shape] = _SplitEntry(output, bound, () if written_in_place else results)
+            )
+            if op_call.bound is not None:
+                call = op_call
+        self.entries[shape] = _SplitEntry(call, output)
         return output
 
     def is_bound(self, shape: int) -> bool:
         """Whether ``shape``'s replay calls the op's pre-bound kernel call."""
         entry = self.entries.get(shape)
-        return entry is not None and entry.bound is not None
+        return entry is not None and entry.call.bound is not None
 
     def discard(self, shape: int) -> None:
         self.entries.pop(shape, None)
