@@ -129,10 +129,8 @@ def registered_break_ops() -> tuple[BreakOp, ...]:
 
 def is_split_op(target: object) -> bool:
     """Whether ``target`` (an FX node's target, or any callable) is a registered split op or an overload of one."""
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return break_options(target) is not None
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return target in _BREAK_PACKETS or any(overload.overloadpacket is target for overload in _BREAK_OVERLOADS)
     return False
 
 
