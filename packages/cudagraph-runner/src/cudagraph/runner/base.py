@@ -270,10 +270,19 @@ class BaseCudaGraphRunner(abc.ABC):
             return self.backend.replay(shape, static_inputs=self.static_input_tensors(shape))
         return self.backend.replay(shape)
 
-    def _checked_replay(self, shape: int, static_bucket: StaticBucket) -> Any:
-        """Debug mode's replay: through the backend's ``replay``, which first checks the static buffer addresses."""
-        with self.backend.runtime_session(), static_bucket.context_scope:
-            return self.replay_graph(shape)
+    def _replay_bucket(self, shape: int, static_bucket: StaticBucket, rows: int) -> Any:
+        """Replay ``shape`` (its inputs loaded, its attention metadata planned) and return its first ``rows`` rows.
+
+        The bound replay runs inside the bucket's forward context scope (eager breaks that replay through their op
+        read the batch from it); debug mode goes through the backend's ``replay``, which first checks the static
+        buffer addresses."""
+        if self.backend.options.debug:
+            with self.backend.runtime_session(), static_bucket.context_scope:
+                logits = self.replay_graph(shape)
+        else:
+            with static_bucket.context_scope:
+                logits = static_bucket.replay()  # type: ignore[misc]  # bound at capture
+        return static_bucket.rows_of(logits, rows)
 
     def static_input_tensors(self, shape: int) -> list[torch.Tensor]:
         """The static buffers the graph of ``shape`` reads (checked against capture-time addresses in debug mode)."""

@@ -110,10 +110,4 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             ForwardMode.DECODE,
             seq_lens_cpu=host_seq_lens,
         )
-        if self.backend.options.debug:
-            logits = self._checked_replay(bucket, static_bucket)
-        else:
-            # Eager breaks that replay through their op read the batch from the forward context.
-            with static_bucket.context_scope:
-                logits = static_bucket.replay()  # type: ignore[misc]  # bound at capture
-        return static_bucket.rows_of(logits, batch_size)
+        return self._replay_bucket(bucket, static_bucket, batch_size)

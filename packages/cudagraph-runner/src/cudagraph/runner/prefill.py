@@ -134,9 +134,4 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             forward_batch=static_batch,
             attention_in_graph=self.attention_in_graph,
         )
-        if self.backend.options.debug:
-            logits = self._checked_replay(bucket, static_bucket)
-        else:
-            with static_bucket.context_scope:
-                logits = static_bucket.replay()  # type: ignore[misc]  # bound at capture
-        return static_bucket.rows_of(logits, batch_size)
+        return self._replay_bucket(bucket, static_bucket, batch_size)
