@@ -140,3 +140,44 @@ def test_host_costs_are_measured_for_every_batch_size(attention: str) -> None:
         assert cost.breaks == model_runner.shape.num_layers
         assert min(cost.raw_us, cost.full_us, cost.breakable_us) > 0
         assert not cost.device_waited, "a host timing waited on the device: it measured GPU time, not host work"
+
+
+FULL_DECODE = CudaGraphConfig(
+    decode=PhaseConfig(Backend.FULL, BUCKETS, 64), prefill=PhaseConfig(Backend.DISABLED, (), 0)
+)
+
+
+@pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+def test_flashinfer_replay_planning_launches_no_kernel_and_full_decode_matches_eager() -> None:
+    """A decode graph lays its page table out inside the graph, so re-planning it before a replay is host work and the
+    plan's copies: no gather or scatter kernel. The graphs still match eager."""
+    with engine(FLASHINFER_MODEL, FULL_DECODE, attention="flashinfer", dtype="bfloat16") as graphed:
+        fill_cache(graphed, seed=23)
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        for batch_size in (1, 5, 17, 64):
+            batch = decode_batch_of_lengths(graphed, context_lens(batch_size, 100 + batch_size), seed=batch_size)
+            bucket = runner.bucket_of(batch)
+            assert bucket is not None
+            static = runner.static_buckets[bucket].batch
+            runner.inputs.load(batch, batch_size, batch_size)
+            torch.cuda.synchronize()
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=activities) as profiler:
+                graphed.attn_backend.init_forward_metadata_replay_cuda_graph(
+                    bucket,
+                    static.req_pool_indices,
+                    static.seq_lens,
+                    batch.seq_lens_sum + (bucket - batch_size),
+                    batch.forward_mode,
+                    seq_lens_cpu=static.seq_lens_cpu,
+                )
+                torch.cuda.synchronize()
+            device_work = [e.name for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            kernels = [name for name in device_work if not name.lower().startswith(("memcpy", "memset"))]
+            assert kernels == [], f"batch size {batch_size}: planning launched {kernels}"
+            have = runner.replay(batch).clone()
+            want = graphed.forward(batch)
+            torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
+            assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
+            release_decode_batch(graphed, batch)

@@ -9,7 +9,9 @@ and no merge (one launch and one plan per step instead of three), and a graph wr
 buffers per captured bucket, not two.
 
 Plans are made on the host from host lengths, never inside a graph, and never wait on the device; the page tables
-they read are gathered from the request-to-token table by device ops of fixed shape. When a step is planned:
+they read are gathered from the request-to-token table by device ops of fixed shape, which a decode graph captures
+(the step's first ops, in ``init_forward_metadata``), so re-planning a decode graph launches nothing but the plan's
+own copies. When a step is planned:
 
 - eager: ``init_forward_metadata``;
 - breakable and ``tc_piecewise`` replays (attention is the eager break): the runner's replay hook, for the real
@@ -175,6 +177,10 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
             batch.attn_metadata = None
             return
         if is_capture_mode() and self.decode_wrapper is not None:
+            if self.decode_wrapper is not self._eager:
+                # A graph step lays its pages out here, inside the graph (or its first segment), from the static
+                # request rows and lengths: the replay hook then plans on the host only, with no device ops.
+                self._lay_out(self.decode_wrapper, batch.req_pool_indices, batch.seq_lens, self.pages_per_row)
             return
         seq_lens_cpu = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()
         width = max(int(seq_lens_cpu.max()), 1) if batch.batch_size else 1
@@ -275,7 +281,7 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
             return
         seq_lens_cpu = seq_lens.cpu()  # capture time: a sync is fine here
         self.decode_wrapper = self._graph_wrapper(batch_size)
-        self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.pages_per_row)
+        self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.pages_per_row, lay_out=False)
 
     def init_forward_metadata_replay_cuda_graph(
         self,
@@ -311,7 +317,7 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         if seq_lens_cpu is None:
             seq_lens_cpu = seq_lens.cpu()
         self.decode_wrapper = self._graph_wrapper(batch_size)
-        self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.pages_per_row)
+        self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.pages_per_row, lay_out=False)
 
     def _plan(
         self,
@@ -320,10 +326,16 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         seq_lens: torch.Tensor,
         seq_lens_cpu: torch.Tensor,
         pages_per_row: int,
+        *,
+        lay_out: bool = True,
     ) -> None:
-        """Fill ``entry.kv_indices`` with each row's pages and plan decode over them."""
+        """Plan decode over ``entry.kv_indices``, filling it with each row's pages first when ``lay_out`` (a graph
+        wrapper's pages are laid out inside the captured step instead: ``init_forward_metadata``).
+
+        The plan reads the host lengths only; what it copies of the page ids is the buffer onto itself."""
         host = HostPages.of(seq_lens_cpu.to(torch.int32), self.page_size)
-        lay_out_pages(entry.kv_indices, self.req_to_token, req_pool_indices, seq_lens, self.page_size, pages_per_row)
+        if lay_out:
+            self._lay_out(entry, req_pool_indices, seq_lens, pages_per_row)
         entry.wrapper.plan(
             host.indptr,
             entry.kv_indices[: host.total],
@@ -339,6 +351,12 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
             # eager batch does (split-kv would partition differently for the bucket size and round differently).
             disable_split_kv=True,
         )
+
+    def _lay_out(
+        self, entry: _DecodeWrapper, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, pages_per_row: int
+    ) -> None:
+        """Write each row's page ids into ``entry.kv_indices`` (device ops of fixed shape)."""
+        lay_out_pages(entry.kv_indices, self.req_to_token, req_pool_indices, seq_lens, self.page_size, pages_per_row)
 
     def _plan_eager_extend(self, batch: ForwardBatch) -> _ExtendWrapper:
         """Plan the eager extend wrapper for ``batch``'s real requests (host lengths; no device sync)."""
