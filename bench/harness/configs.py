@@ -5,11 +5,18 @@ error in a comparison row only skips it, with the reason)."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 from cudagraph.config import CudaGraphConfig, resolve
+
+
+class HasBackend(Protocol):
+    """A measured row: its configuration's name is its ``backend``."""
+
+    backend: str
 
 
 class Kind(str, enum.Enum):
@@ -23,6 +30,16 @@ class Kind(str, enum.Enum):
     TORCH_COMPILE = "torch_compile"
 
 
+class Compiles(enum.IntEnum):
+    """What a configuration compiles in the bench's process, in the order rows are measured: nothing, dynamo alone
+    (its tracer, eager pieces), or inductor. On the H100 the host cost of every later step, even a plain graph
+    replay, was 2-3x higher in a process that had run an inductor compile, so rows that compile are measured last."""
+
+    NOTHING = 0
+    DYNAMO = 1
+    INDUCTOR = 2
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """One configuration: its row label, its kind, and for runners the settings ``resolve()`` reads."""
@@ -33,6 +50,7 @@ class BenchConfig:
     peer: str | None = None
     """The peer's distribution name (``PEER`` rows)."""
     ours: bool = True
+    compiles: Compiles = Compiles.NOTHING
 
     def runner_config(self, phase_shapes: Mapping[str, tuple[int, ...]]) -> CudaGraphConfig:
         """The resolved config of a runner row capturing exactly ``phase_shapes`` (``decode``/``prefill`` -> shapes;
@@ -60,6 +78,7 @@ DECODE_CONFIGS: tuple[BenchConfig, ...] = (
         "full+compiled",
         Kind.RUNNER,
         MappingProxyType({"decode_cuda_graph_backend": "full", "torch_compile_max_bs": COMPILED_SMALL_BUCKETS_MAX_BS}),
+        compiles=Compiles.INDUCTOR,
     ),
     BenchConfig(
         "full+compiled/autotuned",
@@ -71,19 +90,22 @@ DECODE_CONFIGS: tuple[BenchConfig, ...] = (
                 "torch_compile_mode": "max-autotune-no-cudagraphs",
             }
         ),
+        compiles=Compiles.INDUCTOR,
     ),
     BenchConfig("breakable", Kind.RUNNER, MappingProxyType({"decode_cuda_graph_backend": "breakable"})),
     BenchConfig(
         "tc_piecewise/eager",
         Kind.RUNNER,
         MappingProxyType({"decode_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "eager"}),
+        compiles=Compiles.DYNAMO,
     ),
     BenchConfig(
         "tc_piecewise/inductor",
         Kind.RUNNER,
         MappingProxyType({"decode_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "inductor"}),
+        compiles=Compiles.INDUCTOR,
     ),
-    BenchConfig("torch.compile", Kind.TORCH_COMPILE, ours=False),
+    BenchConfig("torch.compile", Kind.TORCH_COMPILE, ours=False, compiles=Compiles.INDUCTOR),
     BenchConfig("breakable-cuda-graphs", Kind.PEER, peer="breakable-cuda-graphs", ours=False),
     BenchConfig("piecewise-cuda-graphs", Kind.PEER, peer="piecewise-cuda-graphs", ours=False),
 )
@@ -96,11 +118,13 @@ PREFILL_CONFIGS: tuple[BenchConfig, ...] = (
         "tc_piecewise/eager",
         Kind.RUNNER,
         MappingProxyType({"prefill_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "eager"}),
+        compiles=Compiles.DYNAMO,
     ),
     BenchConfig(
         "tc_piecewise/inductor",
         Kind.RUNNER,
         MappingProxyType({"prefill_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "inductor"}),
+        compiles=Compiles.INDUCTOR,
     ),
     BenchConfig("full", Kind.RUNNER, MappingProxyType({"prefill_cuda_graph_backend": "full"})),
     BenchConfig("breakable-cuda-graphs", Kind.PEER, peer="breakable-cuda-graphs", ours=False),
@@ -110,6 +134,19 @@ PREFILL_CONFIGS: tuple[BenchConfig, ...] = (
 
 REFERENCE_CONFIGS = frozenset({"eager", "raw"})
 """Rows every ratio of their section refers to: measured whatever ``--configs`` selects."""
+
+
+def measurement_order(configs: tuple[BenchConfig, ...]) -> tuple[BenchConfig, ...]:
+    """``configs`` in the order a section measures them: those that compile nothing first, then dynamo's, then
+    inductor's (table order kept within each group), so no row's host time is taken in a process slowed by an
+    earlier row's compile."""
+    return tuple(sorted(configs, key=lambda config: config.compiles))
+
+
+def table_position(configs: tuple[BenchConfig, ...]) -> Callable[[HasBackend], int]:
+    """A sort key putting rows (anything with a ``backend`` row label) back into the table order of ``configs``."""
+    position = {config.name: index for index, config in enumerate(configs)}
+    return lambda row: position[row.backend]
 
 
 def selectable_config_names() -> tuple[str, ...]:

@@ -10,7 +10,7 @@ import torch
 
 from cudagraph.engine.model_runner import CacheConfig
 
-from .configs import DECODE_CONFIGS, BenchConfig
+from .configs import DECODE_CONFIGS, BenchConfig, measurement_order, table_position
 from .make_source import make_source
 from .measure import guarded, measure_step
 from .models import ModelCache
@@ -40,7 +40,7 @@ def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache
         cache = CacheConfig(max_num_reqs=max(settings.batch_sizes), max_context_len=2 * settings.context_len)
         model_runner = build_model_runner(preset, cache, settings.attention_backend, model)
         rows: list[DecodeRow] = []
-        for config in settings.configs:
+        for config in measurement_order(settings.configs):
             what = f"{preset} {config.name}"
             with guarded(result, "decode", what, config):
                 source = make_source(config, model_runner, {"decode": settings.batch_sizes})
@@ -74,6 +74,7 @@ def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache
                                 )
                 finally:
                     source.close()
+        rows.sort(key=table_position(settings.configs))
         result.decode += with_ratios(rows)
         model_runner.shutdown()
         del model_runner

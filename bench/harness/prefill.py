@@ -10,7 +10,7 @@ import torch
 
 from cudagraph.engine.model_runner import CacheConfig
 
-from .configs import PREFILL_CONFIGS, BenchConfig
+from .configs import PREFILL_CONFIGS, BenchConfig, measurement_order, table_position
 from .make_source import make_source
 from .measure import guarded, measure_step
 from .models import ModelCache
@@ -46,7 +46,7 @@ def run_prefill(result: BenchResult, settings: PrefillSettings, models: ModelCac
         cache = CacheConfig(max_num_reqs=most_requests + 1, max_context_len=longest)
         model_runner = build_model_runner(preset, cache, settings.attention_backend, models.get(preset))
         rows: list[PrefillRow] = []
-        for config in settings.configs:
+        for config in measurement_order(settings.configs):
             what = f"{preset} {config.name}"
             with guarded(result, "prefill", what, config):
                 source = make_source(config, model_runner, {"prefill": settings.token_buckets})
@@ -81,6 +81,7 @@ def run_prefill(result: BenchResult, settings: PrefillSettings, models: ModelCac
                                 )
                 finally:
                     source.close()
+        rows.sort(key=table_position(settings.configs))
         result.prefill += with_speedups(rows)
         model_runner.shutdown()
         del model_runner

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from harness.configs import DECODE_CONFIGS, PREFILL_CONFIGS, BenchConfig, Kind
+from harness.configs import (
+    DECODE_CONFIGS,
+    PREFILL_CONFIGS,
+    BenchConfig,
+    Compiles,
+    Kind,
+    measurement_order,
+    table_position,
+)
 from harness.make_source import SOURCE_FACTORIES, make_source
 from harness.migration import MigrationSettings, run_migration
 from harness.prefill import PrefillSettings
@@ -75,6 +83,40 @@ def test_every_configuration_kind_has_a_source_and_references_come_first() -> No
     assert [config.name for config in DECODE_CONFIGS[:2]] == ["eager", "raw"]
     assert PREFILL_CONFIGS[0].name == "eager"
     assert all(config.peer for config in (*DECODE_CONFIGS, *PREFILL_CONFIGS) if config.kind is Kind.PEER)
+
+
+def what_it_compiles(config: BenchConfig) -> Compiles:
+    """What a row compiles, read from its kind and settings (the table's ``compiles`` must agree)."""
+    settings = config.settings
+    if config.kind is Kind.TORCH_COMPILE or "torch_compile_max_bs" in settings:
+        return Compiles.INDUCTOR
+    if settings.get("tc_piecewise_compiler") == "inductor":
+        return Compiles.INDUCTOR
+    if settings.get("tc_piecewise_compiler") == "eager":
+        return Compiles.DYNAMO
+    return Compiles.NOTHING
+
+
+@pytest.mark.parametrize("configs", [DECODE_CONFIGS, PREFILL_CONFIGS], ids=["decode", "prefill"])
+def test_rows_that_compile_are_measured_after_every_row_that_does_not(configs: tuple[BenchConfig, ...]) -> None:
+    assert [config.compiles for config in configs] == [what_it_compiles(config) for config in configs]
+    ordered = measurement_order(configs)
+    assert sorted(ordered, key=lambda config: config.name) == sorted(configs, key=lambda config: config.name)
+    assert [config.compiles for config in ordered] == sorted(config.compiles for config in configs)
+    assert ordered[0].name == "eager"
+    assert any(config.compiles is Compiles.INDUCTOR for config in configs)
+    plain = [config.name for config in configs if config.compiles is Compiles.NOTHING]
+    assert [config.name for config in ordered[: len(plain)]] == plain
+
+
+def test_rows_measured_out_of_order_go_back_to_table_order() -> None:
+    measured = measurement_order(DECODE_CONFIGS)
+    assert measured != DECODE_CONFIGS
+    rows = decode_rows({config.name: 1.0 for config in measured})
+    rows.sort(key=table_position(DECODE_CONFIGS))
+    assert [(row.backend, row.batch_size) for row in rows] == [
+        (config.name, batch_size) for config in DECODE_CONFIGS for batch_size in (1, 8)
+    ]
 
 
 def test_runner_rows_capture_exactly_the_measured_shapes() -> None:
