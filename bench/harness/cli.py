@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .compare import DEFAULT_TOLERANCE, compare_report
+from .kernel_pass import COUNT_ITERATIONS, KernelCounts, count_in_child
 from .migration import MigrationSettings, run_migration, usable_cores
 from .profiles import PROFILES, Profile
 from .report import format_report
@@ -78,6 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
         "tc_piecewise/inductor full",
     )
     parser.add_argument("--attention-backend", default="torch", choices=("torch", "flashinfer"))
+    parser.add_argument(
+        "--kernel-counts",
+        type=KernelCounts,
+        default=KernelCounts.SEPARATE,
+        choices=list(KernelCounts),
+        metavar="{" + ",".join(mode.value for mode in KernelCounts) + "}",
+        help="where decode device activities per step are counted: 'separate' (default) in a second process after "
+        "the timing, 'inline' after each timed row (slows the host of later rows), 'off'",
+    )
+    parser.add_argument("--count-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help="where the JSON and plots go")
     return parser
 
@@ -106,7 +117,7 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
         result.environment["copy_bandwidth_gb_per_s"] = bandwidth / 1e9
         settings = DecodeSettings(
             presets, profile.batch_sizes, profile.context_len, profile.iterations, backend,
-            select_configs(DECODE_CONFIGS, names),
+            select_configs(DECODE_CONFIGS, names), count_kernels=args.kernel_counts is KernelCounts.INLINE,
         )  # fmt: skip
         run_decode(result, settings, models, bandwidth)
 
@@ -146,11 +157,14 @@ def _describe_machine() -> dict[str, Any]:
     return describe_machine()
 
 
-def run(args: argparse.Namespace) -> int:
-    """Measure the chosen sections, print the report, write the JSON and plots; the exit status."""
+def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """Measure the chosen sections, print the report, write the JSON and plots; the exit status. ``argv`` (the
+    arguments ``args`` came from) is what a separate kernel-counting pass is started with."""
     profile = PROFILES["quick" if args.quick else "full"]
     if args.batch_sizes:
         profile = replace(profile, batch_sizes=tuple(sorted(set(args.batch_sizes))))
+    if args.count_only:
+        profile = replace(profile, iterations=COUNT_ITERATIONS)
     result = BenchResult(
         environment=_describe_machine(),
         settings={"profile": "quick" if args.quick else "full", "sections": list(args.sections), **asdict(profile)},
@@ -183,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
             traceback.print_exc()
             result.wrong.append(WrongAnswer(name, "section", f"raised {type(error).__name__}: {error}"))
         write_checkpoint(result, args)
+    if args.kernel_counts is KernelCounts.SEPARATE and result.decode:
+        count_in_child(result, argv if argv is not None else [])
     return finish(result, args)
 
 
@@ -274,4 +290,4 @@ def main(argv: list[str]) -> int:
         return merge_main(argv[1:])
     if argv and argv[0] == "run":
         argv = argv[1:]
-    return run(build_parser().parse_args(argv))
+    return run(build_parser().parse_args(argv), argv)

@@ -16,7 +16,9 @@ from cudagraph.config import CudaGraphConfig, resolve
 class HasBackend(Protocol):
     """A measured row: its configuration's name is its ``backend``."""
 
-    backend: str
+    @property
+    def backend(self) -> str:
+        """The configuration's row label."""
 
 
 class Kind(str, enum.Enum):

@@ -30,6 +30,8 @@ class DecodeSettings:
     iterations: Iterations
     attention_backend: str = "torch"
     configs: tuple[BenchConfig, ...] = DECODE_CONFIGS
+    count_kernels: bool = True
+    """Count device activities right after each row is timed (``kernel_pass`` says why a run usually does not)."""
 
 
 def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache, bandwidth: float) -> None:
@@ -59,6 +61,7 @@ def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache
                                 model_runner.forward,
                                 batches,
                                 settings.iterations,
+                                count_kernels=settings.count_kernels,
                             )
                             if measured is not None:
                                 rows.append(
