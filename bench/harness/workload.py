@@ -28,9 +28,15 @@ EAGER_CONFIG = CudaGraphConfig(PhaseConfig(Backend.DISABLED, (), 0), PhaseConfig
 ROTATING_INPUTS = 4
 """Copies of every batch that the timed steps cycle through."""
 
-TIE_TOLERANCE = 0.125
+TIE_TOLERANCE = 0.5
 """A token that differs from eager's is a tie, not an error, when eager's logit for it is within this of eager's
-best (bf16 logits of unit spread: a few ulps; other kernels, inductor's, may round such near-ties the other way)."""
+best. The presets' logits have unit spread. Rows that replay eager's kernels match them to a few bf16 ulps; inductor's
+kernels do not: on the H100 at batch 256 they moved logits by up to 0.28-0.31 (both the compiled full graph and
+tc_piecewise's pieces), which flips any top-two pair closer than the two logits' moves together."""
+
+LOGIT_TOLERANCE = 1.0
+"""The most any logit may move from eager's (one unit of logit spread, about 3x inductor's measured worst): a row
+whose tokens all survive but whose logits moved further computes something else."""
 
 
 def build_model_runner(
@@ -120,14 +126,20 @@ class TokenCheck:
     max_abs_logit_diff: float
 
     @property
+    def logits_close(self) -> bool:
+        """Every logit within ``LOGIT_TOLERANCE`` of eager's."""
+        return self.max_abs_logit_diff <= LOGIT_TOLERANCE
+
+    @property
     def ok(self) -> bool:
-        """No wrong token."""
-        return self.wrong == 0
+        """No wrong token, and the logits close to eager's."""
+        return self.wrong == 0 and self.logits_close
 
     def __str__(self) -> str:
+        bound = "" if self.logits_close else f" (more than the {LOGIT_TOLERANCE:g} allowed)"
         return (
             f"{self.wrong} of {self.rows} greedy tokens wrong ({self.differing - self.wrong} near-ties), "
-            f"max |logit - eager| {self.max_abs_logit_diff:.3g}"
+            f"max |logit - eager| {self.max_abs_logit_diff:.3g}{bound}"
         )
 
 

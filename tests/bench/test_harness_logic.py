@@ -20,7 +20,7 @@ from harness.prefill import PrefillSettings
 from harness.profiles import Iterations
 from harness.rows import BenchResult, PrefillRow, with_speedups
 from harness.sources import SourceUnavailableError
-from harness.workload import TIE_TOLERANCE, check_tokens
+from harness.workload import LOGIT_TOLERANCE, TIE_TOLERANCE, check_tokens
 from results_factory import decode_rows
 
 
@@ -33,15 +33,29 @@ def test_identical_logits_pass_the_token_gate() -> None:
 def test_a_near_tie_is_accepted_and_a_real_difference_is_not() -> None:
     eager = torch.zeros(2, 10)
     eager[0, 3], eager[0, 7] = 5.0, 5.0 - TIE_TOLERANCE / 2  # row 0: tokens 3 and 7 nearly tie
-    eager[1, 2], eager[1, 8] = 5.0, 4.0  # row 1: token 2 clearly best
+    eager[1, 2], eager[1, 8] = 5.0, 4.3  # row 1: token 2 clearly best
     graph = eager.clone()
     graph[0, 7] = 5.1  # picks the near-tie
     tie = check_tokens(eager, graph)
     assert tie.ok and tie.differing == 1 and tie.wrong == 0
-    graph[1, 8] = 6.0  # picks a token eager ranks a whole logit lower
+    graph[1, 8] = 5.2  # picks a token eager ranks 0.7 lower (more than a tie), every logit within the bound
     wrong = check_tokens(eager, graph)
-    assert not wrong.ok and wrong.wrong == 1
+    assert not wrong.ok and wrong.wrong == 1 and wrong.logits_close
     assert "1 of 2 greedy tokens wrong (1 near-ties)" in str(wrong)
+
+
+def test_inductor_sized_moves_pass_and_logits_moved_further_fail_even_with_every_token_kept() -> None:
+    generator = torch.Generator().manual_seed(0)
+    eager = torch.randn(256, 64, generator=generator)
+    nudged = eager + (torch.rand(eager.shape, generator=generator) - 0.5) * 0.6  # moves of up to 0.3, as measured
+    check = check_tokens(eager, nudged)
+    assert check.ok and check.max_abs_logit_diff <= 0.3
+    assert check.differing > 0  # some top-two pairs closer than the moves flip; they are ties
+    shifted = eager.clone()
+    shifted[5] += torch.linspace(0, 1.5 * LOGIT_TOLERANCE, eager.shape[1]) * (shifted[5] < shifted[5].max())
+    far = check_tokens(eager, shifted)
+    assert far.wrong == 0 and not far.logits_close and not far.ok
+    assert f"more than the {LOGIT_TOLERANCE:g} allowed" in str(far)
 
 
 def test_nan_logits_and_wrong_shapes_fail_the_gate() -> None:
