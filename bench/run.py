@@ -2,6 +2,7 @@
 
     python3 bench/run.py [--quick] [--check] [--sections decode,breaks,prefill,capture,compile,migration]
                          [--presets P...] [--batch-sizes N...] [--configs NAME...]
+                         [--kernel-counts separate|inline|off]   # decode kernel counts: a second process by default
     python3 bench/run.py compare OLD.json NEW.json        # exit 1 when a ratio got more than 10 % worse
     python3 bench/run.py merge RUN.json... --out ALL.json  # one result from runs split over several calls
     python3 bench/run.py scripts [NAME...] [--check] [-- ARGS]   # the older bench/bench_*.py scripts

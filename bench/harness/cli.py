@@ -1,7 +1,8 @@
 """The harness command line: ``run`` (the default) measures and writes a result; ``compare OLD NEW`` flags every
 ratio that got more than 10 % worse.
 
-    python bench/run.py [--quick] [--check] [--sections decode,breaks,...] [--out-dir DIR]
+    python bench/run.py [--quick] [--check] [--sections decode,breaks,...] [--kernel-counts separate|inline|off]
+                        [--out-dir DIR]
     python bench/run.py compare OLD.json NEW.json [--tolerance 0.10]
 
 Exit status of ``run``: 1 when a configuration gave a wrong answer (or one of ours raised), when a migration run
