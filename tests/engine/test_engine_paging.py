@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cudagraph.engine.attention.paging import ExtendLengths, HostPages, lay_out_pages
 from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool
@@ -69,3 +71,23 @@ def test_extend_lengths_need_the_host_lengths() -> None:
     batch.extend_prefix_lens_cpu = None
     with pytest.raises(ValueError, match="extend_seq_lens_cpu and extend_prefix_lens_cpu"):
         ExtendLengths.of(batch)
+
+
+@given(
+    lengths=st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=300),
+    page_size=st.sampled_from([1, 2, 16, 64]),
+    as_tensor=st.sampled_from([None, torch.int32, torch.int64]),
+)
+def test_host_pages_count_each_rows_pages_and_last_page_fill(
+    lengths: list[int], page_size: int, as_tensor: torch.dtype | None
+) -> None:
+    given_lengths = lengths if as_tensor is None else torch.tensor(lengths, dtype=as_tensor)
+    host = HostPages.of(given_lengths, page_size)
+    pages = [(length + page_size - 1) // page_size for length in lengths]
+    assert host.indptr.dtype == host.last_page_len.dtype == torch.int32
+    assert host.indptr.tolist() == [sum(pages[:row]) for row in range(len(lengths) + 1)]
+    assert host.total == sum(pages)
+    assert host.last_page_len.tolist() == [
+        length - (count - 1) * page_size for length, count in zip(lengths, pages, strict=True)
+    ]
+    assert all(1 <= fill <= page_size for fill in host.last_page_len.tolist())

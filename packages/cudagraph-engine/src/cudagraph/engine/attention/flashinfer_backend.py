@@ -333,7 +333,7 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         wrapper's pages are laid out inside the captured step instead: ``init_forward_metadata``).
 
         The plan reads the host lengths only; what it copies of the page ids is the buffer onto itself."""
-        host = HostPages.of(seq_lens_cpu.to(torch.int32), self.page_size)
+        host = HostPages.of(seq_lens_cpu, self.page_size)
         if lay_out:
             self._lay_out(entry, req_pool_indices, seq_lens, pages_per_row)
         entry.wrapper.plan(
