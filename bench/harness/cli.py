@@ -170,6 +170,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         environment=_describe_machine(),
         settings={"profile": "quick" if args.quick else "full", "sections": list(args.sections), **asdict(profile)},
     )
+    result.settings["kernel_counts"] = "count pass" if args.count_only else args.kernel_counts.value
     if args.presets:
         result.settings["presets"] = list(args.presets)
     if args.configs:

@@ -29,6 +29,7 @@ def test_cuda_sections_skip_with_the_reason_and_the_json_is_written(tmp_path: Pa
         {"section": "prefill", "what": "section", "reason": no_cuda},
     ]
     assert data["decode"] == [] and data["settings"]["profile"] == "full"
+    assert data["settings"]["kernel_counts"] == "separate"  # no decode rows here: no counting process was started
 
 
 def test_check_fails_when_targets_are_not_measured(tmp_path: Path, no_cuda: str) -> None:
