@@ -49,20 +49,13 @@ def run_harness(argv: list[str]) -> int:
     return subprocess.call([sys.executable, "-m", "harness", *argv], env=workspace_env(), cwd=ROOT)
 
 
-def compare(argv: list[str]) -> int:
-    """``compare OLD NEW`` in this process (pure Python)."""
+def run_in_process(argv: list[str]) -> int:
+    """``compare ...`` or ``merge ...`` (``argv`` starting with the command): the harness's own dispatch, in this
+    process, since neither needs torch, a GPU or the carried wheels."""
     sys.path.insert(0, str(BENCH))
-    from harness.cli import compare_main
+    from harness.cli import main as harness_main
 
-    return compare_main(argv)
-
-
-def merge(argv: list[str]) -> int:
-    """``merge RUN.json... --out MERGED.json`` in this process (pure Python)."""
-    sys.path.insert(0, str(BENCH))
-    from harness.cli import merge_main
-
-    return merge_main(argv)
+    return harness_main(argv)
 
 
 def run_scripts(argv: list[str]) -> int:
@@ -113,14 +106,17 @@ def missed_targets(result: object) -> list[str]:
     return [target for target, met in checks.items() if not met]
 
 
-COMMANDS = {"compare": compare, "merge": merge, "scripts": run_scripts}
-"""First argument -> command; anything else goes to the harness."""
+IN_PROCESS_COMMANDS = frozenset({"compare", "merge"})
+"""First arguments that run in this process (pure Python); ``scripts`` runs the older scripts; anything else goes to
+the harness's child process."""
 
 
 def main(argv: list[str]) -> int:
     """Dispatch to ``compare``, ``merge``, ``scripts`` or the harness."""
-    if argv and argv[0] in COMMANDS:
-        return COMMANDS[argv[0]](argv[1:])
+    if argv and argv[0] in IN_PROCESS_COMMANDS:
+        return run_in_process(argv)
+    if argv and argv[0] == "scripts":
+        return run_scripts(argv[1:])
     return run_harness(argv)
 
 
