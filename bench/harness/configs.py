@@ -43,6 +43,12 @@ class Compiles(enum.IntEnum):
     INDUCTOR = 2
 
 
+_PIECE_COMPILES: Mapping[object, Compiles] = MappingProxyType(
+    {None: Compiles.NOTHING, "eager": Compiles.DYNAMO, "inductor": Compiles.INDUCTOR}
+)
+"""``tc_piecewise_compiler`` setting -> what the row compiles (``None``: not a tc_piecewise row)."""
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """One configuration: its row label, its kind, and for runners the settings ``resolve()`` reads."""
@@ -53,7 +59,14 @@ class BenchConfig:
     peer: str | None = None
     """The peer's distribution name (``PEER`` rows)."""
     ours: bool = True
-    compiles: Compiles = Compiles.NOTHING
+
+    @property
+    def compiles(self) -> Compiles:
+        """What this row compiles, read from its kind and settings: ``torch.compile`` and compiled buckets run
+        inductor; ``tc_piecewise`` runs dynamo, and inductor too unless its pieces stay eager."""
+        if self.kind is Kind.TORCH_COMPILE or "torch_compile_max_bs" in self.settings:
+            return Compiles.INDUCTOR
+        return _PIECE_COMPILES[self.settings.get("tc_piecewise_compiler")]
 
     def runner_config(self, phase_shapes: Mapping[str, tuple[int, ...]]) -> CudaGraphConfig:
         """The resolved config of a runner row capturing exactly ``phase_shapes`` (``decode``/``prefill`` -> shapes;
@@ -81,7 +94,6 @@ DECODE_CONFIGS: tuple[BenchConfig, ...] = (
         "full+compiled",
         Kind.RUNNER,
         MappingProxyType({"decode_cuda_graph_backend": "full", "torch_compile_max_bs": COMPILED_SMALL_BUCKETS_MAX_BS}),
-        compiles=Compiles.INDUCTOR,
     ),
     BenchConfig(
         "full+compiled/autotuned",
@@ -93,22 +105,19 @@ DECODE_CONFIGS: tuple[BenchConfig, ...] = (
                 "torch_compile_mode": "max-autotune-no-cudagraphs",
             }
         ),
-        compiles=Compiles.INDUCTOR,
     ),
     BenchConfig("breakable", Kind.RUNNER, MappingProxyType({"decode_cuda_graph_backend": "breakable"})),
     BenchConfig(
         "tc_piecewise/eager",
         Kind.RUNNER,
         MappingProxyType({"decode_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "eager"}),
-        compiles=Compiles.DYNAMO,
     ),
     BenchConfig(
         "tc_piecewise/inductor",
         Kind.RUNNER,
         MappingProxyType({"decode_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "inductor"}),
-        compiles=Compiles.INDUCTOR,
     ),
-    BenchConfig("torch.compile", Kind.TORCH_COMPILE, ours=False, compiles=Compiles.INDUCTOR),
+    BenchConfig("torch.compile", Kind.TORCH_COMPILE, ours=False),
     BenchConfig("breakable-cuda-graphs", Kind.PEER, peer="breakable-cuda-graphs", ours=False),
     BenchConfig("piecewise-cuda-graphs", Kind.PEER, peer="piecewise-cuda-graphs", ours=False),
 )
@@ -121,13 +130,11 @@ PREFILL_CONFIGS: tuple[BenchConfig, ...] = (
         "tc_piecewise/eager",
         Kind.RUNNER,
         MappingProxyType({"prefill_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "eager"}),
-        compiles=Compiles.DYNAMO,
     ),
     BenchConfig(
         "tc_piecewise/inductor",
         Kind.RUNNER,
         MappingProxyType({"prefill_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "inductor"}),
-        compiles=Compiles.INDUCTOR,
     ),
     BenchConfig("full", Kind.RUNNER, MappingProxyType({"prefill_cuda_graph_backend": "full"})),
     BenchConfig("breakable-cuda-graphs", Kind.PEER, peer="breakable-cuda-graphs", ours=False),
