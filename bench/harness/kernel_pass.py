@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from .merge import ROW_KEYS
 from .profiles import Iterations
 from .rows import BenchResult
 
@@ -57,10 +58,11 @@ def counting_argv(argv: Sequence[str], out_dir: Path) -> list[str]:
 def fill_kernel_counts(result: BenchResult, counted: BenchResult) -> int:
     """Copy ``kernels_per_step`` from ``counted``'s decode rows onto ``result``'s rows of the same preset,
     configuration and batch size; the number of rows filled."""
-    counts = {(row.preset, row.backend, row.batch_size): row.kernels_per_step for row in counted.decode}
+    key_of = ROW_KEYS["decode"]
+    counts = {key_of(row): row.kernels_per_step for row in counted.decode}
     filled = 0
     for index, row in enumerate(result.decode):
-        count = counts.get((row.preset, row.backend, row.batch_size))
+        count = counts.get(key_of(row))
         if count is not None:
             result.decode[index] = replace(row, kernels_per_step=count)
             filled += 1
