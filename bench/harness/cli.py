@@ -158,7 +158,7 @@ def _describe_machine() -> dict[str, Any]:
     return describe_machine()
 
 
-def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Measure the chosen sections, print the report, write the JSON and plots; the exit status. ``argv`` (the
     arguments ``args`` came from) is what a separate kernel-counting pass is started with."""
     profile = PROFILES["quick" if args.quick else "full"]
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             result.wrong.append(WrongAnswer(name, "section", f"raised {type(error).__name__}: {error}"))
         write_checkpoint(result, args)
     if args.kernel_counts is KernelCounts.SEPARATE and result.decode:
-        count_in_child(result, argv if argv is not None else [])
+        count_in_child(result, argv)
     return finish(result, args)
 
 
