@@ -28,7 +28,7 @@ from cudagraph.engine.benchmark import (
     measure_host_costs,
     profile_runner_replay,
 )
-from cudagraph.engine.model import model_config_from_preset, random_model
+from cudagraph.engine.model import KERNEL_BACKEND_CHOICES, model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
 TARGETS = {
@@ -53,6 +53,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--capture-max-bs", type=int, default=256)
     parser.add_argument("--attention-backend", default="torch")
+    parser.add_argument(
+        "--kernel-backend", default="auto", choices=KERNEL_BACKEND_CHOICES, help="the layer kernel set (default auto)"
+    )
     parser.add_argument("--host-repeats", type=int, default=50, help="timed calls per host-cost figure")
     parser.add_argument(
         "--profile-host",
@@ -87,7 +90,13 @@ def main(argv: list[str]) -> int:
     cache = CacheConfig(max_num_reqs=max(args.batch_sizes), max_context_len=args.max_context_len)
     # The runners under test are built per mode by bench_decode; the engine itself stays eager.
     disabled = CudaGraphConfig(PhaseConfig(Backend.DISABLED, (), 0), PhaseConfig(Backend.DISABLED, (), 0))
-    model_runner = ModelRunner(model, disabled, cache_config=cache, attention_backend=args.attention_backend)
+    model_runner = ModelRunner(
+        model,
+        disabled,
+        cache_config=cache,
+        attention_backend=args.attention_backend,
+        kernel_backend=args.kernel_backend,
+    )
 
     modes = ["eager", "raw", "full", "breakable"]
     timings = bench_decode(model_runner, args.batch_sizes, modes, context_len=args.context_len, steps=args.steps)
@@ -145,6 +154,7 @@ def main(argv: list[str]) -> int:
         "preset": args.preset,
         "dtype": args.dtype,
         "attention_backend": args.attention_backend,
+        "kernel_backend": model_runner.kernels.name,
         "context_len": args.context_len,
         "max_context_len": args.max_context_len,
         "timings": [t.as_dict() for t in timings],
@@ -156,7 +166,10 @@ def main(argv: list[str]) -> int:
         "targets": TARGETS,
         "checks": checks,
     }
-    print(f"decode step, {args.preset} ({args.dtype}, {args.attention_backend} attention) on {result['device']}")
+    print(
+        f"decode step, {args.preset} ({args.dtype}, {args.attention_backend} attention, "
+        f"{model_runner.kernels.name} kernels) on {result['device']}"
+    )
     print(format_table(timings))
     print("runner host work over raw replay (us): " + ", ".join(f"{k} {v:.1f}" for k, v in overhead_us.items()))
     print("host cost with the device busy (median us per step):")

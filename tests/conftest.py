@@ -1,9 +1,16 @@
-"""Shared test configuration: GPU tests skip with a reason where CUDA is absent; hypothesis profiles."""
+"""Shared test configuration: GPU tests skip with a reason where CUDA is absent; hypothesis profiles; Triton's
+interpreter on machines without an NVIDIA device (so the Triton kernels' tests run on CPU tensors)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
+
+# Read when a kernel is decorated, and Triton's own helpers are decorated when it is first imported (torch._dynamo
+# imports it): this must run before anything imports torch's compiler.
+if not Path("/dev/nvidiactl").exists():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 from hypothesis import HealthCheck, settings

@@ -72,8 +72,8 @@ def test_flashinfer_kernels_asked_for_and_not_installed_name_the_extra(
 
 
 def test_unknown_kernel_backend_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--kernel-backend", "triton"], capsys)
-    assert "--kernel-backend" in line and "'auto', 'torch', 'flashinfer'" in line
+    line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--kernel-backend", "cutlass"], capsys)
+    assert "--kernel-backend" in line and "'auto', 'torch', 'flashinfer', 'triton'" in line
 
 
 def test_missing_model_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import logging
 import re
+import sys
 
 import fake_flashinfer
 import pytest
@@ -59,7 +60,7 @@ def flashinfer_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_choices_are_auto_then_the_registry() -> None:
-    assert KERNEL_BACKEND_CHOICES == ("auto", "torch", "flashinfer")
+    assert KERNEL_BACKEND_CHOICES == ("auto", "torch", "flashinfer", "triton")
 
 
 @pytest.mark.parametrize(
@@ -142,7 +143,40 @@ def test_asking_for_flashinfer_where_it_cannot_run_is_one_error_naming_the_condi
 
 
 def test_an_unknown_name_lists_the_choices() -> None:
-    with pytest.raises(KernelBackendError, match="unknown kernel backend 'triton'; choose one of auto, torch, flash"):
+    with pytest.raises(KernelBackendError, match="unknown kernel backend 'cutlass'; choose one of auto, torch, flash"):
+        select_kernels("cutlass", target())
+
+
+@pytest.mark.parametrize(
+    ("changes", "needs", "found"),
+    [
+        ({"device": torch.device("cpu")}, "a CUDA device", "the model is on cpu"),
+        ({"traced": True}, "a forward that torch.compile does not trace", "tc_piecewise"),
+    ],
+    ids=["cpu", "traced"],
+)
+def test_asking_for_triton_where_it_cannot_run_is_one_error_naming_the_condition(
+    changes: dict[str, object], needs: str, found: str
+) -> None:
+    pytest.importorskip("triton", reason="triton is not installed (the CUDA builds of torch ship it)")
+    with pytest.raises(KernelBackendError) as error:
+        select_kernels("triton", target(**changes))
+    message = str(error.value)
+    assert f"the triton kernels need {needs}" in message and found in message and "\n" not in message
+
+
+def test_asking_for_triton_without_it_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cudagraph.engine.model as package
+
+    monkeypatch.setitem(sys.modules, "triton", None)  # an import of it now raises ModuleNotFoundError
+    for module in ("triton_kernels", "triton_ops"):  # imported afresh, as in a process that never had them
+        monkeypatch.delitem(sys.modules, f"{package.__name__}.{module}", raising=False)
+        monkeypatch.delattr(package, module, raising=False)
+    with pytest.raises(
+        KernelBackendUnavailableError,
+        match=r"the triton kernels need the triton package \(triton "
+        r"is not installed\): pip install 'cudagraph-engine\[triton\]'",
+    ):
         select_kernels("triton", target())
 
 

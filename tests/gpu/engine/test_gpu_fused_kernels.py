@@ -1,5 +1,6 @@
-"""The engine with FlashInfer's fused kernel set: full and breakable decode graphs give eager's tokens at every batch
-size 1..64, and a decode step launches at most the budgeted kernels per decoder layer.
+"""The engine with a fused kernel set (FlashInfer's, Triton's), FlashInfer attention: full and breakable decode graphs
+give eager's tokens at every batch size 1..64, and a decode step launches at most the budgeted kernels per decoder
+layer.
 
 bfloat16 throughout (the fused kernels exist for float16 and bfloat16 only). Graphs are compared with eager runs of
 the same kernels: every fused kernel computes a token's row the same way whatever the batch, so padding a batch to
@@ -46,15 +47,23 @@ FUSED_MODELS = {
 }
 
 
+FUSED_SETS = ["flashinfer", "triton"]
+"""The fused kernel sets (Triton ships with CUDA builds of torch; the module needs flashinfer for attention)."""
+
+
 @contextlib.contextmanager
 def fused_engine(
-    model_config: ModelConfig, graphs: CudaGraphConfig, attention: str, cache: CacheConfig | None = None
+    model_config: ModelConfig,
+    graphs: CudaGraphConfig,
+    attention: str,
+    cache: CacheConfig | None = None,
+    kernels: str = "flashinfer",
 ) -> Iterator[ModelRunner]:
-    """A bfloat16 CUDA engine on the fused kernels, graphs captured; shut down on exit, pass or fail."""
+    """A bfloat16 CUDA engine on the fused ``kernels``, graphs captured; shut down on exit, pass or fail."""
     model = random_model(model_config, seed=3, dtype="bfloat16", device="cuda")
     cache = cache or CacheConfig(max_num_reqs=80, max_context_len=160)
-    runner = ModelRunner(model, graphs, cache_config=cache, attention_backend=attention, kernel_backend="flashinfer")
-    assert runner.kernels.name == "flashinfer" and model.kernels is runner.kernels
+    runner = ModelRunner(model, graphs, cache_config=cache, attention_backend=attention, kernel_backend=kernels)
+    assert runner.kernels.name == kernels and model.kernels is runner.kernels
     try:
         runner.init_cuda_graphs()
         yield runner
@@ -62,16 +71,17 @@ def fused_engine(
         runner.shutdown()
 
 
+@pytest.mark.parametrize("kernels", FUSED_SETS)
 @pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
 @pytest.mark.parametrize("name", list(FUSED_MODELS))
-def test_fused_decode_graphs_give_eager_tokens_at_every_batch_size(name: str, backend: Backend) -> None:
+def test_fused_decode_graphs_give_eager_tokens_at_every_batch_size(name: str, backend: Backend, kernels: str) -> None:
     """With FlashInfer attention (one CTA per row: a padded batch attends each real row as eager does). The torch
     attention backend sizes eager and graphed decode attention differently, which moves bfloat16 roundings by
     itself; its graphs are compared by logits in test_gpu_engine_graphs."""
     prompts, params = shrinking_workload()
-    with fused_engine(FUSED_MODELS[name], EAGER, "flashinfer") as eager:
+    with fused_engine(FUSED_MODELS[name], EAGER, "flashinfer", kernels=kernels) as eager:
         expected = tokens(eager, prompts, params)
-    with fused_engine(FUSED_MODELS[name], config(backend, Backend.DISABLED), "flashinfer") as graphed:
+    with fused_engine(FUSED_MODELS[name], config(backend, Backend.DISABLED), "flashinfer", kernels=kernels) as graphed:
         assert graphed.decode_cuda_graph_runner is not None
         seen = count_replayed_batch_sizes(graphed.decode_cuda_graph_runner)
         got = tokens(graphed, prompts, params)
@@ -80,11 +90,13 @@ def test_fused_decode_graphs_give_eager_tokens_at_every_batch_size(name: str, ba
         assert have == want, f"prompt {index} diverged"
 
 
+@pytest.mark.parametrize("kernels", FUSED_SETS)
 @pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
-def test_fused_decode_graph_logits_equal_eager_logits_at_every_batch_size(backend: Backend) -> None:
+def test_fused_decode_graph_logits_equal_eager_logits_at_every_batch_size(backend: Backend, kernels: str) -> None:
     """Requests of mixed lengths at every batch size 1..64 (padding included): replayed logits within bfloat16
     rounding of eager ones and the same greedy tokens."""
-    with fused_engine(FUSED_MODELS["qwen3"], config(backend, Backend.DISABLED), "flashinfer") as engine:
+    graphs = config(backend, Backend.DISABLED)
+    with fused_engine(FUSED_MODELS["qwen3"], graphs, "flashinfer", kernels=kernels) as engine:
         fill_cache(engine, seed=11)
         runner = engine.decode_cuda_graph_runner
         assert runner is not None
@@ -104,11 +116,18 @@ def test_fused_decode_graph_logits_equal_eager_logits_at_every_batch_size(backen
 LAYER_SHAPE = model_config_from_preset("qwen3-0.6b-random").with_overrides(vocab_size=4096, max_position_embeddings=512)
 """Qwen3-0.6B's layer (hidden 1024, 16/8 heads of 128, intermediate 3072); the vocabulary does not matter here."""
 
-KERNEL_BUDGET = {"llama": 10, "qwen3": 12}
-"""Operations per decoder layer of a batch-1 decode step on the fused kernels and FlashInfer attention: 4 matmuls,
-attention, the KV store, rotary, 2 fused add+norms, silu-and-mul; Qwen3 adds its q and k head norms, two launches
-(FlashInfer's head norm takes one weight vector and q and k have their own). A library may run one operation as two
-launches (``LIBRARY_HELPERS``); those are printed and counted with their operation, not against the budget."""
+KERNEL_BUDGET = {
+    ("flashinfer", "llama"): 10,
+    ("flashinfer", "qwen3"): 12,
+    ("triton", "llama"): 9,
+    ("triton", "qwen3"): 9,
+}
+"""Operations per decoder layer of a batch-1 decode step with FlashInfer attention (attention and the KV store, two
+of them), by kernel set and family. FlashInfer's set: 4 matmuls, rotary, 2 fused add+norms, silu-and-mul, and for
+Qwen3 its q and k head norms, two launches (FlashInfer's head norm takes one weight vector and q and k have their
+own). Triton's set: 4 projections (the activation fused into the down one), head norms with rotary in one, 2 fused
+add+norms. A library may run one operation as two launches (``LIBRARY_HELPERS``); those are printed and counted with
+their operation, not against the budget."""
 
 LIBRARY_HELPERS = {
     "splitKreduce": "cuBLAS split-K matmul reduction",
@@ -117,24 +136,37 @@ LIBRARY_HELPERS = {
 """Kernels a library adds to one of our operations, by its own choice of tiling (name fragment: what it is)."""
 
 MATMUL_FRAGMENTS = ("nvjet", "gemm", "gemv", "sm90_xmma", "cutlass")
-"""Name fragments of the matmul kernels cuBLAS picks for the projections."""
+"""Name fragments of the matmul kernels cuBLAS picks for the projections (and of Triton's ``_gemv_kernel``)."""
 
 FUSED_KERNELS_PER_LAYER = {
-    "FusedAddRMSNormKernel": 2,
-    "BatchQKApplyRotaryPosIdsCosSinCache": 1,
-    "act_and_mul_kernel": 1,
-    "BatchDecodeWithPagedKVCache": 1,
+    "flashinfer": {
+        "FusedAddRMSNormKernel": 2,
+        "BatchQKApplyRotaryPosIdsCosSinCache": 1,
+        "act_and_mul_kernel": 1,
+        "BatchDecodeWithPagedKVCache": 1,
+        "QKRMSNormKernel": {"qwen3": 2, "llama": 0},
+    },
+    "triton": {
+        "_rms_norm_kernel": 2,
+        "_qk_norm_rope_kernel": 1,
+        "_gemv_kernel": 4,
+        "BatchDecodeWithPagedKVCache": 1,
+    },
 }
-"""Substrings of FlashInfer kernel names (from its sources) and how many launches of each a layer makes."""
+"""By kernel set, substrings of kernel names (from the sources) and how many launches of each a layer makes (by
+family where the families differ)."""
+
+HELPERS_ALLOWED = {"flashinfer": 2, "triton": 0}
+"""Library helper launches a layer may add per helper kind: Triton's set runs no cuBLAS projection at batch 1."""
 
 
-def device_activities_of_one_decode_step(model_config: ModelConfig) -> Counter[str]:
+def device_activities_of_one_decode_step(model_config: ModelConfig, kernels: str) -> Counter[str]:
     """Every kernel, copy and memset one eager batch-1 decode step puts on the GPU (what a full graph of the same
     step holds as nodes), by name; measured on a warm engine."""
     from torch.profiler import ProfilerActivity, profile
 
     cache = CacheConfig(max_num_reqs=2, max_context_len=256)
-    with fused_engine(model_config, EAGER, "flashinfer", cache) as engine:
+    with fused_engine(model_config, EAGER, "flashinfer", cache, kernels) as engine:
         batch = synthetic_decode_batch(engine, 1, context_len=128)
         engine.forward(batch)  # warm: plans, lazily loaded modules, matmul handles
         torch.cuda.synchronize()
@@ -145,13 +177,14 @@ def device_activities_of_one_decode_step(model_config: ModelConfig) -> Counter[s
     return Counter(e.name for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
+@pytest.mark.parametrize("kernels", FUSED_SETS)
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_a_fused_decoder_layer_launches_at_most_its_kernel_budget(family: str) -> None:
+def test_a_fused_decoder_layer_launches_at_most_its_kernel_budget(family: str, kernels: str) -> None:
     """What is counted: the difference between a 4-layer and a 2-layer model's decode step, halved: every device
     activity (kernel, memcpy, memset) of two decoder layers, and nothing else (embedding, final norm, LM head,
     attention planning and the step's inputs cancel out)."""
     shape = LAYER_SHAPE.with_overrides(model_type=family)
-    two, four = (device_activities_of_one_decode_step(shape.with_overrides(num_layers=n)) for n in (2, 4))
+    two, four = (device_activities_of_one_decode_step(shape.with_overrides(num_layers=n), kernels) for n in (2, 4))
     two_layers = four - two
     assert not two - four, f"a 2-layer step launched something a 4-layer one did not: {two - four}"
     assert all(count % 2 == 0 for count in two_layers.values()), f"not the same per layer: {two_layers}"
@@ -161,14 +194,16 @@ def test_a_fused_decoder_layer_launches_at_most_its_kernel_budget(family: str) -
     operations = total - sum(helpers.values())
     listing = "\n".join(f"  {count} x {name[:150]}" for name, count in sorted(per_layer.items()))
     print(
-        f"\n{family}-shaped decoder layer, fused kernels + FlashInfer attention: {total} launches, {operations} "
+        f"\n{family}-shaped decoder layer, {kernels} kernels + FlashInfer attention: {total} launches, {operations} "
         f"operations ({sum(helpers.values())} library helper launches)\n{listing}"
     )
-    for fragment, expected in FUSED_KERNELS_PER_LAYER.items():
-        assert sum(count for name, count in per_layer.items() if fragment in name) == expected, fragment
-    head_norms = sum(count for name, count in per_layer.items() if "QKRMSNormKernel" in name)
-    assert head_norms == (2 if family == "qwen3" else 0)
+    for fragment, expected in FUSED_KERNELS_PER_LAYER[kernels].items():
+        want = expected[family] if isinstance(expected, dict) else expected
+        assert sum(count for name, count in per_layer.items() if fragment in name) == want, fragment
     matmuls = sum(count for name, count in per_layer.items() if any(f in name for f in MATMUL_FRAGMENTS))
     assert matmuls == 4, f"one matmul per projection (qkv, o, gate_up, down), found {matmuls}"
-    assert all(count <= 2 for count in helpers.values()), f"more library helper launches than expected: {helpers}"
-    assert operations <= KERNEL_BUDGET[family]
+    allowed = HELPERS_ALLOWED[kernels]
+    assert all(count <= allowed for count in helpers.values()), (
+        f"more library helper launches than {allowed}: {helpers}"
+    )
+    assert operations <= KERNEL_BUDGET[(kernels, family)]

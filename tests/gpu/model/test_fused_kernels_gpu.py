@@ -1,6 +1,7 @@
-"""FlashInfer's fused kernel set against the torch kernel set on random Qwen3- and Llama-shaped bfloat16 models: the
-same logits within bfloat16 rounding, no less accurate against a float32 run of the same weights, and the same
-greedy tokens over 32 steps of several prompts."""
+"""The fused kernel sets (FlashInfer's, Triton's) against the torch kernel set on random Qwen3- and Llama-shaped
+bfloat16 models: the same logits within bfloat16 rounding, no less accurate against a float32 run of the same
+weights, and the same greedy tokens over 32 steps of several prompts (prompts of 1 to 8 tokens run Triton's decode
+projections, longer ones its cuBLAS fallback)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,18 @@ from cudagraph.engine.model import (
     select_kernels,
 )
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        importlib.util.find_spec("flashinfer") is None, reason="flashinfer is not installed (carry .whl)"
+pytestmark = pytest.mark.gpu
+
+FUSED_SETS = [
+    pytest.param(
+        "flashinfer",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("flashinfer") is None, reason="flashinfer is not installed (carry .whl)"
+        ),
+    ),
+    pytest.param(
+        "triton",
+        marks=pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
     ),
 ]
 
@@ -49,6 +58,8 @@ MODELS = {
 PROMPTS = (
     [7, 1021, 33, 480, 2900, 15, 15, 611, 3999, 204, 87, 1500],
     [1, 2, 3],
+    [5],
+    [9, 3070, 8, 7, 640, 5, 4, 3],
     [4000, 12, 800, 800, 800, 9, 2048, 77, 5, 3100, 64, 1, 999, 18, 250, 3333, 41, 7, 2],
 )
 GREEDY_STEPS = 32
@@ -81,9 +92,10 @@ def float32_copy(model: CausalLM) -> CausalLM:
     return exact
 
 
+@pytest.mark.parametrize("kernels", FUSED_SETS)
 @pytest.mark.parametrize("name", list(MODELS))
-def test_fused_logits_match_the_torch_kernels_and_are_no_less_accurate(name: str) -> None:
-    torch_model, fused_model = bf16_model(MODELS[name], "torch"), bf16_model(MODELS[name], "flashinfer")
+def test_fused_logits_match_the_torch_kernels_and_are_no_less_accurate(name: str, kernels: str) -> None:
+    torch_model, fused_model = bf16_model(MODELS[name], "torch"), bf16_model(MODELS[name], kernels)
     exact_model = float32_copy(torch_model)
     for prompt in PROMPTS:
         expected, fused = reference_logits(torch_model, prompt), reference_logits(fused_model, prompt)
@@ -92,21 +104,23 @@ def test_fused_logits_match_the_torch_kernels_and_are_no_less_accurate(name: str
         error = (fused - expected).abs().max().item()
         torch_error, fused_error = (expected - exact).abs().mean().item(), (fused - exact).abs().mean().item()
         print(
-            f"\n{name} prompt of {len(prompt)}: max |fused - torch| {error:.4f} ({error / scale:.2%} of the largest "
-            f"logit); mean error against float32: torch kernels {torch_error:.5f}, fused {fused_error:.5f}"
+            f"\n{name} on {kernels}, prompt of {len(prompt)}: max |fused - torch| {error:.4f} "
+            f"({error / scale:.2%} of the largest logit); mean error against float32: torch kernels "
+            f"{torch_error:.5f}, fused {fused_error:.5f}"
         )
         assert error <= FUSED_LOGITS_RELATIVE * scale
         assert fused_error <= FUSED_ACCURACY_RATIO * torch_error
 
 
 @torch.inference_mode()
+@pytest.mark.parametrize("kernels", FUSED_SETS)
 @pytest.mark.parametrize("name", list(MODELS))
-def test_fused_greedy_tokens_equal_the_torch_kernels_over_32_steps(name: str) -> None:
+def test_fused_greedy_tokens_equal_the_torch_kernels_over_32_steps(name: str, kernels: str) -> None:
     """Follow the torch kernels' greedy path for 32 steps of every prompt; at each step the fused kernels pick the
     same token. A step whose torch top-2 margin is below twice the logit difference measured there is a near tie
     either rounding may break (a random-weight model's logits are flat, so its margins are often one bfloat16 step):
     such flips are printed and may be at most ``NEAR_TIE_SHARE`` of the steps; every other step must agree."""
-    torch_model, fused_model = bf16_model(MODELS[name], "torch"), bf16_model(MODELS[name], "flashinfer")
+    torch_model, fused_model = bf16_model(MODELS[name], "torch"), bf16_model(MODELS[name], kernels)
     disagreements, near_ties = [], []
     for index, prompt in enumerate(PROMPTS):
         sequence = list(prompt)
@@ -118,6 +132,6 @@ def test_fused_greedy_tokens_equal_the_torch_kernels_over_32_steps(name: str) ->
             if int(fused.argmax()) != token:
                 (near_ties if margin <= 2 * error else disagreements).append((index, step, round(margin, 4)))
             sequence.append(token)
-    print(f"\n{name}: {GREEDY_STEPS} greedy steps x {len(PROMPTS)} prompts, near-tie flips {near_ties}")
+    print(f"\n{name} on {kernels}: {GREEDY_STEPS} greedy steps x {len(PROMPTS)} prompts, near-tie flips {near_ties}")
     assert disagreements == [], f"(prompt, step, torch top-2 margin) where a clear choice differed: {disagreements}"
     assert len(near_ties) <= NEAR_TIE_SHARE * GREEDY_STEPS * len(PROMPTS), near_ties

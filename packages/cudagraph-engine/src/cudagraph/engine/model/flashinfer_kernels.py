@@ -24,12 +24,13 @@ import flashinfer.rope
 import torch
 
 from .config import ModelConfig
-from .kernels import RotaryStep
+from .kernels import ComposedKernels, RotaryStep
 from .rotary import rotary_cos_sin_halves_table
 
 
-class FlashInferKernels:
-    """``LayerKernels`` on FlashInfer: one fused kernel per operation (two for Qwen3's q and k head norms)."""
+class FlashInferKernels(ComposedKernels):
+    """``LayerKernels`` on FlashInfer: one fused kernel per operation (two for Qwen3's q and k head norms); the
+    projections are cuBLAS matmuls."""
 
     name = "flashinfer"
 

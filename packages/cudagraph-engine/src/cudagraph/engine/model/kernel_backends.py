@@ -2,10 +2,11 @@
 
 ``select_kernels(name, target)`` is the one entry. ``torch`` runs everywhere. ``flashinfer`` needs the optional
 ``flashinfer-python`` package and the conditions in its row (a CUDA device, a half-precision dtype, a head size its
-rotary kernel is built for, a forward that ``torch.compile`` does not trace). ``auto`` takes the first row of
-``AUTO_ORDER`` whose conditions hold and whose package imports, and logs why it passed over the others. Asking for a
-set by name that cannot run is one error: the missing package (naming the extra that installs it), else the first
-condition that fails, and what to use instead.
+rotary kernel is built for, a forward that ``torch.compile`` does not trace). ``triton`` needs Triton (part of every
+CUDA build of torch), a CUDA device and an untraced forward; it runs every dtype and head size the model has.
+``auto`` takes the first row of ``AUTO_ORDER`` whose conditions hold and whose package imports, and logs why it
+passed over the others. Asking for a set by name that cannot run is one error: the missing package (naming the extra
+that installs it), else the first condition that fails, and what to use instead.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ class KernelBackend:
     load: Callable[[], KernelFactory]
     package: str | None = None
     """The optional distribution the set imports, named in the error when it is missing."""
+    modules: tuple[str, ...] = ()
+    """Top-level modules of ``package`` (and of what it needs): a ``ModuleNotFoundError`` for one of them means the
+    package is missing."""
 
     def unmet(self, target: KernelTarget) -> Requirement | None:
         """The first condition ``target`` fails, or ``None``."""
@@ -109,6 +113,17 @@ FLASHINFER_REQUIREMENTS = (
 """The flashinfer row's conditions, checked in order (the first failing one is reported)."""
 
 
+TRITON_REQUIREMENTS = (
+    FLASHINFER_REQUIREMENTS[0],
+    Requirement(
+        "a forward that torch.compile does not trace (the kernels launch from Python, outside torch's op registry)",
+        lambda t: not t.traced,
+        lambda _: "a phase uses the tc_piecewise backend, which compiles the forward",
+    ),
+)
+"""The triton row's conditions, checked in order."""
+
+
 def _load_torch() -> KernelFactory:
     return lambda target: TORCH_KERNELS
 
@@ -125,10 +140,25 @@ def _load_flashinfer() -> KernelFactory:
     return build
 
 
+def _load_triton() -> KernelFactory:
+    # Imported only when chosen: CPU builds of torch come without Triton.
+    module = importlib.import_module(".triton_kernels", __package__)
+
+    def build(target: KernelTarget) -> LayerKernels:
+        kernels = module.TritonKernels()
+        module.warm_up(kernels, target.config, target.dtype, target.device)
+        return kernels  # type: ignore[no-any-return]
+
+    return build
+
+
 KERNEL_BACKENDS: Mapping[str, KernelBackend] = MappingProxyType(
     {
         "torch": KernelBackend("torch", (), _load_torch),
-        "flashinfer": KernelBackend("flashinfer", FLASHINFER_REQUIREMENTS, _load_flashinfer, "flashinfer-python"),
+        "flashinfer": KernelBackend(
+            "flashinfer", FLASHINFER_REQUIREMENTS, _load_flashinfer, "flashinfer-python", ("flashinfer", "tvm_ffi")
+        ),
+        "triton": KernelBackend("triton", TRITON_REQUIREMENTS, _load_triton, "triton", ("triton",)),
     }
 )
 """Kernel set name -> registry row."""
@@ -142,7 +172,7 @@ KERNEL_BACKEND_CHOICES = (AUTO, *KERNEL_BACKENDS)
 
 def _missing_package(error: ModuleNotFoundError, backend: KernelBackend) -> KernelBackendUnavailableError | None:
     """The one-line error for a missing optional package, or ``None`` when ``error`` is about something else."""
-    if backend.package is None or error.name is None or not error.name.startswith(("flashinfer", "tvm_ffi")):
+    if backend.package is None or error.name is None or error.name.partition(".")[0] not in backend.modules:
         return None
     return KernelBackendUnavailableError(
         f"the {backend.name} kernels need the {backend.package} package ({error.name} is not installed): "

@@ -1,9 +1,12 @@
 """The decoder layer's fusable operations as one swappable set, and its plain-torch implementation (the reference).
 
-A kernel set is everything a layer computes besides its matmuls and attention: RMSNorm (alone and fused with the
-residual add), Qwen3's per-head q/k norm, rotary in place, and ``silu(gate) * up``. ``TorchKernels`` keeps the
-reference numerics in plain torch and runs anywhere, including under ``torch.compile``; ``flashinfer_kernels``
-runs the same operations as FlashInfer's fused CUDA kernels. ``kernel_backends`` chooses between them.
+A kernel set is everything a layer computes besides attention: RMSNorm (alone and fused with the residual add),
+Qwen3's per-head q/k norm with rotary in place, the projections, and the down projection of ``silu(gate) * up``.
+``TorchKernels`` keeps the reference numerics in plain torch and runs anywhere, including under ``torch.compile``;
+``flashinfer_kernels`` runs the norms, rotary and activation as FlashInfer's fused CUDA kernels (the projections stay
+cuBLAS matmuls, the compound operations compositions: ``ComposedKernels``), and ``triton_kernels`` fuses further
+(head norms with rotary in one kernel, the activation into the down projection, decode projections without split-K).
+``kernel_backends`` chooses between them.
 
 Every operation is capturable in a CUDA graph: no host syncs, no shape that depends on tensor values. The q/k head
 norm and rotary write their result back into the fused q/k/v projection wherever they can (always, but for torch
@@ -13,6 +16,7 @@ kernel.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import NamedTuple, Protocol
 
 import torch
@@ -32,8 +36,8 @@ class RotaryStep(NamedTuple):
 
 
 class LayerKernels(Protocol):
-    """The fusable operations of a decoder layer. Tensors are ``[T, ...]`` in the model dtype. ``add_rms_norm``,
-    ``qk_rms_norm`` and ``rotate`` may write into the tensors they are given, so callers pass tensors they own
+    """The operations of a decoder layer besides attention. Tensors are ``[T, ...]`` in the model dtype.
+    ``add_rms_norm`` and ``norm_and_rotate`` may write into the tensors they are given, so callers pass tensors they own
     (intermediates of the forward, never parameters or caller inputs) and go on with the returned ones."""
 
     name: str
@@ -49,11 +53,19 @@ class LayerKernels(Protocol):
         """``(rms_norm(x + residual), x + residual)``: the residual stream grows by ``x``, then is normed."""
         ...
 
-    def qk_rms_norm(self, heads: torch.Tensor, weight: torch.Tensor, num_q_heads: int, eps: float) -> torch.Tensor:
-        """Qwen3's head norms: ``heads`` ``[T, H, D]`` holds the q heads first, then the k heads (then v heads, left
-        alone); ``weight`` ``[num_q_heads + num_k_heads, D]`` holds one row per normed head, the q norm's vector
-        repeated for q heads and the k norm's for k heads. Returns the normed q and k heads ``[T, Hq + Hk, D]``,
-        written into ``heads`` where the set can."""
+    def norm_and_rotate(
+        self,
+        heads: torch.Tensor,
+        norm_weight: torch.Tensor | None,
+        num_q_heads: int,
+        num_k_heads: int,
+        eps: float,
+        rotary: RotaryStep,
+    ) -> torch.Tensor:
+        """The q and k heads ``[T, Hq + Hk, D]`` of ``heads`` ``[T, H, D]`` (q heads first, then k, then v, left
+        alone), normed per head when ``norm_weight`` is given (Qwen3: ``[Hq + Hk, D]``, one row per normed head, the
+        q norm's vector repeated for q heads and the k norm's for k heads), then rotated by their positions; written
+        into ``heads`` where the set can."""
         ...
 
     def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -65,17 +77,61 @@ class LayerKernels(Protocol):
         """This forward's rotary input for the tokens at ``positions`` ``[T]`` (int64)."""
         ...
 
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """A projection: ``x @ weight.T (+ bias)`` for ``x`` ``[T, K]`` and ``weight`` ``[N, K]``; ``[T, N]``."""
+        ...
+
+    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The down projection of ``silu(gate) * up``: ``gate_up`` ``[T, 2 * I]`` holds gate then up, ``weight`` is
+        ``[N, I]``; ``[T, N]``."""
+        ...
+
+
+class ComposedKernels(ABC):
+    """The compound operations of ``LayerKernels`` composed from a set's single ones: head norm then rotary, and the
+    activation then the down projection, with the projections as cuBLAS matmuls (``F.linear``)."""
+
+    @abstractmethod
+    def qk_rms_norm(self, heads: torch.Tensor, weight: torch.Tensor, num_q_heads: int, eps: float) -> torch.Tensor:
+        """Qwen3's head norms of the q then k heads at the front of ``heads`` ``[T, H, D]``, by ``weight``
+        ``[Hq + Hk, D]`` (``LayerKernels.norm_and_rotate``); the normed heads ``[T, Hq + Hk, D]``, written into
+        ``heads`` where the set can."""
+
+    @abstractmethod
     def rotate(self, qk_heads: torch.Tensor, num_q_heads: int, rotary: RotaryStep) -> torch.Tensor:
         """The q and k heads ``qk_heads`` ``[T, Hq + Hk, D]`` (q first) rotated by their positions, written into
         ``qk_heads`` where the set can."""
-        ...
 
+    @abstractmethod
     def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """``silu(gate) * up`` for ``gate_up`` ``[T, 2 * I]`` holding gate then up; ``[T, I]``."""
-        ...
+
+    def norm_and_rotate(
+        self,
+        heads: torch.Tensor,
+        norm_weight: torch.Tensor | None,
+        num_q_heads: int,
+        num_k_heads: int,
+        eps: float,
+        rotary: RotaryStep,
+    ) -> torch.Tensor:
+        """``qk_rms_norm`` (when there is a weight), then ``rotate``."""
+        if norm_weight is None:
+            qk = heads[:, : num_q_heads + num_k_heads]
+        else:
+            qk = self.qk_rms_norm(heads, norm_weight, num_q_heads, eps)
+        return self.rotate(qk, num_q_heads, rotary)
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``F.linear``."""
+        return F.linear(x, weight, bias)
+
+    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """``silu_and_mul``, then ``F.linear``."""
+        return F.linear(self.silu_and_mul(gate_up), weight)
 
 
-class TorchKernels:
+class TorchKernels(ComposedKernels):
     """The reference kernel set in plain torch: runs on every device and dtype, and dynamo traces it.
 
     Numerics follow the Hugging Face implementation: the residual add rounds to the model dtype before the norm,

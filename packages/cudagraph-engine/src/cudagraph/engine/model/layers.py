@@ -2,8 +2,8 @@
 in place in the projection, and the residual add fused into the next norm (a batch-1 decode step is bound by
 kernel count, not FLOPs).
 
-Everything besides the matmuls and attention goes through the module's kernel set (``kernels.LayerKernels``): plain
-torch by default, FlashInfer's fused kernels where ``CausalLM.use_kernels`` picks them. A layer hands the residual
+Everything besides attention goes through the module's kernel set (``kernels.LayerKernels``): plain torch by
+default, FlashInfer's or Triton's fused kernels where ``CausalLM.use_kernels`` picks them. A layer hands the residual
 stream on unnormed, SGLang-style: ``hidden, residual = norm(hidden, residual)`` adds the previous block's output to
 the stream and norms it in one step, so an output or down projection ends a block (a tensor-parallel all-reduce of
 its result goes right there). Nothing here syncs with the host or makes a shape depend on data: a forward is
@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .collectives import all_reduced
@@ -116,20 +115,25 @@ class Attention(KernelModule):
     def forward(self, x: torch.Tensor, rotary: RotaryStep, attend: AttendFn) -> torch.Tensor:
         """``attention(x)`` projected back to ``[T, hidden]``, for the normed ``x`` ``[T, hidden]`` (the caller adds
         it to the residual stream)."""
-        qkv = F.linear(x, self.qkv_weight, self.qkv_bias)
+        qkv = self.kernels.linear(x, self.qkv_weight, self.qkv_bias)
         heads = qkv.unflatten(-1, (-1, self.head_dim))  # q heads, then k heads, then v heads: a view of qkv
-        qk = heads[:, : self.num_heads + self.num_kv_heads]
-        if self.qk_norm is not None:
-            qk = self.kernels.qk_rms_norm(heads, self.qk_norm.weight, self.num_heads, self.qk_norm.eps)
+        norm = self.qk_norm
         # Normed and rotated in qkv itself where the kernels can, so that v still follows k in every row.
-        qk = self.kernels.rotate(qk, self.num_heads, rotary).flatten(1)
+        qk = self.kernels.norm_and_rotate(
+            heads,
+            None if norm is None else norm.weight,
+            self.num_heads,
+            self.num_kv_heads,
+            0.0 if norm is None else norm.eps,
+            rotary,
+        ).flatten(1)
         q, k = qk[:, : self.q_size], qk[:, self.q_size :]
         v = qkv[:, self.q_size + self.kv_size :]
         out = attend(self.layer_id, q, k, v)
         if self.reduce_group is None:
-            return F.linear(out, self.o_weight, self.o_bias)
+            return self.kernels.linear(out, self.o_weight, self.o_bias)
         # Row-parallel: every rank's partial product is summed before the bias, which only one sum may carry.
-        projected = all_reduced(F.linear(out, self.o_weight), self.reduce_group)
+        projected = all_reduced(self.kernels.linear(out, self.o_weight), self.reduce_group)
         return projected if self.o_bias is None else projected.add_(self.o_bias)
 
 
@@ -147,7 +151,7 @@ class GatedMLP(KernelModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``mlp(x)`` over the normed ``x`` ``[T, hidden]`` (the caller adds it to the residual stream)."""
-        down = F.linear(self.kernels.silu_and_mul(F.linear(x, self.gate_up_weight)), self.down_weight)
+        down = self.kernels.silu_mul_linear(self.kernels.linear(x, self.gate_up_weight), self.down_weight)
         return down if self.reduce_group is None else all_reduced(down, self.reduce_group)
 
 

@@ -1,0 +1,97 @@
+"""The decoder layer's kernel set on Triton kernels (``triton_ops``): the fewest launches a layer can make here.
+
+Per decoder layer of a decode step: two fused residual add + RMSNorms, the q/k/v projection, Qwen3's head norms
+and rotary of q and k in one kernel, the output projection, the gate/up projection, and the down projection with
+``silu(gate) * up`` computed on its load: seven launches besides attention and its KV store (FlashInfer's set makes
+nine, and cuBLAS adds a split-K reduction to some of its projections). Projections of steps wider than
+``triton_ops.GEMV_TILES`` cover stay cuBLAS matmuls, with the activation as its own kernel.
+
+Triton ships with every CUDA build of torch; the set needs nothing else. Its launches are plain Python calls that
+dynamo does not trace as torch ops here, so a forward that ``torch.compile`` traces (``tc_piecewise``) uses the
+torch kernel set (``kernel_backends.select_kernels`` decides).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import triton_ops
+from .config import ModelConfig
+from .kernels import RotaryStep
+from .rotary import rotary_cos_sin_halves_table
+
+
+class TritonKernels:
+    """``LayerKernels`` on Triton: one kernel per fused operation."""
+
+    name = "triton"
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """``triton_ops.rms_norm`` into a new tensor."""
+        return triton_ops.rms_norm(x, weight, eps)
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``residual += x`` and ``x = norm(residual)`` in one kernel, both in place."""
+        return triton_ops.add_rms_norm(x, residual, weight, eps)
+
+    def norm_and_rotate(
+        self,
+        heads: torch.Tensor,
+        norm_weight: torch.Tensor | None,
+        num_q_heads: int,
+        num_k_heads: int,
+        eps: float,
+        rotary: RotaryStep,
+    ) -> torch.Tensor:
+        """Head norms (when there is a weight) and rotary of the q and k heads in one kernel, in place."""
+        num_rotated = num_q_heads + num_k_heads
+        triton_ops.qk_norm_rope(heads, norm_weight, num_rotated, eps, rotary.cos_sin, rotary.positions)
+        return heads[:, :num_rotated]
+
+    def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """``rotary.rotary_cos_sin_halves_table``: float32 ``cos`` then ``sin`` halves per position."""
+        return rotary_cos_sin_halves_table(config, device)
+
+    def rotary_step(self, table: torch.Tensor, positions: torch.Tensor) -> RotaryStep:
+        """Nothing to gather: the kernel reads the table at the positions itself."""
+        return RotaryStep(table, positions)
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``triton_ops.gemv`` for the few rows of a decode step, a cuBLAS matmul for wider steps."""
+        if triton_ops.gemv_tile(x.shape[0]) is None:
+            return F.linear(x, weight, bias)
+        return triton_ops.gemv(x, weight, bias)
+
+    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The activation computed on the down projection's load; for wide steps, its own kernel then cuBLAS."""
+        if triton_ops.gemv_tile(gate_up.shape[0]) is None:
+            return F.linear(triton_ops.silu_and_mul(gate_up), weight)
+        return triton_ops.gemv(gate_up, weight, silu_mul=True)
+
+
+def warm_up(kernels: TritonKernels, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
+    """Run every kernel at the model's sizes on one token, so that Triton compiles them (about a second each)
+    before any step is timed or captured. Other step widths compile on their first (warm-up) run."""
+    hidden = torch.ones((1, config.hidden_size), dtype=dtype, device=device)
+    hidden_weight = torch.ones(config.hidden_size, dtype=dtype, device=device)
+    normed, _ = kernels.add_rms_norm(kernels.rms_norm(hidden, hidden_weight, 1e-6), hidden.clone(), hidden_weight, 1e-6)
+    qkv_weight = torch.zeros((config.q_size + 2 * config.kv_size, config.hidden_size), dtype=dtype, device=device)
+    qkv_bias = torch.zeros(qkv_weight.shape[0], dtype=dtype, device=device) if config.qkv_bias else None
+    heads = kernels.linear(normed, qkv_weight, qkv_bias).unflatten(-1, (-1, config.head_dim))
+    head_weight = torch.ones((config.num_heads + config.num_kv_heads, config.head_dim), dtype=dtype, device=device)
+    rotary = kernels.rotary_step(
+        kernels.rotary_table(config, dtype, device), torch.zeros(1, dtype=torch.int64, device=device)
+    )
+    norm_weight = head_weight if config.qk_norm else None
+    qk = kernels.norm_and_rotate(heads, norm_weight, config.num_heads, config.num_kv_heads, 1e-6, rotary)
+    o_weight = torch.zeros((config.hidden_size, config.q_size), dtype=dtype, device=device)
+    o_bias = torch.zeros(config.hidden_size, dtype=dtype, device=device) if config.o_bias else None
+    kernels.linear(qk[:, : config.num_heads].flatten(1), o_weight, o_bias)
+    gate_up_weight = torch.zeros((2 * config.intermediate_size, config.hidden_size), dtype=dtype, device=device)
+    down_weight = torch.zeros((config.hidden_size, config.intermediate_size), dtype=dtype, device=device)
+    kernels.silu_mul_linear(kernels.linear(normed, gate_up_weight), down_weight)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,278 @@
+"""The decoder layer's fused operations as Triton kernels, and the launchers that size them (``triton_kernels`` wraps
+them into a kernel set).
+
+Five kernels, each one launch whatever the batch:
+
+- ``rms_norm`` and ``add_rms_norm``: a row per program; the residual sum is rounded to the model dtype before its
+  norm (as the torch reference rounds it) and written back in place.
+- ``qk_norm_rope``: Qwen3's per-head norms of q and k (each head by its row of the weight) and rotary of q and k
+  from the positions, in place in the fused projection: three launches of the other sets in one.
+- ``gemv``: ``x @ weight.T`` (+ bias) for the few rows of a decode step, without split-K: a program owns
+  ``block_n`` output columns and reads their weight rows once, so there is no reduction kernel after it (cuBLAS
+  adds one to most of these shapes); with ``silu_mul`` the input row is ``silu(gate) * up`` computed on load, which
+  fuses the activation into the down projection.
+- ``silu_and_mul`` for the steps too wide for ``gemv``.
+
+Numerics: every kernel loads in the model dtype, computes in float32 and rounds once per value it stores; the
+normed heads are rounded to the model dtype before rotary, and the activation before the projection, where the
+unfused path stores them. Nothing syncs with the host and every grid is a function of shapes only, so each launch
+is capturable in a CUDA graph. Under ``TRITON_INTERPRET=1`` the same kernels run on CPU tensors (the CPU tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    out_ptr,
+    width,
+    x_stride,
+    residual_stride,
+    out_stride,
+    eps,
+    ADD: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0)
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < width
+    x = tl.load(x_ptr + row * x_stride + offsets, mask=mask, other=0.0)
+    if ADD:
+        residual_row = residual_ptr + row * residual_stride + offsets
+        total = (x.to(tl.float32) + tl.load(residual_row, mask=mask, other=0.0).to(tl.float32)).to(x.dtype)
+        tl.store(residual_row, total, mask=mask)
+        x = total
+    values = x.to(tl.float32)
+    inverse_rms = tl.rsqrt(tl.sum(values * values, axis=0) / width + eps)
+    weight = tl.load(weight_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * out_stride + offsets, (values * inverse_rms * weight).to(x.dtype), mask=mask)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(
+    heads_ptr,
+    row_stride,
+    norm_weight_ptr,
+    cos_sin_ptr,
+    cos_sin_stride,
+    positions_ptr,
+    num_heads,
+    eps,
+    HEAD_DIM: tl.constexpr,
+    HALF_BLOCK: tl.constexpr,
+    HEADS_BLOCK: tl.constexpr,
+    NORM: tl.constexpr,
+):
+    token = tl.program_id(0)
+    heads = tl.program_id(1) * HEADS_BLOCK + tl.arange(0, HEADS_BLOCK)
+    dims = tl.arange(0, HALF_BLOCK)
+    half = HEAD_DIM // 2
+    dim_mask = dims < half
+    mask = (heads < num_heads)[:, None] & dim_mask[None, :]
+    first = heads_ptr + token * row_stride + heads[:, None] * HEAD_DIM + dims[None, :]
+    x1 = tl.load(first, mask=mask, other=0.0)
+    x2 = tl.load(first + half, mask=mask, other=0.0)
+    dtype = x1.dtype
+    a = x1.to(tl.float32)
+    b = x2.to(tl.float32)
+    if NORM:
+        inverse_rms = tl.rsqrt((tl.sum(a * a, axis=1) + tl.sum(b * b, axis=1)) / HEAD_DIM + eps)[:, None]
+        weight_row = norm_weight_ptr + heads[:, None] * HEAD_DIM + dims[None, :]
+        a = (a * inverse_rms * tl.load(weight_row, mask=mask, other=0.0).to(tl.float32)).to(dtype).to(tl.float32)
+        b = (b * inverse_rms * tl.load(weight_row + half, mask=mask, other=0.0).to(tl.float32)).to(dtype).to(tl.float32)
+    position = tl.load(positions_ptr + token)
+    cos = tl.load(cos_sin_ptr + position * cos_sin_stride + dims, mask=dim_mask, other=0.0)[None, :]
+    sin = tl.load(cos_sin_ptr + position * cos_sin_stride + half + dims, mask=dim_mask, other=0.0)[None, :]
+    tl.store(first, (a * cos - b * sin).to(dtype), mask=mask)
+    tl.store(first + half, (b * cos + a * sin).to(dtype), mask=mask)
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr,
+    weight_ptr,
+    bias_ptr,
+    out_ptr,
+    num_rows,
+    n,
+    x_stride,
+    out_stride,
+    K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SILU_MUL: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.arange(0, BLOCK_T)
+    column_mask = columns < n
+    row_mask = rows < num_rows
+    accumulator = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
+    for start in range(0, K, BLOCK_K):
+        depth = start + tl.arange(0, BLOCK_K)
+        depth_mask = depth < K
+        x_mask = row_mask[:, None] & depth_mask[None, :]
+        x_row = x_ptr + rows[:, None] * x_stride + depth[None, :]
+        x = tl.load(x_row, mask=x_mask, other=0.0)
+        if SILU_MUL:
+            gate = x.to(tl.float32)
+            up = tl.load(x_row + K, mask=x_mask, other=0.0).to(tl.float32)
+            x = (gate / (1.0 + tl.exp(-gate)) * up).to(x.dtype)
+        w_mask = column_mask[:, None] & depth_mask[None, :]
+        w = tl.load(weight_ptr + columns[:, None] * K + depth[None, :], mask=w_mask, other=0.0)
+        accumulator += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+    if HAS_BIAS:
+        accumulator += tl.load(bias_ptr + columns, mask=column_mask, other=0.0).to(tl.float32)[None, :]
+    out_mask = row_mask[:, None] & column_mask[None, :]
+    out_row = out_ptr + rows[:, None] * out_stride + columns[None, :]
+    tl.store(out_row, accumulator.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _silu_and_mul_kernel(gate_up_ptr, out_ptr, width, in_stride, out_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = columns < width
+    gate_row = gate_up_ptr + row * in_stride + columns
+    gate = tl.load(gate_row, mask=mask, other=0.0)
+    up = tl.load(gate_row + width, mask=mask, other=0.0).to(tl.float32)
+    values = gate.to(tl.float32)
+    tl.store(out_ptr + row * out_stride + columns, (values / (1.0 + tl.exp(-values)) * up).to(gate.dtype), mask=mask)
+
+
+@dataclass(frozen=True)
+class GemvTile:
+    """How ``gemv`` tiles a step of up to ``max_rows`` rows: ``block_n`` output columns a program, ``block_k`` of
+    the reduction per loop step (the register tile is ``rows x block_n x block_k``), and its warps."""
+
+    max_rows: int
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+
+
+GEMV_TILES = (
+    GemvTile(max_rows=1, block_n=8, block_k=512),
+    GemvTile(max_rows=2, block_n=8, block_k=256),
+    GemvTile(max_rows=4, block_n=8, block_k=128),
+    GemvTile(max_rows=8, block_n=8, block_k=64),
+)
+"""By step rows, smallest first: the first tile whose ``max_rows`` covers a step is used. Wider steps go to the
+dense matmul (``gemv_tile`` returns None): with enough rows cuBLAS's tensor-core kernels win."""
+
+HEADS_PER_PROGRAM = 8
+"""Heads a ``qk_norm_rope`` program rotates (a token's q and k heads split over a few programs)."""
+
+ELEMENTWISE_BLOCK = 1024
+"""Columns a ``silu_and_mul`` program computes."""
+
+
+def gemv_tile(rows: int) -> GemvTile | None:
+    """The tile for a step of ``rows`` rows, or None when ``rows`` is past the last tile (use a dense matmul)."""
+    return next((tile for tile in GEMV_TILES if rows <= tile.max_rows), None)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of ``x`` ``[T, W]`` scaled by ``weight`` ``[W]``, into a new tensor."""
+    out = torch.empty_like(x)
+    _launch_norm(x, None, weight, out, eps)
+    return out
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``residual += x`` (rounded), then ``x = rms_norm(residual)``: both in place, one launch."""
+    _launch_norm(x, residual, weight, x, eps)
+    return x, residual
+
+
+def _launch_norm(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, out: torch.Tensor, eps: float
+) -> None:
+    rows, width = x.shape
+    if rows == 0:
+        return
+    stride = 0 if residual is None else residual.stride(0)
+    _rms_norm_kernel[(rows,)](
+        x, x if residual is None else residual, weight, out, width, x.stride(0), stride, out.stride(0), eps,
+        ADD=residual is not None, BLOCK=triton.next_power_of_2(width),
+    )  # fmt: skip
+
+
+def qk_norm_rope(
+    heads: torch.Tensor,
+    norm_weight: torch.Tensor | None,
+    num_heads: int,
+    eps: float,
+    cos_sin: torch.Tensor,
+    positions: torch.Tensor,
+) -> None:
+    """In place on the first ``num_heads`` heads of ``heads`` ``[T, H, D]`` (each row's heads contiguous): each
+    head normed by its row of ``norm_weight`` ``[num_heads, D]`` (skipped when None), then rotated (Neox halves)
+    by the float32 ``cos_sin`` ``[positions, D]`` row (cos then sin halves) at ``positions[t]``."""
+    tokens, _, head_dim = heads.shape
+    if tokens == 0:
+        return
+    if heads.stride(2) != 1 or heads.stride(1) != head_dim:
+        raise ValueError(f"qk_norm_rope needs each row's heads contiguous, got strides {heads.stride()}")
+    grid = (tokens, triton.cdiv(num_heads, HEADS_PER_PROGRAM))
+    _qk_norm_rope_kernel[grid](
+        heads, heads.stride(0), heads if norm_weight is None else norm_weight, cos_sin, cos_sin.stride(0),
+        positions, num_heads, eps,
+        HEAD_DIM=head_dim, HALF_BLOCK=triton.next_power_of_2(head_dim // 2), HEADS_BLOCK=HEADS_PER_PROGRAM,
+        NORM=norm_weight is not None,
+    )  # fmt: skip
+
+
+def gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    silu_mul: bool = False,
+    tile: GemvTile | None = None,
+) -> torch.Tensor:
+    """``x @ weight.T + bias`` for ``x`` ``[T, K]`` and ``weight`` ``[N, K]`` (contiguous), T within
+    ``GEMV_TILES``; with ``silu_mul`` ``x`` is ``[T, 2K]`` (gate then up) and its row ``silu(gate) * up``.
+    ``tile`` overrides the table's (the tile sweep of ``bench/bench_kernels.py``)."""
+    rows = x.shape[0]
+    n, k = weight.shape
+    tile = tile or gemv_tile(rows)
+    if tile is None:
+        raise ValueError(f"gemv covers steps of at most {GEMV_TILES[-1].max_rows} rows, got {rows}")
+    columns = 2 * k if silu_mul else k
+    if x.shape[1] != columns:
+        layout = " (gate then up)" if silu_mul else ""
+        raise ValueError(f"gemv of weight {tuple(weight.shape)} needs x of {columns} columns{layout}, got {x.shape[1]}")
+    if x.stride(-1) != 1 or not weight.is_contiguous():
+        raise ValueError("gemv needs rows of x and weight contiguous")
+    out = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    if rows == 0:
+        return out
+    _gemv_kernel[(triton.cdiv(n, tile.block_n),)](
+        x, weight, weight if bias is None else bias, out, rows, n, x.stride(0), out.stride(0),
+        K=k, HAS_BIAS=bias is not None, SILU_MUL=silu_mul,
+        BLOCK_T=triton.next_power_of_2(rows), BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, num_warps=tile.num_warps,
+    )  # fmt: skip
+    return out
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` for ``gate_up`` ``[T, 2I]`` (gate then up), rounded once, into a new ``[T, I]``."""
+    rows, width = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty((rows, width), dtype=gate_up.dtype, device=gate_up.device)
+    if rows:
+        grid = (rows, triton.cdiv(width, ELEMENTWISE_BLOCK))
+        _silu_and_mul_kernel[grid](gate_up, out, width, gate_up.stride(0), out.stride(0), BLOCK=ELEMENTWISE_BLOCK)
+    return out

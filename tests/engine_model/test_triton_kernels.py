@@ -1,0 +1,164 @@
+"""The Triton kernel set against textbook formulas in float64, the in-place writes, and a whole model on the set
+against the same model on the torch set: on the GPU where there is one, else on CPU tensors through Triton's
+interpreter (``TRITON_INTERPRET=1``, set by ``tests/conftest.py``). float32 and float16 only: the interpreter rounds
+float16 as the GPU does but truncates bfloat16, so bfloat16 numerics are the GPU tests' job.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton", reason="triton is not installed (it ships with CUDA builds of torch; pip install triton)")
+
+from cudagraph.engine.model import (
+    model_config_from_preset,
+    random_model,
+    triton_ops,
+)
+from cudagraph.engine.model import triton_kernels as triton_kernels_module
+from cudagraph.engine.model.kernels import TORCH_KERNELS
+from cudagraph.engine.model.reference import dense_attend
+from cudagraph.engine.model.rotary import rotary_cos_sin_halves_table
+
+EPS = 1e-6
+DTYPES = [torch.float32, torch.float16]
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOLERANCE = {torch.float32: {"atol": 2e-5, "rtol": 2e-5}, torch.float16: {"atol": 2e-3, "rtol": 2e-3}}
+
+
+@pytest.fixture(scope="module")
+def ops() -> ModuleType:
+    """``triton_ops``, on CPU tensors through the interpreter where there is no CUDA device."""
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no CUDA device and Triton's interpreter is off (tests/conftest.py turns it on without a GPU)")
+    return triton_ops
+
+
+@pytest.fixture
+def generator() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def textbook_rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    exact = x.double()
+    return exact * torch.rsqrt(exact.pow(2).mean(-1, keepdim=True) + EPS) * weight.double()
+
+
+def close(have: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    torch.testing.assert_close(have.double(), want.double(), **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 3])
+def test_norms_match_the_formula_and_the_fused_add_grows_the_residual_in_place(
+    ops: ModuleType, rows: int, dtype: torch.dtype, generator: torch.Generator
+) -> None:
+    width = 80  # not a power of two: the masked tail counts
+    x, residual = (torch.randn(rows, width, generator=generator).to(DEVICE, dtype) for _ in range(2))
+    weight = (1 + 0.1 * torch.randn(width, generator=generator)).to(DEVICE, dtype)
+    close(ops.rms_norm(x, weight, EPS), textbook_rms_norm(x, weight), dtype)
+    summed = (x.double() + residual.double()).to(dtype)
+    x_storage, residual_storage = x.data_ptr(), residual.data_ptr()
+    normed, stream = ops.add_rms_norm(x, residual, weight, EPS)
+    assert normed.data_ptr() == x_storage and stream.data_ptr() == residual_storage, "both written in place"
+    assert torch.equal(stream, summed), "the residual sum is rounded to the model dtype once"
+    close(normed, textbook_rms_norm(summed, weight), dtype)
+
+
+def textbook_rotate(heads: torch.Tensor, cos_sin: torch.Tensor) -> torch.Tensor:
+    """Neox rotary of ``heads`` ``[T, H, D]`` by ``cos_sin`` rows ``[T, D]`` (cos then sin halves), in float64."""
+    half = heads.shape[-1] // 2
+    x1, x2 = heads[..., :half].double(), heads[..., half:].double()
+    cos, sin = cos_sin[:, None, :half].double(), cos_sin[:, None, half:].double()
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("normed", [True, False], ids=["qwen3", "llama"])
+def test_qk_norm_rope_norms_and_rotates_q_and_k_in_place_and_leaves_v_alone(
+    ops: ModuleType, normed: bool, dtype: torch.dtype, generator: torch.Generator
+) -> None:
+    num_q, num_k, head_dim, tokens = 10, 3, 32, 4  # 13 rotated heads: two programs, the second one masked
+    config = model_config_from_preset("tiny-qwen3-random").with_overrides(head_dim=head_dim)
+    table = rotary_cos_sin_halves_table(config, DEVICE)
+    positions = torch.tensor([0, 7, 3, 120], device=DEVICE)
+    # A projection row wider than its heads (a column slice, as a layer's qkv is for T > 1 after unflatten).
+    projection = torch.randn(tokens, (num_q + 2 * num_k) * head_dim + 16, generator=generator).to(DEVICE, dtype)
+    heads = projection[:, :-16].unflatten(-1, (-1, head_dim))
+    before = heads.clone()
+    weight = (1 + 0.2 * torch.randn(num_q + num_k, head_dim, generator=generator)).to(DEVICE, dtype)
+    tail = projection[:, -16:].clone()
+    ops.qk_norm_rope(heads, weight if normed else None, num_q + num_k, EPS, table, positions)
+    expected = before[:, : num_q + num_k].double()
+    if normed:
+        expected = textbook_rms_norm(expected, weight).to(dtype)
+    close(heads[:, : num_q + num_k], textbook_rotate(expected, table[positions]), dtype)
+    assert torch.equal(heads[:, num_q + num_k :], before[:, num_q + num_k :]), "v heads untouched"
+    assert torch.equal(projection[:, -16:], tail), "nothing written past the heads"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 2, 3, 8])
+@pytest.mark.parametrize("bias", [False, True])
+def test_gemv_is_the_projection_and_fuses_the_activation(
+    ops: ModuleType, rows: int, bias: bool, dtype: torch.dtype, generator: torch.Generator
+) -> None:
+    n, k = 44, 200  # neither a multiple of the tile: masked columns and a masked last reduction step
+    weight = (torch.randn(n, k, generator=generator) / k**0.5).to(DEVICE, dtype)
+    bias_vector = torch.randn(n, generator=generator).to(DEVICE, dtype) if bias else None
+    gate_up = torch.randn(rows, 2 * k + 8, generator=generator).to(DEVICE, dtype)[
+        :, :-8
+    ]  # row stride wider than the row
+    x = gate_up[:, :k]
+    want = F.linear(x.double(), weight.double(), None if bias_vector is None else bias_vector.double())
+    close(ops.gemv(x, weight, bias_vector), want, dtype)
+    activation = (F.silu(gate_up[:, :k].double()) * gate_up[:, k:].double()).to(dtype)
+    close(ops.gemv(gate_up, weight, silu_mul=True), F.linear(activation.double(), weight.double()), dtype)
+
+
+def test_gemv_says_what_it_covers(ops: ModuleType) -> None:
+    widest = ops.GEMV_TILES[-1].max_rows
+    assert ops.gemv_tile(widest) is ops.GEMV_TILES[-1] and ops.gemv_tile(widest + 1) is None
+    with pytest.raises(ValueError, match=f"at most {widest} rows, got {widest + 1}"):
+        ops.gemv(torch.ones(widest + 1, 8), torch.ones(4, 8))
+    with pytest.raises(ValueError, match=r"needs x of 16 columns \(gate then up\), got 8"):
+        ops.gemv(torch.ones(1, 8), torch.ones(4, 8), silu_mul=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul_matches_the_formula(ops: ModuleType, dtype: torch.dtype, generator: torch.Generator) -> None:
+    width = ops.ELEMENTWISE_BLOCK + 40  # two programs a row, the second one masked
+    gate_up = torch.randn(3, 2 * width, generator=generator).to(DEVICE, dtype)
+    want = F.silu(gate_up[:, :width].double()) * gate_up[:, width:].double()
+    close(ops.silu_and_mul(gate_up), want, dtype)
+
+
+FAMILIES = {
+    "qwen3": model_config_from_preset("tiny-qwen3-random"),
+    "llama": model_config_from_preset("tiny-llama-random"),
+    "qwen2": model_config_from_preset("tiny-llama-random").with_overrides(model_type="qwen2"),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("tokens", [1, 5, 12], ids=["gemv", "gemv-wide", "cublas"])
+def test_a_model_on_the_triton_set_computes_what_the_torch_set_computes(
+    ops: ModuleType, family: str, tokens: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every layer's wiring: projections (with Qwen2's bias), head norms and rotary in place, the activation fused
+    into the down projection (and unfused past the gemv tiles: 12 rows), float32 on the CPU."""
+    monkeypatch.setattr(triton_kernels_module, "triton_ops", ops)
+    model = random_model(FAMILIES[family], seed=5, dtype="float32", device=DEVICE)
+    assert model.config.qkv_bias == (family == "qwen2") and model.config.qk_norm == (family == "qwen3")
+    input_ids = torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(1))
+    input_ids, positions = input_ids.to(DEVICE), torch.arange(tokens, device=DEVICE)
+    want = model(input_ids, positions, dense_attend(model.config))
+    model.use_kernels(triton_kernels_module.TritonKernels())
+    have = model(input_ids, positions, dense_attend(model.config))
+    model.use_kernels(TORCH_KERNELS)
+    torch.testing.assert_close(have, want, atol=1e-4, rtol=1e-4)
