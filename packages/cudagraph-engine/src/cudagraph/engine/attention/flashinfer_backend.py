@@ -96,6 +96,9 @@ class _DecodeWrapper:
     page_counts: tuple[torch.Tensor, torch.Tensor] | None = None
     """A graph wrapper's static ``(indptr, last_page_len)`` device buffers, which its graph step writes itself
     (``lay_out_pages``); None for the eager wrapper, whose plan copies them."""
+    planned: bool = False
+    """Whether FlashInfer's full ``plan`` has run on the wrapper: ``fast_decode_plan`` reuses the module that plan
+    loads, so it can only re-plan a wrapper planned once (a capture plans it)."""
 
 
 @dataclass
@@ -331,10 +334,12 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
     def _replan(self, entry: _DecodeWrapper, seq_lens_cpu: torch.Tensor) -> None:
         """Re-plan a captured graph wrapper for this step's host lengths: host work only. Its graph step writes the
         page ids, ``indptr`` and last-page lengths itself (``init_forward_metadata``), so FlashInfer's
-        ``fast_decode_plan`` replaces ``plan`` and its copies of them."""
+        ``fast_decode_plan`` replaces ``plan`` and its copies of them (after one full ``plan``, which a capture
+        runs: the fast one reuses the module the full one loads)."""
         host = HostPages.of(seq_lens_cpu, self.page_size)
-        if _FAST_DECODE_PLAN is None:
+        if _FAST_DECODE_PLAN is None or not entry.planned:
             self._plan_with(entry.wrapper.plan, entry, host)
+            entry.planned = True
         else:
             plan = functools.partial(_FAST_DECODE_PLAN, entry.wrapper, global_override_indptr_cpu=host.indptr)
             self._plan_with(plan, entry, host)
@@ -357,6 +362,7 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         if lay_out:
             self._lay_out(entry, req_pool_indices, seq_lens, pages_per_row)
         self._plan_with(entry.wrapper.plan, entry, host)
+        entry.planned = True
 
     def _plan_with(self, plan: Callable[..., None], entry: _DecodeWrapper, host: HostPages) -> None:
         """Call ``plan`` (a wrapper's ``plan`` or the bound ``fast_decode_plan``) with this backend's heads, dtypes
