@@ -40,8 +40,15 @@ def test_pages_are_laid_out_back_to_back_with_padding_rows(page_size: int) -> No
     seq_lens = torch.tensor([*lengths, 1, 1], dtype=torch.int32)
     pages_per_row = req_pool.max_pages_per_request
     indices = torch.full((len(req_pool_indices) * pages_per_row + 1,), -7, dtype=torch.int32)
-    lay_out_pages(indices, req_pool.req_to_token, req_pool_indices, seq_lens, page_size, pages_per_row)
+    indptr = torch.full((len(req_pool_indices) + 1,), -7, dtype=torch.int32)
+    indptr[0] = 0
+    last_page_len = torch.full((len(req_pool_indices),), -7, dtype=torch.int32)
+    lay_out_pages(
+        indices, req_pool.req_to_token, req_pool_indices, seq_lens, page_size, pages_per_row, (indptr, last_page_len)
+    )
     host = HostPages.of(seq_lens, page_size)
+    # What the graph step writes itself equals what the host plan reads, so a re-plan needs no copy of either.
+    assert torch.equal(indptr, host.indptr) and torch.equal(last_page_len, host.last_page_len)
     want = [*expected_pages(slots, page_size), 0, 0]  # padding rows read the scratch page
     assert indices[: host.total].tolist() == want
     assert host.indptr.tolist()[1:] == torch.cumsum(-(-seq_lens // page_size), 0).tolist()
@@ -91,3 +98,17 @@ def test_host_pages_count_each_rows_pages_and_last_page_fill(
         length - (count - 1) * page_size for length, count in zip(lengths, pages, strict=True)
     ]
     assert all(1 <= fill <= page_size for fill in host.last_page_len.tolist())
+
+
+def test_page_ids_are_the_same_with_or_without_count_buffers() -> None:
+    lengths = [3, 20, 33]
+    req_pool, rows, slots = cache_with_requests(16, lengths)
+    seq_lens = torch.tensor(lengths, dtype=torch.int32)
+    width = req_pool.max_pages_per_request
+    alone = torch.zeros(len(rows) * width + 1, dtype=torch.int32)
+    with_counts = alone.clone()
+    lay_out_pages(alone, req_pool.req_to_token, torch.tensor(rows), seq_lens, 16, width)
+    counts = (torch.zeros(len(rows) + 1, dtype=torch.int32), torch.zeros(len(rows), dtype=torch.int32))
+    lay_out_pages(with_counts, req_pool.req_to_token, torch.tensor(rows), seq_lens, 16, width, counts)
+    assert torch.equal(alone, with_counts)
+    assert alone[: sum(-(-n // 16) for n in lengths)].tolist() == expected_pages(slots, 16)

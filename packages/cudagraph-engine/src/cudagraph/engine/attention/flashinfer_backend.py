@@ -46,6 +46,9 @@ from .flashinfer_kernel import bind_decode_run
 from .paging import ExtendLengths, HostPages, lay_out_pages
 from .torch_backend import TorchAttentionBackend, _in_order
 
+_FAST_DECODE_PLAN: Callable[..., None] | None = getattr(flashinfer.decode, "fast_decode_plan", None)
+"""FlashInfer's ``plan`` for a graph wrapper whose buffers the graph fills (0.5 has it); None where it is absent."""
+
 WORKSPACE_BYTES = 128 * 2**20
 INT_WORKSPACE_BYTES = 8 * 2**20
 PREFILL_KERNELS = "fa2"
@@ -90,6 +93,12 @@ class _DecodeWrapper:
     wrapper: flashinfer.BatchDecodeWithPagedKVCacheWrapper
     kv_indices: torch.Tensor
     """[batch_size * pages_per_row + 1] int32 page ids; the last element is a dump target for masked-out entries."""
+    page_counts: tuple[torch.Tensor, torch.Tensor] | None = None
+    """A graph wrapper's static ``(indptr, last_page_len)`` device buffers, which its graph step writes itself
+    (``lay_out_pages``); None for the eager wrapper, whose plan copies them."""
+    planned: bool = False
+    """Whether FlashInfer's full ``plan`` has run on the wrapper: ``fast_decode_plan`` reuses the module that plan
+    loads, so it can only re-plan a wrapper planned once (a capture plans it)."""
 
 
 @dataclass
@@ -178,8 +187,9 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
             return
         if is_capture_mode() and self.decode_wrapper is not None:
             if self.decode_wrapper is not self._eager:
-                # A graph step lays its pages out here, inside the graph (or its first segment), from the static
-                # request rows and lengths: the replay hook then plans on the host only, with no device ops.
+                # A graph step lays out its page ids, indptr and last-page lengths here, inside the graph (or its
+                # first segment), from the static request rows and lengths: the replay hook then plans on the host
+                # only, with no device ops and no copies.
                 self._lay_out(self.decode_wrapper, batch.req_pool_indices, batch.seq_lens, self.pages_per_row)
             return
         seq_lens_cpu = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens.cpu()
@@ -213,15 +223,17 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         if entry is None:
             device = self.req_to_token.device
             kv_indices = torch.zeros(batch_size * self.pages_per_row + 1, dtype=torch.int32, device=device)
+            indptr = torch.zeros(batch_size + 1, dtype=torch.int32, device=device)
+            last_page_len = torch.ones(batch_size, dtype=torch.int32, device=device)
             wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                 self._workspace,
                 "NHD",
                 use_cuda_graph=True,
-                paged_kv_indptr_buffer=torch.zeros(batch_size + 1, dtype=torch.int32, device=device),
+                paged_kv_indptr_buffer=indptr,
                 paged_kv_indices_buffer=kv_indices,
-                paged_kv_last_page_len_buffer=torch.ones(batch_size, dtype=torch.int32, device=device),
+                paged_kv_last_page_len_buffer=last_page_len,
             )
-            entry = _DecodeWrapper(self._share_workspace(wrapper), kv_indices)
+            entry = _DecodeWrapper(self._share_workspace(wrapper), kv_indices, (indptr, last_page_len))
             self._graph_wrappers[batch_size] = entry
         return entry
 
@@ -317,7 +329,20 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         if seq_lens_cpu is None:
             seq_lens_cpu = seq_lens.cpu()
         self.decode_wrapper = self._graph_wrapper(batch_size)
-        self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.pages_per_row, lay_out=False)
+        self._replan(self.decode_wrapper, seq_lens_cpu)
+
+    def _replan(self, entry: _DecodeWrapper, seq_lens_cpu: torch.Tensor) -> None:
+        """Re-plan a captured graph wrapper for this step's host lengths: host work only. Its graph step writes the
+        page ids, ``indptr`` and last-page lengths itself (``init_forward_metadata``), so FlashInfer's
+        ``fast_decode_plan`` replaces ``plan`` and its copies of them (after one full ``plan``, which a capture
+        runs: the fast one reuses the module the full one loads)."""
+        host = HostPages.of(seq_lens_cpu, self.page_size)
+        if _FAST_DECODE_PLAN is None or not entry.planned:
+            self._plan_with(entry.wrapper.plan, entry, host)
+            entry.planned = True
+        else:
+            plan = functools.partial(_FAST_DECODE_PLAN, entry.wrapper, global_override_indptr_cpu=host.indptr)
+            self._plan_with(plan, entry, host)
 
     def _plan(
         self,
@@ -336,7 +361,13 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         host = HostPages.of(seq_lens_cpu, self.page_size)
         if lay_out:
             self._lay_out(entry, req_pool_indices, seq_lens, pages_per_row)
-        entry.wrapper.plan(
+        self._plan_with(entry.wrapper.plan, entry, host)
+        entry.planned = True
+
+    def _plan_with(self, plan: Callable[..., None], entry: _DecodeWrapper, host: HostPages) -> None:
+        """Call ``plan`` (a wrapper's ``plan`` or the bound ``fast_decode_plan``) with this backend's heads, dtypes
+        and scale over ``entry``'s page ids."""
+        plan(
             host.indptr,
             entry.kv_indices[: host.total],
             host.last_page_len,
@@ -355,8 +386,12 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
     def _lay_out(
         self, entry: _DecodeWrapper, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, pages_per_row: int
     ) -> None:
-        """Write each row's page ids into ``entry.kv_indices`` (device ops of fixed shape)."""
-        lay_out_pages(entry.kv_indices, self.req_to_token, req_pool_indices, seq_lens, self.page_size, pages_per_row)
+        """Write each row's page ids into ``entry.kv_indices``, and a graph wrapper's ``indptr`` and last-page
+        lengths into its static buffers (device ops of fixed shape)."""
+        lay_out_pages(
+            entry.kv_indices, self.req_to_token, req_pool_indices, seq_lens, self.page_size, pages_per_row,
+            entry.page_counts,
+        )  # fmt: skip
 
     def _plan_eager_extend(self, batch: ForwardBatch) -> _ExtendWrapper:
         """Plan the eager extend wrapper for ``batch``'s real requests (host lengths; no device sync)."""

@@ -79,8 +79,13 @@ def lay_out_pages(
     seq_lens: torch.Tensor,
     page_size: int,
     pages_per_row: int,
+    page_counts: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
     """Write each row's page ids back to back into ``indices`` (device ops of fixed shape, no sync).
+
+    With ``page_counts`` (``indptr`` [rows + 1] and ``last_page_len`` [rows], int32 device buffers), also write
+    what ``HostPages.of(seq_lens)`` holds into them, ``indptr[0]`` left as it is (0). A graph step that writes these
+    itself needs no host-to-device copy of them when it is re-planned: only the host side of the plan changes.
 
     Row ``r`` (request-to-token row ``req_pool_indices[r]``, ``seq_lens[r]`` tokens) has pages
     ``req_to_token[row, j * page_size] // page_size`` for ``j < ceil(seq_lens[r] / page_size)``; the first
@@ -91,7 +96,12 @@ def lay_out_pages(
     if page_size > 1:
         page_table = page_table // page_size
     pages = (seq_lens + (page_size - 1)) // page_size
-    starts = torch.cumsum(pages, 0, dtype=torch.int64) - pages
+    ends = torch.cumsum(pages, 0, dtype=torch.int64)
+    starts = ends - pages
+    if page_counts is not None:
+        indptr, last_page_len = page_counts
+        indptr[1:].copy_(ends)
+        last_page_len.copy_(seq_lens - (pages - 1) * page_size)
     columns = torch.arange(pages_per_row, device=indices.device)
     targets = torch.where(columns[None, :] < pages[:, None], starts[:, None] + columns, indices.numel() - 1)
     indices.scatter_(0, targets.reshape(-1), page_table.reshape(-1).to(indices.dtype))
