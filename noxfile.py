@@ -26,9 +26,17 @@ WORKSPACE_PACKAGES = (
     "codemods",
     "shims",
 )
-# transformers is the reference forward nobody here wrote (compared against on CPU in float32).
+# transformers is the reference forward nobody here wrote (compared against on CPU in float32); triton runs the
+# Triton kernel set's tests on CPU tensors through its interpreter (CUDA builds of torch bring it themselves).
 DIST = ROOT / "dist"
-TEST_REQUIREMENTS = ("pytest>=8", "hypothesis>=6.100", "packaging>=23", "tqdm>=4.60", "transformers>=4.50")
+TEST_REQUIREMENTS = (
+    "pytest>=8",
+    "hypothesis>=6.100",
+    "packaging>=23",
+    "tqdm>=4.60",
+    "transformers>=4.50",
+    "triton>=3.2; sys_platform == 'linux' and platform_machine == 'x86_64'",
+)
 
 nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "virtualenv"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(path) for path in sorted(ROOT.glob("packages/*/src"))]
@@ -29,8 +30,8 @@ sys.path[:0] = [str(path) for path in sorted(ROOT.glob("packages/*/src"))]
 from cudagraph.engine.model import model_config_from_preset  # noqa: E402
 from cudagraph.engine.model.triton_ops import GemvTile, gemv, gemv_tile, silu_and_mul  # noqa: E402
 
-SWEEP_BLOCK_N = (4, 8, 16)
-SWEEP_BLOCK_K = (128, 256, 512, 1024)
+SWEEP_BLOCK_N = (2, 4, 8)
+SWEEP_BLOCK_K = (512, 1024, 2048, 4096)
 SWEEP_WARPS = (4, 8)
 MAX_TILE_ELEMENTS = 16384
 """Register tile bound of the sweep: rows x block_n x block_k float32 products a program holds."""
@@ -97,7 +98,7 @@ def sweep_tiles(rows: int, k: int) -> list[GemvTile]:
     return [
         GemvTile(rows, block_n, block_k, warps)
         for block_n, block_k, warps in itertools.product(SWEEP_BLOCK_N, SWEEP_BLOCK_K, SWEEP_WARPS)
-        if block_k <= k and rows * block_n * block_k <= MAX_TILE_ELEMENTS
+        if block_k <= max(512, triton.next_power_of_2(k)) and rows * block_n * block_k <= MAX_TILE_ELEMENTS
     ]
 
 

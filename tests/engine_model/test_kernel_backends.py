@@ -59,6 +59,32 @@ def flashinfer_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_flashinfer.uninstall(monkeypatch)
 
 
+def hide_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make this process look like one without Triton (a CPU build of torch): importing it fails, and the Triton
+    kernel modules are imported afresh."""
+    import cudagraph.engine.model as package
+
+    monkeypatch.setitem(sys.modules, "triton", None)  # an import of it now raises ModuleNotFoundError
+    for module in ("triton_kernels", "triton_ops"):
+        monkeypatch.delitem(sys.modules, f"{package.__name__}.{module}", raising=False)
+        monkeypatch.delattr(package, module, raising=False)
+
+
+@pytest.fixture
+def triton_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    hide_triton(monkeypatch)
+
+
+@pytest.fixture
+def triton_installed(monkeypatch: pytest.MonkeyPatch) -> Warmed:
+    """Triton (needed); its set's warm-up (which needs CUDA) records its target instead."""
+    pytest.importorskip("triton", reason="triton is not installed (the CUDA builds of torch ship it)")
+    module = importlib.import_module("cudagraph.engine.model.triton_kernels")
+    warmed: Warmed = []
+    monkeypatch.setattr(module, "warm_up", lambda kernels, config, dtype, device: warmed.append((config, dtype)))
+    return warmed
+
+
 def test_choices_are_auto_then_the_registry() -> None:
     assert KERNEL_BACKEND_CHOICES == ("auto", "torch", "flashinfer", "triton")
 
@@ -72,8 +98,20 @@ def test_torch_is_there_for_everyone(changes: dict[str, object], flashinfer_miss
     assert select_kernels("torch", target(**changes)) is TORCH_KERNELS
 
 
+def test_auto_prefers_the_triton_kernels_wherever_they_run(
+    triton_installed: Warmed, flashinfer_installed: Warmed, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Triton's set fuses the most (and runs any dtype and head size); FlashInfer's comes next."""
+    for changes in ({}, {"dtype": torch.float32}, {"config": QWEN3_0_6B.with_overrides(head_dim=96)}):
+        assert select_kernels("auto", target(**changes)).name == "triton"
+    assert len(triton_installed) == 3 and flashinfer_installed == []
+    with caplog.at_level(logging.INFO, logger="cudagraph.engine.model.kernel_backends"):
+        assert select_kernels("auto", target(traced=True)) is TORCH_KERNELS
+    assert "triton needs a forward that torch.compile does not trace" in caplog.text
+
+
 def test_auto_picks_the_fused_kernels_when_everything_holds_and_warms_them_up(
-    flashinfer_installed: Warmed,
+    flashinfer_installed: Warmed, triton_missing: None
 ) -> None:
     kernels = select_kernels("auto", target())
     assert kernels.name == "flashinfer"
@@ -95,6 +133,7 @@ def test_auto_falls_back_to_torch_and_says_why(
     changes: dict[str, object],
     reason: str,
     flashinfer_installed: Warmed,
+    triton_missing: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.INFO, logger="cudagraph.engine.model.kernel_backends"):
@@ -104,9 +143,12 @@ def test_auto_falls_back_to_torch_and_says_why(
     assert record.getMessage().startswith("kernel backend auto: torch (") and reason in record.getMessage()
 
 
-def test_auto_without_the_package_is_torch(flashinfer_missing: None, caplog: pytest.LogCaptureFixture) -> None:
+def test_auto_without_the_packages_is_torch(
+    flashinfer_missing: None, triton_missing: None, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.INFO, logger="cudagraph.engine.model.kernel_backends"):
         assert select_kernels("auto", target()) is TORCH_KERNELS
+    assert "triton needs the triton package, which is not installed" in caplog.text
     assert "flashinfer needs the flashinfer-python package, which is not installed" in caplog.text
 
 
@@ -165,13 +207,7 @@ def test_asking_for_triton_where_it_cannot_run_is_one_error_naming_the_condition
     assert f"the triton kernels need {needs}" in message and found in message and "\n" not in message
 
 
-def test_asking_for_triton_without_it_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cudagraph.engine.model as package
-
-    monkeypatch.setitem(sys.modules, "triton", None)  # an import of it now raises ModuleNotFoundError
-    for module in ("triton_kernels", "triton_ops"):  # imported afresh, as in a process that never had them
-        monkeypatch.delitem(sys.modules, f"{package.__name__}.{module}", raising=False)
-        monkeypatch.delattr(package, module, raising=False)
+def test_asking_for_triton_without_it_names_the_extra(triton_missing: None) -> None:
     with pytest.raises(
         KernelBackendUnavailableError,
         match=r"the triton kernels need the triton package \(triton "

@@ -122,8 +122,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         "--kernel-backend",
         choices=KERNEL_BACKEND_CHOICES,
         default="auto",
-        help="the layers' norm/rotary/activation kernels (auto: flashinfer when installed and the model runs in "
-        "float16/bfloat16 on CUDA without tc_piecewise, else torch)",
+        help="the layers' norm/rotary/activation/projection kernels (auto: triton on CUDA without tc_piecewise, "
+        "then flashinfer when installed and the model runs in float16/bfloat16, else torch)",
     )
     parser.add_argument("--max-num-reqs", type=int, default=64, help="request rows in the KV cache")
     parser.add_argument("--max-context-len", type=int, default=1024, help="tokens per request in the KV cache")

@@ -163,7 +163,7 @@ KERNEL_BACKENDS: Mapping[str, KernelBackend] = MappingProxyType(
 )
 """Kernel set name -> registry row."""
 
-AUTO_ORDER = ("flashinfer", "torch")
+AUTO_ORDER = ("triton", "flashinfer", "torch")
 """What ``auto`` tries, fastest first; the last row has no conditions, so ``auto`` always finds one."""
 
 KERNEL_BACKEND_CHOICES = (AUTO, *KERNEL_BACKENDS)

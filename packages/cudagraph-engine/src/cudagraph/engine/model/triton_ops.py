@@ -162,13 +162,13 @@ class GemvTile:
 
 
 GEMV_TILES = (
-    GemvTile(max_rows=1, block_n=8, block_k=512),
-    GemvTile(max_rows=2, block_n=8, block_k=256),
-    GemvTile(max_rows=4, block_n=8, block_k=128),
-    GemvTile(max_rows=8, block_n=8, block_k=64),
+    GemvTile(max_rows=1, block_n=4, block_k=1024),
+    GemvTile(max_rows=2, block_n=4, block_k=1024),
 )
 """By step rows, smallest first: the first tile whose ``max_rows`` covers a step is used. Wider steps go to the
-dense matmul (``gemv_tile`` returns None): with enough rows cuBLAS's tensor-core kernels win."""
+dense matmul (``gemv_tile`` returns None). Chosen by ``bench/bench_kernels.py --sweep`` on an H100 (Qwen3-0.6B's
+projections, bfloat16): at one row this tile beats cuBLAS 1.1-1.8x on every projection (the weight read in long,
+few steps); at four rows cuBLAS's tensor-core kernels win the wide projections."""
 
 HEADS_PER_PROGRAM = 8
 """Heads a ``qk_norm_rope`` program rotates (a token's q and k heads split over a few programs)."""
