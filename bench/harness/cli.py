@@ -171,6 +171,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         settings={"profile": "quick" if args.quick else "full", "sections": list(args.sections), **asdict(profile)},
     )
     result.settings["kernel_counts"] = "count pass" if args.count_only else args.kernel_counts.value
+    result.settings["attention_backend"] = args.attention_backend
+    from cudagraph.engine.model.kernel_backends import AUTO_ORDER
+
+    # Engines take the kernel set "auto" picks: the first of this order that can run (torch where a row compiles).
+    result.settings["kernel_backend"] = {"choice": "auto", "order": list(AUTO_ORDER)}
     if args.presets:
         result.settings["presets"] = list(args.presets)
     if args.configs:
