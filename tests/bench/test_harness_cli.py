@@ -30,6 +30,8 @@ def test_cuda_sections_skip_with_the_reason_and_the_json_is_written(tmp_path: Pa
     ]
     assert data["decode"] == [] and data["settings"]["profile"] == "full"
     assert data["settings"]["kernel_counts"] == "separate"  # no decode rows here: no counting process was started
+    assert data["settings"]["attention_backend"] == "torch"
+    assert data["settings"]["kernel_backend"] == {"choice": "auto", "order": ["triton", "flashinfer", "torch"]}
 
 
 def test_check_fails_when_targets_are_not_measured(tmp_path: Path, no_cuda: str) -> None:
