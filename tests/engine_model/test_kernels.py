@@ -138,3 +138,20 @@ def test_rms_norm_of_the_head_norm_is_the_reference_rounding_order() -> None:
     weight = (1 + 0.1 * torch.randn(2, 64)).to(torch.bfloat16)
     expected = F.rms_norm(heads.float(), (64,), eps=EPS).to(torch.bfloat16)[:, :2] * weight
     assert torch.equal(TORCH_KERNELS.qk_rms_norm(heads.clone(), weight, 1, EPS), expected)
+
+
+def test_the_composed_store_writes_rotated_keys_and_values_after_rotary(generator: torch.Generator) -> None:
+    """The torch set's ``norm_rotate_and_store``: ``norm_and_rotate``, then the k and v heads into their slots."""
+    config = model_config_from_preset("tiny-qwen3-random")
+    num_q, num_k, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+    heads = torch.randn(TOKENS, num_q + 2 * num_k, head_dim, generator=generator)
+    weight = 1 + 0.1 * torch.randn(num_q + num_k, head_dim, generator=generator)
+    rotary = TORCH_KERNELS.rotary_step(TORCH_KERNELS.rotary_table(config, torch.float32, "cpu"), torch.arange(TOKENS))
+    expected = TORCH_KERNELS.norm_and_rotate(heads.clone(), weight, num_q, num_k, EPS, rotary)
+    cache = torch.zeros(TOKENS + 2, 2, num_k, head_dim)
+    slots = torch.arange(TOKENS) + 1
+    values = heads[:, num_q + num_k :].clone()
+    qk = TORCH_KERNELS.norm_rotate_and_store(heads, weight, num_q, num_k, EPS, rotary, (cache, slots))
+    assert torch.equal(qk, expected)
+    assert torch.equal(cache[slots, 0], expected[:, num_q:]) and torch.equal(cache[slots, 1], values)
+    assert not cache[0].any() and not cache[-1].any()

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 pytest.importorskip("triton", reason="triton is not installed (it ships with CUDA builds of torch; pip install triton)")
 
 from cudagraph.engine.model import (
+    ModelConfig,
     model_config_from_preset,
     random_model,
     triton_ops,
@@ -78,12 +79,16 @@ def textbook_rotate(heads: torch.Tensor, cos_sin: torch.Tensor) -> torch.Tensor:
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
+@pytest.mark.parametrize("store", [False, True], ids=["in-place", "and-store"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("normed", [True, False], ids=["qwen3", "llama"])
-def test_qk_norm_rope_norms_and_rotates_q_and_k_in_place_and_leaves_v_alone(
-    ops: ModuleType, normed: bool, dtype: torch.dtype, generator: torch.Generator
+def test_qk_norm_rope_norms_and_rotates_q_and_k_in_place_and_can_store_k_and_v(
+    ops: ModuleType, normed: bool, dtype: torch.dtype, store: bool, generator: torch.Generator
 ) -> None:
-    num_q, num_k, head_dim, tokens = 10, 3, 32, 4  # 13 rotated heads: two programs, the second one masked
+    """13 rotated heads (two programs, the second one masked; 16 with the v heads when storing): q and k normed and
+    rotated in the projection, v left alone; storing, each token's rotated keys and its values land in its slot's
+    row of the cache (keys then values) and no other row changes."""
+    num_q, num_k, head_dim, tokens = 10, 3, 32, 4
     config = model_config_from_preset("tiny-qwen3-random").with_overrides(head_dim=head_dim)
     table = rotary_cos_sin_halves_table(config, DEVICE)
     positions = torch.tensor([0, 7, 3, 120], device=DEVICE)
@@ -93,13 +98,40 @@ def test_qk_norm_rope_norms_and_rotates_q_and_k_in_place_and_leaves_v_alone(
     before = heads.clone()
     weight = (1 + 0.2 * torch.randn(num_q + num_k, head_dim, generator=generator)).to(DEVICE, dtype)
     tail = projection[:, -16:].clone()
-    ops.qk_norm_rope(heads, weight if normed else None, num_q + num_k, EPS, table, positions)
+    cache = torch.randn(9, 2, num_k, head_dim, generator=generator).to(DEVICE, dtype)
+    cache_before = cache.clone()
+    slots = torch.tensor([5, 0, 8, 2], device=DEVICE)
+    destination = (cache, slots) if store else None
+    ops.qk_norm_rope(heads, weight if normed else None, num_q, num_k, EPS, table, positions, destination)
     expected = before[:, : num_q + num_k].double()
     if normed:
         expected = textbook_rms_norm(expected, weight).to(dtype)
     close(heads[:, : num_q + num_k], textbook_rotate(expected, table[positions]), dtype)
     assert torch.equal(heads[:, num_q + num_k :], before[:, num_q + num_k :]), "v heads untouched"
     assert torch.equal(projection[:, -16:], tail), "nothing written past the heads"
+    if not store:
+        assert torch.equal(cache, cache_before)
+        return
+    assert torch.equal(cache[slots, 0], heads[:, num_q : num_q + num_k]), "keys stored as rotated in the projection"
+    assert torch.equal(cache[slots, 1], before[:, num_q + num_k :]), "values stored as projected"
+    others = [row for row in range(cache.shape[0]) if row not in slots.tolist()]
+    assert torch.equal(cache[others], cache_before[others]), "no other slot written"
+
+
+def test_qk_norm_rope_refuses_a_cache_of_another_layout(ops: ModuleType) -> None:
+    heads = torch.zeros(1, 4, 8, device=DEVICE)
+    table = torch.zeros(4, 8, device=DEVICE)
+    with pytest.raises(ValueError, match=r"contiguous \[slots, 2, 1, 8\] buffer, got \(3, 1, 2, 8\)"):
+        ops.qk_norm_rope(
+            heads,
+            None,
+            2,
+            1,
+            EPS,
+            table,
+            torch.zeros(1, dtype=torch.int64, device=DEVICE),
+            (torch.zeros(3, 1, 2, 8, device=DEVICE), torch.zeros(1, dtype=torch.int64, device=DEVICE)),
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -151,6 +183,35 @@ FAMILIES = {
 }
 
 
+class StoringAttend:
+    """A dense ``attend`` that offers a KV cache: it records what reached it and checks that what the kernels stored
+    at its destination is the keys and values it is given."""
+
+    def __init__(self, config: ModelConfig, tokens: int) -> None:
+        self.dense = dense_attend(config)
+        self.caches = [
+            torch.zeros(tokens + 3, 2, config.num_kv_heads, config.head_dim, device=DEVICE)
+            for _ in range(config.num_layers)
+        ]
+        self.slots = torch.arange(tokens, device=DEVICE) + 2  # slots 0, 1 and the last stay empty
+        self.stored: list[bool] = []
+
+    def kv_destination(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.caches[layer_id], self.slots
+
+    def __call__(
+        self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kv_stored: bool = False
+    ) -> torch.Tensor:
+        self.stored.append(kv_stored)
+        cache = self.caches[layer_id]
+        heads = (-1, cache.shape[2], cache.shape[3])
+        if kv_stored:
+            assert torch.equal(cache[self.slots, 0], k.reshape(heads)), f"layer {layer_id}: keys"
+            assert torch.equal(cache[self.slots, 1], v.reshape(heads)), f"layer {layer_id}: values"
+            assert not cache[[0, 1, -1]].any(), "no other slot written"
+        return self.dense(layer_id, q, k, v)
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 @pytest.mark.parametrize("tokens", [1, 2, 12], ids=["gemv", "gemv-2-rows", "cublas"])
 def test_a_model_on_the_triton_set_computes_what_the_torch_set_computes(
@@ -167,4 +228,26 @@ def test_a_model_on_the_triton_set_computes_what_the_torch_set_computes(
     model.use_kernels(triton_kernels_module.TritonKernels())
     have = model(input_ids, positions, dense_attend(model.config))
     model.use_kernels(TORCH_KERNELS)
+    torch.testing.assert_close(have, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_the_triton_set_stores_keys_and_values_where_attend_says_and_attend_skips_its_store(
+    ops: ModuleType, family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an ``attend`` that names a destination, every layer's rotary kernel stores its keys and values there
+    (the torch set leaves the store to ``attend``), and the logits stay the torch set's."""
+    monkeypatch.setattr(triton_kernels_module, "triton_ops", ops)
+    model = random_model(FAMILIES[family], seed=5, dtype="float32", device=DEVICE)
+    tokens = 3
+    input_ids = torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(2))
+    input_ids, positions = input_ids.to(DEVICE), torch.arange(tokens, device=DEVICE)
+    plain = StoringAttend(model.config, tokens)
+    want = model(input_ids, positions, plain)
+    assert plain.stored == [False] * model.config.num_layers and not any(c.any() for c in plain.caches)
+    model.use_kernels(triton_kernels_module.TritonKernels())
+    fused = StoringAttend(model.config, tokens)
+    have = model(input_ids, positions, fused)
+    model.use_kernels(TORCH_KERNELS)
+    assert fused.stored == [True] * model.config.num_layers
     torch.testing.assert_close(have, want, atol=1e-4, rtol=1e-4)

@@ -82,22 +82,45 @@ def bind_unified_attention(
 register_split_op(unified_attention, replay_binder=bind_unified_attention)
 
 
-def attend(layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """The ``attend`` callback the model calls: ``[T, Hq*D]`` attention output for layer ``layer_id``.
+class EngineAttend:
+    """The ``attend`` callback the model calls (``attend``, its one instance): ``[T, Hq*D]`` attention output for a
+    layer, and where that layer's keys and values go (``kv_destination``) for kernel sets that store them fused."""
 
-    Run eagerly (eager steps, full and breakable captures), the keys and values are stored by their own op before
-    attention (plain tensor ops inside it, so graphs capture them even where attention is an eager break), and
-    ``unified_attention`` only attends: a breakable replay then runs as little as possible eagerly.
+    def __call__(
+        self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kv_stored: bool = False
+    ) -> torch.Tensor:
+        """Attention of ``q`` over the cache after this step's ``k`` and ``v`` are in it.
 
-    Traced by dynamo (``tc_piecewise``, compiled buckets), ``unified_attention`` stores them itself, so ``layer_id``
-    appears only in the attention call: the graph pieces between two attention calls are then the same graph for
-    every layer (the weights are inputs), and inductor compiles one and serves the others from its FX graph cache
-    instead of compiling every layer again. Only operators are called here, so dynamo traces it without a break.
-    """
-    output = torch.empty_like(q)
-    if torch.compiler.is_compiling():
-        unified_attention(q, k, v, output, layer_id, kv_stored=False)
-    else:
-        store_kv(k, v, layer_id)
-        unified_attention(q, k, v, output, layer_id, kv_stored=True)
-    return output
+        Run eagerly (eager steps, full and breakable captures), the keys and values are stored by their own op
+        before attention (plain tensor ops inside it, so graphs capture them even where attention is an eager
+        break), or not at all when the caller's kernels stored them (``kv_stored=True``, at ``kv_destination``);
+        ``unified_attention`` only attends: a breakable replay then runs as little as possible eagerly.
+
+        Traced by dynamo (``tc_piecewise``, compiled buckets), ``unified_attention`` stores them itself, so
+        ``layer_id`` appears only in the attention call: the graph pieces between two attention calls are then the
+        same graph for every layer (the weights are inputs), and inductor compiles one and serves the others from
+        its FX graph cache instead of compiling every layer again. Only operators are called here, so dynamo traces
+        it without a break.
+        """
+        output = torch.empty_like(q)
+        if torch.compiler.is_compiling():
+            unified_attention(q, k, v, output, layer_id, kv_stored=False)
+        else:
+            if not kv_stored:
+                store_kv(k, v, layer_id)
+            unified_attention(q, k, v, output, layer_id, kv_stored=True)
+        return output
+
+    def kv_destination(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(kv_buffer, slots)`` where layer ``layer_id``'s keys and values of this step go (the attention backend's
+        ``kv_destination``), or None where they cannot be stored outside the attention op: a traced forward (the op
+        stores them) or a backend without one."""
+        if torch.compiler.is_compiling():
+            return None
+        context = get_forward_context()
+        destination = getattr(context.attn_backend, "kv_destination", None)
+        return None if destination is None else destination(layer_id, context.forward_batch.out_cache_loc)  # type: ignore[no-any-return]
+
+
+attend = EngineAttend()
+"""The engine's ``attend`` (``layers.AttendFn`` with ``kv_destination``)."""

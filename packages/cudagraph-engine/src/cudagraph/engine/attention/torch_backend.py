@@ -237,6 +237,12 @@ class TorchAttentionBackend:
     def _is_graph_view(self, metadata: DecodeMetadata | None) -> bool:
         return metadata is not None and self._graph_views.get(metadata.kv_slots.shape[0]) is metadata
 
+    def kv_destination(self, layer_id: int, out_cache_loc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where ``store_kv`` writes layer ``layer_id``'s keys and values: ``(kv_buffer, slots)``, the layer's
+        ``[slots, 2, Hkv, D]`` cache and the step's slots. A kernel that writes them there itself (the Triton
+        kernel set's rotary) lets the attention op skip its store (``kv_stored=True``)."""
+        return self.kv_pool.kv_buffer[layer_id], out_cache_loc
+
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, layer_id: int, out_cache_loc: torch.Tensor) -> None:
         """Write keys and values ``[T, Hkv*D]`` to their slots in one kernel where the model's projection keeps them
         side by side (``TokenToKVPool.store``; padded tokens all hit the scratch slot)."""

@@ -43,6 +43,10 @@ class LayerKernels(Protocol):
     name: str
     """The registry name (``kernel_backends.KERNEL_BACKENDS``)."""
 
+    fuses_kv_store: bool
+    """Whether ``norm_rotate_and_store`` writes the keys and values in the same kernel as rotary (a layer then
+    stores them there, and its attention skips its own store); else a layer leaves the store to attention."""
+
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """RMSNorm of ``x`` ``[T, hidden]`` over its last dimension, scaled by ``weight`` ``[hidden]``."""
         ...
@@ -68,6 +72,21 @@ class LayerKernels(Protocol):
         into ``heads`` where the set can."""
         ...
 
+    def norm_rotate_and_store(
+        self,
+        heads: torch.Tensor,
+        norm_weight: torch.Tensor | None,
+        num_q_heads: int,
+        num_k_heads: int,
+        eps: float,
+        rotary: RotaryStep,
+        kv_destination: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
+        """``norm_and_rotate``, and each token's rotated keys and its values (the ``Hk`` heads after the k heads)
+        written to row ``slots[t]`` of ``kv_buffer`` ``[slots, 2, Hk, D]`` for ``kv_destination = (kv_buffer,
+        slots)`` (keys, then values: a ``TokenToKVPool`` layer)."""
+        ...
+
     def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """The table ``rotary_step`` reads, built once per model, for every position below
         ``max_position_embeddings`` (its layout is the kernel set's own)."""
@@ -89,7 +108,10 @@ class LayerKernels(Protocol):
 
 class ComposedKernels(ABC):
     """The compound operations of ``LayerKernels`` composed from a set's single ones: head norm then rotary, and the
-    activation then the down projection, with the projections as cuBLAS matmuls (``F.linear``)."""
+    activation then the down projection, with the projections as cuBLAS matmuls (``F.linear``); the KV store, where
+    asked for, is one more kernel after rotary, so layers leave it to attention (``fuses_kv_store`` is False)."""
+
+    fuses_kv_store = False
 
     @abstractmethod
     def qk_rms_norm(self, heads: torch.Tensor, weight: torch.Tensor, num_q_heads: int, eps: float) -> torch.Tensor:
@@ -121,6 +143,23 @@ class ComposedKernels(ABC):
         else:
             qk = self.qk_rms_norm(heads, norm_weight, num_q_heads, eps)
         return self.rotate(qk, num_q_heads, rotary)
+
+    def norm_rotate_and_store(
+        self,
+        heads: torch.Tensor,
+        norm_weight: torch.Tensor | None,
+        num_q_heads: int,
+        num_k_heads: int,
+        eps: float,
+        rotary: RotaryStep,
+        kv_destination: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
+        """``norm_and_rotate``, then one ``index_put_`` of the k and v heads into the destination."""
+        qk = self.norm_and_rotate(heads, norm_weight, num_q_heads, num_k_heads, eps, rotary)
+        kv_buffer, slots = kv_destination
+        kv_heads = heads[:, num_q_heads : num_q_heads + 2 * num_k_heads].unflatten(1, (2, num_k_heads))
+        kv_buffer.index_put_((slots,), kv_heads)
+        return qk
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``F.linear``."""

@@ -12,7 +12,7 @@ capturable in a CUDA graph.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import nn
@@ -35,6 +35,22 @@ class AttendFn(Protocol):
 
     def __call__(self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Attend ``q`` to ``k``/``v`` for layer ``layer_id``."""
+        ...
+
+
+class KVStoringAttendFn(AttendFn, Protocol):
+    """An ``attend`` that can say where a layer's keys and values go, so a kernel set that fuses the KV store into
+    rotary (``LayerKernels.fuses_kv_store``) writes them there and tells ``attend`` they are stored."""
+
+    def __call__(
+        self, layer_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kv_stored: bool = False
+    ) -> torch.Tensor:
+        """Attend ``q`` for layer ``layer_id``; ``kv_stored=True``: ``k`` and ``v`` are already in the cache."""
+        ...
+
+    def kv_destination(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(kv_buffer [slots, 2, Hkv, D], slots [T])`` for this step's keys and values, or None (store them by
+        calling ``attend`` as usual)."""
         ...
 
 
@@ -117,24 +133,34 @@ class Attention(KernelModule):
         it to the residual stream)."""
         qkv = self.kernels.linear(x, self.qkv_weight, self.qkv_bias)
         heads = qkv.unflatten(-1, (-1, self.head_dim))  # q heads, then k heads, then v heads: a view of qkv
-        norm = self.qk_norm
+        norm_weight, eps = (None, 0.0) if self.qk_norm is None else (self.qk_norm.weight, self.qk_norm.eps)
+        destination = self._kv_destination(attend)
         # Normed and rotated in qkv itself where the kernels can, so that v still follows k in every row.
-        qk = self.kernels.norm_and_rotate(
-            heads,
-            None if norm is None else norm.weight,
-            self.num_heads,
-            self.num_kv_heads,
-            0.0 if norm is None else norm.eps,
-            rotary,
-        ).flatten(1)
+        if destination is None:
+            qk = self.kernels.norm_and_rotate(heads, norm_weight, self.num_heads, self.num_kv_heads, eps, rotary)
+        else:
+            qk = self.kernels.norm_rotate_and_store(
+                heads, norm_weight, self.num_heads, self.num_kv_heads, eps, rotary, destination
+            )
+        qk = qk.flatten(1)
         q, k = qk[:, : self.q_size], qk[:, self.q_size :]
         v = qkv[:, self.q_size + self.kv_size :]
-        out = attend(self.layer_id, q, k, v)
+        if destination is None:
+            out = attend(self.layer_id, q, k, v)
+        else:
+            out = cast(KVStoringAttendFn, attend)(self.layer_id, q, k, v, kv_stored=True)
         if self.reduce_group is None:
             return self.kernels.linear(out, self.o_weight, self.o_bias)
         # Row-parallel: every rank's partial product is summed before the bias, which only one sum may carry.
         projected = all_reduced(self.kernels.linear(out, self.o_weight), self.reduce_group)
         return projected if self.o_bias is None else projected.add_(self.o_bias)
+
+    def _kv_destination(self, attend: AttendFn) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Where this layer's keys and values go, when the kernels store them fused and ``attend`` can say."""
+        if not self.kernels.fuses_kv_store:
+            return None
+        find = getattr(attend, "kv_destination", None)
+        return None if find is None else find(self.layer_id)  # type: ignore[no-any-return]
 
 
 class GatedMLP(KernelModule):

@@ -1,9 +1,10 @@
 """The decoder layer's kernel set on Triton kernels (``triton_ops``): the fewest launches a layer can make here.
 
 Per decoder layer of a decode step: two fused residual add + RMSNorms, the q/k/v projection, Qwen3's head norms
-and rotary of q and k in one kernel, the output projection, the gate/up projection, and the down projection with
-``silu(gate) * up`` computed on its load: seven launches besides attention and its KV store (FlashInfer's set makes
-nine, and cuBLAS adds a split-K reduction to some of its projections). Projections of steps wider than
+and rotary of q and k with the KV store in one kernel (where the caller's ``attend`` says where the keys and values
+go), the output projection, the gate/up projection, and the down projection with ``silu(gate) * up`` computed on its
+load: seven launches besides attention (FlashInfer's set makes nine, a KV store besides, and cuBLAS adds a split-K
+reduction to some of its projections). Projections of steps wider than
 ``triton_ops.GEMV_TILES`` cover stay cuBLAS matmuls, with the activation as its own kernel.
 
 Triton ships with every CUDA build of torch; the set needs nothing else. Its launches are plain Python calls that
@@ -26,6 +27,7 @@ class TritonKernels:
     """``LayerKernels`` on Triton: one kernel per fused operation."""
 
     name = "triton"
+    fuses_kv_store = True
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """``triton_ops.rms_norm`` into a new tensor."""
@@ -47,9 +49,24 @@ class TritonKernels:
         rotary: RotaryStep,
     ) -> torch.Tensor:
         """Head norms (when there is a weight) and rotary of the q and k heads in one kernel, in place."""
-        num_rotated = num_q_heads + num_k_heads
-        triton_ops.qk_norm_rope(heads, norm_weight, num_rotated, eps, rotary.cos_sin, rotary.positions)
-        return heads[:, :num_rotated]
+        triton_ops.qk_norm_rope(heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions)
+        return heads[:, : num_q_heads + num_k_heads]
+
+    def norm_rotate_and_store(
+        self,
+        heads: torch.Tensor,
+        norm_weight: torch.Tensor | None,
+        num_q_heads: int,
+        num_k_heads: int,
+        eps: float,
+        rotary: RotaryStep,
+        kv_destination: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
+        """Head norms, rotary and the KV store in one kernel: the keys are written rotated, the values as they are."""
+        triton_ops.qk_norm_rope(
+            heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions, kv_destination
+        )
+        return heads[:, : num_q_heads + num_k_heads]
 
     def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """``rotary.rotary_cos_sin_halves_table``: float32 ``cos`` then ``sin`` halves per position."""
@@ -87,6 +104,10 @@ def warm_up(kernels: TritonKernels, config: ModelConfig, dtype: torch.dtype, dev
     )
     norm_weight = head_weight if config.qk_norm else None
     qk = kernels.norm_and_rotate(heads, norm_weight, config.num_heads, config.num_kv_heads, 1e-6, rotary)
+    kv_buffer = torch.zeros((1, 2, config.num_kv_heads, config.head_dim), dtype=dtype, device=device)
+    slots = torch.zeros(1, dtype=torch.int64, device=device)
+    args = (heads, norm_weight, config.num_heads, config.num_kv_heads, 1e-6, rotary)
+    kernels.norm_rotate_and_store(*args, (kv_buffer, slots))
     o_weight = torch.zeros((config.hidden_size, config.q_size), dtype=dtype, device=device)
     o_bias = torch.zeros(config.hidden_size, dtype=dtype, device=device) if config.o_bias else None
     kernels.linear(qk[:, : config.num_heads].flatten(1), o_weight, o_bias)

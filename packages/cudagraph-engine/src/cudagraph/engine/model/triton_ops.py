@@ -65,19 +65,26 @@ def _qk_norm_rope_kernel(
     cos_sin_ptr,
     cos_sin_stride,
     positions_ptr,
-    num_heads,
+    kv_ptr,
+    slots_ptr,
+    num_q_heads,
+    num_k_heads,
     eps,
     HEAD_DIM: tl.constexpr,
     HALF_BLOCK: tl.constexpr,
     HEADS_BLOCK: tl.constexpr,
     NORM: tl.constexpr,
+    STORE: tl.constexpr,
 ):
     token = tl.program_id(0)
     heads = tl.program_id(1) * HEADS_BLOCK + tl.arange(0, HEADS_BLOCK)
     dims = tl.arange(0, HALF_BLOCK)
     half = HEAD_DIM // 2
     dim_mask = dims < half
-    mask = (heads < num_heads)[:, None] & dim_mask[None, :]
+    rotated = heads < num_q_heads + num_k_heads
+    is_v = (heads >= num_q_heads + num_k_heads) & (heads < num_q_heads + 2 * num_k_heads)
+    read = (rotated | is_v) if STORE else rotated
+    mask = read[:, None] & dim_mask[None, :]
     first = heads_ptr + token * row_stride + heads[:, None] * HEAD_DIM + dims[None, :]
     x1 = tl.load(first, mask=mask, other=0.0)
     x2 = tl.load(first + half, mask=mask, other=0.0)
@@ -87,13 +94,31 @@ def _qk_norm_rope_kernel(
     if NORM:
         inverse_rms = tl.rsqrt((tl.sum(a * a, axis=1) + tl.sum(b * b, axis=1)) / HEAD_DIM + eps)[:, None]
         weight_row = norm_weight_ptr + heads[:, None] * HEAD_DIM + dims[None, :]
-        a = (a * inverse_rms * tl.load(weight_row, mask=mask, other=0.0).to(tl.float32)).to(dtype).to(tl.float32)
-        b = (b * inverse_rms * tl.load(weight_row + half, mask=mask, other=0.0).to(tl.float32)).to(dtype).to(tl.float32)
+        weight_mask = rotated[:, None] & dim_mask[None, :]
+        a = (a * inverse_rms * tl.load(weight_row, mask=weight_mask, other=0.0).to(tl.float32)).to(dtype).to(tl.float32)
+        b = (
+            (b * inverse_rms * tl.load(weight_row + half, mask=weight_mask, other=0.0).to(tl.float32))
+            .to(dtype)
+            .to(tl.float32)
+        )
     position = tl.load(positions_ptr + token)
     cos = tl.load(cos_sin_ptr + position * cos_sin_stride + dims, mask=dim_mask, other=0.0)[None, :]
     sin = tl.load(cos_sin_ptr + position * cos_sin_stride + half + dims, mask=dim_mask, other=0.0)[None, :]
-    tl.store(first, (a * cos - b * sin).to(dtype), mask=mask)
-    tl.store(first + half, (b * cos + a * sin).to(dtype), mask=mask)
+    out1 = (a * cos - b * sin).to(dtype)
+    out2 = (b * cos + a * sin).to(dtype)
+    write_back = rotated[:, None] & dim_mask[None, :]
+    tl.store(first, out1, mask=write_back)
+    tl.store(first + half, out2, mask=write_back)
+    if STORE:
+        # A slot's cache row is [2, num_k_heads, HEAD_DIM], keys then values: the k and v heads of the projection in
+        # their order. Keys go in rotated, values as read.
+        is_k = rotated & (heads >= num_q_heads)
+        slot = tl.load(slots_ptr + token).to(tl.int64)
+        cache = kv_ptr + slot * (2 * num_k_heads * HEAD_DIM) + (heads - num_q_heads)[:, None] * HEAD_DIM + dims[None, :]
+        store_mask = (is_k | is_v)[:, None] & dim_mask[None, :]
+        v_rows = is_v[:, None]
+        tl.store(cache, tl.where(v_rows, x1, out1), mask=store_mask)
+        tl.store(cache + half, tl.where(v_rows, x2, out2), mask=store_mask)
 
 
 @triton.jit
@@ -213,25 +238,38 @@ def _launch_norm(
 def qk_norm_rope(
     heads: torch.Tensor,
     norm_weight: torch.Tensor | None,
-    num_heads: int,
+    num_q_heads: int,
+    num_k_heads: int,
     eps: float,
     cos_sin: torch.Tensor,
     positions: torch.Tensor,
+    kv_store: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
-    """In place on the first ``num_heads`` heads of ``heads`` ``[T, H, D]`` (each row's heads contiguous): each
-    head normed by its row of ``norm_weight`` ``[num_heads, D]`` (skipped when None), then rotated (Neox halves)
-    by the float32 ``cos_sin`` ``[positions, D]`` row (cos then sin halves) at ``positions[t]``."""
+    """In place on the q then k heads at the front of ``heads`` ``[T, H, D]`` (each row's heads contiguous): each
+    head normed by its row of ``norm_weight`` ``[Hq + Hk, D]`` (skipped when None), then rotated (Neox halves) by
+    the float32 ``cos_sin`` ``[positions, D]`` row (cos then sin halves) at ``positions[t]``.
+
+    With ``kv_store = (kv_buffer, slots)`` the same launch also writes each token's rotated keys and its values (the
+    ``Hk`` heads after the k heads) to row ``slots[t]`` of ``kv_buffer`` ``[slots, 2, Hk, D]`` (keys, then values:
+    a ``TokenToKVPool`` layer)."""
     tokens, _, head_dim = heads.shape
     if tokens == 0:
         return
     if heads.stride(2) != 1 or heads.stride(1) != head_dim:
         raise ValueError(f"qk_norm_rope needs each row's heads contiguous, got strides {heads.stride()}")
-    grid = (tokens, triton.cdiv(num_heads, HEADS_PER_PROGRAM))
+    kv_buffer, slots = kv_store if kv_store is not None else (heads, positions)
+    if kv_store is not None and (kv_buffer.shape[1:] != (2, num_k_heads, head_dim) or not kv_buffer.is_contiguous()):
+        raise ValueError(
+            f"qk_norm_rope stores into a contiguous [slots, 2, {num_k_heads}, {head_dim}] buffer, got "
+            f"{tuple(kv_buffer.shape)}"
+        )
+    launched_heads = num_q_heads + (2 if kv_store is not None else 1) * num_k_heads
+    grid = (tokens, triton.cdiv(launched_heads, HEADS_PER_PROGRAM))
     _qk_norm_rope_kernel[grid](
         heads, heads.stride(0), heads if norm_weight is None else norm_weight, cos_sin, cos_sin.stride(0),
-        positions, num_heads, eps,
+        positions, kv_buffer, slots, num_q_heads, num_k_heads, eps,
         HEAD_DIM=head_dim, HALF_BLOCK=triton.next_power_of_2(head_dim // 2), HEADS_BLOCK=HEADS_PER_PROGRAM,
-        NORM=norm_weight is not None,
+        NORM=norm_weight is not None, STORE=kv_store is not None,
     )  # fmt: skip
 
 
