@@ -128,37 +128,36 @@ def _load_torch() -> KernelFactory:
     return lambda target: TORCH_KERNELS
 
 
-def _load_flashinfer() -> KernelFactory:
-    # Optional dependency: imported only when chosen, so the engine works without it.
-    module = importlib.import_module(".flashinfer_kernels", __package__)
+def _fused_set_loader(module_name: str, class_name: str) -> Callable[[], KernelFactory]:
+    """``load`` of a fused set: import ``module_name`` (an optional dependency, imported only when the set is
+    chosen, so the engine works without it) and build ``class_name`` from it, warmed up for the target."""
 
-    def build(target: KernelTarget) -> LayerKernels:
-        kernels = module.FlashInferKernels()
-        module.warm_up(kernels, target.config, target.dtype, target.device)
-        return kernels  # type: ignore[no-any-return]
+    def load() -> KernelFactory:
+        module = importlib.import_module(module_name, __package__)
 
-    return build
+        def build(target: KernelTarget) -> LayerKernels:
+            kernels = getattr(module, class_name)()
+            module.warm_up(kernels, target.config, target.dtype, target.device)
+            return kernels  # type: ignore[no-any-return]
 
+        return build
 
-def _load_triton() -> KernelFactory:
-    # Imported only when chosen: CPU builds of torch come without Triton.
-    module = importlib.import_module(".triton_kernels", __package__)
-
-    def build(target: KernelTarget) -> LayerKernels:
-        kernels = module.TritonKernels()
-        module.warm_up(kernels, target.config, target.dtype, target.device)
-        return kernels  # type: ignore[no-any-return]
-
-    return build
+    return load
 
 
 KERNEL_BACKENDS: Mapping[str, KernelBackend] = MappingProxyType(
     {
         "torch": KernelBackend("torch", (), _load_torch),
         "flashinfer": KernelBackend(
-            "flashinfer", FLASHINFER_REQUIREMENTS, _load_flashinfer, "flashinfer-python", ("flashinfer", "tvm_ffi")
+            "flashinfer",
+            FLASHINFER_REQUIREMENTS,
+            _fused_set_loader(".flashinfer_kernels", "FlashInferKernels"),
+            "flashinfer-python",
+            ("flashinfer", "tvm_ffi"),
         ),
-        "triton": KernelBackend("triton", TRITON_REQUIREMENTS, _load_triton, "triton", ("triton",)),
+        "triton": KernelBackend(
+            "triton", TRITON_REQUIREMENTS, _fused_set_loader(".triton_kernels", "TritonKernels"), "triton", ("triton",)
+        ),
     }
 )
 """Kernel set name -> registry row."""
