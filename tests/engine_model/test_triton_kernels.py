@@ -85,10 +85,10 @@ def textbook_rotate(heads: torch.Tensor, cos_sin: torch.Tensor) -> torch.Tensor:
 def test_qk_norm_rope_norms_and_rotates_q_and_k_in_place_and_can_store_k_and_v(
     ops: ModuleType, normed: bool, dtype: torch.dtype, store: bool, generator: torch.Generator
 ) -> None:
-    """13 rotated heads (two programs, the second one masked; 16 with the v heads when storing): q and k normed and
-    rotated in the projection, v left alone; storing, each token's rotated keys and its values land in its slot's
-    row of the cache (keys then values) and no other row changes."""
-    num_q, num_k, head_dim, tokens = 10, 3, 32, 4
+    """12 rotated heads (two programs, the second one masked; 15 with the v heads when storing, masked too): q and
+    k normed and rotated in the projection, v left alone; storing, each token's rotated keys and its values land in
+    its slot's row of the cache (keys then values) and no other row changes."""
+    num_q, num_k, head_dim, tokens = 9, 3, 32, 4
     config = model_config_from_preset("tiny-qwen3-random").with_overrides(head_dim=head_dim)
     table = rotary_cos_sin_halves_table(config, DEVICE)
     positions = torch.tensor([0, 7, 3, 120], device=DEVICE)
