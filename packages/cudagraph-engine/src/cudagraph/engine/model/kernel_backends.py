@@ -86,8 +86,22 @@ FLASHINFER_HEAD_DIMS = (64, 128, 256, 512)
 FLASHINFER_VECTOR_BYTES = 16
 """``silu_and_mul`` moves 16-byte vectors: a row of gate (or up) must be whole vectors."""
 
+CUDA_DEVICE = Requirement("a CUDA device", lambda t: t.device.type == "cuda", lambda t: f"the model is on {t.device}")
+"""The condition every fused set has: its kernels are CUDA kernels."""
+
+
+def untraced(why: str) -> Requirement:
+    """The condition of a set whose kernels dynamo cannot trace (``why``): a forward ``torch.compile`` does not
+    compile."""
+    return Requirement(
+        f"a forward that torch.compile does not trace ({why})",
+        lambda t: not t.traced,
+        lambda _: "a phase uses the tc_piecewise backend, which compiles the forward",
+    )
+
+
 FLASHINFER_REQUIREMENTS = (
-    Requirement("a CUDA device", lambda t: t.device.type == "cuda", lambda t: f"the model is on {t.device}"),
+    CUDA_DEVICE,
     Requirement(
         "float16 or bfloat16",
         lambda t: t.dtype in FLASHINFER_DTYPES,
@@ -103,23 +117,14 @@ FLASHINFER_REQUIREMENTS = (
         lambda t: t.config.intermediate_size * t.dtype.itemsize % FLASHINFER_VECTOR_BYTES == 0,
         lambda t: f"intermediate_size is {t.config.intermediate_size}",
     ),
-    Requirement(
-        "a forward that torch.compile does not trace (FlashInfer's kernels are not registered torch ops, so dynamo "
-        "cannot trace them)",
-        lambda t: not t.traced,
-        lambda _: "a phase uses the tc_piecewise backend, which compiles the forward",
-    ),
+    untraced("FlashInfer's kernels are not registered torch ops, so dynamo cannot trace them"),
 )
 """The flashinfer row's conditions, checked in order (the first failing one is reported)."""
 
 
 TRITON_REQUIREMENTS = (
-    FLASHINFER_REQUIREMENTS[0],
-    Requirement(
-        "a forward that torch.compile does not trace (the kernels launch from Python, outside torch's op registry)",
-        lambda t: not t.traced,
-        lambda _: "a phase uses the tc_piecewise backend, which compiles the forward",
-    ),
+    CUDA_DEVICE,
+    untraced("the kernels launch from Python, outside torch's op registry"),
 )
 """The triton row's conditions, checked in order."""
 
