@@ -78,15 +78,17 @@ class TritonKernels:
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``triton_ops.gemv`` for the few rows of a decode step, a cuBLAS matmul for wider steps."""
-        if triton_ops.gemv_tile(x.shape[0]) is None:
+        tile = triton_ops.gemv_tile(x.shape[0])
+        if tile is None:
             return F.linear(x, weight, bias)
-        return triton_ops.gemv(x, weight, bias)
+        return triton_ops.gemv(x, weight, bias, tile=tile)
 
     def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The activation computed on the down projection's load; for wide steps, its own kernel then cuBLAS."""
-        if triton_ops.gemv_tile(gate_up.shape[0]) is None:
+        tile = triton_ops.gemv_tile(gate_up.shape[0])
+        if tile is None:
             return F.linear(triton_ops.silu_and_mul(gate_up), weight)
-        return triton_ops.gemv(gate_up, weight, silu_mul=True)
+        return triton_ops.gemv(gate_up, weight, silu_mul=True, tile=tile)
 
 
 def warm_up(kernels: TritonKernels, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:

@@ -283,7 +283,8 @@ def gemv(
 ) -> torch.Tensor:
     """``x @ weight.T + bias`` for ``x`` ``[T, K]`` and ``weight`` ``[N, K]`` (contiguous), T within
     ``GEMV_TILES``; with ``silu_mul`` ``x`` is ``[T, 2K]`` (gate then up) and its row ``silu(gate) * up``.
-    ``tile`` overrides the table's (the tile sweep of ``bench/bench_kernels.py``)."""
+    ``tile`` is the table's by default (a caller that looked it up passes it; the sweep of ``bench/bench_kernels.py``
+    passes others)."""
     rows = x.shape[0]
     n, k = weight.shape
     tile = tile or gemv_tile(rows)
