@@ -1,6 +1,7 @@
 """Attention backends over the paged KV cache and the registered attention operator the model calls.
 
-``torch`` runs anywhere; ``flashinfer`` needs the optional ``flashinfer-python`` package and a CUDA device.
+``torch`` runs anywhere; ``flashinfer`` needs the optional ``flashinfer-python`` package and a CUDA device; ``triton``
+(decode in one Triton kernel a layer, extend as ``torch``) needs Triton, which CUDA builds of torch ship with.
 """
 
 from __future__ import annotations
@@ -38,11 +39,30 @@ def _flashinfer_backend(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPoo
     )
 
 
+def _triton_backend(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
+    try:
+        module = importlib.import_module(".triton_backend", __name__)
+    except ModuleNotFoundError as error:
+        if error.name != "triton":
+            raise
+        raise AttentionBackendUnavailableError(
+            "the triton attention backend needs the triton package (CUDA builds of torch ship it): "
+            "pip install 'cudagraph-engine[triton]', or use --attention-backend torch"
+        ) from None
+    return module.TritonAttentionBackend(
+        req_to_token_pool, kv_pool, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.attention_scale
+    )
+
+
 class AttentionBackendUnavailableError(RuntimeError):
     """An attention backend was asked for whose optional dependency is not installed; the message names the extra."""
 
 
-ATTENTION_BACKENDS: dict[str, Callable[..., Any]] = {"torch": _torch_backend, "flashinfer": _flashinfer_backend}
+ATTENTION_BACKENDS: dict[str, Callable[..., Any]] = {
+    "torch": _torch_backend,
+    "flashinfer": _flashinfer_backend,
+    "triton": _triton_backend,
+}
 """Attention backend name -> factory ``(req_to_token_pool, kv_pool, model_shape)``."""
 
 

@@ -1,0 +1,136 @@
+"""The ``triton`` attention backend: decode attention in one Triton kernel a layer (``triton_decode``), extend as the
+torch backend's.
+
+Decode needs no metadata at all: the kernel reads each row's slots from the request-to-token table and its length
+from ``seq_lens`` on the device, so a step builds nothing before its first layer, a full graph captures one launch a
+layer, and a replay has nothing to plan (FlashInfer re-plans its wrapper on the host every step; the torch backend
+fills three static tables on the device). A breakable capture binds each decode break to that one launch, through the
+compiled kernel's launcher rather than Triton's JIT call. Triton
+ships with every CUDA build of torch; the backend runs on CPU tensors only under ``TRITON_INTERPRET=1``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+
+import torch
+
+from cudagraph.runner import ForwardBatch, ForwardMode
+
+from ..kv_cache import ReqToTokenPool, TokenToKVPool
+from .torch_backend import TorchAttentionBackend, _in_order
+from .triton_decode import PagedDecodeKernel
+
+
+class TritonAttentionBackend(TorchAttentionBackend):
+    """Grouped-query decode over the paged cache in one Triton launch a layer; extend inherited from the torch
+    backend (so prefill ``full`` stays FlashInfer's)."""
+
+    name = "triton"
+
+    def __init__(
+        self,
+        req_to_token_pool: ReqToTokenPool,
+        kv_pool: TokenToKVPool,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float | None = None,
+    ) -> None:
+        device = req_to_token_pool.req_to_token.device
+        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError(
+                f"the triton attention backend needs a CUDA device, not {device} (TRITON_INTERPRET=1 runs its kernel "
+                "on CPU tensors, slowly); use 'torch'"
+            )
+        super().__init__(req_to_token_pool, kv_pool, num_heads, num_kv_heads, head_dim, scale)
+        self.decode_kernel = PagedDecodeKernel(
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            self.scale,
+            max_context=self.graph_width,
+            device=self.req_to_token.device,
+        )
+        self.decode_kernel.reserve(int(self.req_to_token.shape[0]))
+
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        """Extend: as the torch backend. Decode: nothing (the kernel reads the batch's tables on the device)."""
+        if batch.forward_mode.is_decode():
+            self.forward_metadata = None
+            return
+        super().init_forward_metadata(batch)
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+        """Room in the decode kernel's scratch for ``max_bs`` rows (captured launches cannot allocate)."""
+        self.decode_kernel.reserve(max_bs)
+
+    def init_forward_metadata_capture_cuda_graph(
+        self,
+        batch_size: int,
+        num_tokens: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        forward_mode: ForwardMode,
+        **kwargs: object,
+    ) -> None:
+        """Nothing: a captured decode reads the runner's static ``req_pool_indices`` and ``seq_lens``."""
+        self.forward_metadata = None
+
+    def init_forward_metadata_replay_cuda_graph(
+        self,
+        batch_size: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_sum: int,
+        forward_mode: ForwardMode,
+        seq_lens_cpu: torch.Tensor | None = None,
+        **kwargs: object,
+    ) -> None:
+        """Nothing: the runner has copied the step into the static tensors the captured launches read."""
+        self.forward_metadata = None
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        output: torch.Tensor,
+        layer_id: int,
+        batch: ForwardBatch,
+        kv_stored: bool = False,
+    ) -> None:
+        """Store this step's keys and values (unless ``kv_stored``), then attend: decode in one launch, extend as
+        the torch backend."""
+        if batch.forward_mode.is_decode():
+            if not kv_stored:
+                self.store_kv(k, v, layer_id, batch.out_cache_loc)
+            self.decode_kernel(
+                q, self.kv_pool.kv_buffer[layer_id], output, self.req_to_token, batch.req_pool_indices, batch.seq_lens
+            )
+            return
+        super().forward(q, k, v, output, layer_id, batch, kv_stored)
+
+    def bind_forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        output: torch.Tensor,
+        layer_id: int,
+        batch: ForwardBatch,
+        kv_stored: bool = False,
+    ) -> Callable[[], None] | None:
+        """Decode: the layer's launch with every argument bound now, straight to the compiled kernel's launcher (a
+        breakable capture's batch tensors are the runner's static ones), after the KV store unless ``kv_stored``;
+        ``None`` for extend batches, which replay through the op."""
+        if not batch.forward_mode.is_decode():
+            return None
+        attend = self.decode_kernel.bind(
+            q, self.kv_pool.kv_buffer[layer_id], output, self.req_to_token, batch.req_pool_indices, batch.seq_lens
+        )
+        if kv_stored:
+            return attend
+        return _in_order(functools.partial(self.store_kv, k, v, layer_id, batch.out_cache_loc), attend)

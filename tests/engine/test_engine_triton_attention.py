@@ -1,0 +1,315 @@
+"""The triton attention backend's decode kernel against attention computed straight from the cached keys and values.
+
+The kernel runs on a CUDA device where there is one and through Triton's interpreter on CPU tensors elsewhere
+(``tests/conftest.py`` turns it on): one split and many, grouped-query layouts, rows of one token and rows crossing
+blocks, the last-arriver merge and its counters, bound launches, and the backend through the attention op against
+the torch backend.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the triton attention backend needs the triton package")
+
+import triton
+
+from cudagraph.backend_utils import ForwardContext, set_forward_context
+from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, triton_decode, unified_attention
+from cudagraph.engine.attention.triton_backend import TritonAttentionBackend
+from cudagraph.engine.attention.triton_decode import PagedDecodeKernel, direct_launch
+from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool
+from cudagraph.runner import ForwardBatch, ForwardMode
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+TOLERANCE = {torch.float32: {"rtol": 1e-4, "atol": 1e-4}, torch.float16: {"rtol": 2e-3, "atol": 2e-3}}
+
+
+class Cache:
+    """A one-layer paged cache of random keys and values holding requests of the given lengths, each scattered over
+    non-contiguous slots."""
+
+    def __init__(self, lengths: list[int], num_kv_heads: int, head_dim: int, dtype: torch.dtype, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        width = max(lengths) + 8
+        self.req_pool = ReqToTokenPool(len(lengths) + 2, width, DEVICE)
+        self.kv_pool = TokenToKVPool(sum(lengths) + 64, 1, num_kv_heads, head_dim, dtype, DEVICE)
+        buffer = self.kv_pool.kv_buffer[0]
+        buffer.copy_(torch.randn(buffer.shape, generator=generator).to(dtype))
+        self.rows = []
+        for length in lengths:
+            row = self.req_pool.alloc()
+            slots = self.kv_pool.alloc(length + 5)
+            slots = slots[torch.randperm(length + 5, generator=generator)[:length].to(slots.device)]
+            self.req_pool.write(row, 0, slots)
+            self.rows.append(row)
+        self.lengths = lengths
+
+    @property
+    def req_pool_indices(self) -> torch.Tensor:
+        return torch.tensor(self.rows, dtype=torch.int64, device=DEVICE)
+
+    @property
+    def seq_lens(self) -> torch.Tensor:
+        return torch.tensor(self.lengths, dtype=torch.int32, device=DEVICE)
+
+    def expected(self, q: torch.Tensor, num_heads: int, scale: float) -> torch.Tensor:
+        """Softmax attention of each row's query heads over its cached tokens, in float64."""
+        buffer = self.kv_pool.kv_buffer[0].double()
+        _, _, num_kv_heads, head_dim = buffer.shape
+        group = num_heads // num_kv_heads
+        rows = []
+        for index, (row, length) in enumerate(zip(self.rows, self.lengths, strict=True)):
+            slots = self.req_pool.req_to_token[row, :length].long()
+            keys = buffer[slots, 0].repeat_interleave(group, dim=1)  # [L, Hq, D]
+            values = buffer[slots, 1].repeat_interleave(group, dim=1)
+            query = q[index].double().view(num_heads, head_dim)
+            weights = torch.softmax(torch.einsum("hd,lhd->hl", query, keys) * scale, dim=-1)
+            rows.append(torch.einsum("hl,lhd->hd", weights, values).reshape(-1))
+        return torch.stack(rows)
+
+
+def decode(kernel: PagedDecodeKernel, cache: Cache, q: torch.Tensor) -> torch.Tensor:
+    output = torch.full_like(q, float("nan"))
+    kernel(q, cache.kv_pool.kv_buffer[0], output, cache.req_pool.req_to_token, cache.req_pool_indices, cache.seq_lens)
+    return output
+
+
+def make_kernel(num_heads: int, num_kv_heads: int, head_dim: int, max_context: int) -> PagedDecodeKernel:
+    return PagedDecodeKernel(num_heads, num_kv_heads, head_dim, head_dim**-0.5, max_context=max_context, device=DEVICE)
+
+
+@pytest.mark.parametrize("max_context", [300, 4096])
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads", "head_dim"), [(4, 2, 32), (8, 1, 16), (2, 2, 32), (6, 2, 64)], ids=str
+)
+def test_decode_matches_attention_over_the_cached_tokens(
+    max_context: int, num_heads: int, num_kv_heads: int, head_dim: int
+) -> None:
+    """Splits of 256 tokens (two of them for 300 tokens, sixteen for 4096): rows of one token, of one block exactly,
+    crossing blocks, of one split exactly and crossing splits."""
+    lengths = [1, 128, 129, 256, 7, 257, 200, 300]
+    cache = Cache(lengths, num_kv_heads, head_dim, torch.float32, seed=max_context + head_dim)
+    kernel = make_kernel(num_heads, num_kv_heads, head_dim, max(max_context, 300))
+    q = torch.randn(len(lengths), num_heads * head_dim, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    have = decode(kernel, cache, q)
+    torch.testing.assert_close(have.double(), cache.expected(q, num_heads, head_dim**-0.5), **TOLERANCE[torch.float32])
+    assert int(kernel.scratch.arrivals.abs().sum()) == 0, "the merging split should leave every count at zero"
+
+
+def test_a_row_of_one_token_returns_its_value_in_every_head_of_the_group() -> None:
+    cache = Cache([1, 40], 2, 32, torch.float32, seed=3)
+    kernel = make_kernel(8, 2, 32, 256)
+    q = torch.randn(2, 8 * 32, device=DEVICE)
+    have = decode(kernel, cache, q)
+    slot = int(cache.req_pool.req_to_token[cache.rows[0], 0])
+    value = cache.kv_pool.kv_buffer[0][slot, 1]  # [Hkv, D]
+    torch.testing.assert_close(have[0].view(2, 4, 32), value[:, None, :].expand(2, 4, 32))
+
+
+def test_half_precision_decode_stays_within_half_rounding() -> None:
+    cache = Cache([3, 70, 129, 400], 2, 64, torch.float16, seed=5)
+    kernel = make_kernel(4, 2, 64, 512)
+    q = torch.randn(4, 4 * 64, device=DEVICE).half()
+    have = decode(kernel, cache, q)
+    assert have.dtype == torch.float16
+    torch.testing.assert_close(have.double(), cache.expected(q, 4, 64**-0.5), **TOLERANCE[torch.float16])
+
+
+def test_a_row_gives_the_same_bits_in_any_batch() -> None:
+    """What lets a graph's padded batch reproduce eager: a row's splits follow its length, not the batch."""
+    cache = Cache([300, 5, 140, 260], 2, 32, torch.float32, seed=6)
+    kernel = make_kernel(4, 2, 32, 512)
+    q = torch.randn(4, 4 * 32, device=DEVICE)
+    together = decode(kernel, cache, q)
+    rows = cache.rows
+    for index in range(4):
+        cache.rows, cache.lengths = [rows[index]], [[300, 5, 140, 260][index]]
+        alone = decode(kernel, cache, q[index : index + 1])
+        assert torch.equal(alone[0], together[index]), f"row {index} differs alone"
+
+
+def test_repeated_launches_give_the_same_output_and_reuse_the_counters() -> None:
+    cache = Cache([9, 500, 33, 260], 2, 32, torch.float32, seed=7)
+    kernel = make_kernel(4, 2, 32, 512)
+    q = torch.randn(4, 4 * 32, device=DEVICE)
+    first = decode(kernel, cache, q)
+    second = decode(kernel, cache, q)
+    assert torch.equal(first, second)
+    assert int(kernel.scratch.arrivals.abs().sum()) == 0
+
+
+def test_a_bound_launch_reads_the_lengths_and_rows_given_after_binding() -> None:
+    """What a graph replays: tensors bound once, refilled in place before each launch."""
+    cache = Cache([5, 290, 12, 161], 2, 32, torch.float32, seed=9)
+    kernel = make_kernel(4, 2, 32, 512)
+    seq_lens = torch.ones(4, dtype=torch.int32, device=DEVICE)
+    rows = torch.zeros(4, dtype=torch.int64, device=DEVICE)
+    q = torch.randn(4, 4 * 32, device=DEVICE)
+    output = torch.empty_like(q)
+    launch = kernel.bind(q, cache.kv_pool.kv_buffer[0], output, cache.req_pool.req_to_token, rows, seq_lens)
+    seq_lens.copy_(cache.seq_lens)
+    rows.copy_(cache.req_pool_indices)
+    launch()
+    torch.testing.assert_close(output.double(), cache.expected(q, 4, 32**-0.5), **TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize(
+    ("max_context", "split_tokens", "splits"), [(100, 256, 1), (2048, 256, 8), (3000, 256, 12), (32768, 512, 64)]
+)
+def test_splits_are_fixed_by_the_cache_context(max_context: int, split_tokens: int, splits: int) -> None:
+    kernel = make_kernel(16, 8, 32, max_context)
+    assert (kernel.split_tokens, kernel.splits) == (split_tokens, splits)
+    assert kernel.split_tokens % kernel.tile.block_n == 0 and kernel.splits * kernel.split_tokens >= max_context
+
+
+class FakeCompiled:
+    """A compiled kernel's launch API as ``direct_launch`` uses it: its launcher (``run``) with the kernel handle and
+    metadata, and ``[grid]``, the runner that calls Triton's launch hooks."""
+
+    function = "cu-function"
+    packed_metadata = ("packed",)
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[object, ...]] = []
+        self.runner_launches: list[tuple[tuple[int, ...], tuple[object, ...]]] = []
+
+    def run(self, *launch: object) -> None:
+        self.launches.append(launch)
+
+    def __getitem__(self, grid: tuple[int, ...]):
+        return lambda *args: self.runner_launches.append((grid, args))
+
+
+class FakeKernel:
+    arg_names = ["x_ptr", "n", "out_ptr", "scale", "BLOCK", "MODE"]
+
+    def __init__(self, compiled: object) -> None:
+        self.compiled = compiled
+        self.warmups: list[tuple[tuple[object, ...], dict[str, object]]] = []
+
+    def warmup(self, *args: object, grid: tuple[int, ...], **kwargs: object) -> object:
+        self.warmups.append((args, kwargs))
+        if isinstance(self.compiled, Exception):
+            raise self.compiled
+        return self.compiled
+
+
+@pytest.fixture
+def stream_handle(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The current stream's handle ``direct_launch`` launches on, whatever device the test runs on."""
+    monkeypatch.setattr(triton_decode, "_current_raw_stream", lambda device_index: 1234)
+    return 1234
+
+
+def test_a_direct_launch_passes_every_argument_in_signature_order_with_tensors_as_addresses(
+    stream_handle: int,
+) -> None:
+    x, out = torch.zeros(4), torch.zeros(4)
+    compiled = FakeCompiled()
+    kernel = FakeKernel(compiled)
+    launch = direct_launch(kernel, (3, 2, 1), (x, 4, out, 0.5), {"MODE": "ieee", "BLOCK": 16}, num_warps=8)
+    assert launch is not None
+    assert kernel.warmups == [((x, 4, out, 0.5), {"MODE": "ieee", "BLOCK": 16, "num_warps": 8})]
+    launch()
+    launch()
+    bound = (x.data_ptr(), 4, out.data_ptr(), 0.5, 16, "ieee")
+    once = (3, 2, 1, stream_handle, "cu-function", ("packed",), None, None, None, *bound)
+    assert compiled.launches == [once, once] and compiled.runner_launches == []
+
+
+def test_with_launch_hooks_set_a_direct_launch_goes_through_the_runner_that_calls_them(
+    monkeypatch: pytest.MonkeyPatch, stream_handle: int
+) -> None:
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda metadata: None)
+    x = torch.zeros(4)
+    compiled = FakeCompiled()
+    launch = direct_launch(FakeKernel(compiled), (2, 1, 1), (x, 4, x, 1.0), {"BLOCK": 8, "MODE": "tf32"}, 4)
+    assert launch is not None
+    launch()
+    assert compiled.runner_launches == [((2, 1, 1), (x.data_ptr(), 4, x.data_ptr(), 1.0, 8, "tf32"))]
+    assert compiled.launches == []
+
+
+def test_a_triton_without_the_launch_api_falls_back_to_the_jit_call() -> None:
+    kernel = FakeKernel(AttributeError("'CompiledKernel' object has no attribute 'run'"))
+    assert direct_launch(kernel, (1, 1, 1), (torch.zeros(1),), {}, num_warps=4) is None
+
+
+def test_scratch_grows_for_wider_batches_and_keeps_what_graphs_hold() -> None:
+    kernel = make_kernel(4, 2, 32, 512)
+    kernel.reserve(3)
+    first = kernel.scratch
+    assert first.partial_lse.numel() == 3 * 2 * kernel.splits * 2
+    kernel.reserve(2)
+    assert kernel.scratch is first, "reserving fewer rows keeps the scratch"
+    cache = Cache([300, 4, 9, 200, 1], 2, 32, torch.float32, seed=4)
+    q = torch.randn(5, 4 * 32, device=DEVICE)
+    have = decode(kernel, cache, q)  # an eager batch wider than reserved grows it
+    assert kernel.scratch.rows == 5 and first in kernel._outgrown
+    torch.testing.assert_close(have.double(), cache.expected(q, 4, 32**-0.5), **TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("head_dim", [24, 8])
+def test_head_dims_the_kernel_cannot_tile_are_refused(head_dim: int) -> None:
+    with pytest.raises(ValueError, match=f"power-of-two head_dim of at least 16, got {head_dim}"):
+        PagedDecodeKernel(4, 2, head_dim, 1.0, max_context=64, device=DEVICE)
+
+
+@pytest.mark.skipif(DEVICE.type == "cuda", reason="the refusal is for CPU tensors without Triton's interpreter")
+def test_the_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    cache = Cache([4], 2, 32, torch.float32, seed=0)
+    with pytest.raises(ValueError, match=r"needs a CUDA device, not cpu .*use 'torch'"):
+        TritonAttentionBackend(cache.req_pool, cache.kv_pool, 4, 2, 32)
+
+
+def decode_batch(cache: Cache, out_cache_loc: torch.Tensor) -> ForwardBatch:
+    seq_lens = cache.seq_lens
+    return ForwardBatch(
+        forward_mode=ForwardMode.DECODE,
+        batch_size=len(cache.rows),
+        input_ids=torch.zeros(len(cache.rows), dtype=torch.int64, device=DEVICE),
+        positions=(seq_lens - 1).long(),
+        seq_lens=seq_lens,
+        req_pool_indices=cache.req_pool_indices,
+        out_cache_loc=out_cache_loc,
+        seq_lens_sum=int(seq_lens.sum()),
+        seq_lens_cpu=seq_lens.cpu(),
+    )
+
+
+def attend(backend: TorchAttentionBackend, batch: ForwardBatch, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    backend.init_forward_metadata(batch)
+    output = torch.full_like(q, float("nan"))
+    with set_forward_context(ForwardContext(forward_batch=batch, attn_backend=backend)):
+        unified_attention(q, k, k, output, 0)
+    return output
+
+
+def test_the_backend_stores_and_attends_like_the_torch_backend() -> None:
+    """Through the registered op: the step's keys and values are stored first (the last slot of each row), then
+    attended to, by both backends over the same pools."""
+    cache = Cache([3, 77, 1, 140, 290], 2, 32, torch.float32, seed=11)
+    shape = type("Shape", (), {"num_heads": 4, "num_kv_heads": 2, "head_dim": 32, "attention_scale": None})()
+    triton_backend = make_attention_backend("triton", cache.req_pool, cache.kv_pool, shape)
+    torch_backend = make_attention_backend("torch", cache.req_pool, cache.kv_pool, shape)
+    assert isinstance(triton_backend, TritonAttentionBackend) and triton_backend.name == "triton"
+    last_slots = torch.stack(
+        [cache.req_pool.req_to_token[row, length - 1] for row, length in zip(cache.rows, cache.lengths, strict=True)]
+    ).long()
+    batch = decode_batch(cache, last_slots)
+    q = torch.randn(5, 4 * 32, device=DEVICE)
+    k = torch.randn(5, 2 * 32, device=DEVICE)
+    have = attend(triton_backend, batch, q, k)
+    want = attend(torch_backend, batch, q, k)
+    torch.testing.assert_close(have, want, **TOLERANCE[torch.float32])
+    stored = cache.kv_pool.kv_buffer[0][last_slots]
+    assert torch.equal(stored[:, 0].reshape(5, -1), k) and torch.equal(stored[:, 1].reshape(5, -1), k)
+    # A bound decode break launches the same kernel on the same tensors.
+    bound_output = torch.empty_like(q)
+    bound = triton_backend.bind_forward(q, k, k, bound_output, 0, batch, kv_stored=True)
+    assert bound is not None
+    bound()
+    assert torch.equal(bound_output, have)
