@@ -1,5 +1,5 @@
 """Graphs against eager on a real GPU: decode (full, breakable) for every batch size 1..64, prefill (breakable),
-and FlashInfer's decode attention against the torch backend's.
+and the FlashInfer and Triton decode attention against the torch backend's.
 
 Random-weight float32 models keep greedy ties out of the comparison: a graph must reproduce eager tokens exactly.
 The bfloat16 tests compare logits (or attention outputs) at ``BF16_LOGITS``, each where that claim holds:
@@ -57,12 +57,16 @@ EAGER = config(Backend.DISABLED, Backend.DISABLED)
 
 @contextlib.contextmanager
 def engine(
-    preset: str | ModelConfig, graphs: CudaGraphConfig, attention: str = "torch", dtype: str = "float32"
+    preset: str | ModelConfig,
+    graphs: CudaGraphConfig,
+    attention: str = "torch",
+    dtype: str = "float32",
+    cache: CacheConfig | None = None,
 ) -> Iterator[ModelRunner]:
     """A CUDA engine with random weights and its graphs captured; shut down on exit, pass or fail."""
     model_config = model_config_from_preset(preset) if isinstance(preset, str) else preset
     model = random_model(model_config, seed=3, dtype=dtype, device="cuda")
-    cache = CacheConfig(max_num_reqs=80, max_context_len=160)
+    cache = cache or CacheConfig(max_num_reqs=80, max_context_len=160)
     runner = ModelRunner(model, graphs, cache_config=cache, attention_backend=attention)
     try:
         runner.init_cuda_graphs()
@@ -105,13 +109,14 @@ def tokens(model_runner: ModelRunner, prompts: list[list[int]], params: list[Sam
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("attention", ["torch", "triton"])
 @pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
 @pytest.mark.parametrize("preset", ["tiny-qwen3-random", "tiny-llama-random"])
-def test_decode_graphs_give_eager_tokens_at_every_batch_size(preset: str, backend: Backend) -> None:
+def test_decode_graphs_give_eager_tokens_at_every_batch_size(preset: str, backend: Backend, attention: str) -> None:
     prompts, params = shrinking_workload()
-    with engine(preset, EAGER) as eager:
+    with engine(preset, EAGER, attention=attention) as eager:
         expected = tokens(eager, prompts, params)
-    with engine(preset, config(backend, Backend.DISABLED)) as graphed:
+    with engine(preset, config(backend, Backend.DISABLED), attention=attention) as graphed:
         assert graphed.decode_cuda_graph_runner is not None and graphed.decode_cuda_graph_runner.stats.graphs == 9
         seen = count_replayed_batch_sizes(graphed.decode_cuda_graph_runner)
         got = tokens(graphed, prompts, params)
@@ -230,13 +235,19 @@ def attention_output(
     return output
 
 
+def fused_attention_params() -> list:
+    """The attention backends with their own decode kernels: FlashInfer's (when installed) and Triton's."""
+    skip = pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+    return [pytest.param("flashinfer", marks=skip), pytest.param("triton")]
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+@pytest.mark.parametrize("attention", fused_attention_params())
 @pytest.mark.parametrize("batch_size", [1, 3, 16, 40])
-def test_flashinfer_decode_attention_matches_the_torch_backend_on_one_layer(batch_size: int) -> None:
+def test_fused_decode_attention_matches_the_torch_backend_on_one_layer(batch_size: int, attention: str) -> None:
     """One attention call, both backends over the very same cache tensors: requests of different lengths (one of
     them attending only to its own new token), a grouped-query layout, bfloat16 throughout."""
-    with engine(FLASHINFER_MODEL, EAGER, attention="flashinfer", dtype="bfloat16") as flash:
+    with engine(FLASHINFER_MODEL, EAGER, attention=attention, dtype="bfloat16") as flash:
         fill_cache(flash, seed=9)
         shape = flash.shape
         assert shape.num_heads > shape.num_kv_heads, "the model should exercise grouped-query attention"
@@ -267,14 +278,14 @@ def test_flashinfer_decode_attention_matches_the_torch_backend_on_one_layer(batc
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+@pytest.mark.parametrize("attention", fused_attention_params())
 @pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
-def test_flashinfer_decode_graphs_match_flashinfer_eager_at_every_batch_size(backend: Backend) -> None:
+def test_fused_decode_graphs_match_their_eager_at_every_batch_size(backend: Backend, attention: str) -> None:
     """Whole-model logits of a FlashInfer graph against FlashInfer eager: every batch size 1..64, padding included,
     requests of mixed lengths (so each replay re-plans the wrapper for new lengths). bfloat16 logits at
     ``BF16_LOGITS``, and the same greedy tokens, ties included: a graph runs eager's kernels per row (split-kv is off
     for that), and on an H100 every replay here was bitwise equal to eager."""
-    with engine(FLASHINFER_MODEL, config(backend, Backend.DISABLED), attention="flashinfer", dtype="bfloat16") as flash:
+    with engine(FLASHINFER_MODEL, config(backend, Backend.DISABLED), attention=attention, dtype="bfloat16") as flash:
         fill_cache(flash, seed=11)
         runner = flash.decode_cuda_graph_runner
         assert runner is not None
@@ -288,3 +299,28 @@ def test_flashinfer_decode_graphs_match_flashinfer_eager_at_every_batch_size(bac
             torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
             assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
             release_decode_batch(flash, batch)
+
+
+@pytest.mark.gpu
+def test_triton_decode_attention_over_long_contexts_matches_the_torch_backend() -> None:
+    """Contexts up to 4000 tokens in a 4096-token cache (splits of 256 tokens, merged by the last split to finish),
+    one attention call in bfloat16 against the torch backend over the same cache."""
+    cache = CacheConfig(max_num_reqs=8, max_context_len=4096)
+    with engine(FLASHINFER_MODEL, EAGER, attention="triton", dtype="bfloat16", cache=cache) as runner:
+        fill_cache(runner, seed=13)
+        kernel = runner.attn_backend.decode_kernel
+        assert (kernel.split_tokens, kernel.splits) == (256, 16)
+        shape = runner.shape
+        torch_attention = make_attention_backend("torch", runner.req_to_token_pool, runner.token_to_kv_pool, shape)
+        batch = decode_batch_of_lengths(runner, [4000, 1, 255, 256, 2600, 700], seed=13)
+        generator = torch.Generator(device="cuda").manual_seed(13)
+        q, k, v = (
+            torch.randn(6, heads * shape.head_dim, generator=generator, device="cuda").to(torch.bfloat16)
+            for heads in (shape.num_heads, shape.num_kv_heads, shape.num_kv_heads)
+        )
+        torch_attention.store_kv(k, v, 0, batch.out_cache_loc)
+        want = attention_output(torch_attention, q, k, v, 0, batch)
+        have = attention_output(runner.attn_backend, q, k, v, 0, batch)
+        torch.testing.assert_close(have, want, **BF16_LOGITS)
+        assert int(kernel.scratch.arrivals.abs().sum()) == 0
+        release_decode_batch(runner, batch)

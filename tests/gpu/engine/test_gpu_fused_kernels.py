@@ -71,17 +71,24 @@ def fused_engine(
         runner.shutdown()
 
 
-@pytest.mark.parametrize("kernels", FUSED_SETS)
+FUSED_PATHS = [("flashinfer", "flashinfer"), ("triton", "flashinfer"), ("triton", "triton")]
+"""(kernel set, attention backend) pairs whose decode computes a row the same way in any batch."""
+
+
+@pytest.mark.parametrize(("kernels", "attention"), FUSED_PATHS)
 @pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
 @pytest.mark.parametrize("name", list(FUSED_MODELS))
-def test_fused_decode_graphs_give_eager_tokens_at_every_batch_size(name: str, backend: Backend, kernels: str) -> None:
-    """With FlashInfer attention (one CTA per row: a padded batch attends each real row as eager does). The torch
-    attention backend sizes eager and graphed decode attention differently, which moves bfloat16 roundings by
-    itself; its graphs are compared by logits in test_gpu_engine_graphs."""
+def test_fused_decode_graphs_give_eager_tokens_at_every_batch_size(
+    name: str, backend: Backend, kernels: str, attention: str
+) -> None:
+    """With FlashInfer attention (one CTA per row: a padded batch attends each real row as eager does) or Triton's
+    (a row's splits follow its length only). The torch attention backend sizes eager and graphed decode attention
+    differently, which moves bfloat16 roundings by itself; its graphs are compared by logits in
+    test_gpu_engine_graphs."""
     prompts, params = shrinking_workload()
-    with fused_engine(FUSED_MODELS[name], EAGER, "flashinfer", kernels=kernels) as eager:
+    with fused_engine(FUSED_MODELS[name], EAGER, attention, kernels=kernels) as eager:
         expected = tokens(eager, prompts, params)
-    with fused_engine(FUSED_MODELS[name], config(backend, Backend.DISABLED), "flashinfer", kernels=kernels) as graphed:
+    with fused_engine(FUSED_MODELS[name], config(backend, Backend.DISABLED), attention, kernels=kernels) as graphed:
         assert graphed.decode_cuda_graph_runner is not None
         seen = count_replayed_batch_sizes(graphed.decode_cuda_graph_runner)
         got = tokens(graphed, prompts, params)
@@ -162,13 +169,15 @@ HELPERS_FORBIDDEN = {"flashinfer": (), "triton": ("splitKreduce",)}
 may still merge split attention, whichever set computes the rest)."""
 
 
-def device_activities_of_one_decode_step(model_config: ModelConfig, kernels: str) -> Counter[str]:
+def device_activities_of_one_decode_step(
+    model_config: ModelConfig, kernels: str, attention: str = "flashinfer"
+) -> Counter[str]:
     """Every kernel, copy and memset one eager batch-1 decode step puts on the GPU (what a full graph of the same
     step holds as nodes), by name; measured on a warm engine."""
     from torch.profiler import ProfilerActivity, profile
 
     cache = CacheConfig(max_num_reqs=2, max_context_len=256)
-    with fused_engine(model_config, EAGER, "flashinfer", cache, kernels) as engine:
+    with fused_engine(model_config, EAGER, attention, cache, kernels) as engine:
         batch = synthetic_decode_batch(engine, 1, context_len=128)
         engine.forward(batch)  # warm: plans, lazily loaded modules, matmul handles
         torch.cuda.synchronize()
@@ -208,3 +217,26 @@ def test_a_fused_decoder_layer_launches_at_most_its_kernel_budget(family: str, k
     forbidden = [name for name in helpers if any(fragment in name for fragment in HELPERS_FORBIDDEN[kernels])]
     assert not forbidden, f"the {kernels} set launched {forbidden}"
     assert operations <= KERNEL_BUDGET[(kernels, family)]
+
+
+TRITON_LAYER = Counter({"_rms_norm_kernel": 2, "_qk_norm_rope_kernel": 1, "_gemv_kernel": 4, "_paged_decode_kernel": 1})
+"""A decoder layer of the Triton kernel set with Triton attention: every launch it makes, by kernel name."""
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_the_triton_path_launches_eight_kernels_a_layer_and_nothing_else(family: str) -> None:
+    """Triton kernels and Triton attention: two layers' device activities (a 4-layer step less a 2-layer one) are
+    exactly twice ``TRITON_LAYER``: no library helper, no copy, no memset, no merge kernel."""
+    shape = LAYER_SHAPE.with_overrides(model_type=family)
+    two, four = (
+        device_activities_of_one_decode_step(shape.with_overrides(num_layers=n), "triton", "triton") for n in (2, 4)
+    )
+    two_layers = four - two
+    assert not two - four, f"a 2-layer step launched something a 4-layer one did not: {two - four}"
+    per_layer = Counter({name: count // 2 for name, count in two_layers.items()})
+    listing = "\n".join(f"  {count} x {name[:150]}" for name, count in sorted(per_layer.items()))
+    print(
+        f"\n{family}-shaped decoder layer, triton kernels + triton attention: {per_layer.total()} launches\n{listing}"
+    )
+    assert all(count % 2 == 0 for count in two_layers.values()), f"not the same per layer: {two_layers}"
+    assert per_layer == TRITON_LAYER

@@ -1,7 +1,7 @@
 """Lean breaks on a real GPU: a breakable decode replay calls each attention break's bound kernel call (no op
 dispatch, no ``backend.forward``), computes what the dispatched op computes bit for bit, and matches eager, with both
 attention backends; FlashInfer's bound launch is the direct kernel call and equals ``wrapper.run``; and the host-cost
-measurement of the benchmark runs end to end.
+measurement of the benchmark runs end to end (torch, FlashInfer and Triton attention).
 """
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ BREAKABLE_DECODE = CudaGraphConfig(
 ATTENTION = {
     "torch": {"preset": "tiny-qwen3-random", "dtype": "float32"},
     "flashinfer": {"preset": FLASHINFER_MODEL, "dtype": "bfloat16"},
+    "triton": {"preset": FLASHINFER_MODEL, "dtype": "bfloat16"},
 }
 
 
 def attention_params() -> list:
     skip_flashinfer = pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
-    return [pytest.param("torch"), pytest.param("flashinfer", marks=skip_flashinfer)]
+    return [pytest.param("torch"), pytest.param("flashinfer", marks=skip_flashinfer), pytest.param("triton")]
 
 
 @pytest.fixture
