@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure only these decode/prefill rows (eager and raw, the references, always run), e.g. "
         "tc_piecewise/inductor full",
     )
-    parser.add_argument("--attention-backend", default="torch", choices=("torch", "flashinfer"))
+    parser.add_argument("--attention-backend", default="torch", choices=("torch", "flashinfer", "triton"))
     parser.add_argument(
         "--kernel-counts",
         type=KernelCounts,
