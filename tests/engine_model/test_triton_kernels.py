@@ -159,6 +159,46 @@ def test_gemv_is_the_projection_and_fuses_the_activation(
         )
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 2, 3])
+@pytest.mark.parametrize("bias", [False, True])
+def test_add_norm_gemv_is_the_fused_add_norm_then_the_projection_and_leaves_its_inputs(
+    ops: ModuleType, rows: int, bias: bool, dtype: torch.dtype, generator: torch.Generator
+) -> None:
+    """The projection of the normed sum, at the table's tile and at a small one that masks rows, columns and the
+    last reduction step of both passes (the norm's and the projection's); the sum comes back rounded, as
+    ``add_rms_norm`` rounds it, in a new tensor."""
+    n, k = 44, 200
+    weight = (torch.randn(n, k, generator=generator) / k**0.5).to(DEVICE, dtype)
+    bias_vector = torch.randn(n, generator=generator).to(DEVICE, dtype) if bias else None
+    norm_weight = (1 + 0.1 * torch.randn(k, generator=generator)).to(DEVICE, dtype)
+    x = torch.randn(rows, k + 8, generator=generator).to(DEVICE, dtype)[:, :k]  # row stride > row
+    residual = torch.randn(rows, k, generator=generator).to(DEVICE, dtype)
+    x_before, residual_before = x.clone(), residual.clone()
+    summed = (x.double() + residual.double()).to(dtype)
+    normed = textbook_rms_norm(summed, norm_weight).to(dtype)
+    want = F.linear(normed.double(), weight.double(), None if bias_vector is None else bias_vector.double())
+    tiles = [ops.GemvTile(max_rows=4, block_n=8, block_k=64)] + [ops.gemv_tile(rows)] * (
+        rows <= ops.GEMV_TILES[-1].max_rows
+    )
+    for tile in tiles:
+        out, stream = ops.add_norm_gemv(x, residual, norm_weight, EPS, weight, bias_vector, tile=tile)
+        close(out, want, dtype)
+        assert torch.equal(stream, summed), "the stream is the rounded sum"
+        assert torch.equal(x, x_before) and torch.equal(residual, residual_before), "the inputs are left as they are"
+        # The same numbers as the two kernels it fuses, whose norm rounds once to the model dtype.
+        unfused_normed, _ = ops.add_rms_norm(x.clone(), residual.clone(), norm_weight, EPS)
+        close(out, ops.gemv(unfused_normed, weight, bias_vector, tile=tile).double(), dtype)
+
+
+def test_add_norm_gemv_says_what_it_needs(ops: ModuleType) -> None:
+    with pytest.raises(ValueError, match=r"needs x and residual of 8 columns and a norm weight of 8, got \(1, 8\), "):
+        ops.add_norm_gemv(torch.ones(1, 8), torch.ones(1, 4), torch.ones(8), EPS, torch.ones(4, 8))
+    widest = ops.GEMV_TILES[-1].max_rows
+    with pytest.raises(ValueError, match=f"at most {widest} rows, got {widest + 1}"):
+        ops.add_norm_gemv(*(torch.ones(widest + 1, 8),) * 2, torch.ones(8), EPS, torch.ones(4, 8))
+
+
 def test_gemv_says_what_it_covers(ops: ModuleType) -> None:
     widest = ops.GEMV_TILES[-1].max_rows
     assert ops.gemv_tile(widest) is ops.GEMV_TILES[-1] and ops.gemv_tile(widest + 1) is None

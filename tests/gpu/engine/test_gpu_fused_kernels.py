@@ -126,14 +126,14 @@ LAYER_SHAPE = model_config_from_preset("qwen3-0.6b-random").with_overrides(vocab
 KERNEL_BUDGET = {
     ("flashinfer", "llama"): 10,
     ("flashinfer", "qwen3"): 12,
-    ("triton", "llama"): 8,
-    ("triton", "qwen3"): 8,
+    ("triton", "llama"): 6,
+    ("triton", "qwen3"): 6,
 }
 """Operations per decoder layer of a batch-1 decode step with FlashInfer attention, by kernel set and family.
 FlashInfer's set: attention, the KV store, 4 matmuls, rotary, 2 fused add+norms, silu-and-mul, and for Qwen3 its q
 and k head norms, two launches (FlashInfer's head norm takes one weight vector and q and k have their own). Triton's
-set: attention, 4 projections (the activation fused into the down one), head norms with rotary and the KV store in
-one, 2 fused add+norms. A library may run one operation as two launches (``LIBRARY_HELPERS``); those are printed
+set: attention, 4 projections (the add + norms fused into the q/k/v and gate/up ones, the activation into the down
+one), head norms with rotary and the KV store in one. A library may run one operation as two launches (``LIBRARY_HELPERS``); those are printed
 and counted with their operation, not against the budget."""
 
 LIBRARY_HELPERS = {
@@ -154,7 +154,7 @@ FUSED_KERNELS_PER_LAYER = {
         "QKRMSNormKernel": {"qwen3": 2, "llama": 0},
     },
     "triton": {
-        "_rms_norm_kernel": 2,
+        "_rms_norm_kernel": 0,
         "_qk_norm_rope_kernel": 1,
         "_gemv_kernel": 4,
         "BatchDecodeWithPagedKVCache": 1,
@@ -219,12 +219,12 @@ def test_a_fused_decoder_layer_launches_at_most_its_kernel_budget(family: str, k
     assert operations <= KERNEL_BUDGET[(kernels, family)]
 
 
-TRITON_LAYER = Counter({"_rms_norm_kernel": 2, "_qk_norm_rope_kernel": 1, "_gemv_kernel": 4, "_paged_decode_kernel": 1})
+TRITON_LAYER = Counter({"_qk_norm_rope_kernel": 1, "_gemv_kernel": 4, "_paged_decode_kernel": 1})
 """A decoder layer of the Triton kernel set with Triton attention: every launch it makes, by kernel name."""
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_the_triton_path_launches_eight_kernels_a_layer_and_nothing_else(family: str) -> None:
+def test_the_triton_path_launches_six_kernels_a_layer_and_nothing_else(family: str) -> None:
     """Triton kernels and Triton attention: two layers' device activities (a 4-layer step less a 2-layer one) are
     exactly twice ``TRITON_LAYER``: no library helper, no copy, no memset, no merge kernel."""
     shape = LAYER_SHAPE.with_overrides(model_type=family)

@@ -105,6 +105,19 @@ class LayerKernels(Protocol):
         ``[N, I]``; ``[T, N]``."""
         ...
 
+    def add_norm_linear(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor,
+        norm_weight: torch.Tensor,
+        eps: float,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(linear(rms_norm(x + residual), weight, bias), x + residual)``: ``add_rms_norm`` and the projection
+        after it (q/k/v, gate/up). The returned stream may be ``residual`` grown in place or a new tensor."""
+        ...
+
 
 class ComposedKernels(ABC):
     """The compound operations of ``LayerKernels`` composed from a set's single ones: head norm then rotary, and the
@@ -112,6 +125,12 @@ class ComposedKernels(ABC):
     asked for, is one more kernel after rotary, so layers leave it to attention (``fuses_kv_store`` is False)."""
 
     fuses_kv_store = False
+
+    @abstractmethod
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``LayerKernels.add_rms_norm``: the set's fused residual add + RMSNorm."""
 
     @abstractmethod
     def qk_rms_norm(self, heads: torch.Tensor, weight: torch.Tensor, num_q_heads: int, eps: float) -> torch.Tensor:
@@ -168,6 +187,19 @@ class ComposedKernels(ABC):
     def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """``silu_and_mul``, then ``F.linear``."""
         return F.linear(self.silu_and_mul(gate_up), weight)
+
+    def add_norm_linear(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor,
+        norm_weight: torch.Tensor,
+        eps: float,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``add_rms_norm`` (the set's own), then ``linear``."""
+        normed, residual = self.add_rms_norm(x, residual, norm_weight, eps)
+        return self.linear(normed, weight, bias), residual
 
 
 class TorchKernels(ComposedKernels):

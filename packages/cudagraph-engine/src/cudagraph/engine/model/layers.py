@@ -82,6 +82,13 @@ class RMSNorm(KernelModule):
         """``(norm(x + residual), x + residual)``; both may reuse the storage of ``x`` and ``residual``."""
         return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
 
+    def add_norm_and_project(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(linear(norm(x + residual), weight, bias), x + residual)``: the add and norm in the projection's kernel
+        where the kernel set fuses them; the stream may reuse ``residual``'s storage or be a new tensor."""
+        return self.kernels.add_norm_linear(x, residual, self.weight, self.eps, weight, bias)
+
 
 class HeadRMSNorm(nn.Module):
     """Qwen3's per-head RMSNorm of q (by ``q_norm``'s weight) and k (by ``k_norm``'s): ``weight`` holds one row per
@@ -131,7 +138,11 @@ class Attention(KernelModule):
     def forward(self, x: torch.Tensor, rotary: RotaryStep, attend: AttendFn) -> torch.Tensor:
         """``attention(x)`` projected back to ``[T, hidden]``, for the normed ``x`` ``[T, hidden]`` (the caller adds
         it to the residual stream)."""
-        qkv = self.kernels.linear(x, self.qkv_weight, self.qkv_bias)
+        return self.attend_projected(self.kernels.linear(x, self.qkv_weight, self.qkv_bias), rotary, attend)
+
+    def attend_projected(self, qkv: torch.Tensor, rotary: RotaryStep, attend: AttendFn) -> torch.Tensor:
+        """``forward`` from the q/k/v projection ``qkv`` ``[T, q_size + 2 * kv_size]`` on (a layer that computes it
+        together with the norm before it passes it here); ``qkv`` is written in place."""
         heads = qkv.unflatten(-1, (-1, self.head_dim))  # q heads, then k heads, then v heads: a view of qkv
         norm_weight, eps = (None, 0.0) if self.qk_norm is None else (self.qk_norm.weight, self.qk_norm.eps)
         destination = self._kv_destination(attend)
@@ -177,7 +188,11 @@ class GatedMLP(KernelModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``mlp(x)`` over the normed ``x`` ``[T, hidden]`` (the caller adds it to the residual stream)."""
-        down = self.kernels.silu_mul_linear(self.kernels.linear(x, self.gate_up_weight), self.down_weight)
+        return self.down(self.kernels.linear(x, self.gate_up_weight))
+
+    def down(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """``forward`` from the gate/up projection ``gate_up`` ``[T, 2 * intermediate]`` on."""
+        down = self.kernels.silu_mul_linear(gate_up, self.down_weight)
         return down if self.reduce_group is None else all_reduced(down, self.reduce_group)
 
 
@@ -207,11 +222,15 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One block: ``hidden`` is the previous block's output ``[T, hidden]`` not yet added to ``residual`` (the
         first layer gets the embeddings and ``None``); returns this block's ``(mlp output, residual)``. Both
-        tensors must be the caller's own: the stream is updated in place."""
+        tensors must be the caller's own: the stream may be updated in place. Each add + norm goes to the kernel set
+        together with the projection after it (``add_norm_linear``), which fuses them where it can."""
+        attn = self.self_attn
         if residual is None:
-            hidden, residual = self.input_layernorm(hidden), hidden
+            hidden, residual = attn(self.input_layernorm(hidden), rotary, attend), hidden
         else:
-            hidden, residual = self.input_layernorm.add_and_norm(hidden, residual)
-        hidden = self.self_attn(hidden, rotary, attend)
-        hidden, residual = self.post_attention_layernorm.add_and_norm(hidden, residual)
-        return self.mlp(hidden), residual
+            qkv, residual = self.input_layernorm.add_norm_and_project(hidden, residual, attn.qkv_weight, attn.qkv_bias)
+            hidden = attn.attend_projected(qkv, rotary, attend)
+        gate_up, residual = self.post_attention_layernorm.add_norm_and_project(
+            hidden, residual, self.mlp.gate_up_weight
+        )
+        return self.mlp.down(gate_up), residual

@@ -1,11 +1,12 @@
 """The decoder layer's kernel set on Triton kernels (``triton_ops``): the fewest launches a layer can make here.
 
-Per decoder layer of a decode step: two fused residual add + RMSNorms, the q/k/v projection, Qwen3's head norms
-and rotary of q and k with the KV store in one kernel (where the caller's ``attend`` says where the keys and values
-go), the output projection, the gate/up projection, and the down projection with ``silu(gate) * up`` computed on its
-load: seven launches besides attention (FlashInfer's set makes nine, a KV store besides, and cuBLAS adds a split-K
-reduction to some of its projections). Projections of steps wider than
-``triton_ops.GEMV_TILES`` cover stay cuBLAS matmuls, with the activation as its own kernel.
+Per decoder layer of a decode step: the q/k/v projection with the residual add and the RMSNorm before it computed
+on its load, Qwen3's head norms and rotary of q and k with the KV store in one kernel (where the caller's ``attend``
+says where the keys and values go), the output projection, the gate/up projection (with its add and norm fused the
+same way), and the down projection with ``silu(gate) * up`` computed on its load: five launches besides attention
+(FlashInfer's set makes nine, a KV store besides, and cuBLAS adds a split-K reduction to some of its projections).
+Projections of steps wider than ``triton_ops.GEMV_TILES`` cover stay cuBLAS matmuls, with the add + norm and the
+activation as kernels of their own.
 
 Triton ships with every CUDA build of torch; the set needs nothing else. Its launches are plain Python calls that
 dynamo does not trace as torch ops here, so a forward that ``torch.compile`` traces (``tc_piecewise``) uses the
@@ -90,6 +91,23 @@ class TritonKernels:
             return F.linear(triton_ops.silu_and_mul(gate_up), weight)
         return triton_ops.gemv(gate_up, weight, silu_mul=True, tile=tile)
 
+    def add_norm_linear(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor,
+        norm_weight: torch.Tensor,
+        eps: float,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual add and the norm computed on the projection's load (the stream comes back as a new tensor);
+        for wide steps, the fused add + norm kernel then cuBLAS."""
+        tile = triton_ops.gemv_tile(x.shape[0])
+        if tile is None:
+            normed, residual = triton_ops.add_rms_norm(x, residual, norm_weight, eps)
+            return F.linear(normed, weight, bias), residual
+        return triton_ops.add_norm_gemv(x, residual, norm_weight, eps, weight, bias, tile=tile)
+
 
 def warm_up(kernels: TritonKernels, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
     """Run every kernel at the model's sizes on one token, so that Triton compiles them (about a second each)
@@ -115,6 +133,8 @@ def warm_up(kernels: TritonKernels, config: ModelConfig, dtype: torch.dtype, dev
     kernels.linear(qk[:, : config.num_heads].flatten(1), o_weight, o_bias)
     gate_up_weight = torch.zeros((2 * config.intermediate_size, config.hidden_size), dtype=dtype, device=device)
     down_weight = torch.zeros((config.hidden_size, config.intermediate_size), dtype=dtype, device=device)
-    kernels.silu_mul_linear(kernels.linear(normed, gate_up_weight), down_weight)
+    gate_up, _ = kernels.add_norm_linear(normed, hidden.clone(), hidden_weight, 1e-6, gate_up_weight)
+    kernels.silu_mul_linear(gate_up, down_weight)
+    kernels.add_norm_linear(normed, hidden.clone(), hidden_weight, 1e-6, qkv_weight, qkv_bias)
     if device.type == "cuda":
         torch.cuda.synchronize(device)

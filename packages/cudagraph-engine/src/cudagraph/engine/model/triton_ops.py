@@ -10,7 +10,8 @@ Five kernels, each one launch whatever the batch:
 - ``gemv``: ``x @ weight.T`` (+ bias) for the few rows of a decode step, without split-K: a program owns
   ``block_n`` output columns and reads their weight rows once, so there is no reduction kernel after it (cuBLAS
   adds one to most of these shapes); with ``silu_mul`` the input row is ``silu(gate) * up`` computed on load, which
-  fuses the activation into the down projection.
+  fuses the activation into the down projection; ``add_norm_gemv`` norms ``x + residual`` on load, which fuses the
+  residual add and the RMSNorm into the projection after them (q/k/v, gate/up).
 - ``silu_and_mul`` for the steps too wide for ``gemv``.
 
 Numerics: every kernel loads in the model dtype, computes in float32 and rounds once per value it stores; the
@@ -127,13 +128,19 @@ def _gemv_kernel(
     weight_ptr,
     bias_ptr,
     out_ptr,
+    residual_ptr,
+    norm_weight_ptr,
+    new_residual_ptr,
     num_rows,
     n,
     x_stride,
     out_stride,
+    residual_stride,
+    eps,
     K: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SILU_MUL: tl.constexpr,
+    ADD_NORM: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -142,6 +149,21 @@ def _gemv_kernel(
     rows = tl.arange(0, BLOCK_T)
     column_mask = columns < n
     row_mask = rows < num_rows
+    if ADD_NORM:
+        # Every program norms the whole input row itself (from L2: a few KiB against its weight rows), so the norm
+        # needs no launch of its own; the first program also writes the summed stream, out of place, since the
+        # other programs still read the old one.
+        squares = tl.zeros((BLOCK_T,), dtype=tl.float32)
+        for start in range(0, K, BLOCK_K):
+            depth = start + tl.arange(0, BLOCK_K)
+            x_mask = row_mask[:, None] & (depth < K)[None, :]
+            x = tl.load(x_ptr + rows[:, None] * x_stride + depth[None, :], mask=x_mask, other=0.0)
+            stream = tl.load(residual_ptr + rows[:, None] * residual_stride + depth[None, :], mask=x_mask, other=0.0)
+            total = (x.to(tl.float32) + stream.to(tl.float32)).to(x.dtype)
+            if tl.program_id(0) == 0:
+                tl.store(new_residual_ptr + rows[:, None] * K + depth[None, :], total, mask=x_mask)
+            squares += tl.sum(total.to(tl.float32) * total.to(tl.float32), axis=1)
+        inverse_rms = tl.rsqrt(squares / K + eps)
     accumulator = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         depth = start + tl.arange(0, BLOCK_K)
@@ -153,6 +175,11 @@ def _gemv_kernel(
             gate = x.to(tl.float32)
             up = tl.load(x_row + K, mask=x_mask, other=0.0).to(tl.float32)
             x = (gate / (1.0 + tl.exp(-gate)) * up).to(x.dtype)
+        if ADD_NORM:
+            stream = tl.load(residual_ptr + rows[:, None] * residual_stride + depth[None, :], mask=x_mask, other=0.0)
+            total = (x.to(tl.float32) + stream.to(tl.float32)).to(x.dtype).to(tl.float32)
+            scale = tl.load(norm_weight_ptr + depth, mask=depth_mask, other=0.0).to(tl.float32)
+            x = (total * inverse_rms[:, None] * scale[None, :]).to(x.dtype)
         w_mask = column_mask[:, None] & depth_mask[None, :]
         w = tl.load(weight_ptr + columns[:, None] * K + depth[None, :], mask=w_mask, other=0.0)
         accumulator += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
@@ -297,14 +324,61 @@ def gemv(
     if x.stride(-1) != 1 or not weight.is_contiguous():
         raise ValueError("gemv needs rows of x and weight contiguous")
     out = torch.empty((rows, n), dtype=x.dtype, device=x.device)
-    if rows == 0:
-        return out
-    _gemv_kernel[(triton.cdiv(n, tile.block_n),)](
-        x, weight, weight if bias is None else bias, out, rows, n, x.stride(0), out.stride(0),
-        K=k, HAS_BIAS=bias is not None, SILU_MUL=silu_mul,
-        BLOCK_T=triton.next_power_of_2(rows), BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, num_warps=tile.num_warps,
-    )  # fmt: skip
+    if rows:
+        _launch_gemv(x, weight, bias, out, None, tile, silu_mul=silu_mul)
     return out
+
+
+def add_norm_gemv(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    tile: GemvTile | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(gemv(rms_norm(x + residual)), x + residual)`` in one launch, for ``x`` and ``residual`` ``[T, K]`` (the
+    sum rounded, as ``add_rms_norm`` rounds it, into a new tensor: ``x`` and ``residual`` are left as they are)."""
+    rows = x.shape[0]
+    n, k = weight.shape
+    tile = tile or gemv_tile(rows)
+    if tile is None:
+        raise ValueError(f"add_norm_gemv covers steps of at most {GEMV_TILES[-1].max_rows} rows, got {rows}")
+    if x.shape != residual.shape or x.shape[1] != k or norm_weight.shape != (k,):
+        raise ValueError(
+            f"add_norm_gemv of weight {tuple(weight.shape)} needs x and residual of {k} columns and a norm weight "
+            f"of {k}, got {tuple(x.shape)}, {tuple(residual.shape)} and {tuple(norm_weight.shape)}"
+        )
+    if x.stride(-1) != 1 or residual.stride(-1) != 1 or not weight.is_contiguous():
+        raise ValueError("add_norm_gemv needs rows of x, residual and weight contiguous")
+    out = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    total = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if rows:
+        _launch_gemv(x, weight, bias, out, (residual, norm_weight, total, eps), tile)
+    return out, total
+
+
+def _launch_gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    add_norm: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None,
+    tile: GemvTile,
+    *,
+    silu_mul: bool = False,
+) -> None:
+    n, k = weight.shape
+    residual, norm_weight, total, eps = add_norm if add_norm is not None else (x, weight, out, 0.0)
+    _gemv_kernel[(triton.cdiv(n, tile.block_n),)](
+        x, weight, weight if bias is None else bias, out, residual, norm_weight, total, x.shape[0], n,
+        x.stride(0), out.stride(0), residual.stride(0), eps,
+        K=k, HAS_BIAS=bias is not None, SILU_MUL=silu_mul, ADD_NORM=add_norm is not None,
+        BLOCK_T=triton.next_power_of_2(x.shape[0]), BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
+        num_warps=tile.num_warps,
+    )  # fmt: skip
 
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
