@@ -141,7 +141,6 @@ def _gemv_kernel(
     HAS_BIAS: tl.constexpr,
     SILU_MUL: tl.constexpr,
     ADD_NORM: tl.constexpr,
-    ONE_PASS: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -150,10 +149,10 @@ def _gemv_kernel(
     rows = tl.arange(0, BLOCK_T)
     column_mask = columns < n
     row_mask = rows < num_rows
-    if ADD_NORM and not ONE_PASS:
+    if ADD_NORM:
         # Every program norms the whole input row itself (from L2: a few KiB against its weight rows), so the norm
         # needs no launch of its own; the first program also writes the summed stream, out of place, since the
-        # other programs still read the old one. A row of one block is normed in the loop below instead.
+        # other programs still read the old one.
         squares = tl.zeros((BLOCK_T,), dtype=tl.float32)
         for start in range(0, K, BLOCK_K):
             depth = start + tl.arange(0, BLOCK_K)
@@ -169,9 +168,6 @@ def _gemv_kernel(
     for start in range(0, K, BLOCK_K):
         depth = start + tl.arange(0, BLOCK_K)
         depth_mask = depth < K
-        # The weight first: its read from memory is the long one, and nothing it needs waits on the input.
-        w_mask = column_mask[:, None] & depth_mask[None, :]
-        w = tl.load(weight_ptr + columns[:, None] * K + depth[None, :], mask=w_mask, other=0.0)
         x_mask = row_mask[:, None] & depth_mask[None, :]
         x_row = x_ptr + rows[:, None] * x_stride + depth[None, :]
         x = tl.load(x_row, mask=x_mask, other=0.0)
@@ -181,13 +177,11 @@ def _gemv_kernel(
             x = (gate / (1.0 + tl.exp(-gate)) * up).to(x.dtype)
         if ADD_NORM:
             stream = tl.load(residual_ptr + rows[:, None] * residual_stride + depth[None, :], mask=x_mask, other=0.0)
-            total = (x.to(tl.float32) + stream.to(tl.float32)).to(x.dtype)
-            if ONE_PASS:
-                if tl.program_id(0) == 0:
-                    tl.store(new_residual_ptr + rows[:, None] * K + depth[None, :], total, mask=x_mask)
-                inverse_rms = tl.rsqrt(tl.sum(total.to(tl.float32) * total.to(tl.float32), axis=1) / K + eps)
+            total = (x.to(tl.float32) + stream.to(tl.float32)).to(x.dtype).to(tl.float32)
             scale = tl.load(norm_weight_ptr + depth, mask=depth_mask, other=0.0).to(tl.float32)
-            x = (total.to(tl.float32) * inverse_rms[:, None] * scale[None, :]).to(x.dtype)
+            x = (total * inverse_rms[:, None] * scale[None, :]).to(x.dtype)
+        w_mask = column_mask[:, None] & depth_mask[None, :]
+        w = tl.load(weight_ptr + columns[:, None] * K + depth[None, :], mask=w_mask, other=0.0)
         accumulator += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
     if HAS_BIAS:
         accumulator += tl.load(bias_ptr + columns, mask=column_mask, other=0.0).to(tl.float32)[None, :]
@@ -381,7 +375,7 @@ def _launch_gemv(
     _gemv_kernel[(triton.cdiv(n, tile.block_n),)](
         x, weight, weight if bias is None else bias, out, residual, norm_weight, total, x.shape[0], n,
         x.stride(0), out.stride(0), residual.stride(0), eps,
-        K=k, HAS_BIAS=bias is not None, SILU_MUL=silu_mul, ADD_NORM=add_norm is not None, ONE_PASS=k <= tile.block_k,
+        K=k, HAS_BIAS=bias is not None, SILU_MUL=silu_mul, ADD_NORM=add_norm is not None,
         BLOCK_T=triton.next_power_of_2(x.shape[0]), BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
         num_warps=tile.num_warps,
     )  # fmt: skip
