@@ -133,8 +133,8 @@ KERNEL_BUDGET = {
 FlashInfer's set: attention, the KV store, 4 matmuls, rotary, 2 fused add+norms, silu-and-mul, and for Qwen3 its q
 and k head norms, two launches (FlashInfer's head norm takes one weight vector and q and k have their own). Triton's
 set: attention, 4 projections (the add + norms fused into the q/k/v and gate/up ones, the activation into the down
-one), head norms with rotary and the KV store in one. A library may run one operation as two launches (``LIBRARY_HELPERS``); those are printed
-and counted with their operation, not against the budget."""
+one), head norms with rotary and the KV store in one. A library may run one operation as two launches
+(``LIBRARY_HELPERS``); those are printed and counted with their operation, not against the budget."""
 
 LIBRARY_HELPERS = {
     "splitKreduce": "cuBLAS split-K matmul reduction",
