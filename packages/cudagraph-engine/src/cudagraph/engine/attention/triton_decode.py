@@ -138,10 +138,10 @@ class DecodeTile:
     ``min_split_tokens`` tokens (more where the cache's context would need over ``max_splits`` splits), and the
     warps of a program."""
 
-    block_n: int = 64
-    min_split_tokens: int = 128
-    max_splits: int = 16
-    num_warps: int = 4
+    block_n: int
+    min_split_tokens: int
+    max_splits: int
+    num_warps: int
 
 
 DECODE_TILE = DecodeTile(block_n=128, min_split_tokens=256, max_splits=64, num_warps=4)
@@ -227,8 +227,12 @@ class PagedDecodeKernel:
     ) -> None:
         """Attention of ``q`` ``[B, Hq*D]`` over the cached tokens of each row (``seq_lens[b]`` tokens at the slots of
         ``req_to_token[req_pool_indices[b]]`` in the layer's ``kv_buffer`` ``[slots, 2, Hkv, D]``) into ``output``
-        ``[B, Hq*D]``."""
-        self.bind(q, kv_buffer, output, req_to_token, req_pool_indices, seq_lens)()
+        ``[B, Hq*D]``. Launched through Triton's JIT call: the tensors may differ from call to call."""
+        if q.shape[0]:
+            grid, args, constexprs = self._launch_arguments(
+                q, kv_buffer, output, req_to_token, req_pool_indices, seq_lens
+            )
+            _paged_decode_kernel[grid](*args, **constexprs, num_warps=self.tile.num_warps)
 
     def bind(
         self,
@@ -239,11 +243,30 @@ class PagedDecodeKernel:
         req_pool_indices: torch.Tensor,
         seq_lens: torch.Tensor,
     ) -> Callable[[], None]:
-        """The call ``self(q, kv_buffer, ...)`` as a zero-argument launch with every argument taken now (for tensors
-        that keep their shapes and addresses: a graph's static buffers)."""
-        rows = q.shape[0]
-        if rows == 0:
+        """The call ``self(q, kv_buffer, ...)`` as a zero-argument launch with every argument taken now, straight to
+        the compiled kernel's launcher on CUDA (``direct_launch``): for tensors that keep their shapes and addresses,
+        a graph's static buffers."""
+        if not q.shape[0]:
             return _nothing
+        grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, req_pool_indices, seq_lens)
+        if q.is_cuda:
+            direct = direct_launch(_paged_decode_kernel, grid, args, constexprs, self.tile.num_warps)
+            if direct is not None:
+                return direct
+        return functools.partial(_paged_decode_kernel[grid], *args, **constexprs, num_warps=self.tile.num_warps)
+
+    def _launch_arguments(
+        self,
+        q: torch.Tensor,
+        kv_buffer: torch.Tensor,
+        output: torch.Tensor,
+        req_to_token: torch.Tensor,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+    ) -> tuple[tuple[int, int, int], tuple[Any, ...], dict[str, Any]]:
+        """The grid, the runtime arguments and the constexprs of a launch over ``q``'s rows, the scratch grown for
+        them first (refused while a graph is being captured: a captured launch cannot allocate)."""
+        rows = q.shape[0]
         if rows > self.scratch.rows:
             if q.is_cuda and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(
@@ -252,7 +275,6 @@ class PagedDecodeKernel:
                 )
             self.reserve(rows)
         scratch = self.scratch
-        grid = (rows, self.num_kv_heads, self.splits)
         args = (
             q, q.stride(0), kv_buffer, kv_buffer.stride(0), kv_buffer.stride(1), output, output.stride(0),
             req_to_token, req_to_token.stride(0), req_pool_indices, seq_lens,
@@ -267,11 +289,7 @@ class PagedDecodeKernel:
             "SPLITS": self.splits,
             "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
         }
-        if q.is_cuda:
-            direct = direct_launch(_paged_decode_kernel, grid, args, constexprs, self.tile.num_warps)
-            if direct is not None:
-                return direct
-        return functools.partial(_paged_decode_kernel[grid], *args, **constexprs, num_warps=self.tile.num_warps)
+        return (rows, self.num_kv_heads, self.splits), args, constexprs
 
 
 def direct_launch(
