@@ -7,7 +7,8 @@ Prints a table with ratios to the raw replay and the issue's targets, and writes
 Host costs, measured with the device kept busy so only host work is timed: the runner's work over a raw replay
 (full - raw) and the cost of one eager break ((breakable - full) / breaks), per batch size. ``--profile-host MODE``
 also prints the top cProfile entries of a replay loop of that mode (``raw``, ``full``, ``breakable``,
-``tc_piecewise`` with ``--tc-piecewise-compiler``) at the first batch size.
+``tc_piecewise`` with ``--tc-piecewise-compiler``) at the first batch size; ``--timeline MODE`` prints where the
+device idles in back-to-back replays of that mode, by transition (kernel before -> kernel after).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cudagraph.engine.benchmark import (
     format_table,
     measure_host_costs,
     profile_runner_replay,
+    runner_replay_timeline,
 )
 from cudagraph.engine.model import KERNEL_BACKEND_CHOICES, model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
@@ -63,6 +65,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=["raw", "full", "breakable", "tc_piecewise"],
         default=[],
         help="print the top cProfile entries of a replay loop of these modes at the first batch size",
+    )
+    parser.add_argument(
+        "--timeline",
+        nargs="+",
+        choices=["raw", "full", "breakable"],
+        default=[],
+        help="record what the device runs in back-to-back replays of these modes at the first batch size, and print "
+        "where it idles, by transition (kernel before -> kernel after)",
     )
     parser.add_argument(
         "--tc-piecewise-compiler",
@@ -130,6 +140,10 @@ def main(argv: list[str]) -> int:
         )
         for mode in args.profile_host
     }
+    timelines = {
+        mode: runner_replay_timeline(model_runner, mode, args.batch_sizes[0], context_len=args.context_len)
+        for mode in args.timeline
+    }
     batch1 = args.batch_sizes[0]
     measured = [cost for cost in host_costs if not cost.device_waited]
     checks = {
@@ -163,6 +177,7 @@ def main(argv: list[str]) -> int:
         "captures": [c.as_dict() for c in captures],
         "host_costs": [cost.as_dict() for cost in host_costs],
         "host_profiles": profiles,
+        "device_timelines": {mode: timeline.as_dict() for mode, timeline in timelines.items()},
         "targets": TARGETS,
         "checks": checks,
     }
@@ -177,6 +192,9 @@ def main(argv: list[str]) -> int:
     for mode, profile in profiles.items():
         print(f"cProfile of 200 {mode} replays at batch {batch1} (top entries by own time):")
         print(profile)
+    for mode, timeline in timelines.items():
+        print(f"device timeline of {mode} replays at batch {batch1}:")
+        print(timeline.format())
     for capture in captures:
         print(
             f"capture {capture.backend} ({capture.num_warmups} warm-ups per shape): {len(capture.buckets)} buckets up "

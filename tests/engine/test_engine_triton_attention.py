@@ -232,6 +232,65 @@ def test_with_launch_hooks_set_a_direct_launch_goes_through_the_runner_that_call
     assert compiled.launches == []
 
 
+class FakeLauncher:
+    """A compiled kernel's launcher (Triton 3.6's ``CudaLauncher``): its C entry point ``launch``, its launch flags
+    and scratch sizes, and the Python ``__call__`` that allocates scratch and calls ``launch``."""
+
+    def __init__(self, global_scratch_size: int = 0, profile_scratch_size: int = 0) -> None:
+        self.global_scratch_size, self.profile_scratch_size = global_scratch_size, profile_scratch_size
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.native_launches: list[tuple[object, ...]] = []
+        self.python_launches: list[tuple[object, ...]] = []
+
+    def launch(self, *launch: object) -> None:
+        self.native_launches.append(launch)
+
+    def __call__(self, *launch: object) -> None:
+        self.python_launches.append(launch)
+
+
+class FakeCompiledWithLauncher(FakeCompiled):
+    def __init__(self, launcher: FakeLauncher) -> None:
+        super().__init__()
+        self.run = launcher  # type: ignore[assignment,method-assign]
+
+
+def test_a_direct_launch_calls_the_launchers_c_entry_point_with_its_flags_where_nothing_needs_scratch(
+    stream_handle: int,
+) -> None:
+    x, out = torch.zeros(4), torch.zeros(4)
+    launcher = FakeLauncher()
+    launch = direct_launch(
+        FakeKernel(FakeCompiledWithLauncher(launcher)), (3, 2, 1), (x, 4, out, 0.5), {"MODE": "ieee", "BLOCK": 16}, 8
+    )
+    assert launch is not None
+    launch()
+    bound = (x.data_ptr(), 4, out.data_ptr(), 0.5, 16, "ieee")
+    # grid, stream, function, cooperative, pdl, global and profile scratch, packed metadata, launch metadata, hooks.
+    once = (3, 2, 1, stream_handle, "cu-function", 0, 1, None, None, ("packed",), None, None, None, *bound)
+    assert launcher.native_launches == [once] and launcher.python_launches == []
+
+
+@pytest.mark.parametrize(
+    ("launcher", "version"),
+    [(FakeLauncher(global_scratch_size=64), "3.6.0"), (FakeLauncher(profile_scratch_size=8), "3.6.0"),
+     (FakeLauncher(), "3.7.0")],
+    ids=["global-scratch", "profile-scratch", "unverified-triton"],
+)  # fmt: skip
+def test_a_kernel_needing_scratch_or_another_triton_launches_through_the_launchers_python_call(
+    monkeypatch: pytest.MonkeyPatch, stream_handle: int, launcher: FakeLauncher, version: str
+) -> None:
+    monkeypatch.setattr(triton, "__version__", version)
+    x = torch.zeros(4)
+    constexprs = {"BLOCK": 8, "MODE": "tf32"}
+    launch = direct_launch(FakeKernel(FakeCompiledWithLauncher(launcher)), (2, 1, 1), (x, 4, x, 1.0), constexprs, 4)
+    assert launch is not None
+    launch()
+    assert launcher.native_launches == []
+    assert launcher.python_launches == [(2, 1, 1, stream_handle, "cu-function", ("packed",), None, None, None,
+                                         x.data_ptr(), 4, x.data_ptr(), 1.0, 8, "tf32")]  # fmt: skip
+
+
 def test_a_triton_without_the_launch_api_falls_back_to_the_jit_call() -> None:
     kernel = FakeKernel(AttributeError("'CompiledKernel' object has no attribute 'run'"))
     assert direct_launch(kernel, (1, 1, 1), (torch.zeros(1),), {}, num_warps=4) is None

@@ -24,7 +24,7 @@ from test_gpu_engine_graphs import (
 )
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
-from cudagraph.engine.benchmark import measure_host_costs
+from cudagraph.engine.benchmark import measure_host_costs, runner_replay_timeline
 from cudagraph.engine.testing import DispatchedOps, unbound_attention
 
 pytestmark = pytest.mark.gpu
@@ -145,6 +145,23 @@ def test_host_costs_are_measured_for_every_batch_size(attention: str) -> None:
         assert cost.breaks == model_runner.shape.num_layers
         assert min(cost.raw_us, cost.full_us, cost.breakable_us) > 0
         assert not cost.device_waited, "a host timing waited on the device: it measured GPU time, not host work"
+
+
+def test_a_breakable_replay_runs_what_a_full_replay_runs_with_each_attention_kernel_between_two_segments() -> None:
+    """The device timeline of back-to-back replays: the same activities a step in both (no kernel added by the
+    breaks), and one transition into the Triton decode kernel per layer; the printed transitions show what each
+    break costs on the device."""
+    setup = ATTENTION["triton"]
+    with engine(setup["preset"], EAGER, attention="triton", dtype=setup["dtype"]) as model_runner:
+        full = runner_replay_timeline(model_runner, "full", 1, context_len=32, steps=3)
+        breakable = runner_replay_timeline(model_runner, "breakable", 1, context_len=32, steps=3)
+        layers = model_runner.shape.num_layers
+    print(f"full:\n{full.format()}\nbreakable:\n{breakable.format()}")
+    assert breakable.activities == full.activities
+    for timeline in (full, breakable):
+        into_attention = sum(item.count for item in timeline.transitions if item.after == "_paged_decode_kernel")
+        assert into_attention == layers
+        assert timeline.busy_us > 0 and timeline.idle_us >= 0
 
 
 FULL_DECODE = CudaGraphConfig(

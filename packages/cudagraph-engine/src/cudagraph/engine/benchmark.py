@@ -6,17 +6,19 @@ decode step over requests with ``context_len`` cached tokens), so the ratios com
 Host cost (``measure_host_costs``) is the time the step call takes on the host while the device is kept busy by a
 sleep kernel queued first, so nothing the call launches can wait for the device or be hidden by it: the runner's
 work over a raw replay is ``full - raw``, and the cost of one eager break is ``(breakable - full) / breaks``.
-``profile_host`` runs a replay loop under cProfile and returns its top entries.
+``profile_host`` runs a replay loop under cProfile and returns its top entries; ``runner_replay_timeline`` records
+what the device runs during a replay loop and where it idles (``timeline``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import io
 import pstats
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -27,6 +29,7 @@ from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.runner import CaptureStats, DecodeCudaGraphRunner, ForwardBatch, ForwardMode
 
 from .model_runner import ModelRunner
+from .timeline import StepTimeline, record_timeline
 
 
 @dataclass(frozen=True)
@@ -405,6 +408,33 @@ def profile_host(step: Callable[[], object], device: torch.device, *, steps: int
     return report.getvalue()
 
 
+@contextlib.contextmanager
+def replay_step(
+    model_runner: ModelRunner,
+    mode: str,
+    batch_size: int,
+    *,
+    context_len: int = 128,
+    settings: CudaGraphConfig | None = None,
+) -> Iterator[Callable[[], object]]:
+    """One decode step of ``mode`` (``eager``, ``raw``, ``full``, ``breakable``, ``tc_piecewise``) over a synthetic
+    batch of ``batch_size`` requests, its runner captured for that size alone; the batch and runner are released
+    when the block ends. ``settings`` carries the rest of the runner's config (the tc_piecewise compiler...)."""
+    runners: dict[str, DecodeCudaGraphRunner] = {}
+    if mode not in ("eager", "raw"):
+        runners[mode] = DecodeCudaGraphRunner(
+            model_runner, decode_only_config(Backend(mode), [batch_size], settings), show_progress=False
+        )
+        runners[mode].capture()
+    batch = synthetic_decode_batch(model_runner, batch_size, context_len, seed=batch_size)
+    try:
+        yield _step_of(mode, model_runner, batch, runners)
+    finally:
+        release_synthetic_batch(model_runner, batch, context_len)
+        for runner in runners.values():
+            runner.shutdown()
+
+
 def profile_runner_replay(
     model_runner: ModelRunner,
     mode: str,
@@ -415,19 +445,15 @@ def profile_runner_replay(
     top: int = 25,
     settings: CudaGraphConfig | None = None,
 ) -> str:
-    """``profile_host`` of ``mode``'s decode replay (``raw``, ``full``, ``breakable``, ``tc_piecewise``) of one
-    batch; ``settings`` carries the rest of the runner's config (the tc_piecewise compiler, compiled buckets...)."""
-    runners: dict[str, DecodeCudaGraphRunner] = {}
-    if mode != "raw":
-        runners[mode] = DecodeCudaGraphRunner(
-            model_runner, decode_only_config(Backend(mode), [batch_size], settings), show_progress=False
-        )
-        runners[mode].capture()
-    batch = synthetic_decode_batch(model_runner, batch_size, context_len, seed=batch_size)
-    try:
-        step = _step_of(mode, model_runner, batch, runners)
+    """``profile_host`` of ``mode``'s decode replay (see ``replay_step``)."""
+    with replay_step(model_runner, mode, batch_size, context_len=context_len, settings=settings) as step:
         return profile_host(step, model_runner.device, steps=steps, top=top)
-    finally:
-        release_synthetic_batch(model_runner, batch, context_len)
-        for runner in runners.values():
-            runner.shutdown()
+
+
+def runner_replay_timeline(
+    model_runner: ModelRunner, mode: str, batch_size: int, *, context_len: int = 128, steps: int = 5
+) -> StepTimeline:
+    """``record_timeline`` of ``mode``'s decode replay (see ``replay_step``): what the device runs and where it
+    idles over ``steps`` back-to-back steps."""
+    with replay_step(model_runner, mode, batch_size, context_len=context_len) as step:
+        return record_timeline(step, model_runner.device, steps=steps)

@@ -301,9 +301,10 @@ def direct_launch(
     Triton's JIT call binds and specializes every argument and looks its cache up on every launch (about 60 µs of
     host time a launch on the H100 machine's host). Here that happens once: each launch only asks for the current
     stream and calls the compiled kernel's launcher, with the tensors passed as the device addresses they keep (no
-    pointer check per launch either). For tensors that stay where they are (a breakable graph's static buffers and
-    views). Where Triton's launch hooks are set (a profiler), launches go through the compiled kernel's own runner,
-    which calls them."""
+    pointer check per launch either); where ``_native_launch`` allows, it calls the launcher's C entry point
+    itself, skipping the launcher's Python frame and its per-launch scratch lookups. For tensors that stay where
+    they are (a breakable graph's static buffers and views). Where Triton's launch hooks are set (a profiler),
+    launches go through the compiled kernel's own runner, which calls them."""
     try:
         compiled = kernel.warmup(*args, grid=grid, **constexprs, num_warps=num_warps)
         if hasattr(compiled, "result"):
@@ -321,11 +322,42 @@ def direct_launch(
     device = next(arg.device for arg in args if isinstance(arg, torch.Tensor))
     current_stream = functools.partial(_current_raw_stream, device.index)
     grid_x, grid_y, grid_z = grid
+    native = _native_launch(launcher)
+    if native is not None:
+        c_launch, cooperative, pdl = native
+
+        def launch_native() -> None:
+            c_launch(
+                grid_x, grid_y, grid_z, current_stream(), function, cooperative, pdl, None, None, metadata, None, None,
+                None, *bound,
+            )  # fmt: skip
+
+        return launch_native
 
     def launch() -> None:
         launcher(grid_x, grid_y, grid_z, current_stream(), function, metadata, None, None, None, *bound)
 
     return launch
+
+
+NATIVE_LAUNCH_VERSIONS = ("3.6.",)
+"""Triton releases whose compiled launcher's C entry point takes the argument layout ``direct_launch`` passes
+(grid, stream, function, cooperative and PDL flags, two scratch buffers, packed metadata, launch metadata, two
+hooks, then the kernel's arguments)."""
+
+
+def _native_launch(launcher: object) -> tuple[Callable[..., None], int, int] | None:
+    """The C entry point of a compiled kernel's launcher with its cooperative-grid and PDL flags, where calling it
+    directly is what the launcher's Python ``__call__`` would do: a Triton of ``NATIVE_LAUNCH_VERSIONS`` and a
+    kernel that needs no global or profile scratch (the ``__call__`` allocates those per launch). None otherwise."""
+    if not triton.__version__.startswith(NATIVE_LAUNCH_VERSIONS):
+        return None
+    c_launch = getattr(launcher, "launch", None)
+    flags = (getattr(launcher, "launch_cooperative_grid", None), getattr(launcher, "launch_pdl", None))
+    scratch = (getattr(launcher, "global_scratch_size", None), getattr(launcher, "profile_scratch_size", None))
+    if not callable(c_launch) or None in flags or scratch != (0, 0):
+        return None
+    return c_launch, int(flags[0]), int(flags[1])  # type: ignore[arg-type]
 
 
 def _hooked(hook: object) -> bool:

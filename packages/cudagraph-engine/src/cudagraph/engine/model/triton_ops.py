@@ -204,8 +204,9 @@ def _silu_and_mul_kernel(gate_up_ptr, out_ptr, width, in_stride, out_stride, BLO
 
 @dataclass(frozen=True)
 class GemvTile:
-    """How ``gemv`` tiles a step of up to ``max_rows`` rows: ``block_n`` output columns a program, ``block_k`` of
-    the reduction per loop step (the register tile is ``rows x block_n x block_k``), and its warps."""
+    """How ``gemv`` tiles a step of up to ``max_rows`` rows: ``block_n`` output columns a program, at most
+    ``block_k`` of the reduction per loop step (a reduction of ``K`` takes ``min(block_k, next_power_of_2(K))``, so
+    one that fits is read in a single step; the register tile is ``rows x block_n x`` that), and its warps."""
 
     max_rows: int
     block_n: int
@@ -214,13 +215,14 @@ class GemvTile:
 
 
 GEMV_TILES = (
-    GemvTile(max_rows=1, block_n=4, block_k=1024),
+    GemvTile(max_rows=1, block_n=4, block_k=4096),
     GemvTile(max_rows=2, block_n=4, block_k=1024),
 )
 """By step rows, smallest first: the first tile whose ``max_rows`` covers a step is used. Wider steps go to the
 dense matmul (``gemv_tile`` returns None). Chosen by ``bench/bench_kernels.py --sweep`` on an H100 (Qwen3-0.6B's
-projections, bfloat16): at one row this tile beats cuBLAS 1.1-1.8x on every projection (the weight read in long,
-few steps); at four rows cuBLAS's tensor-core kernels win the wide projections."""
+projections, bfloat16): at one row, reading the whole reduction in one step was the fastest tile of every
+projection (o: 2.73 against 3.19 us with 1024 a step; down: 3.73 against 4.31 us), and it beats cuBLAS 1.2-2.1x
+on each; at four rows cuBLAS's tensor-core kernels win the wide projections."""
 
 HEADS_PER_PROGRAM = 8
 """Heads a ``qk_norm_rope`` program rotates (a token's q and k heads split over a few programs)."""
@@ -376,7 +378,8 @@ def _launch_gemv(
         x, weight, weight if bias is None else bias, out, residual, norm_weight, total, x.shape[0], n,
         x.stride(0), out.stride(0), residual.stride(0), eps,
         K=k, HAS_BIAS=bias is not None, SILU_MUL=silu_mul, ADD_NORM=add_norm is not None,
-        BLOCK_T=triton.next_power_of_2(x.shape[0]), BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
+        BLOCK_T=triton.next_power_of_2(x.shape[0]), BLOCK_N=tile.block_n,
+        BLOCK_K=min(tile.block_k, triton.next_power_of_2(k)),
         num_warps=tile.num_warps,
     )  # fmt: skip
 
