@@ -62,7 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--profile-host",
         nargs="+",
-        choices=["raw", "full", "breakable", "tc_piecewise"],
+        choices=["eager", "raw", "full", "breakable", "tc_piecewise"],
         default=[],
         help="print the top cProfile entries of a replay loop of these modes at the first batch size",
     )

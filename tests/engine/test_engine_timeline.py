@@ -12,6 +12,8 @@ from cudagraph.engine.timeline import DeviceActivity, StepTimeline, short_name, 
     [
         ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<long>>(int, T1, T2)",
          "at::native::vectorized_elementwise_kernel"),
+        ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<2>>(T, U)",
+         "at::native::multi_tensor_apply_kernel"),
         ("_gemv_kernel", "_gemv_kernel"),
         ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD"),
         ("nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT", "nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT"),

@@ -13,12 +13,11 @@ import torch
 
 pytest.importorskip("triton", reason="the triton attention backend needs the triton package")
 
-import triton
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
-from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, triton_decode, unified_attention
+from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, unified_attention
 from cudagraph.engine.attention.triton_backend import TritonAttentionBackend
-from cudagraph.engine.attention.triton_decode import PagedDecodeKernel, direct_launch
+from cudagraph.engine.attention.triton_decode import PagedDecodeKernel
 from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool
 from cudagraph.runner import ForwardBatch, ForwardMode
 
@@ -162,138 +161,6 @@ def test_splits_are_fixed_by_the_cache_context(max_context: int, split_tokens: i
     kernel = make_kernel(16, 8, 32, max_context)
     assert (kernel.split_tokens, kernel.splits) == (split_tokens, splits)
     assert kernel.split_tokens % kernel.tile.block_n == 0 and kernel.splits * kernel.split_tokens >= max_context
-
-
-class FakeCompiled:
-    """A compiled kernel's launch API as ``direct_launch`` uses it: its launcher (``run``) with the kernel handle and
-    metadata, and ``[grid]``, the runner that calls Triton's launch hooks."""
-
-    function = "cu-function"
-    packed_metadata = ("packed",)
-
-    def __init__(self) -> None:
-        self.launches: list[tuple[object, ...]] = []
-        self.runner_launches: list[tuple[tuple[int, ...], tuple[object, ...]]] = []
-
-    def run(self, *launch: object) -> None:
-        self.launches.append(launch)
-
-    def __getitem__(self, grid: tuple[int, ...]):
-        return lambda *args: self.runner_launches.append((grid, args))
-
-
-class FakeKernel:
-    arg_names = ["x_ptr", "n", "out_ptr", "scale", "BLOCK", "MODE"]
-
-    def __init__(self, compiled: object) -> None:
-        self.compiled = compiled
-        self.warmups: list[tuple[tuple[object, ...], dict[str, object]]] = []
-
-    def warmup(self, *args: object, grid: tuple[int, ...], **kwargs: object) -> object:
-        self.warmups.append((args, kwargs))
-        if isinstance(self.compiled, Exception):
-            raise self.compiled
-        return self.compiled
-
-
-@pytest.fixture
-def stream_handle(monkeypatch: pytest.MonkeyPatch) -> int:
-    """The current stream's handle ``direct_launch`` launches on, whatever device the test runs on."""
-    monkeypatch.setattr(triton_decode, "_current_raw_stream", lambda device_index: 1234)
-    return 1234
-
-
-def test_a_direct_launch_passes_every_argument_in_signature_order_with_tensors_as_addresses(
-    stream_handle: int,
-) -> None:
-    x, out = torch.zeros(4), torch.zeros(4)
-    compiled = FakeCompiled()
-    kernel = FakeKernel(compiled)
-    launch = direct_launch(kernel, (3, 2, 1), (x, 4, out, 0.5), {"MODE": "ieee", "BLOCK": 16}, num_warps=8)
-    assert launch is not None
-    assert kernel.warmups == [((x, 4, out, 0.5), {"MODE": "ieee", "BLOCK": 16, "num_warps": 8})]
-    launch()
-    launch()
-    bound = (x.data_ptr(), 4, out.data_ptr(), 0.5, 16, "ieee")
-    once = (3, 2, 1, stream_handle, "cu-function", ("packed",), None, None, None, *bound)
-    assert compiled.launches == [once, once] and compiled.runner_launches == []
-
-
-def test_with_launch_hooks_set_a_direct_launch_goes_through_the_runner_that_calls_them(
-    monkeypatch: pytest.MonkeyPatch, stream_handle: int
-) -> None:
-    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda metadata: None)
-    x = torch.zeros(4)
-    compiled = FakeCompiled()
-    launch = direct_launch(FakeKernel(compiled), (2, 1, 1), (x, 4, x, 1.0), {"BLOCK": 8, "MODE": "tf32"}, 4)
-    assert launch is not None
-    launch()
-    assert compiled.runner_launches == [((2, 1, 1), (x.data_ptr(), 4, x.data_ptr(), 1.0, 8, "tf32"))]
-    assert compiled.launches == []
-
-
-class FakeLauncher:
-    """A compiled kernel's launcher (Triton 3.6's ``CudaLauncher``): its C entry point ``launch``, its launch flags
-    and scratch sizes, and the Python ``__call__`` that allocates scratch and calls ``launch``."""
-
-    def __init__(self, global_scratch_size: int = 0, profile_scratch_size: int = 0) -> None:
-        self.global_scratch_size, self.profile_scratch_size = global_scratch_size, profile_scratch_size
-        self.launch_cooperative_grid, self.launch_pdl = False, True
-        self.native_launches: list[tuple[object, ...]] = []
-        self.python_launches: list[tuple[object, ...]] = []
-
-    def launch(self, *launch: object) -> None:
-        self.native_launches.append(launch)
-
-    def __call__(self, *launch: object) -> None:
-        self.python_launches.append(launch)
-
-
-class FakeCompiledWithLauncher(FakeCompiled):
-    def __init__(self, launcher: FakeLauncher) -> None:
-        super().__init__()
-        self.run = launcher  # type: ignore[assignment,method-assign]
-
-
-def test_a_direct_launch_calls_the_launchers_c_entry_point_with_its_flags_where_nothing_needs_scratch(
-    stream_handle: int,
-) -> None:
-    x, out = torch.zeros(4), torch.zeros(4)
-    launcher = FakeLauncher()
-    launch = direct_launch(
-        FakeKernel(FakeCompiledWithLauncher(launcher)), (3, 2, 1), (x, 4, out, 0.5), {"MODE": "ieee", "BLOCK": 16}, 8
-    )
-    assert launch is not None
-    launch()
-    bound = (x.data_ptr(), 4, out.data_ptr(), 0.5, 16, "ieee")
-    # grid, stream, function, cooperative, pdl, global and profile scratch, packed metadata, launch metadata, hooks.
-    once = (3, 2, 1, stream_handle, "cu-function", 0, 1, None, None, ("packed",), None, None, None, *bound)
-    assert launcher.native_launches == [once] and launcher.python_launches == []
-
-
-@pytest.mark.parametrize(
-    ("launcher", "version"),
-    [(FakeLauncher(global_scratch_size=64), "3.6.0"), (FakeLauncher(profile_scratch_size=8), "3.6.0"),
-     (FakeLauncher(), "3.7.0")],
-    ids=["global-scratch", "profile-scratch", "unverified-triton"],
-)  # fmt: skip
-def test_a_kernel_needing_scratch_or_another_triton_launches_through_the_launchers_python_call(
-    monkeypatch: pytest.MonkeyPatch, stream_handle: int, launcher: FakeLauncher, version: str
-) -> None:
-    monkeypatch.setattr(triton, "__version__", version)
-    x = torch.zeros(4)
-    constexprs = {"BLOCK": 8, "MODE": "tf32"}
-    launch = direct_launch(FakeKernel(FakeCompiledWithLauncher(launcher)), (2, 1, 1), (x, 4, x, 1.0), constexprs, 4)
-    assert launch is not None
-    launch()
-    assert launcher.native_launches == []
-    assert launcher.python_launches == [(2, 1, 1, stream_handle, "cu-function", ("packed",), None, None, None,
-                                         x.data_ptr(), 4, x.data_ptr(), 1.0, 8, "tf32")]  # fmt: skip
-
-
-def test_a_triton_without_the_launch_api_falls_back_to_the_jit_call() -> None:
-    kernel = FakeKernel(AttributeError("'CompiledKernel' object has no attribute 'run'"))
-    assert direct_launch(kernel, (1, 1, 1), (torch.zeros(1),), {}, num_warps=4) is None
 
 
 def test_scratch_grows_for_wider_batches_and_keeps_what_graphs_hold() -> None:

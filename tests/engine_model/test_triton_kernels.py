@@ -191,6 +191,24 @@ def test_add_norm_gemv_is_the_fused_add_norm_then_the_projection_and_leaves_its_
         close(out, ops.gemv(unfused_normed, weight, bias_vector, tile=tile).double(), dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_aligned_and_unaligned_inputs_in_any_order_give_the_right_results(
+    ops: ModuleType, dtype: torch.dtype, generator: torch.Generator
+) -> None:
+    """On CUDA each launch reuses the kernel compiled for its specialization (``triton_launch.FastLauncher``): an
+    input whose address is not a multiple of 16 bytes needs a kernel of its own, and an aligned one after it the
+    first kernel again."""
+    n, k = 64, 256
+    weight = (torch.randn(n, k, generator=generator) / k**0.5).to(DEVICE, dtype)
+    norm_weight = (1 + 0.1 * torch.randn(k, generator=generator)).to(DEVICE, dtype)
+    rows = torch.randn(2, k + 1, generator=generator).to(DEVICE, dtype)
+    aligned, unaligned = rows[:1, :k], rows[1:, 1:]
+    assert aligned.data_ptr() % 16 == 0 and unaligned.data_ptr() % 16 != 0
+    for x in (aligned, unaligned, aligned, unaligned):
+        close(ops.gemv(x, weight), F.linear(x.double(), weight.double()), dtype)
+        close(ops.rms_norm(x, norm_weight, EPS), textbook_rms_norm(x, norm_weight), dtype)
+
+
 def test_add_norm_gemv_says_what_it_needs(ops: ModuleType) -> None:
     with pytest.raises(ValueError, match=r"needs x and residual of 8 columns and a norm weight of 8, got \(1, 8\), "):
         ops.add_norm_gemv(torch.ones(1, 8), torch.ones(1, 4), torch.ones(8), EPS, torch.ones(4, 8))

@@ -29,7 +29,7 @@ from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.runner import CaptureStats, DecodeCudaGraphRunner, ForwardBatch, ForwardMode
 
 from .model_runner import ModelRunner
-from .timeline import StepTimeline, record_timeline
+from .timeline import StepTimeline, record_timeline, sleep_cycles_per_ms
 
 
 @dataclass(frozen=True)
@@ -305,25 +305,12 @@ class HostCost:
         return {**asdict(self), "runner_over_raw_us": self.runner_over_raw_us, "per_break_us": self.per_break_us}
 
 
-def _sleep_cycles_per_ms(device: torch.device) -> float:
-    """How many ``torch.cuda._sleep`` cycles keep ``device`` busy for a millisecond (measured once per call)."""
-    cycles = 10_000_000
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with torch.cuda.device(device):
-        torch.cuda._sleep(cycles // 10)  # warm-up
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-    return cycles / max(start.elapsed_time(end), 1e-3)
-
-
 def host_time_us(
     step: Callable[[], object], device: torch.device, *, repeats: int = 50, head_start_ms: float = 20.0
 ) -> tuple[float, bool]:
     """Median host microseconds of ``step()`` called while the device still has ``head_start_ms`` of sleep queued,
     and whether any call took that long (it then waited for the device)."""
-    cycles = int(_sleep_cycles_per_ms(device) * head_start_ms)
+    cycles = int(sleep_cycles_per_ms(device) * head_start_ms)
     for _ in range(3):
         step()
     torch.cuda.synchronize(device)

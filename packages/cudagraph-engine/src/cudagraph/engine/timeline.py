@@ -22,9 +22,9 @@ _CALL_SIGNATURE = re.compile(r"^(?:void\s+)?([^<(]+)")
 
 
 def short_name(name: str) -> str:
-    """A device activity's name without its return type, template arguments and parameters (Triton's kernels and
-    ``Memcpy DtoD`` already are)."""
-    match = _CALL_SIGNATURE.match(name.strip())
+    """A device activity's name without its return type, anonymous namespaces, template arguments and parameters
+    (Triton's kernels and ``Memcpy DtoD`` already are)."""
+    match = _CALL_SIGNATURE.match(name.strip().replace("(anonymous namespace)::", ""))
     return match.group(1).strip() if match else name
 
 
@@ -116,20 +116,43 @@ def summarize(activities: Iterable[DeviceActivity], steps: int) -> StepTimeline:
     )
 
 
-def record_timeline(step: Callable[[], object], device: torch.device, *, steps: int = 5) -> StepTimeline:
+def sleep_cycles_per_ms(device: torch.device) -> float:
+    """How many ``torch.cuda._sleep`` cycles keep ``device`` busy for a millisecond (measured once per call)."""
+    cycles = 10_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.device(device):
+        torch.cuda._sleep(cycles // 10)  # warm-up
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+    return cycles / max(start.elapsed_time(end), 1e-3)
+
+
+def record_timeline(
+    step: Callable[[], object], device: torch.device, *, steps: int = 5, head_start_ms: float = 20.0
+) -> StepTimeline:
     """Run ``step`` once to warm up, then ``steps`` times back to back (no sync between them, as a serving loop
-    runs) under torch.profiler recording device activity only, and summarize what the device ran."""
+    runs) under torch.profiler recording device activity only, and summarize what the device ran.
+
+    The device first sleeps ``head_start_ms`` (long enough for the host to queue every step), so the idle times are
+    the device's own and not waits for the host; the sleep is the first activity recorded, and is dropped."""
     step()
     torch.cuda.synchronize(device)
+    cycles = int(sleep_cycles_per_ms(device) * head_start_ms)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
+        torch.cuda._sleep(cycles)
         for _ in range(steps):
             step()
         torch.cuda.synchronize(device)
-    recorded = [
-        DeviceActivity(event.name, event.time_range.start, event.time_range.end)
-        for event in profiler.events()
-        if event.device_type == torch.autograd.DeviceType.CUDA
-    ]
-    if not recorded:
+    recorded = sorted(
+        (
+            DeviceActivity(event.name, event.time_range.start, event.time_range.end)
+            for event in profiler.events()
+            if event.device_type == torch.autograd.DeviceType.CUDA
+        ),
+        key=lambda activity: activity.start_us,
+    )
+    if len(recorded) < 2:
         raise RuntimeError("torch.profiler recorded no device activity (a build or driver without CUPTI?)")
-    return summarize(recorded, steps)
+    return summarize(recorded[1:], steps)

@@ -14,8 +14,6 @@ the same kernel runs on CPU tensors.
 
 from __future__ import annotations
 
-import functools
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-_LOG = logging.getLogger(__name__)
+from ..triton_launch import FastLauncher
 
 
 @triton.jit
@@ -132,6 +130,9 @@ def _paged_decode_kernel(
                 tl.atomic_xchg(arrivals_ptr + pair, 0)
 
 
+_DECODE_LAUNCHER = FastLauncher(_paged_decode_kernel)
+
+
 @dataclass(frozen=True)
 class DecodeTile:
     """How ``_paged_decode_kernel`` tiles a step: ``block_n`` context tokens a loop step, contexts split every
@@ -227,12 +228,13 @@ class PagedDecodeKernel:
     ) -> None:
         """Attention of ``q`` ``[B, Hq*D]`` over the cached tokens of each row (``seq_lens[b]`` tokens at the slots of
         ``req_to_token[req_pool_indices[b]]`` in the layer's ``kv_buffer`` ``[slots, 2, Hkv, D]``) into ``output``
-        ``[B, Hq*D]``. Launched through Triton's JIT call: the tensors may differ from call to call."""
+        ``[B, Hq*D]``. The tensors may differ from call to call (``FastLauncher`` keys the compiled kernel on what
+        Triton specializes on)."""
         if q.shape[0]:
             grid, args, constexprs = self._launch_arguments(
                 q, kv_buffer, output, req_to_token, req_pool_indices, seq_lens
             )
-            _paged_decode_kernel[grid](*args, **constexprs, num_warps=self.tile.num_warps)
+            _DECODE_LAUNCHER(grid, args, constexprs, self.tile.num_warps)
 
     def bind(
         self,
@@ -244,16 +246,12 @@ class PagedDecodeKernel:
         seq_lens: torch.Tensor,
     ) -> Callable[[], None]:
         """The call ``self(q, kv_buffer, ...)`` as a zero-argument launch with every argument taken now, straight to
-        the compiled kernel's launcher on CUDA (``direct_launch``): for tensors that keep their shapes and addresses,
-        a graph's static buffers."""
+        the compiled kernel's launcher on CUDA (``triton_launch.direct_launch``): for tensors that keep their shapes
+        and addresses, a graph's static buffers."""
         if not q.shape[0]:
             return _nothing
         grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, req_pool_indices, seq_lens)
-        if q.is_cuda:
-            direct = direct_launch(_paged_decode_kernel, grid, args, constexprs, self.tile.num_warps)
-            if direct is not None:
-                return direct
-        return functools.partial(_paged_decode_kernel[grid], *args, **constexprs, num_warps=self.tile.num_warps)
+        return _DECODE_LAUNCHER.bind(grid, args, constexprs, self.tile.num_warps)
 
     def _launch_arguments(
         self,
@@ -290,91 +288,6 @@ class PagedDecodeKernel:
             "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
         }
         return (rows, self.num_kv_heads, self.splits), args, constexprs
-
-
-def direct_launch(
-    kernel: Any, grid: tuple[int, int, int], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int
-) -> Callable[[], None] | None:
-    """``kernel[grid](*args, **constexprs, num_warps=num_warps)`` compiled now and bound to its launcher, or None
-    where this Triton's compiled kernels lack the launch API used here (the caller then launches through the JIT).
-
-    Triton's JIT call binds and specializes every argument and looks its cache up on every launch (about 60 µs of
-    host time a launch on the H100 machine's host). Here that happens once: each launch only asks for the current
-    stream and calls the compiled kernel's launcher, with the tensors passed as the device addresses they keep (no
-    pointer check per launch either); where ``_native_launch`` allows, it calls the launcher's C entry point
-    itself, skipping the launcher's Python frame and its per-launch scratch lookups. For tensors that stay where
-    they are (a breakable graph's static buffers and views). Where Triton's launch hooks are set (a profiler),
-    launches go through the compiled kernel's own runner, which calls them."""
-    try:
-        compiled = kernel.warmup(*args, grid=grid, **constexprs, num_warps=num_warps)
-        if hasattr(compiled, "result"):
-            compiled = compiled.result()
-        runner = compiled[grid]
-        launcher, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
-    except (AttributeError, TypeError) as error:
-        _LOG.debug("launching %s through the JIT: %s", getattr(kernel, "__name__", kernel), error)
-        return None
-    values = {**dict(zip(kernel.arg_names, args, strict=False)), **constexprs}
-    bound = tuple(v.data_ptr() if isinstance(v, torch.Tensor) else v for v in (values[n] for n in kernel.arg_names))
-    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
-    if runtime is None or _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
-        return functools.partial(runner, *bound)
-    device = next(arg.device for arg in args if isinstance(arg, torch.Tensor))
-    current_stream = functools.partial(_current_raw_stream, device.index)
-    grid_x, grid_y, grid_z = grid
-    native = _native_launch(launcher)
-    if native is not None:
-        c_launch, cooperative, pdl = native
-
-        def launch_native() -> None:
-            c_launch(
-                grid_x, grid_y, grid_z, current_stream(), function, cooperative, pdl, None, None, metadata, None, None,
-                None, *bound,
-            )  # fmt: skip
-
-        return launch_native
-
-    def launch() -> None:
-        launcher(grid_x, grid_y, grid_z, current_stream(), function, metadata, None, None, None, *bound)
-
-    return launch
-
-
-NATIVE_LAUNCH_VERSIONS = ("3.6.",)
-"""Triton releases whose compiled launcher's C entry point takes the argument layout ``direct_launch`` passes
-(grid, stream, function, cooperative and PDL flags, two scratch buffers, packed metadata, launch metadata, two
-hooks, then the kernel's arguments)."""
-
-
-def _native_launch(launcher: object) -> tuple[Callable[..., None], int, int] | None:
-    """The C entry point of a compiled kernel's launcher with its cooperative-grid and PDL flags, where calling it
-    directly is what the launcher's Python ``__call__`` would do: a Triton of ``NATIVE_LAUNCH_VERSIONS`` and a
-    kernel that needs no global or profile scratch (the ``__call__`` allocates those per launch). None otherwise."""
-    if not triton.__version__.startswith(NATIVE_LAUNCH_VERSIONS):
-        return None
-    c_launch = getattr(launcher, "launch", None)
-    flags = (getattr(launcher, "launch_cooperative_grid", None), getattr(launcher, "launch_pdl", None))
-    scratch = (getattr(launcher, "global_scratch_size", None), getattr(launcher, "profile_scratch_size", None))
-    if not callable(c_launch) or None in flags or scratch != (0, 0):
-        return None
-    return c_launch, int(flags[0]), int(flags[1])  # type: ignore[arg-type]
-
-
-def _hooked(hook: object) -> bool:
-    """Whether a Triton launch hook is set: a callable, or a chain of them (Triton 3.5+) that is not empty."""
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
-def _current_stream_getter() -> Callable[[int], int]:
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw  # type: ignore[no-any-return]
-    return lambda device_index: torch.cuda.current_stream(device_index).cuda_stream
-
-
-_current_raw_stream = _current_stream_getter()
-"""CUDA device index -> the current stream's handle: torch's direct call where it has one (what Triton's own launch
-path uses), with no ``Stream`` object made per launch."""
 
 
 def _nothing() -> None:

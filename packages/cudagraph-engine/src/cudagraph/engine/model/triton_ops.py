@@ -28,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..triton_launch import FastLauncher
+
 
 @triton.jit
 def _rms_norm_kernel(
@@ -202,6 +204,13 @@ def _silu_and_mul_kernel(gate_up_ptr, out_ptr, width, in_stride, out_stride, BLO
     tl.store(out_ptr + row * out_stride + columns, (values / (1.0 + tl.exp(-values)) * up).to(gate.dtype), mask=mask)
 
 
+_LAUNCH_RMS_NORM = FastLauncher(_rms_norm_kernel)
+_LAUNCH_QK_NORM_ROPE = FastLauncher(_qk_norm_rope_kernel)
+_LAUNCH_GEMV = FastLauncher(_gemv_kernel)
+_LAUNCH_SILU_AND_MUL = FastLauncher(_silu_and_mul_kernel)
+"""Each kernel's launcher: Triton's JIT work done once per specialization, not once per launch (``triton_launch``)."""
+
+
 @dataclass(frozen=True)
 class GemvTile:
     """How ``gemv`` tiles a step of up to ``max_rows`` rows: ``block_n`` output columns a program, at most
@@ -258,10 +267,11 @@ def _launch_norm(
     if rows == 0:
         return
     stride = 0 if residual is None else residual.stride(0)
-    _rms_norm_kernel[(rows,)](
-        x, x if residual is None else residual, weight, out, width, x.stride(0), stride, out.stride(0), eps,
-        ADD=residual is not None, BLOCK=triton.next_power_of_2(width),
-    )  # fmt: skip
+    _LAUNCH_RMS_NORM(
+        (rows,),
+        (x, x if residual is None else residual, weight, out, width, x.stride(0), stride, out.stride(0), eps),
+        {"ADD": residual is not None, "BLOCK": triton.next_power_of_2(width)},
+    )
 
 
 def qk_norm_rope(
@@ -294,11 +304,16 @@ def qk_norm_rope(
         )
     launched_heads = num_q_heads + (2 if kv_store is not None else 1) * num_k_heads
     grid = (tokens, triton.cdiv(launched_heads, HEADS_PER_PROGRAM))
-    _qk_norm_rope_kernel[grid](
-        heads, heads.stride(0), heads if norm_weight is None else norm_weight, cos_sin, cos_sin.stride(0),
-        positions, kv_buffer, slots, num_q_heads, num_k_heads, eps,
-        HEAD_DIM=head_dim, HALF_BLOCK=triton.next_power_of_2(head_dim // 2), HEADS_BLOCK=HEADS_PER_PROGRAM,
-        NORM=norm_weight is not None, STORE=kv_store is not None,
+    _LAUNCH_QK_NORM_ROPE(
+        grid,
+        (
+            heads, heads.stride(0), heads if norm_weight is None else norm_weight, cos_sin, cos_sin.stride(0),
+            positions, kv_buffer, slots, num_q_heads, num_k_heads, eps,
+        ),
+        {
+            "HEAD_DIM": head_dim, "HALF_BLOCK": triton.next_power_of_2(head_dim // 2), "HEADS_BLOCK": HEADS_PER_PROGRAM,
+            "NORM": norm_weight is not None, "STORE": kv_store is not None,
+        },
     )  # fmt: skip
 
 
@@ -374,13 +389,18 @@ def _launch_gemv(
 ) -> None:
     n, k = weight.shape
     residual, norm_weight, total, eps = add_norm if add_norm is not None else (x, weight, out, 0.0)
-    _gemv_kernel[(triton.cdiv(n, tile.block_n),)](
-        x, weight, weight if bias is None else bias, out, residual, norm_weight, total, x.shape[0], n,
-        x.stride(0), out.stride(0), residual.stride(0), eps,
-        K=k, HAS_BIAS=bias is not None, SILU_MUL=silu_mul, ADD_NORM=add_norm is not None,
-        BLOCK_T=triton.next_power_of_2(x.shape[0]), BLOCK_N=tile.block_n,
-        BLOCK_K=min(tile.block_k, triton.next_power_of_2(k)),
-        num_warps=tile.num_warps,
+    _LAUNCH_GEMV(
+        (triton.cdiv(n, tile.block_n),),
+        (
+            x, weight, weight if bias is None else bias, out, residual, norm_weight, total, x.shape[0], n,
+            x.stride(0), out.stride(0), residual.stride(0), eps,
+        ),
+        {
+            "K": k, "HAS_BIAS": bias is not None, "SILU_MUL": silu_mul, "ADD_NORM": add_norm is not None,
+            "BLOCK_T": triton.next_power_of_2(x.shape[0]), "BLOCK_N": tile.block_n,
+            "BLOCK_K": min(tile.block_k, triton.next_power_of_2(k)),
+        },
+        tile.num_warps,
     )  # fmt: skip
 
 
@@ -390,5 +410,7 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty((rows, width), dtype=gate_up.dtype, device=gate_up.device)
     if rows:
         grid = (rows, triton.cdiv(width, ELEMENTWISE_BLOCK))
-        _silu_and_mul_kernel[grid](gate_up, out, width, gate_up.stride(0), out.stride(0), BLOCK=ELEMENTWISE_BLOCK)
+        _LAUNCH_SILU_AND_MUL(
+            grid, (gate_up, out, width, gate_up.stride(0), out.stride(0)), {"BLOCK": ELEMENTWISE_BLOCK}
+        )
     return out
