@@ -284,3 +284,20 @@ def test_bind_launches_directly_or_binds_the_jit_call(stream_handle: int) -> Non
     interpreted = InterpretedKernel()
     FastLauncher(interpreted).bind((2,), (x, 4), {"BLOCK": 8})()
     assert interpreted.jit_calls == [((2,), (x, 4))]
+
+
+@pytest.mark.parametrize("value", [0, 1, 2, 3, 16, 17, 1000, 4096, 4097])
+def test_launch_size_helpers_agree_with_triton(value: int) -> None:
+    assert triton_launch.next_power_of_2(value) == triton.next_power_of_2(value)
+    for denominator in (1, 3, 16):
+        assert triton_launch.cdiv(value, denominator) == triton.cdiv(value, denominator)
+
+
+def test_through_jit_sends_every_launch_of_the_block_to_the_jit_call_and_no_more(stream_handle: int) -> None:
+    kernel, launcher = fast_kernel()
+    fast = FastLauncher(kernel)
+    x = torch.zeros(4)
+    with triton_launch.through_jit():
+        fast((2,), (x, 4, x, 1.0), {"BLOCK": 8, "MODE": "tf32"})
+    fast((2,), (x, 4, x, 1.0), {"BLOCK": 8, "MODE": "tf32"})
+    assert len(kernel.jit_calls) == 1 and len(launcher.native_launches) == 1

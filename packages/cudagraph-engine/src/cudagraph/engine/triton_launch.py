@@ -15,9 +15,11 @@ launch hooks are set (a profiler reading them).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Callable, Hashable
+import threading
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,15 +37,33 @@ _INT32 = range(-(2**31), 2**31)
 _UINT64_HIGH = range(2**63, 2**64)
 
 
-def specialization_key(value: Any) -> Hashable:
+def cdiv(numerator: int, denominator: int) -> int:
+    """``ceil(numerator / denominator)`` for launch sizes (``triton.cdiv`` is a constexpr function: a few µs of host
+    time a call, on a path run for every launch)."""
+    return -(-numerator // denominator)
+
+
+def next_power_of_2(value: int) -> int:
+    """The smallest power of two at least ``value`` (and 0 for 0), as ``triton.next_power_of_2`` computes it,
+    without its constexpr-function call."""
+    return 1 << (value - 1).bit_length() if value > 0 else 0
+
+
+def specialization_key(value: Any) -> object:
     """What Triton 3.6 specializes a kernel argument on: a tensor's dtype and whether its address is a multiple of
     16; an integer's equality to 1, divisibility by 16 and width (i32, u64 or i64); any other value's type."""
-    if isinstance(value, torch.Tensor):
-        return value.dtype, value.data_ptr() % 16 == 0
     if type(value) is int:
         width = 0 if value in _INT32 else 1 if value in _UINT64_HIGH else 2
         return value == 1, value % 16 == 0, width
+    if isinstance(value, torch.Tensor):
+        return value.dtype, value.data_ptr() % 16 == 0
     return type(value)
+
+
+def launch_prefix(function: int, cooperative: int, pdl: int, metadata: Any) -> tuple[Any, ...]:
+    """What the C launcher takes between the stream and the kernel's arguments: the function, the cooperative-grid
+    and PDL flags, no global or profile scratch, the packed metadata, no launch metadata and no hooks."""
+    return (function, cooperative, pdl, None, None, metadata, None, None, None)
 
 
 @dataclass(frozen=True)
@@ -51,20 +71,15 @@ class CompiledLaunch:
     """A compiled kernel's C launcher and what it takes besides the grid, the stream and the runtime arguments."""
 
     c_launch: Callable[..., None]
-    function: int
-    metadata: Any
-    cooperative: int
-    pdl: int
+    prefix: tuple[Any, ...]
+    """``launch_prefix`` of the compiled kernel."""
     constexprs: tuple[Any, ...]
     """The constexpr values, in the kernel's signature order (after its runtime arguments)."""
 
     def launch(self, grid: tuple[int, ...], stream: int, arguments: tuple[Any, ...] | list[Any]) -> None:
         """Launch over ``grid`` (1 to 3 dimensions) on ``stream`` with ``arguments`` (tensors as addresses)."""
         grid_x, grid_y, grid_z = (*grid, 1, 1)[:3]
-        self.c_launch(
-            grid_x, grid_y, grid_z, stream, self.function, self.cooperative, self.pdl, None, None, self.metadata, None,
-            None, None, *arguments, *self.constexprs,
-        )  # fmt: skip
+        self.c_launch(grid_x, grid_y, grid_z, stream, *self.prefix, *arguments, *self.constexprs)
 
 
 def _native_launch(launcher: object) -> tuple[Callable[..., None], int, int] | None:
@@ -94,8 +109,12 @@ def _hooked(hook: object) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
+_RUNTIME_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)
+"""Triton's runtime settings, where its launch hooks are set (None on a Triton without ``knobs``)."""
+
+
 def _launch_hooks_set() -> bool:
-    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    runtime = _RUNTIME_KNOBS
     return runtime is None or _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
 
 
@@ -126,6 +145,24 @@ _current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", torch.
 """The current CUDA device's index (the device Triton's JIT launches on)."""
 
 
+class _JitSwitch(threading.local):
+    on = False
+
+
+_THROUGH_JIT = _JitSwitch()
+
+
+@contextlib.contextmanager
+def through_jit() -> Iterator[None]:
+    """Inside the block, every ``FastLauncher`` call in this thread launches through Triton's JIT call (to compare
+    against Triton's own path, or to time it: ``bench/bench_launch.py``). Bound launches made before are unchanged."""
+    before, _THROUGH_JIT.on = _THROUGH_JIT.on, True
+    try:
+        yield
+    finally:
+        _THROUGH_JIT.on = before
+
+
 class FastLauncher:
     """``kernel[grid](*args, **constexprs, num_warps=...)`` without the JIT call's per-launch work (see the module).
 
@@ -147,23 +184,41 @@ class FastLauncher:
         self, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int = 4
     ) -> None:
         """Launch ``kernel`` over ``grid`` on the current stream."""
-        if self.jit_only or _launch_hooks_set():
+        runtime = _RUNTIME_KNOBS
+        if (
+            self.jit_only
+            or _THROUGH_JIT.on
+            or runtime is None
+            or _hooked(runtime.launch_enter_hook)
+            or _hooked(runtime.launch_exit_hook)
+        ):
             self.kernel[grid](*args, **constexprs, num_warps=num_warps)
             return
         device = _current_device()
-        key = (device, num_warps, *constexprs.items(), *map(specialization_key, args))
+        # One pass builds the launch's arguments (tensors as addresses) and its key: ``specialization_key`` of each
+        # argument, flattened (each kind's first entry has a type of its own: a dtype, a bool or a type).
+        key: list[Any] = [device, num_warps, *constexprs.items()]
+        values: list[Any] = []
+        for arg in args:
+            if type(arg) is int:
+                values.append(arg)
+                key += (arg == 1, arg % 16 == 0, 0 if arg in _INT32 else 1 if arg in _UINT64_HIGH else 2)
+            elif isinstance(arg, torch.Tensor):
+                address = arg.data_ptr()
+                values.append(address)
+                key += (arg.dtype, address % 16 == 0)
+            else:
+                values.append(arg)
+                key.append(type(arg))
+        frozen = tuple(key)
         try:
-            compiled = self._compiled[key]
+            compiled = self._compiled[frozen]
         except KeyError:
-            compiled = self._compiled[key] = self._native(grid, args, constexprs, num_warps)
+            compiled = self._compiled[frozen] = self._native(grid, args, constexprs, num_warps)
         if compiled is None:
             self.kernel[grid](*args, **constexprs, num_warps=num_warps)
             return
-        compiled.launch(
-            grid,
-            _current_raw_stream(device),
-            [arg.data_ptr() if isinstance(arg, torch.Tensor) else arg for arg in args],
-        )
+        compiled.launch(grid, _current_raw_stream(device), values)
 
     def _native(
         self, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int
@@ -179,7 +234,9 @@ class FastLauncher:
             return None
         c_launch, cooperative, pdl = native
         tail = tuple(constexprs[name] for name in names[len(args) :])
-        return CompiledLaunch(c_launch, compiled.function, compiled.packed_metadata, cooperative, pdl, tail)
+        return CompiledLaunch(
+            c_launch, launch_prefix(compiled.function, cooperative, pdl, compiled.packed_metadata), tail
+        )
 
     def bind(
         self, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int = 4
@@ -221,12 +278,10 @@ def direct_launch(
     native = _native_launch(launcher)
     if native is not None:
         c_launch, cooperative, pdl = native
+        after_stream = (*launch_prefix(function, cooperative, pdl, metadata), *bound)
 
         def launch_native() -> None:
-            c_launch(
-                grid_x, grid_y, grid_z, current_stream(), function, cooperative, pdl, None, None, metadata, None, None,
-                None, *bound,
-            )  # fmt: skip
+            c_launch(grid_x, grid_y, grid_z, current_stream(), *after_stream)
 
         return launch_native
 

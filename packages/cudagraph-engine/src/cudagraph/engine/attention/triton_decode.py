@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..triton_launch import FastLauncher
+from ..triton_launch import FastLauncher, next_power_of_2
 
 
 @triton.jit
@@ -280,7 +280,7 @@ class PagedDecodeKernel:
         )  # fmt: skip
         constexprs = {
             "GROUP": self.group,
-            "GROUP_BLOCK": max(16, triton.next_power_of_2(self.group)),
+            "GROUP_BLOCK": max(16, next_power_of_2(self.group)),
             "HEAD_DIM": self.head_dim,
             "BLOCK_N": self.tile.block_n,
             "SPLIT_TOKENS": self.split_tokens,

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..triton_launch import FastLauncher
+from ..triton_launch import FastLauncher, cdiv, next_power_of_2
 
 
 @triton.jit
@@ -270,7 +270,7 @@ def _launch_norm(
     _LAUNCH_RMS_NORM(
         (rows,),
         (x, x if residual is None else residual, weight, out, width, x.stride(0), stride, out.stride(0), eps),
-        {"ADD": residual is not None, "BLOCK": triton.next_power_of_2(width)},
+        {"ADD": residual is not None, "BLOCK": next_power_of_2(width)},
     )
 
 
@@ -303,7 +303,7 @@ def qk_norm_rope(
             f"{tuple(kv_buffer.shape)}"
         )
     launched_heads = num_q_heads + (2 if kv_store is not None else 1) * num_k_heads
-    grid = (tokens, triton.cdiv(launched_heads, HEADS_PER_PROGRAM))
+    grid = (tokens, cdiv(launched_heads, HEADS_PER_PROGRAM))
     _LAUNCH_QK_NORM_ROPE(
         grid,
         (
@@ -311,7 +311,7 @@ def qk_norm_rope(
             positions, kv_buffer, slots, num_q_heads, num_k_heads, eps,
         ),
         {
-            "HEAD_DIM": head_dim, "HALF_BLOCK": triton.next_power_of_2(head_dim // 2), "HEADS_BLOCK": HEADS_PER_PROGRAM,
+            "HEAD_DIM": head_dim, "HALF_BLOCK": next_power_of_2(head_dim // 2), "HEADS_BLOCK": HEADS_PER_PROGRAM,
             "NORM": norm_weight is not None, "STORE": kv_store is not None,
         },
     )  # fmt: skip
@@ -390,15 +390,15 @@ def _launch_gemv(
     n, k = weight.shape
     residual, norm_weight, total, eps = add_norm if add_norm is not None else (x, weight, out, 0.0)
     _LAUNCH_GEMV(
-        (triton.cdiv(n, tile.block_n),),
+        (cdiv(n, tile.block_n),),
         (
             x, weight, weight if bias is None else bias, out, residual, norm_weight, total, x.shape[0], n,
             x.stride(0), out.stride(0), residual.stride(0), eps,
         ),
         {
             "K": k, "HAS_BIAS": bias is not None, "SILU_MUL": silu_mul, "ADD_NORM": add_norm is not None,
-            "BLOCK_T": triton.next_power_of_2(x.shape[0]), "BLOCK_N": tile.block_n,
-            "BLOCK_K": min(tile.block_k, triton.next_power_of_2(k)),
+            "BLOCK_T": next_power_of_2(x.shape[0]), "BLOCK_N": tile.block_n,
+            "BLOCK_K": min(tile.block_k, next_power_of_2(k)),
         },
         tile.num_warps,
     )  # fmt: skip
@@ -409,7 +409,7 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     rows, width = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty((rows, width), dtype=gate_up.dtype, device=gate_up.device)
     if rows:
-        grid = (rows, triton.cdiv(width, ELEMENTWISE_BLOCK))
+        grid = (rows, cdiv(width, ELEMENTWISE_BLOCK))
         _LAUNCH_SILU_AND_MUL(
             grid, (gate_up, out, width, gate_up.stride(0), out.stride(0)), {"BLOCK": ELEMENTWISE_BLOCK}
         )

@@ -1,0 +1,126 @@
+"""Host cost of one Triton kernel launch (a script, not a test): Triton's JIT call, ``FastLauncher`` and a bound
+``direct_launch``, timed in one process on the same kernel and arguments.
+
+    python3 bench/bench_launch.py [--launches 200] [--repeats 7] [--out FILE.json]
+
+The kernel has the engine's projection's shape of argument list (tensors, integers, a float, constexprs last). Each
+figure is the median over ``--repeats`` of ``--launches`` back-to-back launches timed on the host while the device
+is kept busy by a sleep queued first (so no launch waits for the device), divided by the launches. The engine's own
+``triton_ops.gemv`` (a batch-1 projection with its output allocation) is timed the same way, through
+``FastLauncher`` and forced through the JIT call. Prints the table and the ratios to the JIT call, writes JSON.
+Needs CUDA and Triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(path) for path in sorted(ROOT.glob("packages/*/src"))]
+
+from cudagraph.engine.model import triton_ops  # noqa: E402
+from cudagraph.engine.timeline import sleep_cycles_per_ms  # noqa: E402
+from cudagraph.engine.triton_launch import FastLauncher, through_jit  # noqa: E402
+
+
+@triton.jit
+def _scaled_sum_kernel(
+    x_ptr, y_ptr, out_ptr, scale_ptr, n, x_stride, y_stride, out_stride, rows, alpha, beta,
+    BLOCK: tl.constexpr, HAS_SCALE: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    offsets = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = (offsets < n) & (row < rows)
+    x = tl.load(x_ptr + row * x_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + row * y_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    total = alpha * x + beta * y
+    if HAS_SCALE:
+        total *= tl.load(scale_ptr + offsets, mask=mask, other=1.0).to(tl.float32)
+    tl.store(out_ptr + row * out_stride + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def host_us_per_launch(launch: Callable[[], object], launches: int, repeats: int, cycles_per_ms: float) -> float:
+    """Median host microseconds a launch, ``launches`` of them timed back to back behind a device sleep."""
+    for _ in range(5):
+        launch()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        torch.cuda._sleep(int(cycles_per_ms * 50))
+        started = time.perf_counter()
+        for _ in range(launches):
+            launch()
+        samples.append((time.perf_counter() - started) / launches)
+        torch.cuda.synchronize()
+    return statistics.median(samples) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launches", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=Path("bench-results/bench_launch.json"))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_launch needs a CUDA device")
+    device = torch.device("cuda")
+    cycles = sleep_cycles_per_ms(device)
+    x, y, out = (torch.randn(1, 1024, device=device, dtype=torch.bfloat16) for _ in range(3))
+    scale = torch.ones(1024, device=device, dtype=torch.bfloat16)
+    grid = (1, triton.cdiv(1024, 256))
+    kernel_args = (x, y, out, scale, 1024, x.stride(0), y.stride(0), out.stride(0), 1, 0.5, 2.0)
+    constexprs = {"BLOCK": 256, "HAS_SCALE": True}
+    fast = FastLauncher(_scaled_sum_kernel)
+    bound = fast.bind(grid, kernel_args, constexprs)
+    weight = torch.randn(4096, 1024, device=device, dtype=torch.bfloat16) / 32
+    paths: dict[str, Callable[[], object]] = {
+        "kernel: Triton JIT call": lambda: _scaled_sum_kernel[grid](*kernel_args, **constexprs),
+        "kernel: FastLauncher": lambda: fast(grid, kernel_args, constexprs),
+        "kernel: bound direct_launch": bound,
+        "engine gemv: FastLauncher": lambda: triton_ops.gemv(x, weight),
+    }
+    timings = {name: host_us_per_launch(launch, args.launches, args.repeats, cycles) for name, launch in paths.items()}
+    with through_jit():  # the same op, every launch through Triton's JIT call
+        timings["engine gemv: Triton JIT call"] = host_us_per_launch(
+            lambda: triton_ops.gemv(x, weight), args.launches, args.repeats, cycles
+        )
+    torch.testing.assert_close(out, (0.5 * x.float() + 2.0 * y.float()).to(out.dtype), rtol=1e-2, atol=1e-2)
+    ratios = {
+        "kernel: JIT / FastLauncher": timings["kernel: Triton JIT call"] / timings["kernel: FastLauncher"],
+        "kernel: JIT / bound": timings["kernel: Triton JIT call"] / timings["kernel: bound direct_launch"],
+        "engine gemv: JIT / FastLauncher": timings["engine gemv: Triton JIT call"]
+        / timings["engine gemv: FastLauncher"],
+    }
+    print(
+        f"host µs a launch on {torch.cuda.get_device_name()} (triton {triton.__version__}, torch {torch.__version__})"
+    )
+    for name, value in timings.items():
+        print(f"  {name:32s} {value:7.2f}")
+    for name, value in ratios.items():
+        print(f"  {name:32s} {value:7.2f}x")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "launches": args.launches,
+        "repeats": args.repeats,
+        "host_us_per_launch": timings,
+        "ratios": ratios,
+    }
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
