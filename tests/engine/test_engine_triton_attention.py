@@ -16,10 +16,10 @@ pytest.importorskip("triton", reason="the triton attention backend needs the tri
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
 from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, unified_attention
-from cudagraph.engine.attention.triton_backend import TritonAttentionBackend
+from cudagraph.engine.attention.triton_backend import TokenRows, TritonAttentionBackend, token_rows
 from cudagraph.engine.attention.triton_decode import PagedDecodeKernel
 from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool
-from cudagraph.runner import ForwardBatch, ForwardMode
+from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 TOLERANCE = {torch.float32: {"rtol": 1e-4, "atol": 1e-4}, torch.float16: {"rtol": 2e-3, "atol": 2e-3}}
@@ -239,3 +239,71 @@ def test_the_backend_stores_and_attends_like_the_torch_backend() -> None:
     assert bound is not None
     bound()
     assert torch.equal(bound_output, have)
+
+
+def extend_batch(cache: Cache, new_tokens: list[int], padded_tokens: int) -> ForwardBatch:
+    """An extend batch over ``cache``'s requests: request ``i`` adds its last ``new_tokens[i]`` tokens (0: a request
+    row with no tokens, as a graph's padded rows are), then ``padded_tokens`` tokens that belong to no request."""
+    positions, slots, starts, start = [], [], [], 0
+    for row, length, count in zip(cache.rows, cache.lengths, new_tokens, strict=True):
+        positions += range(length - count, length)
+        slots.append(cache.req_pool.req_to_token[row, length - count : length].long())
+        starts.append(start if count else 0)
+        start += count
+    positions += [0] * padded_tokens
+    slots.append(torch.full((padded_tokens,), PADDING_KV_SLOT, dtype=torch.int64, device=DEVICE))
+    lengths = torch.tensor(cache.lengths, dtype=torch.int32, device=DEVICE)
+    counts = torch.tensor(new_tokens, dtype=torch.int32, device=DEVICE)
+    return ForwardBatch(
+        forward_mode=ForwardMode.EXTEND,
+        batch_size=len(cache.rows),
+        input_ids=torch.zeros(len(positions), dtype=torch.int64, device=DEVICE),
+        positions=torch.tensor(positions, dtype=torch.int64, device=DEVICE),
+        seq_lens=lengths,
+        req_pool_indices=cache.req_pool_indices,
+        out_cache_loc=torch.cat(slots),
+        seq_lens_sum=sum(cache.lengths),
+        seq_lens_cpu=lengths.cpu(),
+        extend_seq_lens=counts,
+        extend_prefix_lens=lengths - counts,
+        extend_start_loc=torch.tensor(starts, dtype=torch.int32, device=DEVICE),
+        extend_num_tokens=start,
+        extend_seq_lens_cpu=list(new_tokens),
+        extend_prefix_lens_cpu=[length - count for length, count in zip(cache.lengths, new_tokens, strict=True)],
+    )
+
+
+def test_token_rows_give_each_new_token_its_request_row_and_causal_length() -> None:
+    cache = Cache([5, 3, 4], 1, 16, torch.float32, seed=2)
+    batch = extend_batch(cache, [2, 0, 4], padded_tokens=2)  # the middle request adds nothing
+    rows = token_rows(batch)
+    first, _, third = cache.rows
+    assert rows.req_pool_indices.tolist() == [first] * 2 + [third] * 4 + [PADDING_REQ_POOL_INDEX] * 2
+    assert rows.seq_lens.tolist() == [4, 5, 1, 2, 3, 4, 1, 1] and rows.seq_lens.dtype == torch.int32
+
+
+@pytest.mark.parametrize(("new_tokens", "padded_tokens"), [([2, 77, 1, 0, 9], 3), ([3, 77, 1, 140, 290], 0)])
+def test_extend_attends_like_the_torch_backend_over_prefixes_and_new_tokens(
+    new_tokens: list[int], padded_tokens: int
+) -> None:
+    """Through the registered op: each new token attends causally to its request's prefix and the new tokens up to
+    itself (whole prompts, prompts after a cached prefix, a request with no new tokens, padded tokens)."""
+    cache = Cache([3, 77, 1, 140, 290], 2, 32, torch.float32, seed=5)
+    shape = type("Shape", (), {"num_heads": 4, "num_kv_heads": 2, "head_dim": 32, "attention_scale": None})()
+    triton_backend = make_attention_backend("triton", cache.req_pool, cache.kv_pool, shape)
+    torch_backend = make_attention_backend("torch", cache.req_pool, cache.kv_pool, shape)
+    batch = extend_batch(cache, new_tokens, padded_tokens)
+    tokens, real = batch.positions.shape[0], sum(new_tokens)
+    generator = torch.Generator().manual_seed(6)
+    q = torch.randn(tokens, 4 * 32, generator=generator).to(DEVICE)
+    k = torch.randn(tokens, 2 * 32, generator=generator).to(DEVICE)
+    have = attend(triton_backend, batch, q, k)
+    assert isinstance(batch.attn_metadata, TokenRows), "init_forward_metadata made the step's token rows"
+    want = attend(torch_backend, batch, q, k)
+    torch.testing.assert_close(have[:real], want[:real], **TOLERANCE[torch.float32])
+    assert torch.isfinite(have).all(), "padded tokens attend to the scratch row, never to garbage"
+    # A breakable replay's break finds no metadata (the runner cleared it) and makes the token rows itself.
+    batch.attn_metadata = None
+    output = torch.full_like(q, float("nan"))
+    triton_backend.forward(q, k, k, output, 0, batch, kv_stored=True)
+    torch.testing.assert_close(output, have, rtol=0, atol=0)

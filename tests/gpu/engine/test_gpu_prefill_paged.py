@@ -1,9 +1,12 @@
-"""FlashInfer extend and prefill ``full`` graphs, and graphs over a paged KV cache (page sizes 1 and 16), on a GPU.
+"""Extend attention and prefill graphs (FlashInfer and Triton attention), and graphs over a paged KV cache (page
+sizes 1 and 16), on a GPU.
 
-- FlashInfer's extend attention against the torch backend's, one attention call over the very same cache: requests
-  of mixed lengths whose cached prefixes end inside a page, on a page boundary, or cross several pages.
-- Prefill ``full`` (attention inside the graph, FlashInfer) against FlashInfer eager for several token counts and
-  request counts, prefixes included; batches beyond the captured shapes run eagerly.
+- FlashInfer's and Triton's extend attention against the torch backend's, one attention call over the very same
+  cache: requests of mixed lengths whose cached prefixes end inside a page, on a page boundary, or cross several
+  pages.
+- Prefill ``full`` (attention inside the graph) with Triton attention against eager for several token counts and
+  request counts, prefixes included; batches beyond the captured shapes run eagerly; whole generate loops with
+  prefill ``full`` or breakable graphs give eager's tokens. FlashInfer's prefill ``full`` is one clear error.
 - Breakable prefill with FlashInfer against FlashInfer eager (the attention break plans the real requests only).
 - Decode graphs (full, breakable) over 16-token pages give eager's tokens at every batch size 1..64 (torch backend,
   float32), and FlashInfer decode graphs over 16-token pages match FlashInfer eager at every batch size.
@@ -109,10 +112,13 @@ def attention_output(
 MIXED_EXTENDS = [(0, 5), (15, 3), (16, 1), (17, 40), (31, 2), (100, 20), (0, 33), (64, 64)]
 
 
-@needs_flashinfer
+EXTEND_BACKENDS = [pytest.param("flashinfer", marks=needs_flashinfer), pytest.param("triton")]
+
+
+@pytest.mark.parametrize("attention", EXTEND_BACKENDS)
 @pytest.mark.parametrize("page_size", PAGE_SIZES)
-def test_flashinfer_extend_matches_torch_extend_on_one_layer(page_size: int) -> None:
-    with engine(FLASHINFER_MODEL, EAGER, page_size=page_size, attention="flashinfer", dtype="bfloat16") as flash:
+def test_extend_matches_torch_extend_on_one_layer(page_size: int, attention: str) -> None:
+    with engine(FLASHINFER_MODEL, EAGER, page_size=page_size, attention=attention, dtype="bfloat16") as flash:
         fill_cache(flash, seed=21)
         shape = flash.shape
         torch_attention = make_attention_backend("torch", flash.req_to_token_pool, flash.token_to_kv_pool, shape)
@@ -145,6 +151,45 @@ PREFILL_CASES = [
     [(0, 150), (150, 150), (0, 150)],
     [(i % 3 * 17, 1 + i % 5) for i in range(24)],
 ]
+
+
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+def test_triton_prefill_full_matches_eager_and_runs_batches_beyond_its_shapes_eagerly(page_size: int) -> None:
+    """Prefill ``full`` with Triton attention: attention and its per-token rows are inside each token bucket's graph,
+    and a replay gives eager's logits (float32) for every case; a batch past the largest bucket runs eagerly."""
+    graphs = config(Backend.DISABLED, Backend.FULL)
+    with engine(FLASHINFER_MODEL, graphs, page_size=page_size, attention="triton", dtype="float32") as model_runner:
+        runner = model_runner.prefill_cuda_graph_runner
+        assert runner is not None and runner.attention_in_graph and runner.captured
+        fill_cache(model_runner, seed=9)
+        for case, prefix_and_new in enumerate(PREFILL_CASES):
+            requests = admit_extend(model_runner, prefix_and_new, seed=case)
+            batch = make_extend_batch(requests, model_runner.device)
+            assert runner.can_run(batch), f"case {case}: {batch.num_tokens} tokens should replay a graph"
+            replayed = runner.replay(batch).clone()
+            torch.testing.assert_close(replayed, model_runner.forward(batch), rtol=1e-4, atol=1e-4, msg=f"case {case}")
+            release(model_runner, requests)
+        requests = admit_extend(model_runner, [(0, 300), (10, 250)], seed=99)
+        batch = make_extend_batch(requests, model_runner.device)
+        assert not runner.can_run(batch)
+        torch.testing.assert_close(runner.replay(batch), model_runner.forward(batch), rtol=0, atol=0)
+        release(model_runner, requests)
+
+
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+def test_triton_prefill_graphs_then_decode_give_eager_tokens(page_size: int, backend: Backend) -> None:
+    """Whole generate loops with Triton attention and the Triton kernel set (float32): prefill graphs of
+    ``backend`` and full decode graphs give eager's tokens."""
+    generator = torch.Generator().manual_seed(page_size)
+    prompts = [torch.randint(0, 512, (int(n),), generator=generator).tolist() for n in torch.randint(2, 60, (20,))]
+    params = [SamplingParams(max_new_tokens=1 + i % 7) for i in range(20)]
+    runs = {}
+    for name, graphs in (("eager", EAGER), ("graphs", config(Backend.FULL, backend))):
+        with engine(FLASHINFER_MODEL, graphs, page_size=page_size, attention="triton", dtype="float32") as model_runner:
+            outputs = generate(model_runner, prompts, params, max_prefill_tokens=128)
+            runs[name] = [output.output_token_ids for output in outputs]
+    assert runs["graphs"] == runs["eager"]
 
 
 @needs_flashinfer

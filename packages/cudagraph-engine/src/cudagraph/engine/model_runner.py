@@ -200,8 +200,8 @@ class ModelRunner:
         raise ConfigError(
             f"prefill CUDA-graph backend 'full' captures attention inside the graph, which the {attention_backend!r} "
             "attention backend cannot yet (torch's extend attention loops over the requests on the host; FlashInfer's "
-            "graph prefill wrappers are not proven); use prefill 'breakable' or 'tc_piecewise' "
-            "(--prefill-cuda-graph-backend breakable)"
+            "graph prefill wrappers are not proven); use the 'triton' attention backend (--attention-backend triton), "
+            "or prefill 'breakable' or 'tc_piecewise' (--prefill-cuda-graph-backend breakable)"
         )
 
     # -- graphs -----------------------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ class TorchAttentionBackend:
     """The replay hook only picks static views; the graph derives everything else on the device."""
     captures_extend_attention = False
     """Extend attention loops over the requests on the host (shapes follow each request's length), so it cannot be
-    captured inside a graph: prefill ``full`` needs an attention backend whose extend can (``flashinfer``)."""
+    captured inside a graph: prefill ``full`` needs an attention backend whose extend can (``triton``)."""
 
     def __init__(
         self,

@@ -1,12 +1,17 @@
-"""The ``triton`` attention backend: decode attention in one Triton kernel a layer (``triton_decode``), extend as the
-torch backend's.
+"""The ``triton`` attention backend: paged attention in one Triton kernel a layer (``triton_decode``), for decode and
+for extend (prefill).
 
 Decode needs no metadata at all: the kernel reads each row's slots from the request-to-token table and its length
 from ``seq_lens`` on the device, so a step builds nothing before its first layer, a full graph captures one launch a
 layer, and a replay has nothing to plan (FlashInfer re-plans its wrapper on the host every step; the torch backend
 fills three static tables on the device). A breakable capture binds each decode break to that one launch, through the
-compiled kernel's launcher rather than Triton's JIT call. Triton
-ships with every CUDA build of torch; the backend runs on CPU tensors only under ``TRITON_INTERPRET=1``.
+compiled kernel's C launcher rather than Triton's JIT call.
+
+Extend runs the same kernel with one row per new token: the token's request row in the table and its causal length
+(its position + 1; the table already holds the new tokens' slots, whose keys and values are stored before attention).
+Those two per-token tensors are computed on the device from the batch's fixed-size tensors (``token_rows``), once a
+step, so extend needs no host metadata either and is captured inside a graph: prefill ``full``. Triton ships with
+every CUDA build of torch; the backend runs on CPU tensors only under ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
@@ -14,21 +19,49 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from cudagraph.runner import ForwardBatch, ForwardMode
+from cudagraph.runner import PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
 
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
 from .torch_backend import TorchAttentionBackend, _in_order
-from .triton_decode import PagedDecodeKernel
+from .triton_decode import EXTEND_TILE, PagedDecodeKernel
+
+
+@dataclass(frozen=True)
+class TokenRows:
+    """Per new token of an extend batch: its request's row in the request-to-token table and how many of that row's
+    tokens it attends to (``[T]`` each, on the device)."""
+
+    req_pool_indices: torch.Tensor
+    seq_lens: torch.Tensor
+
+
+def token_rows(batch: ForwardBatch) -> TokenRows:
+    """``TokenRows`` of ``batch``, from its fixed-size tensors only (no host sync, capturable): token ``t`` belongs to
+    the request whose ``[extend_start_loc, extend_start_loc + extend_seq_lens)`` holds it and attends to its first
+    ``positions[t] + 1`` tokens; a padded token (no request holds it) attends to one token of the scratch row."""
+    if batch.extend_start_loc is None or batch.extend_seq_lens is None:
+        raise ValueError("an extend batch needs extend_start_loc and extend_seq_lens on the device")
+    tokens = torch.arange(batch.positions.shape[0], device=batch.positions.device)[:, None]
+    starts = batch.extend_start_loc[None, :]
+    owned = (tokens >= starts) & (tokens < starts + batch.extend_seq_lens[None, :])
+    real = owned.any(dim=1)
+    request = owned.to(torch.int32).argmax(dim=1)
+    rows = torch.where(real, batch.req_pool_indices[request], PADDING_REQ_POOL_INDEX)
+    lengths = torch.where(real, batch.positions + 1, 1).to(torch.int32)
+    return TokenRows(rows, lengths)
 
 
 class TritonAttentionBackend(TorchAttentionBackend):
-    """Grouped-query decode over the paged cache in one Triton launch a layer; extend inherited from the torch
-    backend (so prefill ``full`` stays FlashInfer's)."""
+    """Grouped-query attention over the paged cache in one Triton launch a layer, decode and extend alike; extend
+    attention is captured inside graphs too (prefill ``full``)."""
 
     name = "triton"
+    captures_extend_attention = True
+    """Extend needs no host metadata (``token_rows`` runs on the device), so prefill ``full`` can capture it."""
 
     def __init__(
         self,
@@ -55,17 +88,26 @@ class TritonAttentionBackend(TorchAttentionBackend):
             device=self.req_to_token.device,
         )
         self.decode_kernel.reserve(int(self.req_to_token.shape[0]))
+        self.extend_kernel = PagedDecodeKernel(
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            self.scale,
+            max_context=self.graph_width,
+            device=self.req_to_token.device,
+            tile=EXTEND_TILE,
+        )
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
-        """Extend: as the torch backend. Decode: nothing (the kernel reads the batch's tables on the device)."""
-        if batch.forward_mode.is_decode():
-            self.forward_metadata = None
-            return
-        super().init_forward_metadata(batch)
+        """Decode: nothing (the kernel reads the batch's tables on the device). Extend: the batch's ``token_rows``,
+        on the device (inside a capture, part of the graph)."""
+        self.forward_metadata = None
+        batch.attn_metadata = None if batch.forward_mode.is_decode() else token_rows(batch)
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
-        """Room in the decode kernel's scratch for ``max_bs`` rows (captured launches cannot allocate)."""
+        """Room for ``max_bs`` decode rows and ``max_num_tokens`` extend rows (captured launches cannot allocate)."""
         self.decode_kernel.reserve(max_bs)
+        self.extend_kernel.reserve(max_num_tokens)
 
     def init_forward_metadata_capture_cuda_graph(
         self,
@@ -102,16 +144,19 @@ class TritonAttentionBackend(TorchAttentionBackend):
         batch: ForwardBatch,
         kv_stored: bool = False,
     ) -> None:
-        """Store this step's keys and values (unless ``kv_stored``), then attend: decode in one launch, extend as
-        the torch backend."""
+        """Store this step's keys and values (unless ``kv_stored``), then attend in one launch: a row per request
+        (decode) or per new token (extend, its ``token_rows`` computed on first use in the step)."""
+        if not kv_stored:
+            self.store_kv(k, v, layer_id, batch.out_cache_loc)
+        kv_buffer = self.kv_pool.kv_buffer[layer_id]
         if batch.forward_mode.is_decode():
-            if not kv_stored:
-                self.store_kv(k, v, layer_id, batch.out_cache_loc)
-            self.decode_kernel(
-                q, self.kv_pool.kv_buffer[layer_id], output, self.req_to_token, batch.req_pool_indices, batch.seq_lens
-            )
+            self.decode_kernel(q, kv_buffer, output, self.req_to_token, batch.req_pool_indices, batch.seq_lens)
             return
-        super().forward(q, k, v, output, layer_id, batch, kv_stored)
+        rows = batch.attn_metadata
+        if not isinstance(rows, TokenRows):
+            # A breakable replay's eager breaks: the runner cleared the metadata its capture made.
+            rows = batch.attn_metadata = token_rows(batch)
+        self.extend_kernel(q, kv_buffer, output, self.req_to_token, rows.req_pool_indices, rows.seq_lens)
 
     def bind_forward(
         self,
