@@ -16,8 +16,9 @@ pytest.importorskip("triton", reason="the triton attention backend needs the tri
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
 from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, unified_attention
-from cudagraph.engine.attention.triton_backend import TokenRows, TritonAttentionBackend, token_rows
+from cudagraph.engine.attention.triton_backend import TritonAttentionBackend
 from cudagraph.engine.attention.triton_decode import PagedDecodeKernel
+from cudagraph.engine.attention.triton_extend import ExtendRows, PagedExtendKernel, extend_rows
 from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool
 from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
 
@@ -273,13 +274,17 @@ def extend_batch(cache: Cache, new_tokens: list[int], padded_tokens: int) -> For
     )
 
 
-def test_token_rows_give_each_new_token_its_request_row_and_causal_length() -> None:
+def test_extend_rows_give_each_new_token_its_request_row_and_causal_length_and_block_requests_apart() -> None:
     cache = Cache([5, 3, 4], 1, 16, torch.float32, seed=2)
     batch = extend_batch(cache, [2, 0, 4], padded_tokens=2)  # the middle request adds nothing
-    rows = token_rows(batch)
+    rows = extend_rows(batch, block_m=3)
     first, _, third = cache.rows
     assert rows.req_pool_indices.tolist() == [first] * 2 + [third] * 4 + [PADDING_REQ_POOL_INDEX] * 2
     assert rows.seq_lens.tolist() == [4, 5, 1, 2, 3, 4, 1, 1] and rows.seq_lens.dtype == torch.int32
+    # cdiv(8 tokens, 3) + 3 requests + 1 = 7 blocks: the first request's 2 tokens, the third's 3 + 1, the 2 padded
+    # tokens, then unused ones.
+    assert rows.block_starts.tolist()[:4] == [0, 2, 5, 6]
+    assert rows.block_counts.tolist() == [2, 3, 1, 2, 0, 0, 0]
 
 
 @pytest.mark.parametrize(("new_tokens", "padded_tokens"), [([2, 77, 1, 0, 9], 3), ([3, 77, 1, 140, 290], 0)])
@@ -298,12 +303,39 @@ def test_extend_attends_like_the_torch_backend_over_prefixes_and_new_tokens(
     q = torch.randn(tokens, 4 * 32, generator=generator).to(DEVICE)
     k = torch.randn(tokens, 2 * 32, generator=generator).to(DEVICE)
     have = attend(triton_backend, batch, q, k)
-    assert isinstance(batch.attn_metadata, TokenRows), "init_forward_metadata made the step's token rows"
+    assert isinstance(batch.attn_metadata, ExtendRows), "init_forward_metadata laid the step out"
     want = attend(torch_backend, batch, q, k)
     torch.testing.assert_close(have[:real], want[:real], **TOLERANCE[torch.float32])
     assert torch.isfinite(have).all(), "padded tokens attend to the scratch row, never to garbage"
-    # A breakable replay's break finds no metadata (the runner cleared it) and makes the token rows itself.
+    # A breakable replay's break finds no metadata (the runner cleared it) and lays the step out itself.
     batch.attn_metadata = None
     output = torch.full_like(q, float("nan"))
     triton_backend.forward(q, k, k, output, 0, batch, kv_stored=True)
     torch.testing.assert_close(output, have, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 4), (6, 2), (16, 2)])
+def test_extend_kernel_blocks_of_many_tokens_match_attention_over_each_causal_prefix(
+    num_heads: int, num_kv_heads: int
+) -> None:
+    """Long prompts (several blocks a request, a last block partly filled) for group sizes 1, 3 (padded to 4) and 8,
+    against float64 attention over each token's causal prefix."""
+    cache = Cache([70, 1, 45], num_kv_heads, 16, torch.float32, seed=4)
+    kernel = PagedExtendKernel(num_heads, num_kv_heads, 16, 16**-0.5, block_n=16)
+    batch = extend_batch(cache, [60, 1, 45], padded_tokens=4)
+    rows = kernel.rows_of(batch)
+    q = torch.randn(batch.positions.shape[0], num_heads * 16, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    output = torch.full_like(q, float("nan"))
+    kernel(q, cache.kv_pool.kv_buffer[0], output, cache.req_pool.req_to_token, rows)
+    buffer = cache.kv_pool.kv_buffer[0].double()
+    group = num_heads // num_kv_heads
+    for token in range(106):
+        row, length = int(rows.req_pool_indices[token]), int(rows.seq_lens[token])
+        slots = cache.req_pool.req_to_token[row, :length].long()
+        keys = buffer[slots, 0].repeat_interleave(group, dim=1)
+        values = buffer[slots, 1].repeat_interleave(group, dim=1)
+        query = q[token].double().view(num_heads, 16)
+        weights = torch.softmax(torch.einsum("hd,lhd->hl", query, keys) * 16**-0.5, dim=-1)
+        want = torch.einsum("hl,lhd->hd", weights, values).reshape(-1)
+        torch.testing.assert_close(output[token].double(), want, rtol=1e-4, atol=1e-4, msg=f"token {token}")
+    assert output[106:].isfinite().all(), "padded tokens attend to the scratch row"

@@ -7,10 +7,11 @@ layer, and a replay has nothing to plan (FlashInfer re-plans its wrapper on the 
 fills three static tables on the device). A breakable capture binds each decode break to that one launch, through the
 compiled kernel's C launcher rather than Triton's JIT call.
 
-Extend runs the same kernel with one row per new token: the token's request row in the table and its causal length
-(its position + 1; the table already holds the new tokens' slots, whose keys and values are stored before attention).
-Those two per-token tensors are computed on the device from the batch's fixed-size tensors (``token_rows``), once a
-step, so extend needs no host metadata either and is captured inside a graph: prefill ``full``. Triton ships with
+Extend is one Triton kernel a layer too (``triton_extend``): blocks of a request's new tokens, each token attending
+to its request's row of the table up to its own position (the table already holds the new tokens' slots, whose keys
+and values are stored before attention). The blocks are laid out on the device from the batch's fixed-size tensors
+(``triton_extend.extend_rows``), once a step, so extend needs no host metadata either and is captured inside a
+graph: prefill ``full``. Triton ships with
 every CUDA build of torch; the backend runs on CPU tensors only under ``TRITON_INTERPRET=1``.
 """
 
@@ -19,40 +20,15 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-from cudagraph.runner import PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
+from cudagraph.runner import ForwardBatch, ForwardMode
 
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
 from .torch_backend import TorchAttentionBackend, _in_order
-from .triton_decode import EXTEND_TILE, PagedDecodeKernel
-
-
-@dataclass(frozen=True)
-class TokenRows:
-    """Per new token of an extend batch: its request's row in the request-to-token table and how many of that row's
-    tokens it attends to (``[T]`` each, on the device)."""
-
-    req_pool_indices: torch.Tensor
-    seq_lens: torch.Tensor
-
-
-def token_rows(batch: ForwardBatch) -> TokenRows:
-    """``TokenRows`` of ``batch``, from its fixed-size tensors only (no host sync, capturable): token ``t`` belongs to
-    the request whose ``[extend_start_loc, extend_start_loc + extend_seq_lens)`` holds it and attends to its first
-    ``positions[t] + 1`` tokens; a padded token (no request holds it) attends to one token of the scratch row."""
-    if batch.extend_start_loc is None or batch.extend_seq_lens is None:
-        raise ValueError("an extend batch needs extend_start_loc and extend_seq_lens on the device")
-    tokens = torch.arange(batch.positions.shape[0], device=batch.positions.device)[:, None]
-    starts = batch.extend_start_loc[None, :]
-    owned = (tokens >= starts) & (tokens < starts + batch.extend_seq_lens[None, :])
-    real = owned.any(dim=1)
-    request = owned.to(torch.int32).argmax(dim=1)
-    rows = torch.where(real, batch.req_pool_indices[request], PADDING_REQ_POOL_INDEX)
-    lengths = torch.where(real, batch.positions + 1, 1).to(torch.int32)
-    return TokenRows(rows, lengths)
+from .triton_decode import PagedDecodeKernel
+from .triton_extend import ExtendRows, PagedExtendKernel
 
 
 class TritonAttentionBackend(TorchAttentionBackend):
@@ -61,7 +37,8 @@ class TritonAttentionBackend(TorchAttentionBackend):
 
     name = "triton"
     captures_extend_attention = True
-    """Extend needs no host metadata (``token_rows`` runs on the device), so prefill ``full`` can capture it."""
+    """Extend needs no host metadata (``triton_extend.extend_rows`` runs on the device), so prefill ``full`` can
+    capture it."""
 
     def __init__(
         self,
@@ -88,26 +65,18 @@ class TritonAttentionBackend(TorchAttentionBackend):
             device=self.req_to_token.device,
         )
         self.decode_kernel.reserve(int(self.req_to_token.shape[0]))
-        self.extend_kernel = PagedDecodeKernel(
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            self.scale,
-            max_context=self.graph_width,
-            device=self.req_to_token.device,
-            tile=EXTEND_TILE,
-        )
+        self.extend_kernel = PagedExtendKernel(num_heads, num_kv_heads, head_dim, self.scale)
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
-        """Decode: nothing (the kernel reads the batch's tables on the device). Extend: the batch's ``token_rows``,
-        on the device (inside a capture, part of the graph)."""
+        """Decode: nothing (the kernel reads the batch's tables on the device). Extend: the batch's ``ExtendRows``,
+        made on the device (inside a capture, part of the graph)."""
         self.forward_metadata = None
-        batch.attn_metadata = None if batch.forward_mode.is_decode() else token_rows(batch)
+        batch.attn_metadata = None if batch.forward_mode.is_decode() else self.extend_kernel.rows_of(batch)
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
-        """Room for ``max_bs`` decode rows and ``max_num_tokens`` extend rows (captured launches cannot allocate)."""
+        """Room in the decode kernel's scratch for ``max_bs`` rows (captured launches cannot allocate; extend needs
+        no scratch)."""
         self.decode_kernel.reserve(max_bs)
-        self.extend_kernel.reserve(max_num_tokens)
 
     def init_forward_metadata_capture_cuda_graph(
         self,
@@ -145,7 +114,8 @@ class TritonAttentionBackend(TorchAttentionBackend):
         kv_stored: bool = False,
     ) -> None:
         """Store this step's keys and values (unless ``kv_stored``), then attend in one launch: a row per request
-        (decode) or per new token (extend, its ``token_rows`` computed on first use in the step)."""
+        (decode) or per block of a request's new tokens (extend, its ``ExtendRows`` made on first use in the
+        step)."""
         if not kv_stored:
             self.store_kv(k, v, layer_id, batch.out_cache_loc)
         kv_buffer = self.kv_pool.kv_buffer[layer_id]
@@ -153,10 +123,10 @@ class TritonAttentionBackend(TorchAttentionBackend):
             self.decode_kernel(q, kv_buffer, output, self.req_to_token, batch.req_pool_indices, batch.seq_lens)
             return
         rows = batch.attn_metadata
-        if not isinstance(rows, TokenRows):
+        if not isinstance(rows, ExtendRows):
             # A breakable replay's eager breaks: the runner cleared the metadata its capture made.
-            rows = batch.attn_metadata = token_rows(batch)
-        self.extend_kernel(q, kv_buffer, output, self.req_to_token, rows.req_pool_indices, rows.seq_lens)
+            rows = batch.attn_metadata = self.extend_kernel.rows_of(batch)
+        self.extend_kernel(q, kv_buffer, output, self.req_to_token, rows)
 
     def bind_forward(
         self,

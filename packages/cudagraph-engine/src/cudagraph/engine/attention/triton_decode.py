@@ -150,10 +150,6 @@ DECODE_TILE = DecodeTile(block_n=128, min_split_tokens=256, max_splits=64, num_w
 16/8 heads of 128, bfloat16), within 9 % of each case's fastest tile at 1 x 128, 8 x 128, 32 x 512 and 1 x 4000
 (rows x cached tokens)."""
 
-EXTEND_TILE = DecodeTile(block_n=128, min_split_tokens=256, max_splits=1, num_warps=4)
-"""The tile of extend (prefill) attention, which runs the same kernel with one row per new token: one split, so it
-needs no scratch whatever the token count (a prefill step has many rows to spread over the device already)."""
-
 
 @dataclass(frozen=True)
 class DecodeScratch:
