@@ -26,6 +26,22 @@ from ..triton_launch import FastLauncher, next_power_of_2
 
 
 @triton.jit
+def online_softmax_step(
+    q, keys, values, visible, running_max, running_sum, acc, scale_log2, DOT_PRECISION: tl.constexpr
+):  # fmt: skip
+    """One key block of an online softmax in base 2: the rows' scores against ``keys`` (where ``visible``), the
+    running max, sum and weighted values rescaled to the new max. Returns ``(running_max, running_sum, acc)``."""
+    scores = tl.dot(q, tl.trans(keys), input_precision=DOT_PRECISION) * scale_log2
+    scores = tl.where(visible, scores, float("-inf"))
+    new_max = tl.maximum(running_max, tl.max(scores, axis=1))
+    rescale = tl.exp2(running_max - new_max)
+    weights = tl.exp2(scores - new_max[:, None])
+    running_sum = running_sum * rescale + tl.sum(weights, axis=1)
+    acc = acc * rescale[:, None] + tl.dot(weights.to(values.dtype), values, input_precision=DOT_PRECISION)
+    return new_max, running_sum, acc
+
+
+@triton.jit
 def _paged_decode_kernel(
     q_ptr,
     q_row_stride,
@@ -81,14 +97,9 @@ def _paged_decode_kernel(
             values = tl.load(keys_at + kv_value_offset, mask=valid[:, None], other=0.0)
             tokens += BLOCK_N
             slots = tl.load(table_row + tokens, mask=tokens < end, other=0).to(tl.int64)
-            scores = tl.dot(q, tl.trans(keys), input_precision=DOT_PRECISION) * scale_log2
-            scores = tl.where(valid[None, :], scores, float("-inf"))
-            new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-            rescale = tl.exp2(running_max - new_max)
-            weights = tl.exp2(scores - new_max[:, None])
-            running_sum = running_sum * rescale + tl.sum(weights, axis=1)
-            acc = acc * rescale[:, None] + tl.dot(weights.to(values.dtype), values, input_precision=DOT_PRECISION)
-            running_max = new_max
+            running_max, running_sum, acc = online_softmax_step(
+                q, keys, values, valid[None, :], running_max, running_sum, acc, scale_log2, DOT_PRECISION
+            )
             block_start += BLOCK_N
 
         out_at = out_ptr + row * out_row_stride + q_heads[:, None] * HEAD_DIM + dims[None, :]

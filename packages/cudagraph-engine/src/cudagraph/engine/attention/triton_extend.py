@@ -23,6 +23,7 @@ import triton.language as tl
 from cudagraph.runner import PADDING_REQ_POOL_INDEX, ForwardBatch
 
 from ..triton_launch import FastLauncher, cdiv, next_power_of_2
+from .triton_decode import online_softmax_step
 
 
 @triton.jit
@@ -80,14 +81,10 @@ def _paged_extend_kernel(
             values = tl.load(keys_at + kv_value_offset, mask=valid[:, None], other=0.0)
             next_pos = keys_pos + BLOCK_N
             slots = tl.load(table_row + next_pos, mask=next_pos < end, other=0).to(tl.int64)
-            scores = tl.dot(q, tl.trans(keys), input_precision=DOT_PRECISION) * scale_log2
-            scores = tl.where(keys_pos[None, :] < lengths[:, None], scores, float("-inf"))
-            new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-            rescale = tl.exp2(running_max - new_max)
-            weights = tl.exp2(scores - new_max[:, None])
-            running_sum = running_sum * rescale + tl.sum(weights, axis=1)
-            acc = acc * rescale[:, None] + tl.dot(weights.to(values.dtype), values, input_precision=DOT_PRECISION)
-            running_max = new_max
+            running_max, running_sum, acc = online_softmax_step(
+                q, keys, values, keys_pos[None, :] < lengths[:, None], running_max, running_sum, acc, scale_log2,
+                DOT_PRECISION,
+            )  # fmt: skip
             keys_pos = next_pos
             block_start += BLOCK_N
         out_at = out_ptr + tokens[:, None] * out_row_stride + q_heads[:, None] * HEAD_DIM + dims[None, :]
