@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from cudagraph.backend_utils import ForwardContext, model_capture_mode, set_forward_context
-from cudagraph.engine.attention import TorchAttentionBackend, unified_attention
+from cudagraph.engine.attention import (
+    AttentionBackendUnavailableError,
+    TorchAttentionBackend,
+    make_attention_backend,
+    unified_attention,
+)
 from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool
 from cudagraph.runner import ForwardBatch, ForwardMode
 
@@ -229,3 +236,36 @@ def test_nothing_is_bound_for_eager_metadata_or_extend_batches() -> None:
     assert setup.backend.bind_forward(q, k, v, torch.empty_like(q), 0, batch) is None
     extend = ForwardBatch(**{**vars(batch), "forward_mode": ForwardMode.EXTEND})
     assert setup.backend.bind_forward(q, k, v, torch.empty_like(q), 0, extend) is None
+
+
+OPTIONAL_BACKENDS = [
+    ("flashinfer", "flashinfer", ("attention.flashinfer_backend", "attention.flashinfer_kernel")),
+    (
+        "triton",
+        "triton",
+        ("attention.triton_backend", "attention.triton_decode", "attention.triton_extend", "triton_launch"),
+    ),
+]
+NEEDS = {
+    "flashinfer": "the flashinfer-python package (flashinfer is not installed)",
+    "triton": "the triton package (CUDA builds of torch ship it)",
+}
+
+
+@pytest.mark.parametrize(("name", "package", "modules"), OPTIONAL_BACKENDS)
+def test_an_optional_backend_without_its_package_is_one_error_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch, name: str, package: str, modules: tuple[str, ...]
+) -> None:
+    # Absent, whether or not this machine has it, and the engine's modules on it imported afresh.
+    monkeypatch.setitem(sys.modules, package, None)
+    for module in modules:
+        monkeypatch.delitem(sys.modules, f"cudagraph.engine.{module}", raising=False)
+    shape = type("Shape", (), {"num_heads": 2, "num_kv_heads": 1, "head_dim": 16, "attention_scale": None})()
+    req_pool = ReqToTokenPool(2, 8, "cpu")
+    kv_pool = TokenToKVPool(8, 1, 1, 16, torch.float32, "cpu")
+    with pytest.raises(AttentionBackendUnavailableError) as raised:
+        make_attention_backend(name, req_pool, kv_pool, shape)
+    assert str(raised.value) == (
+        f"the {name} attention backend needs {NEEDS[name]}: pip install 'cudagraph-engine[{name}]', "
+        "or use --attention-backend torch"
+    )

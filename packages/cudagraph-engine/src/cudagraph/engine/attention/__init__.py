@@ -1,7 +1,7 @@
 """Attention backends over the paged KV cache and the registered attention operator the model calls.
 
 ``torch`` runs anywhere; ``flashinfer`` needs the optional ``flashinfer-python`` package and a CUDA device; ``triton``
-(decode in one Triton kernel a layer, extend as ``torch``) needs Triton, which CUDA builds of torch ship with.
+(decode and extend in one Triton kernel a layer each) needs Triton, which CUDA builds of torch ship with.
 """
 
 from __future__ import annotations
@@ -23,35 +23,28 @@ def _torch_backend(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, sh
     )
 
 
-def _flashinfer_backend(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
-    # Optional dependency: imported only when asked for, so the engine works without it.
-    try:
-        module = importlib.import_module(".flashinfer_backend", __name__)
-    except ModuleNotFoundError as error:
-        if error.name is None or not error.name.startswith(("flashinfer", "tvm_ffi")):
-            raise
-        raise AttentionBackendUnavailableError(
-            f"the flashinfer attention backend needs the flashinfer-python package ({error.name} is not installed): "
-            "pip install 'cudagraph-engine[flashinfer]', or use --attention-backend torch"
-        ) from None
-    return module.FlashInferAttentionBackend(
-        req_to_token_pool, kv_pool, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.attention_scale
-    )
+def _optional_backend(
+    name: str, module_name: str, class_name: str, packages: tuple[str, ...], needs: str
+) -> Callable[..., Any]:
+    """The factory of an attention backend on an optional dependency: ``module_name`` is imported only when the
+    backend is asked for, so the engine works without it; a missing module of ``packages`` is one
+    ``AttentionBackendUnavailableError`` saying what the backend ``needs`` (``{missing}``: the missing module)."""
 
+    def make(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
+        try:
+            module = importlib.import_module(module_name, __name__)
+        except ModuleNotFoundError as error:
+            if error.name is None or error.name.split(".")[0] not in packages:
+                raise
+            raise AttentionBackendUnavailableError(
+                f"the {name} attention backend needs {needs.format(missing=error.name)}: "
+                f"pip install 'cudagraph-engine[{name}]', or use --attention-backend torch"
+            ) from None
+        return getattr(module, class_name)(
+            req_to_token_pool, kv_pool, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.attention_scale
+        )
 
-def _triton_backend(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
-    try:
-        module = importlib.import_module(".triton_backend", __name__)
-    except ModuleNotFoundError as error:
-        if error.name != "triton":
-            raise
-        raise AttentionBackendUnavailableError(
-            "the triton attention backend needs the triton package (CUDA builds of torch ship it): "
-            "pip install 'cudagraph-engine[triton]', or use --attention-backend torch"
-        ) from None
-    return module.TritonAttentionBackend(
-        req_to_token_pool, kv_pool, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.attention_scale
-    )
+    return make
 
 
 class AttentionBackendUnavailableError(RuntimeError):
@@ -60,8 +53,20 @@ class AttentionBackendUnavailableError(RuntimeError):
 
 ATTENTION_BACKENDS: dict[str, Callable[..., Any]] = {
     "torch": _torch_backend,
-    "flashinfer": _flashinfer_backend,
-    "triton": _triton_backend,
+    "flashinfer": _optional_backend(
+        "flashinfer",
+        ".flashinfer_backend",
+        "FlashInferAttentionBackend",
+        ("flashinfer", "tvm_ffi"),
+        "the flashinfer-python package ({missing} is not installed)",
+    ),
+    "triton": _optional_backend(
+        "triton",
+        ".triton_backend",
+        "TritonAttentionBackend",
+        ("triton",),
+        "the triton package (CUDA builds of torch ship it)",
+    ),
 }
 """Attention backend name -> factory ``(req_to_token_pool, kv_pool, model_shape)``."""
 
