@@ -12,7 +12,7 @@ pytest.importorskip("triton", reason="the launchers drive Triton kernels")
 import triton
 
 from cudagraph.engine import triton_launch
-from cudagraph.engine.triton_launch import FastLauncher, direct_launch, specialization_key
+from cudagraph.engine.triton_launch import FastLauncher, direct_launch, launch_values_and_key
 
 
 @pytest.fixture(autouse=True)
@@ -207,16 +207,21 @@ def test_each_thing_triton_specializes_on_compiles_its_own_kernel(stream_handle:
 
 def test_specialization_keys_follow_triton() -> None:
     aligned = torch.zeros(8)
-    assert specialization_key(aligned) == (torch.float32, True)
-    assert specialization_key(aligned[1:]) == (torch.float32, False)
-    assert specialization_key(1) == (True, False, 0)
-    assert specialization_key(48) == (False, True, 0)
-    assert specialization_key(-(2**31)) == (False, True, 0)
-    assert specialization_key(2**31) == (False, True, 2)
-    assert specialization_key(2**63 + 1) == (False, False, 1)
-    assert (
-        specialization_key(True) is bool and specialization_key(1.0) is float and specialization_key(None) is type(None)
-    )
+
+    def key(value: object) -> tuple[object, ...]:
+        return tuple(launch_values_and_key((value,))[1])
+
+    assert key(aligned) == (torch.float32, True)
+    assert key(aligned[1:]) == (torch.float32, False)
+    assert key(1) == (True, False, 0)
+    assert key(48) == (False, True, 0)
+    assert key(-(2**31)) == (False, True, 0)
+    assert key(2**31) == (False, True, 2)
+    assert key(2**63 + 1) == (False, False, 1)
+    assert key(True) == (bool,) and key(1.0) == (float,) and key(None) == (type(None),)
+    values, flattened = launch_values_and_key((aligned, 5, 0.5))
+    assert values == [aligned.data_ptr(), 5, 0.5]
+    assert flattened == [torch.float32, True, False, False, 0, float]
 
 
 def test_with_launch_hooks_set_a_fast_launch_goes_through_the_jit_call(

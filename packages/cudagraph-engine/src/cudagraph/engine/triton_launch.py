@@ -3,10 +3,11 @@
 Triton's JIT call (``kernel[grid](*args)``) binds every argument, works out its specialization and looks the
 compiled kernel up on every launch: about 60 µs of host time a launch on the H100 machine's host, so 10 ms of host
 time for an eager batch-1 decode step of 174 launches against 1 ms of GPU time. ``FastLauncher`` keys the compiled
-kernels itself, on what Triton specializes a launch on (each tensor's dtype and 16-byte alignment, each integer's
-equality to 1, divisibility by 16 and width, each other argument's type), compiles through the JIT once per key,
-and then calls the compiled kernel's C launcher. ``direct_launch`` goes further for arguments that keep their
-addresses (a breakable graph's static buffers): everything but the stream is taken once, at bind.
+kernels itself, on what Triton specializes a launch on (``launch_values_and_key``: each tensor's dtype and 16-byte
+alignment, each integer's equality to 1, divisibility by 16 and width, each other argument's type), compiles
+through the JIT once per key, and then calls the compiled kernel's C launcher. ``direct_launch`` goes further for
+arguments that keep their addresses (a breakable graph's static buffers): everything but the stream is taken once,
+at bind.
 
 Where the shortcut is not known to hold, launches go through the JIT: under Triton's interpreter (the CPU tests),
 on a Triton outside ``NATIVE_LAUNCH_VERSIONS``, for a compiled kernel that needs scratch memory, and while Triton's
@@ -31,7 +32,7 @@ _LOG = logging.getLogger(__name__)
 NATIVE_LAUNCH_VERSIONS = ("3.6.",)
 """Triton releases whose compiled launcher's C entry point takes the argument layout used here (grid, stream,
 function, cooperative and PDL flags, two scratch buffers, packed metadata, launch metadata, two hooks, then the
-kernel's arguments in signature order) and whose specialization ``specialization_key`` mirrors."""
+kernel's arguments in signature order) and whose specialization ``launch_values_and_key`` mirrors."""
 
 _INT32 = range(-(2**31), 2**31)
 _UINT64_HIGH = range(2**63, 2**64)
@@ -49,15 +50,25 @@ def next_power_of_2(value: int) -> int:
     return 1 << (value - 1).bit_length() if value > 0 else 0
 
 
-def specialization_key(value: Any) -> object:
-    """What Triton 3.6 specializes a kernel argument on: a tensor's dtype and whether its address is a multiple of
-    16; an integer's equality to 1, divisibility by 16 and width (i32, u64 or i64); any other value's type."""
-    if type(value) is int:
-        width = 0 if value in _INT32 else 1 if value in _UINT64_HIGH else 2
-        return value == 1, value % 16 == 0, width
-    if isinstance(value, torch.Tensor):
-        return value.dtype, value.data_ptr() % 16 == 0
-    return type(value)
+def launch_values_and_key(args: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
+    """One pass over a launch's runtime arguments: what the C launcher takes (tensors as their addresses) and what
+    Triton 3.6 specializes them on, flattened: per tensor its dtype and whether its address is a multiple of 16; per
+    integer its equality to 1, divisibility by 16 and width (0: i32, 1: u64, 2: i64); per other value its type. Each
+    kind's first entry has a type of its own (a dtype, a bool, a type), so equal keys mean equal specializations."""
+    values: list[Any] = []
+    key: list[Any] = []
+    for arg in args:
+        if type(arg) is int:
+            values.append(arg)
+            key += (arg == 1, arg % 16 == 0, 0 if arg in _INT32 else 1 if arg in _UINT64_HIGH else 2)
+        elif isinstance(arg, torch.Tensor):
+            address = arg.data_ptr()
+            values.append(address)
+            key += (arg.dtype, address % 16 == 0)
+        else:
+            values.append(arg)
+            key.append(type(arg))
+    return values, key
 
 
 def launch_prefix(function: int, cooperative: int, pdl: int, metadata: Any) -> tuple[Any, ...]:
@@ -184,33 +195,12 @@ class FastLauncher:
         self, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int = 4
     ) -> None:
         """Launch ``kernel`` over ``grid`` on the current stream."""
-        runtime = _RUNTIME_KNOBS
-        if (
-            self.jit_only
-            or _THROUGH_JIT.on
-            or runtime is None
-            or _hooked(runtime.launch_enter_hook)
-            or _hooked(runtime.launch_exit_hook)
-        ):
+        if self.jit_only or _THROUGH_JIT.on or _launch_hooks_set():
             self.kernel[grid](*args, **constexprs, num_warps=num_warps)
             return
         device = _current_device()
-        # One pass builds the launch's arguments (tensors as addresses) and its key: ``specialization_key`` of each
-        # argument, flattened (each kind's first entry has a type of its own: a dtype, a bool or a type).
-        key: list[Any] = [device, num_warps, *constexprs.items()]
-        values: list[Any] = []
-        for arg in args:
-            if type(arg) is int:
-                values.append(arg)
-                key += (arg == 1, arg % 16 == 0, 0 if arg in _INT32 else 1 if arg in _UINT64_HIGH else 2)
-            elif isinstance(arg, torch.Tensor):
-                address = arg.data_ptr()
-                values.append(address)
-                key += (arg.dtype, address % 16 == 0)
-            else:
-                values.append(arg)
-                key.append(type(arg))
-        frozen = tuple(key)
+        values, specialization = launch_values_and_key(args)
+        frozen = (device, num_warps, *constexprs.items(), *specialization)
         try:
             compiled = self._compiled[frozen]
         except KeyError:
