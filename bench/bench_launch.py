@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,8 +26,8 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(path) for path in sorted(ROOT.glob("packages/*/src"))]
 
+from cudagraph.engine.benchmark import host_time_us  # noqa: E402
 from cudagraph.engine.model import triton_ops  # noqa: E402
-from cudagraph.engine.timeline import sleep_cycles_per_ms  # noqa: E402
 from cudagraph.engine.triton_launch import FastLauncher, through_jit  # noqa: E402
 
 
@@ -49,20 +47,18 @@ def _scaled_sum_kernel(
     tl.store(out_ptr + row * out_stride + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def host_us_per_launch(launch: Callable[[], object], launches: int, repeats: int, cycles_per_ms: float) -> float:
-    """Median host microseconds a launch, ``launches`` of them timed back to back behind a device sleep."""
-    for _ in range(5):
-        launch()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        torch.cuda._sleep(int(cycles_per_ms * 50))
-        started = time.perf_counter()
+def host_us_per_launch(launch: Callable[[], object], launches: int, repeats: int, device: torch.device) -> float:
+    """Median host microseconds a launch: ``benchmark.host_time_us`` of ``launches`` back-to-back launches, behind a
+    device sleep long enough for all of them."""
+
+    def burst() -> None:
         for _ in range(launches):
             launch()
-        samples.append((time.perf_counter() - started) / launches)
-        torch.cuda.synchronize()
-    return statistics.median(samples) * 1e6
+
+    microseconds, waited = host_time_us(burst, device, repeats=repeats, head_start_ms=50.0)
+    if waited:
+        print(f"  (a burst of {launches} launches waited on the device: raise the head start)")
+    return microseconds / launches
 
 
 def main() -> None:
@@ -74,7 +70,6 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench_launch needs a CUDA device")
     device = torch.device("cuda")
-    cycles = sleep_cycles_per_ms(device)
     x, y, out = (torch.randn(1, 1024, device=device, dtype=torch.bfloat16) for _ in range(3))
     scale = torch.ones(1024, device=device, dtype=torch.bfloat16)
     grid = (1, triton.cdiv(1024, 256))
@@ -89,10 +84,10 @@ def main() -> None:
         "kernel: bound direct_launch": bound,
         "engine gemv: FastLauncher": lambda: triton_ops.gemv(x, weight),
     }
-    timings = {name: host_us_per_launch(launch, args.launches, args.repeats, cycles) for name, launch in paths.items()}
+    timings = {name: host_us_per_launch(launch, args.launches, args.repeats, device) for name, launch in paths.items()}
     with through_jit():  # the same op, every launch through Triton's JIT call
         timings["engine gemv: Triton JIT call"] = host_us_per_launch(
-            lambda: triton_ops.gemv(x, weight), args.launches, args.repeats, cycles
+            lambda: triton_ops.gemv(x, weight), args.launches, args.repeats, device
         )
     torch.testing.assert_close(out, (0.5 * x.float() + 2.0 * y.float()).to(out.dtype), rtol=1e-2, atol=1e-2)
     ratios = {
