@@ -19,6 +19,7 @@ from cudagraph.migrate.exports import ExportsManifest, load_exports
 from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import Rename, RenameKind, RenameTable, load_renames
 from cudagraph.migrate.rules import select_rules
+from cudagraph.migrate.todo_comments import GuideSection, todo_text
 
 STAYING_NAME = "_legacy_only_helper"
 """A name of a legacy module that nothing moves: no row names it and no new module exports it."""
@@ -113,9 +114,10 @@ def _cases_of(row: Rename, table: RenameTable, exports: ExportsManifest) -> Iter
         yield RowCase(form, row, source, expected, notes)
 
 
-def _file(docstring: str, imports: list[str], uses: list[str]) -> str:
+def _file(docstring: str, imports: list[str], uses: list[str], todo_above_uses: str | None = None) -> str:
     elements = "".join(f"        {use},\n" for use in uses)
-    return f'"""{docstring}"""\n\n' + "".join(imports) + f"\n\ndef use_all():\n    return [\n{elements}    ]\n"
+    todo = f"    {todo_above_uses}\n" if todo_above_uses else ""
+    return f'"""{docstring}"""\n\n' + "".join(imports) + f"\n\ndef use_all():\n{todo}    return [\n{elements}    ]\n"
 
 
 def _from_statement(module: str, spelled: list[str], *, multiline: bool) -> str:
@@ -144,7 +146,9 @@ def _from_import(
         legacy_spelled.insert(0, STAYING_NAME)
         legacy_uses.insert(0, STAYING_NAME)
         migrated_uses.insert(0, STAYING_NAME)
-        expected_imports.insert(0, _from_statement(row.old, [STAYING_NAME], multiline=multiline))
+        reason = f"not exported by {row.new} and not in the rename table; kept on {row.old}"
+        todo = todo_text(f"{STAYING_NAME}: {reason}", GuideSection.NAMES_THAT_STAY)
+        expected_imports.insert(0, f"{todo}\n" + _from_statement(row.old, [STAYING_NAME], multiline=multiline))
     legacy_import = _from_statement(row.old, legacy_spelled, multiline=multiline)
     source = _file(docstring, [legacy_import], legacy_uses)
     notes: tuple[str, ...] = ()
@@ -178,7 +182,10 @@ def _module_binding(
         migrated_uses.insert(0, f"{BINDING}.{STAYING_NAME}")
     source = _file(docstring, [f"{legacy_import}\n"], legacy_uses)
     notes: tuple[str, ...] = ()
+    todo = None
     if staying:
         line = source.splitlines().index(f"        {BINDING}.{STAYING_NAME},") + 1
-        notes = (f"CG101 {line}: {row.old}.{STAYING_NAME}: {row.new} has no such name; left as written",)
-    return source, _file(docstring, expected_imports, migrated_uses), notes
+        message = f"{row.old}.{STAYING_NAME}: {row.new} has no such name; left as written"
+        notes = (f"CG101 {line}: {message}",)
+        todo = todo_text(message, GuideSection.NAMES_THAT_STAY)
+    return source, _file(docstring, expected_imports, migrated_uses, todo), notes

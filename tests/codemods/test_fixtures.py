@@ -86,7 +86,9 @@ LEFT_AS_WRITTEN = {"forward_context_own", "star_import"}
 def test_every_import_form_has_a_fixture_the_codemod_acts_on(name: str) -> None:
     (case,) = [case for case in CASES if case.name == name]
     result = case.migrate(case.source.read_text())
-    assert result.changed is (name not in LEFT_AS_WRITTEN), IMPORT_FORMS[name]
+    assert result.changed is (name != "forward_context_own"), IMPORT_FORMS[name]
+    if name in LEFT_AS_WRITTEN:
+        assert result.edits == {}, IMPORT_FORMS[name]
 
 
 def test_the_engines_own_forward_context_is_untouched() -> None:
@@ -99,13 +101,14 @@ def test_the_engines_own_forward_context_is_untouched() -> None:
 
 
 def _notes(case: FixtureCase) -> list[str]:
-    return [str(f) for f in case.migrate(case.source.read_text()).findings if f.kind is FindingKind.NOTE]
+    return [str(f) for f in case.migrate(case.source.read_text()).findings if f.kind is FindingKind.TODO]
 
 
 def test_what_cannot_be_rewritten_safely_is_reported() -> None:
     notes = {case.name: _notes(case) for case in CASES}
     assert notes["star_import"] == [
-        "CG101 3: star import from sglang.srt.model_executor.cuda_graph_runner: migrate it by hand"
+        "CG101 3: star import from sglang.srt.model_executor.cuda_graph_runner: import the names you use from their "
+        "new modules"
     ]
     assert notes["kwargs"] == [
         "CG401 22: enable_breakable_cuda_graph=flag is not a literal True/False; "
@@ -115,15 +118,32 @@ def test_what_cannot_be_rewritten_safely_is_reported() -> None:
     assert notes["unexported_names_stay"] == [
         "CG101 3: _allocate_decode_buffers, set_torch_compile_config: not exported by cudagraph.runner and not in the "
         "rename table; kept on sglang.srt.model_executor.cuda_graph_runner",
+        "CG101 3: CudaGraphRunner: kept on sglang.srt.model_executor.cuda_graph_runner, since "
+        "cudagraph.runner.DecodeCudaGraphRunner does not accept every use of it here (see the TODOs at those uses)",
+        "CG101 3: get_batch_sizes_to_capture: kept on sglang.srt.model_executor.cuda_graph_runner, since "
+        "cudagraph.runner.get_batch_sizes_to_capture does not accept every use of it here (see the TODOs at those "
+        "uses)",
         "CG101 9: LogitsProcessorOutput: not exported by cudagraph.runner and not in the rename table; kept on "
         "sglang.srt.model_executor.cuda_graph_runner",
+        "CG101 17: kept on the legacy get_batch_sizes_to_capture: argument 1 is 'model_runner' of the legacy "
+        "get_batch_sizes_to_capture but 'config' of get_batch_sizes_to_capture(config)",
         "CG101 19: sglang.srt.model_executor.cuda_graph_runner.get_pcg_capture_stream: cudagraph.runner has no such "
         "name; left as written",
+        "CG101 20: kept on the legacy CudaGraphRunner: DecodeCudaGraphRunner(model_runner, config, *, backend=..., "
+        "show_progress=..., num_warmups=..., capture_barrier=...) does not take this call: missing required argument "
+        "'config'",
         "CG101 20: bcg is used as a module object; the legacy import stays",
+    ]
+    assert notes["forward_context_piecewise"] == [
+        "CG101 3: set_forward_context: kept on sglang.srt.compilation.piecewise_context_manager, since "
+        "cudagraph.backend_utils.set_forward_context does not accept every use of it here (see the TODOs at those "
+        "uses)",
+        "CG101 8: kept on the legacy set_forward_context: argument 1 is 'forward_batch' of the legacy "
+        "set_forward_context but 'context' of set_forward_context(context)",
     ]
     definition = "defines legacy flag --cuda-graph-bs: define the flags with cudagraph.config.add_cli_args"
     assert notes["cli_flags"] == [f"CG402 21: {definition}"]
-    expected_elsewhere = {"star_import", "kwargs", "unexported_names_stay", "cli_flags"}
+    expected_elsewhere = {"star_import", "kwargs", "unexported_names_stay", "cli_flags", "forward_context_piecewise"}
     assert all(not found for name, found in notes.items() if name not in expected_elsewhere)
 
 
@@ -156,7 +176,7 @@ def test_argv_lists_are_listed_without_rewrite_argv() -> None:
         "CG402 7: argument list passes legacy flag(s) --disable-piecewise-cuda-graph, --cuda-graph-bs, "
         "--cuda-graph-max-bs"
     )
-    notes = [str(f) for f in result.findings if f.kind is FindingKind.NOTE]
+    notes = [str(f) for f in result.findings if f.kind is FindingKind.TODO]
     assert notes == [
         "CG402 21: defines legacy flag --cuda-graph-bs: define the flags with cudagraph.config.add_cli_args"
     ]

@@ -22,7 +22,7 @@ IDS = [case.name for case in CASES]
 def test_row_case_migrates_to_expected(case: RowCase) -> None:
     result = case.migrate(case.source)
     assert result.migrated.decode() == case.expected
-    assert tuple(str(finding) for finding in result.findings if finding.kind is FindingKind.NOTE) == case.notes
+    assert tuple(str(finding) for finding in result.findings if finding.kind is FindingKind.TODO) == case.notes
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

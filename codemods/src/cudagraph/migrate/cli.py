@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also rewrite legacy flags in argv lists and command strings (other programs' command lines: "
         "only when those programs use cudagraph.config's flags)",
     )
+    parser.add_argument(
+        "--rewrite-engine-options",
+        action="store_true",
+        help="also rewrite legacy options passed to or read from other engines' Python APIs (ServerArgs(...), "
+        "Engine(...), server_args.<option>): only when those engines take cudagraph.config's options",
+    )
     cpus = usable_cpus()
     parser.add_argument("-j", "--jobs", type=int, default=cpus, metavar="N", help=f"worker processes (default {cpus})")
     parser.add_argument("--renames", metavar="TOML", help="a rename table other than the installed one")
@@ -102,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write=not (args.diff or args.check),
         diff=args.diff,
         table_path=args.renames,
-        run=RunOptions(rewrite_argv=args.rewrite_argv),
+        run=RunOptions(rewrite_argv=args.rewrite_argv, rewrite_engine_options=args.rewrite_engine_options),
     )
     if args.paths == [STDIN]:
         return _migrate_stdin(options, args)
@@ -170,7 +176,7 @@ def format_summary(report: RunReport, *, written: bool, seconds: float | None = 
         edits, files = report.edits_per_rule()[rule.code]
         lines.append(f"{rule.code:<6} {rule.name:<24} {edits:>6} {files:>6}")
     lines.append(
-        f"left for you: {report.findings(FindingKind.NOTE)} note(s)   "
+        f"left for you: {report.findings(FindingKind.TODO)} note(s)   "
         f"argv candidates: {report.findings(FindingKind.ARGV)} (--rewrite-argv)   "
         f"not tied to the legacy API: {report.findings(FindingKind.SKIP)} (-v lists them)"
     )

@@ -22,7 +22,7 @@ from .options import RunOptions
 from .reexports import imported_names
 from .renames import RenameTable
 from .rules import Rule
-from .rules.base import ORIGINAL_KEY, Finding, QuickView
+from .rules.base import ORIGINAL_KEY, REWRITE_ENGINE_OPTIONS_KEY, Finding, QuickView
 from .rules.cli_flags import REWRITE_ARGV_KEY
 from .rules.owners import REEXPORTS_KEY, Canonicalizer
 from .verify import unresolved_references
@@ -130,7 +130,12 @@ def migrate_source(
         tree = cst.parse_module(original)
     except cst.ParserSyntaxError as error:
         raise MigrationError(f"{path}:{error.raw_line}:{error.raw_column}: does not parse: {error.message}") from None
-    scratch = {REWRITE_ARGV_KEY: options.rewrite_argv, REEXPORTS_KEY: reexports, ORIGINAL_KEY: (tree, text)}
+    scratch = {
+        REWRITE_ARGV_KEY: options.rewrite_argv,
+        REWRITE_ENGINE_OPTIONS_KEY: options.rewrite_engine_options,
+        REEXPORTS_KEY: reexports,
+        ORIGINAL_KEY: (tree, text),
+    }
     context = CodemodContext(filename=path, scratch=scratch)
     chain = _RuleChain(context, transforming, table, exports)
     try:

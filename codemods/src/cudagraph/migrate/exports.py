@@ -15,11 +15,25 @@ import functools
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-__all__ = ["MANIFEST_PATH", "MODULE_SOURCES", "ExportsManifest", "load_exports", "main", "scan_sources"]
+from .api_scan import SourceTree, signature_of_arguments
+from .signatures import Signature
+
+__all__ = [
+    "MANIFEST_PATH",
+    "MODULE_SOURCES",
+    "ClassApi",
+    "ExportsManifest",
+    "FunctionApi",
+    "load_exports",
+    "main",
+    "manifest_text",
+    "scan_api",
+    "scan_sources",
+]
 
 MANIFEST_PATH = Path(__file__).with_name("exports.json")
 """Where the manifest lives, in the checkout and in the wheel."""
@@ -40,10 +54,43 @@ _CHECKOUT_ROOT = Path(__file__).resolve().parents[4]
 
 
 @dataclass(frozen=True)
+class ClassApi:
+    """A public class: its bases, every member an instance or the class has, and its methods' signatures."""
+
+    qualified: str
+    bases: tuple[str, ...]
+    members: frozenset[str]
+    methods: Mapping[str, Signature]
+    open: bool = False
+    """Some ancestor lies outside the cudagraph packages and may add members nobody listed here."""
+
+    def has_member(self, name: str) -> bool:
+        """Whether an instance or the class has ``name``."""
+        return name in self.members
+
+    def method(self, name: str) -> Signature | None:
+        """The signature of method ``name`` (with ``self``), if the class has one."""
+        return self.methods.get(name)
+
+
+@dataclass(frozen=True)
+class FunctionApi:
+    """A public function and its signature."""
+
+    qualified: str
+    signature: Signature
+
+
+@dataclass(frozen=True)
 class ExportsManifest:
-    """Public module -> the names it exports."""
+    """Public module -> the names it exports; public class or function -> its API."""
 
     modules: Mapping[str, frozenset[str]]
+    apis: Mapping[str, ClassApi | FunctionApi] = field(default_factory=lambda: MappingProxyType({}))
+
+    def api(self, qualified: str) -> ClassApi | FunctionApi | None:
+        """The members and signatures of ``module.Name``, when the manifest has them."""
+        return self.apis.get(qualified)
 
     def has_module(self, module: str) -> bool:
         """Whether ``module`` is a public ``cudagraph`` module (or the ``cudagraph`` namespace itself)."""
@@ -60,7 +107,17 @@ class ExportsManifest:
 def load_exports(path: Path | None = None) -> ExportsManifest:
     """Read the manifest (default: the one shipped beside this module)."""
     raw = json.loads((path or MANIFEST_PATH).read_text(encoding="utf-8"))
-    return ExportsManifest(MappingProxyType({module: frozenset(names) for module, names in raw.items()}))
+    modules = MappingProxyType({module: frozenset(names) for module, names in raw["modules"].items()})
+    apis: dict[str, ClassApi | FunctionApi] = {}
+    for qualified, entry in raw["api"].items():
+        if entry["kind"] == "function":
+            apis[qualified] = FunctionApi(qualified, Signature.from_json(entry["signature"]))
+        else:
+            methods = {name: Signature.from_json(params) for name, params in entry["methods"].items()}
+            apis[qualified] = ClassApi(
+                qualified, tuple(entry["bases"]), frozenset(entry["members"]), MappingProxyType(methods), entry["open"]
+            )
+    return ExportsManifest(modules, MappingProxyType(apis))
 
 
 def scan_sources(root: Path = _CHECKOUT_ROOT) -> dict[str, list[str]]:
@@ -74,6 +131,45 @@ def scan_sources(root: Path = _CHECKOUT_ROOT) -> dict[str, list[str]]:
             raise ValueError(f"{source}: no literal __all__; every public cudagraph module must declare one")
         found[module] = sorted(names)
     return found
+
+
+def scan_api(root: Path = _CHECKOUT_ROOT) -> dict[str, dict[str, object]]:
+    """Members and signatures of every public class and function of the covered modules, read with :mod:`ast`."""
+    tree = SourceTree(_source_roots(root), "cudagraph")
+    api: dict[str, dict[str, object]] = {}
+    for module, names in scan_sources(root).items():
+        for name in names:
+            found = tree.definition(f"{module}.{name}")
+            if found is None:
+                continue  # a constant or an alias of another object: nothing to check calls against
+            defining_module, node = found
+            if isinstance(node, ast.ClassDef):
+                surface = tree.class_surface(defining_module, node)
+                api[f"{module}.{name}"] = {
+                    "kind": "class",
+                    "bases": surface.bases,
+                    "members": sorted(surface.members),
+                    "methods": {method: signature.to_json() for method, signature in sorted(surface.methods.items())},
+                    "open": surface.open,
+                }
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                api[f"{module}.{name}"] = {"kind": "function", "signature": signature_of_arguments(node.args).to_json()}
+    return api
+
+
+def _source_roots(root: Path) -> list[Path]:
+    """The ``src`` folders holding the covered modules."""
+    roots: list[Path] = []
+    for relative in MODULE_SOURCES.values():
+        source_root = (root / relative).parents[2]
+        if source_root not in roots:
+            roots.append(source_root)
+    return roots
+
+
+def manifest_text(root: Path = _CHECKOUT_ROOT) -> str:
+    """The manifest file's text for the sources under ``root``."""
+    return json.dumps({"modules": scan_sources(root), "api": scan_api(root)}, indent=1, sort_keys=True) + "\n"
 
 
 def _dunder_all(tree: ast.Module) -> list[str] | None:
@@ -94,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help=f"rewrite {MANIFEST_PATH.name} from the sources")
     mode.add_argument("--check", action="store_true", help="exit 1 when the manifest differs from the sources")
     args = parser.parse_args(argv)
-    text = json.dumps(scan_sources(args.root), indent=1, sort_keys=True) + "\n"
+    text = manifest_text(args.root)
     if args.write:
         MANIFEST_PATH.write_text(text, encoding="utf-8")
         print(f"wrote {MANIFEST_PATH}")

@@ -17,8 +17,20 @@ from __future__ import annotations
 import libcst as cst
 
 from ..renames import RenameKind, RenameTable
+from ..todo_comments import GuideSection
 from .base import MigrationCommand, dotted_name, string_value, with_string_value
-from .owners import OWNER_METADATA, UNKNOWN, OwnerResolver, canonicalizer_for, owner_rows
+from .owners import (
+    OWNER_METADATA,
+    UNKNOWN,
+    AsSpelled,
+    OwnerResolver,
+    canonicalizer_for,
+    is_legacy_engine_name,
+    legacy_engine_names,
+    owner_rows,
+)
+
+_MEMBER_KINDS = (RenameKind.ATTRIBUTE, RenameKind.METHOD)
 
 _NAME_STRING_CALLS = frozenset({"getattr", "hasattr", "setattr", "delattr"})
 """Calls whose second argument names an attribute of the first (an instance)."""
@@ -35,12 +47,17 @@ class LegacyMembers(MigrationCommand):
     @classmethod
     def owners_by_trigger(cls, table: RenameTable) -> dict[str, tuple[str, ...]]:
         """Each row's trigger text and its owners."""
-        return {row.old: row.owners for row in table.of_kind(RenameKind.ATTRIBUTE, RenameKind.METHOD)}
+        return {row.old: (*row.owners, *row.legacy_owners) for row in table.of_kind(*_MEMBER_KINDS)}
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
         self.rows = owner_rows(self.table, RenameKind.ATTRIBUTE, RenameKind.METHOD)
         self.owners = OwnerResolver(self, canonicalizer_for(self))
+        self.spelled = OwnerResolver(self, AsSpelled())
+        """The same questions answered without mapping legacy names to new ones: is the code still on the legacy
+        engine's classes (a kept base, SGLang's own ``ModelRunner``)?"""
+        self.legacy_names = legacy_engine_names(self.table)
+        self.legacy_owner_rows = {row.old: row.legacy_owners for row in self.table.of_kind(*_MEMBER_KINDS)}
         self.class_stack: list[cst.ClassDef] = []
         self.function_depth: list[int] = [0]
         return super().transform_module_impl(tree)
@@ -71,18 +88,18 @@ class LegacyMembers(MigrationCommand):
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         """Rename a method defined directly in the body of a subclass of an owner."""
         self.function_depth[-1] -= 1
-        return updated_node.with_changes(name=self._renamed_definition(updated_node.name))
+        return updated_node.with_changes(name=self._renamed_definition(updated_node.name, original_node))
 
     def leave_AnnAssign(self, original_node: cst.AnnAssign, updated_node: cst.AnnAssign) -> cst.AnnAssign:
         """A class-level attribute declaration (``graph_runner: Runner | None = None``) in an owner's subclass."""
         if isinstance(updated_node.target, cst.Name):
-            return updated_node.with_changes(target=self._renamed_definition(updated_node.target))
+            return updated_node.with_changes(target=self._renamed_definition(updated_node.target, original_node))
         return updated_node
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         """A class-level attribute default (``graph_runner = None``) in an owner's subclass."""
         targets = [
-            target.with_changes(target=self._renamed_definition(target.target))
+            target.with_changes(target=self._renamed_definition(target.target, original_node))
             if isinstance(target.target, cst.Name)
             else target
             for target in updated_node.targets
@@ -95,7 +112,7 @@ class LegacyMembers(MigrationCommand):
         if row is None:
             return updated_node
         new, owners = row
-        if not self._tied(original_node.value, owners, original_node, updated_node.attr.value):
+        if not self._tied(original_node.value, owners, original_node, updated_node.attr.value, new):
             return updated_node
         self.edited()
         return updated_node.with_changes(attr=updated_node.attr.with_changes(value=new))
@@ -112,29 +129,60 @@ class LegacyMembers(MigrationCommand):
         if row is None or not isinstance(name_arg.value, cst.SimpleString):
             return updated_node
         new, owners = row
-        if not self._tied(original_node.args[0].value, owners, original_node, str(name)):
+        if not self._tied(original_node.args[0].value, owners, original_node, str(name), new):
             return updated_node
         self.edited()
         new_arg = name_arg.with_changes(value=with_string_value(name_arg.value, new))
         return updated_node.with_changes(args=[updated_node.args[0], new_arg, *updated_node.args[2:]])
 
-    def _tied(self, receiver: cst.BaseExpression, owners: tuple[str, ...], where: cst.CSTNode, name: str) -> bool:
-        """Whether ``receiver`` is an owner's instance or class; reports an unknown receiver."""
-        if self.owners.refers_to(receiver, owners):
-            return True  # the class itself (Owner.old, patch.object(Owner, "old"))
-        types = self.owners.instance_types(receiver)
-        if types is UNKNOWN:
-            self.skip(where, f".{name}: receiver not tied to {', '.join(owners)}; left as written")
-            return False
-        return bool(types & frozenset(owners))
+    def _tied(
+        self, receiver: cst.BaseExpression, owners: tuple[str, ...], where: cst.CSTNode, name: str, new: str
+    ) -> bool:
+        """Whether ``receiver`` is an instance or the class of one of ours that owns ``name``: then it is renamed.
 
-    def _renamed_definition(self, name: cst.Name) -> cst.Name:
+        A receiver still tied to a legacy engine's class (a base the migration kept, SGLang's own ``ModelRunner``)
+        keeps the legacy name, marked with a TODO giving the new spelling; an unknown one is reported (``-v``).
+        """
+        legacy_owners = self.legacy_owner_rows.get(name, ())
+        everything = frozenset((*owners, *legacy_owners))
+        if self.owners.refers_to(receiver, everything):
+            types = self.owners.class_types(receiver)
+            spelled = self.spelled.class_types(receiver)
+        else:
+            instance = self.owners.instance_types(receiver)
+            if instance is UNKNOWN:
+                self.skip(where, f".{name}: receiver not tied to {', '.join(owners)}; left as written")
+                return False
+            types, spelled = instance, self.spelled.instance_types(receiver) or frozenset()
+        if not types & everything:
+            return False
+        return self._on_ours(spelled, types & everything, where, name, new)
+
+    def _on_ours(
+        self, spelled: frozenset[str], owners_found: frozenset[str], where: cst.CSTNode, name: str, new: str
+    ) -> bool:
+        """True when the code is on our classes; otherwise a TODO names the new spelling and the legacy class."""
+        legacy = sorted(qualified for qualified in spelled if is_legacy_engine_name(qualified, self.legacy_names))
+        if not legacy:
+            return True
+        self.note(
+            where,
+            f"{name} stays: {legacy[0]} is the legacy engine's class, not cudagraph's; on cudagraph's classes "
+            f"it is {new}",
+            GuideSection.ENGINE_MEMBERS,
+        )
+        return False
+
+    def _renamed_definition(self, name: cst.Name, where: cst.CSTNode) -> cst.Name:
         """``name`` renamed when it is defined directly in the body of a class that subclasses an owner."""
         row = self.rows.get(name.value)
         if row is None or not self.class_stack or self.function_depth[-1]:
             return name
         new, owners = row
-        if not self.owners.ancestors(self.class_stack[-1]) & frozenset(owners):
+        class_def = self.class_stack[-1]
+        everything = frozenset((*owners, *self.legacy_owner_rows.get(name.value, ())))
+        found = self.owners.ancestors(class_def) & everything
+        if not found or not self._on_ours(self.spelled.ancestors(class_def), found, where, name.value, new):
             return name
         self.edited()
         return name.with_changes(value=new)

@@ -17,13 +17,15 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..exports import ExportsManifest, load_exports
 from ..renames import Rename, RenameTable
+from ..todo_comments import TODO_MARKER, GuideSection, todo_text, with_todo_comments
 
 
 class FindingKind(str, enum.Enum):
     """What a finding tells the user."""
 
-    NOTE = "note"
-    """A legacy use left as written that the user has to finish by hand."""
+    TODO = "todo"
+    """A legacy use left as written that needs a manual step: a ``# TODO(cudagraph-migrate): ...`` comment marks it in
+    the file (when the rule ran on the parsed file) and the summary counts it under "needs a manual step"."""
     SKIP = "skip"
     """A same-spelled name left alone because nothing ties it to the legacy API (listed with ``-v``)."""
     ARGV = "argv"
@@ -63,9 +65,10 @@ class QuickView:
 @functools.cache
 def _import_spellings(table: RenameTable) -> frozenset[str]:
     """Text an import of a legacy module contains: the module path (``import a.b.c``), or its package when the module
-    is imported from it (``from a.b import c``)."""
+    is imported from it (``from a.b import c``); and the modules of the legacy engine's classes that own members."""
     packages = {module.rpartition(".")[0] for module in table.modules}
-    return frozenset({*table.modules, *(package for package in packages if package)})
+    owner_modules = {owner.rpartition(".")[0] for row in table for owner in row.legacy_owners}
+    return frozenset({*table.modules, *(package for package in packages if package), *owner_modules})
 
 
 class MigrationCommand(CodemodCommand, cst.CSTTransformer):
@@ -92,6 +95,12 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         self.edits = 0
         self.findings: list[Finding] = []
         self._pending: list[tuple[cst.CSTNode | None, FindingKind, str]] = []
+        self.comments_added = 0
+        """``# TODO(cudagraph-migrate)`` comments this rule wrote (a file can change by comments alone)."""
+        self._todo_stack: list[list[str]] = []
+        """Per statement being visited (innermost last): the TODO comments due above it."""
+        self._todo_by_node: dict[int, list[str]] = {}
+        """TODO comments noted before the visit reached their node (planning passes), by node id."""
 
     TIED_TO_OWNERS = False
     """Whether the rule only rewrites what is tied to the legacy API, which a file can only reach through an import
@@ -145,9 +154,60 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         """Record ``count`` rewritten occurrences."""
         self.edits += count
 
-    def note(self, node: cst.CSTNode | None, message: str) -> None:
-        """Record a legacy use left as written; its line is looked up once the rule has finished."""
-        self._pending.append((node, FindingKind.NOTE, message))
+    def note(self, node: cst.CSTNode | None, message: str, section: GuideSection = GuideSection.MANUAL_STEPS) -> None:
+        """Record a legacy use left as written that needs a manual step, and mark it in the file.
+
+        The finding's line is looked up once the rule has finished; a ``# TODO(cudagraph-migrate)`` comment naming
+        ``message`` and the guide's ``section`` goes above the statement that holds ``node`` (see
+        :mod:`cudagraph.migrate.todo_comments`). Called while this rule visits ``node`` (from its ``visit_``/``leave_``
+        methods), or before the visit starts (a planning pass); ``node`` None records the finding only.
+        """
+        self._pending.append((node, FindingKind.TODO, message))
+        if node is None:
+            return
+        text = todo_text(message, section)
+        if self._todo_stack:
+            self._todo_stack[-1].append(text)
+        else:
+            self._todo_by_node.setdefault(id(node), []).append(text)
+
+    @property
+    def has_planned_comments(self) -> bool:
+        """Whether a planning pass noted places that the visit still has to mark."""
+        return bool(self._todo_by_node)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        """Open a statement's list of due TODO comments, then dispatch to ``visit_<Node>``."""
+        if isinstance(node, _STATEMENTS):
+            self._todo_stack.append([])
+        return super().on_visit(node)
+
+    def on_leave(  # type: ignore[override]
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
+        """Dispatch to ``leave_<Node>``, then write the TODO comments due above a statement being left."""
+        result = super().on_leave(original_node, updated_node)
+        if isinstance(result, cst.Module):
+            return self._without_header_duplicates(result)
+        planned = self._todo_by_node.pop(id(original_node), None)
+        if planned and self._todo_stack:
+            self._todo_stack[-1].extend(planned)
+        if not isinstance(original_node, _STATEMENTS):
+            return result
+        due = self._todo_stack.pop()
+        if not due:
+            return result
+        if isinstance(result, cst.FlattenSentinel) and result.nodes:
+            first, added = with_todo_comments(result.nodes[0], due)
+            self.comments_added += added
+            return cst.FlattenSentinel([first, *result.nodes[1:]])
+        if isinstance(result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            marked, added = with_todo_comments(result, due)
+            self.comments_added += added
+            return marked
+        if self._todo_stack:  # the statement went away: the comment goes above the one that held it
+            self._todo_stack[-1].extend(due)
+        return result
 
     def skip(self, node: cst.CSTNode | None, message: str) -> None:
         """Record a same-spelled name left alone because nothing ties it to the legacy API."""
@@ -156,6 +216,26 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
     def candidate(self, node: cst.CSTNode | None, message: str) -> None:
         """Record a legacy flag in another program's command line (rewritten only with ``--rewrite-argv``)."""
         self._pending.append((node, FindingKind.ARGV, message))
+
+    def _without_header_duplicates(self, module: cst.Module) -> cst.Module:
+        """libcst parses comments above a file's first statement as the module's header: a TODO already there is not
+        written again above that statement."""
+        if not module.body or not module.header:
+            return module
+        first = module.body[0]
+        in_header = {line.comment.value for line in module.header if line.comment is not None}
+        kept = [
+            line
+            for line in first.leading_lines
+            if line.comment is None
+            or not line.comment.value.startswith(TODO_MARKER)
+            or line.comment.value not in in_header
+        ]
+        dropped = len(first.leading_lines) - len(kept)
+        if not dropped:
+            return module
+        self.comments_added -= dropped
+        return module.with_changes(body=[first.with_changes(leading_lines=kept), *module.body[1:]])
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Visit the whole module with this rule's ``visit_``/``leave_`` methods."""
@@ -176,7 +256,7 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
             self.context = replace(self.context, wrapper=wrapper)
             transformed = self.transform_module_impl(wrapper.module)
         self._resolve_notes(wrapper)
-        if not self.edits:
+        if not self.edits and not self.comments_added:
             return tree
         if self.context.scratch.get(AddImportsVisitor.CONTEXT_KEY):
             transformed = AddImportsVisitor(self.context).transform_module(transformed)
@@ -219,9 +299,14 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         return lines
 
 
+_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+"""Nodes a TODO comment can stand above (their ``leading_lines``)."""
+
 _WRAPPER_KEY = "cudagraph.migrate.metadata_wrapper"
 ORIGINAL_KEY = "cudagraph.migrate.original"
 """``CodemodContext.scratch`` key: ``(parsed tree, its source text)`` of the file being migrated."""
+REWRITE_ENGINE_OPTIONS_KEY = "cudagraph.migrate.rewrite_engine_options"
+"""``CodemodContext.scratch`` key: true when other engines' legacy Python options are to be rewritten."""
 _EMPTY_MODULE = cst.Module([])
 
 

@@ -194,7 +194,7 @@ class _ArgvScan(ast.NodeVisitor):
                 flag = self._is_flag(arg)
                 if flag is not None:
                     message = f"defines legacy flag {flag}: define the flags with cudagraph.config.add_cli_args"
-                    self.findings.append(Finding(FindingKind.NOTE, self.code, node.lineno, message))
+                    self.findings.append(Finding(FindingKind.TODO, self.code, node.lineno, message))
         elif callee in _COMMAND_CALLS:
             for arg in node.args:
                 if (

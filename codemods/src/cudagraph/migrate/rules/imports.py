@@ -35,7 +35,10 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from ..compat import ApiChecker
+from ..legacy_api import load_legacy_api
 from ..renames import Rename, RenameTable
+from ..todo_comments import GuideSection
 from .base import Finding, LegacyModuleMatcher, MigrationCommand, QuickView, dotted_expression, dotted_name
 
 
@@ -113,6 +116,9 @@ class LegacyImports(MigrationCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Plan every import rewrite over the whole module first (merges need it), then apply the plan."""
         self.matcher = LegacyModuleMatcher(self.table, self.context.filename)
+        self.checker = ApiChecker(self.table, self.exports, load_legacy_api())
+        self.refused_accesses: set[int] = set()
+        """Module-binding accesses (``m`` of ``m.Name``) whose ``Name`` the new API does not accept here."""
         self.statement_plans: dict[int, StatementPlan] = {}
         self.renamed_names: dict[int, str] = {}
         self.renamed_strings: dict[int, dict[str, str]] = {}
@@ -123,7 +129,7 @@ class LegacyImports(MigrationCommand):
         planner = _Planner(self)
         tree.visit(planner)
         planner.finish()
-        if not self.statement_plans and not self.module_uses:
+        if not self.statement_plans and not self.module_uses and not self.has_planned_comments:
             return tree
         return tree.visit(self)
 
@@ -172,7 +178,7 @@ class LegacyImports(MigrationCommand):
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute | cst.Name:
         """``m.Old`` through a legacy module binding becomes ``m.New`` or the full new path."""
         use = self.module_uses.get(id(original_node.value))
-        if use is None:
+        if use is None or id(original_node.value) in self.refused_accesses:
             return updated_node
         module_row, through_alias, import_kept = use
         target = self.command_target(module_row, original_node.attr.value)
@@ -180,6 +186,7 @@ class LegacyImports(MigrationCommand):
             self.note(
                 original_node,
                 f"{module_row.old}.{original_node.attr.value}: {module_row.new} has no such name; left as written",
+                GuideSection.NAMES_THAT_STAY,
             )
             return updated_node
         new_module, new_name = target
@@ -332,7 +339,11 @@ class _Planner(cst.CSTVisitor):
             module_match = None
         if isinstance(node.names, cst.ImportStar):
             if module_match is not None:
-                self.command.note(node, f"star import from {module_match.row.old}: migrate it by hand")
+                self.command.note(
+                    node,
+                    f"star import from {module_match.row.old}: import the names you use from their new modules",
+                    GuideSection.STAR_IMPORTS,
+                )
             return
         if module_match is None:
             self._plan_module_imports(node, module, level)
@@ -378,14 +389,19 @@ class _Planner(cst.CSTVisitor):
         block = self.blocks[-1]
         scope = self.command.get_metadata(ScopeProvider, node, None)
         placed_here: list[str] = []
-        staying = [alias for alias in node.names if self.command.command_target(legacy, _alias_name(alias)) is None]
-        staying_ids = {id(alias) for alias in staying}
+        unexported = [alias for alias in node.names if self.command.command_target(legacy, _alias_name(alias)) is None]
+        unexported_ids = {id(alias) for alias in unexported}
+        refused = [
+            alias for alias in node.names if id(alias) not in unexported_ids and self._uses_refused(node, legacy, alias)
+        ]
+        staying_ids = unexported_ids | {id(alias) for alias in refused}
+        staying = [alias for alias in node.names if id(alias) in staying_ids]
         if len(staying) == len(node.names):
-            self._report_staying(node, legacy, staying)
+            self._report_staying(node, legacy, unexported, refused)
             return  # nothing moves: the statement stays exactly as written
         statements: list[str] = []
         if staying:
-            self._report_staying(node, legacy, staying)
+            self._report_staying(node, legacy, unexported, refused)
             kept = [ImportedName(_alias_name(alias), _as_name(alias), _alias_comment(alias)) for alias in staying]
             statements.append(_format_from_import(_spelled_module(node), kept, _is_multiline(node)))
         for alias in node.names:
@@ -414,11 +430,65 @@ class _Planner(cst.CSTVisitor):
         self.command.statement_plans[id(node)] = StatementPlan(statements)
         self.pending.append((id(node), block, placed_here))
 
-    def _report_staying(self, node: cst.ImportFrom, legacy: Rename, staying: list[cst.ImportAlias]) -> None:
-        names = ", ".join(_alias_name(alias) for alias in staying)
-        self.command.note(
-            node, f"{names}: not exported by {legacy.new} and not in the rename table; kept on {legacy.old}"
-        )
+    def _report_staying(
+        self, node: cst.ImportFrom, legacy: Rename, unexported: list[cst.ImportAlias], refused: list[cst.ImportAlias]
+    ) -> None:
+        if unexported:
+            names = ", ".join(_alias_name(alias) for alias in unexported)
+            self.command.note(
+                node,
+                f"{names}: not exported by {legacy.new} and not in the rename table; kept on {legacy.old}",
+                GuideSection.NAMES_THAT_STAY,
+            )
+        for alias in refused:
+            old_name = _alias_name(alias)
+            target = self.command.command_target(legacy, old_name)
+            assert target is not None
+            self.command.note(
+                node,
+                f"{old_name}: kept on {legacy.old}, since {'.'.join(target)} does not accept every use of it here "
+                "(see the TODOs at those uses)",
+                GuideSection.SUBCLASSES,
+            )
+
+    def _uses_refused(self, node: cst.ImportFrom, legacy: Rename, alias: cst.ImportAlias) -> bool:
+        """Whether some use of the name ``alias`` binds is one the new API would not accept (each is noted)."""
+        scope = self.command.get_metadata(ScopeProvider, node, None)
+        local = _as_name(alias) or _alias_name(alias)
+        if scope is None or local not in scope.assignments:
+            return False
+        target = self.command.command_target(legacy, _alias_name(alias))
+        assert target is not None
+        accesses = [
+            access.node
+            for assignment in scope.assignments[local]
+            if isinstance(assignment, ImportAssignment) and assignment.node is node
+            for access in assignment.references
+        ]
+        legacy_name = f"{legacy.old}.{_alias_name(alias)}"
+        return self._any_refused(accesses, legacy_name, ".".join(target))
+
+    def _any_refused(self, accesses: list[cst.CSTNode], legacy_name: str, new_name: str) -> bool:
+        """Check every use in ``accesses`` (a name, or ``module.Name``) against the new API; note each refusal."""
+        refused = False
+        for access in accesses:
+            parent = self.command.parent_of(access)
+            if isinstance(parent, cst.Call) and parent.func is access:
+                problems = self.command.checker.call_problems(parent, new_name, legacy_name)
+                where: cst.CSTNode = parent
+                section = GuideSection.CALLS
+            elif isinstance(parent, cst.Arg) and isinstance(class_def := self.command.parent_of(parent), cst.ClassDef):
+                if parent not in class_def.bases:
+                    continue
+                problems = self.command.checker.subclass_problems(class_def, new_name, legacy_name)
+                where, section = class_def, GuideSection.SUBCLASSES
+            else:
+                continue
+            if problems:
+                refused = True
+                short_old = legacy_name.rpartition(".")[2]
+                self.command.note(where, f"kept on the legacy {short_old}: {'; '.join(problems)}", section)
+        return refused
 
     def _record_module_uses(
         self, node: cst.Import | cst.ImportFrom, binding: str, row: Rename, *, through_alias: bool
@@ -433,7 +503,11 @@ class _Planner(cst.CSTVisitor):
             return True
         if len(scope.assignments[binding]) > 1:
             # which binding a use reaches depends on the order at run time: nothing is rewritten through it
-            self.command.note(node, f"{binding} is bound more than once in this scope; the legacy import stays")
+            self.command.note(
+                node,
+                f"{binding} is bound more than once in this scope; the legacy import stays",
+                GuideSection.MODULE_OBJECTS,
+            )
             return True
         accesses = [
             access.node
@@ -445,13 +519,33 @@ class _Planner(cst.CSTVisitor):
         for access in accesses:
             parent = self.command.parent_of(access)
             if not isinstance(parent, cst.Attribute) or parent.value is not access:
-                self.command.note(access, f"{binding} is used as a module object; the legacy import stays")
+                message = f"{binding} is used as a module object; the legacy import stays"
+                self.command.note(access, message, GuideSection.MODULE_OBJECTS)
                 keep = True
             elif self.command.command_target(row, parent.attr.value) is None:
                 keep = True  # reported when the attribute is visited
+        keep = self._refuse_module_uses(accesses, row) or keep
         for access in accesses:
             self.command.module_uses[id(access)] = (row, through_alias, keep)
         return keep
+
+    def _refuse_module_uses(self, accesses: list[cst.CSTNode], row: Rename) -> bool:
+        """Check each ``m.Name`` that would move against the new API; every use of a refused name stays."""
+        by_name: dict[str, list[cst.CSTNode]] = {}
+        for access in accesses:
+            parent = self.command.parent_of(access)
+            if isinstance(parent, cst.Attribute) and parent.value is access:
+                by_name.setdefault(parent.attr.value, []).append(access)
+        refused = False
+        for name, uses in by_name.items():
+            target = self.command.command_target(row, name)
+            if target is None:
+                continue
+            attributes = [self.command.parent_of(use) for use in uses]
+            if self._any_refused([a for a in attributes if a is not None], f"{row.old}.{name}", ".".join(target)):
+                refused = True
+                self.command.refused_accesses.update(id(use) for use in uses)
+        return refused
 
     def _rename_binding(self, node: cst.ImportFrom, scope: Scope | None, old: str, new: str) -> None:
         if scope is None:

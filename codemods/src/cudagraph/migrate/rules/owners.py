@@ -64,6 +64,28 @@ class Canonicalizer:
         return qualified
 
 
+@dataclass(frozen=True)
+class AsSpelled:
+    """The identity canonicalizer: qualified names as the code spells them (a legacy name stays legacy)."""
+
+    def canonical(self, qualified: str) -> str:
+        """``qualified`` itself."""
+        return qualified
+
+
+def legacy_engine_names(table: RenameTable) -> frozenset[str]:
+    """Prefixes of names that belong to a legacy engine and are not ours: the legacy modules (the ``cudagraph.legacy``
+    shims excepted, whose names *are* the new objects) and every row's ``legacy_owners``."""
+    modules = {module for module in table.modules if module.split(".")[0] != "cudagraph"}
+    owners = {owner for row in table for owner in row.legacy_owners}
+    return frozenset(modules | owners)
+
+
+def is_legacy_engine_name(qualified: str, legacy: frozenset[str]) -> bool:
+    """Whether ``qualified`` (as spelled) is a legacy engine's module, or a name inside one, or a legacy owner."""
+    return any(qualified == prefix or qualified.startswith(prefix + ".") for prefix in legacy)
+
+
 class OwnerResolver:
     """Answers "is this tied to one of these owners?" for the nodes of one module, inside a running command.
 

@@ -69,7 +69,7 @@ class RenameKind(str, enum.Enum):
 
 _DOTTED_KINDS = frozenset({RenameKind.MODULE, RenameKind.SYMBOL})
 _REQUIRED_FIELDS = ("kind", "old", "new", "deprecated_in", "removed_in", "note")
-_OPTIONAL_FIELDS = ("also", "value", "owners")
+_OPTIONAL_FIELDS = ("also", "value", "owners", "legacy_owners", "parameters")
 _SCOPED_KINDS = frozenset(
     {RenameKind.ATTRIBUTE, RenameKind.METHOD, RenameKind.ENUM_MEMBER, RenameKind.CONFIG_STRING, RenameKind.KWARG}
 )
@@ -93,6 +93,13 @@ class Rename:
     owners: tuple[str, ...] = ()
     """Qualified names (new spellings) of the classes or functions this name belongs to; the rename applies only
     where a call, receiver, subclass or argument is tied to one of them."""
+    legacy_owners: tuple[str, ...] = ()
+    """Qualified names (legacy spellings) of the legacy engine's classes and functions that owned this name (SGLang's
+    ``ModelRunner``, ``ServerArgs``, ...): code tied to one of them is recognised as legacy too, and is migrated where
+    the owner maps onto a new one, or reported with the new spelling where the owner is not ours."""
+    parameters: tuple[tuple[str, str], ...] = ()
+    """(symbol rows) ``(legacy parameter, new parameter)`` pairs where a function kept a parameter's meaning under
+    another name (``set_global_graph_memory_pool(val)`` is ``(pool)``): a positional argument still means the same."""
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -223,6 +230,16 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
     owners = raw.get("owners", [])
     if not isinstance(owners, list) or not all(isinstance(item, str) and _is_dotted(item) for item in owners):
         raise RenameTableError(f"{where}: 'owners' must be a list of dotted qualified names")
+    legacy_owners = raw.get("legacy_owners", [])
+    if not isinstance(legacy_owners, list) or not all(
+        isinstance(item, str) and _is_dotted(item) for item in legacy_owners
+    ):
+        raise RenameTableError(f"{where}: 'legacy_owners' must be a list of dotted qualified names")
+    parameters = raw.get("parameters", {})
+    if not isinstance(parameters, dict) or not all(
+        isinstance(old, str) and isinstance(new, str) for old, new in parameters.items()
+    ):
+        raise RenameTableError(f"{where}: 'parameters' must be a table of legacy name = new name strings")
     if kind in _SCOPED_KINDS and not owners:
         raise RenameTableError(
             f"{where}: {kind.value} rows need 'owners' (the legacy API the name belongs to), so the rename never "
@@ -238,6 +255,8 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
         also=tuple(also),
         value=value,
         owners=tuple(owners),
+        legacy_owners=tuple(legacy_owners),
+        parameters=tuple(sorted(parameters.items())),
     )
     if kind in _DOTTED_KINDS and not all(_is_dotted(name) for name in (row.old, row.new)):
         raise RenameTableError(f"{where}: {kind.value} rows need dotted Python paths, got {row.old!r} -> {row.new!r}")

@@ -1,0 +1,297 @@
+"""Read an API's surface from its source with :mod:`ast`: each class's members and method signatures, each function's
+signature. Nothing is imported, so it works on a checkout without torch and on another project's released sources.
+
+One reader serves both sides of the codemods' checks: the exports manifest (the cudagraph packages, :mod:`.exports`)
+and the legacy data (SGLang's sources, :mod:`.legacy_api`). The surface of a class includes what it inherits from
+classes of the same tree (first definition wins, bases left to right); an ancestor outside the tree makes the class
+``open`` unless it is a standard one whose members are known. Only the standard library is imported, never the tree.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .signatures import Param, ParamKind, Signature
+
+__all__ = ["ClassSurface", "SourceTree", "signature_of_arguments"]
+
+CLOSED_BASES = frozenset(
+    {
+        "object",
+        "abc.ABC",
+        "typing.Protocol",
+        "typing.Generic",
+        "enum.Enum",
+        "enum.IntEnum",
+        "enum.StrEnum",
+        "str",
+        "int",
+        "Exception",
+        "ValueError",
+        "RuntimeError",
+        "TypeError",
+        "KeyError",
+        "ImportError",
+        "NotImplementedError",
+        "DeprecationWarning",
+        "UserWarning",
+        "FutureWarning",
+    }
+)
+"""Standard-library ancestors whose members are known (read from the running interpreter): a class whose ancestors
+outside the tree are all here is not ``open``."""
+
+
+@dataclass
+class ClassSurface:
+    """What :meth:`SourceTree.class_surface` finds: bases, members, methods (with ``self``), and openness."""
+
+    bases: list[str]
+    members: set[str]
+    methods: dict[str, Signature]
+    open: bool
+
+
+def signature_of_arguments(arguments: ast.arguments) -> Signature:
+    """The signature a ``def``'s arguments declare."""
+    params: list[Param] = []
+    positional = [*arguments.posonlyargs, *arguments.args]
+    first_default = len(positional) - len(arguments.defaults)
+    for index, arg in enumerate(positional):
+        kind = ParamKind.POSITIONAL_ONLY if index < len(arguments.posonlyargs) else ParamKind.POSITIONAL_OR_KEYWORD
+        params.append(Param(arg.arg, kind, index < first_default))
+    if arguments.vararg is not None:
+        params.append(Param(arguments.vararg.arg, ParamKind.VAR_POSITIONAL, False))
+    for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True):
+        params.append(Param(arg.arg, ParamKind.KEYWORD_ONLY, default is None))
+    if arguments.kwarg is not None:
+        params.append(Param(arguments.kwarg.arg, ParamKind.VAR_KEYWORD, False))
+    return Signature(tuple(params))
+
+
+class SourceTree:
+    """The modules of one top-level package under some source roots (``packages/*/src``, a release's folder)."""
+
+    def __init__(self, roots: Sequence[Path], top: str) -> None:
+        self.roots = tuple(roots)
+        self.top = top
+        self.module_tree = functools.cache(self._module_tree)
+
+    def _module_tree(self, module: str) -> tuple[ast.Module, bool] | None:
+        """The parsed module and whether it is a package ``__init__``."""
+        parts = module.split(".")
+        for root in self.roots:
+            for candidate, is_package in (
+                (root.joinpath(*parts).with_suffix(".py"), False),
+                (root.joinpath(*parts, "__init__.py"), True),
+            ):
+                if candidate.is_file():
+                    return ast.parse(candidate.read_bytes(), filename=str(candidate)), is_package
+        return None
+
+    def imports(self, module: str) -> dict[str, str]:
+        """Local name -> qualified name, for the from-imports and plain imports of ``module``."""
+        found = self.module_tree(module)
+        if found is None:
+            return {}
+        tree, is_package = found
+        names: dict[str, str] = {}
+        for statement in tree.body:
+            if isinstance(statement, ast.ImportFrom):
+                source = self._absolute(module, is_package, statement.level, statement.module)
+                for alias in statement.names:
+                    names[alias.asname or alias.name] = f"{source}.{alias.name}"
+            elif isinstance(statement, ast.Import):
+                for alias in statement.names:
+                    if alias.asname:
+                        names[alias.asname] = alias.name
+                    else:
+                        head = alias.name.split(".")[0]
+                        names[head] = head
+        return names
+
+    @staticmethod
+    def _absolute(module: str, is_package: bool, level: int, name: str | None) -> str:
+        if not level:
+            return name or ""
+        parts = module.split(".")
+        base = parts if is_package else parts[:-1]
+        base = base[: len(base) - (level - 1)] if level > 1 else base
+        return ".".join([*base, *([name] if name else [])])
+
+    def definition(self, qualified: str, depth: int = 0) -> tuple[str, ast.AST] | None:
+        """``(defining module, node)`` of a class or function, following re-exports inside the tree."""
+        module, _, name = qualified.rpartition(".")
+        found = self.module_tree(module)
+        if found is None or depth > 6:
+            return None
+        for statement in found[0].body:
+            if isinstance(statement, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == name:
+                return module, statement
+        target = self.imports(module).get(name)
+        if target is not None and target.split(".")[0] == self.top:
+            return self.definition(target, depth + 1)
+        return None
+
+    def class_surface(self, module: str, node: ast.ClassDef, depth: int = 0) -> ClassSurface:
+        """Members and methods of ``node`` (defined in ``module``), with what it inherits inside the tree."""
+        members: set[str] = set()
+        methods: dict[str, Signature] = {}
+        for statement in node.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                members.add(statement.name)
+                if not _is_property(statement):
+                    methods[statement.name] = _method_signature(statement)
+                members.update(_receiver_assignments(statement))
+            elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                members.add(statement.target.id)
+            elif isinstance(statement, ast.Assign):
+                members.update(target.id for target in statement.targets if isinstance(target, ast.Name))
+        bases = [self._qualified_base(module, base) for base in node.bases]
+        surface = ClassSurface([base for base in bases if base], set(members), dict(methods), open=False)
+        fields = _dataclass_fields(node)
+        for base in surface.bases:
+            inherited = self._inherited(base, depth)
+            if inherited is None:
+                surface.open = surface.open or base not in CLOSED_BASES
+                surface.members |= _standard_members(base)
+                continue
+            surface.members |= inherited.members
+            surface.open = surface.open or inherited.open
+            for name, signature in inherited.methods.items():
+                surface.methods.setdefault(name, signature)
+            if fields is not None and "__init__" in inherited.methods and "__init__" not in methods:
+                fields = [*_init_fields(inherited.methods["__init__"]), *fields]
+        if fields is not None and "__init__" not in methods:
+            surface.methods["__init__"] = Signature((Param("self", ParamKind.POSITIONAL_OR_KEYWORD, True), *fields))
+        return surface
+
+    def _inherited(self, base: str, depth: int) -> ClassSurface | None:
+        if base.split(".")[0] != self.top or depth > 6:
+            return None
+        found = self.definition(base)
+        if found is None or not isinstance(found[1], ast.ClassDef):
+            return None
+        return self.class_surface(found[0], found[1], depth + 1)
+
+    def _qualified_base(self, module: str, base: ast.expr) -> str | None:
+        if isinstance(base, ast.Subscript):  # Generic[T], Protocol[T]
+            base = base.value
+        dotted = _dotted(base)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        imported = self.imports(module).get(head)
+        if imported is not None:
+            return f"{imported}.{rest}" if rest else imported
+        if self.definition(f"{module}.{head}") is not None and not rest:
+            return f"{module}.{head}"
+        return dotted
+
+
+@functools.cache
+def _standard_members(qualified: str) -> frozenset[str]:
+    """The public members a standard-library base gives its subclasses (``Exception.args``, ``Enum.value``)."""
+    if qualified not in CLOSED_BASES:
+        return frozenset()
+    module, _, name = qualified.rpartition(".")
+    holder = importlib.import_module(module or "builtins")
+    return frozenset(member for member in dir(getattr(holder, name)) if not member.startswith("__"))
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def _decorator_names(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> Iterator[str]:
+    for decorator in function.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        dotted = _dotted(target)
+        if dotted:
+            yield dotted.rpartition(".")[2]
+
+
+def _is_property(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(
+        name in ("property", "cached_property", "setter", "getter", "deleter") for name in _decorator_names(function)
+    )
+
+
+def _method_signature(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Signature:
+    signature = signature_of_arguments(function.args)
+    if "staticmethod" in set(_decorator_names(function)):
+        # stored with a stand-in receiver so every method signature drops its first parameter alike
+        return Signature((Param("self", ParamKind.POSITIONAL_OR_KEYWORD, True), *signature.params))
+    return signature
+
+
+def _receiver_assignments(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[str]:
+    if not function.args.args:
+        return
+    receiver = function.args.args[0].arg
+    for node in ast.walk(function):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        for target in targets:
+            for element in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                if (
+                    isinstance(element, ast.Attribute)
+                    and isinstance(element.value, ast.Name)
+                    and element.value.id == receiver
+                ):
+                    yield element.attr
+
+
+def _dataclass_fields(node: ast.ClassDef) -> list[Param] | None:
+    """The ``__init__`` parameters a ``@dataclass`` generates from its fields, or None for other classes."""
+    if "dataclass" not in set(_decorator_names(node)):
+        return None
+    keyword_only = any(
+        isinstance(decorator, ast.Call)
+        and any(keyword.arg == "kw_only" and _is_true(keyword.value) for keyword in decorator.keywords)
+        for decorator in node.decorator_list
+    )
+    params: list[Param] = []
+    for statement in node.body:
+        if not isinstance(statement, ast.AnnAssign) or not isinstance(statement.target, ast.Name):
+            continue
+        annotation = ast.unparse(statement.annotation)
+        if annotation.startswith(("ClassVar", "typing.ClassVar")):
+            continue
+        required, in_init = _field_default(statement.value)
+        if in_init:
+            kind = ParamKind.KEYWORD_ONLY if keyword_only else ParamKind.POSITIONAL_OR_KEYWORD
+            params.append(Param(statement.target.id, kind, required))
+    return params
+
+
+def _field_default(value: ast.expr | None) -> tuple[bool, bool]:
+    """(required, in ``__init__``) of a dataclass field with this default."""
+    if value is None:
+        return True, True
+    if isinstance(value, ast.Call) and _dotted(value.func) in ("field", "dataclasses.field"):
+        keywords = {keyword.arg: keyword.value for keyword in value.keywords}
+        in_init = not ("init" in keywords and not _is_true(keywords["init"]))
+        return not ({"default", "default_factory"} & set(keywords)), in_init
+    return False, True
+
+
+def _init_fields(init: Signature) -> list[Param]:
+    return list(init.without_first().params)
+
+
+def _is_true(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
