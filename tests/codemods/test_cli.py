@@ -43,7 +43,8 @@ def test_rewrites_in_place_by_default(tree: Path, capsys: pytest.CaptureFixture[
     assert (tree / "pkg" / "runner.py").read_text() == (FIXTURES / "from_import_alias.out.py").read_text()
     summary = capsys.readouterr().err
     assert "files scanned: 4   parsed: 3   changed: 2   unchanged: 2   failed: 0" in summary
-    assert "argv candidates: 6 (--rewrite-argv)" in summary
+    assert "listed for review: 6 candidate(s)" in summary
+    assert "needs a manual step: 3 TODO(s) in 2 file(s)" in summary
     # another program's command lines stay as they are unless asked
     assert (tree / "vendor" / "launch.py").read_bytes() == (FIXTURES / "cli_flags.in.py").read_bytes()
     assert main([str(tree), "--check", "--no-progress"]) == EXIT_OK

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from cudagraph.migrate.cli import EXIT_OK, main
+from cudagraph.migrate.cli import EXIT_CHANGES, EXIT_OK, main
 from cudagraph.migrate.example import example_source
 from cudagraph.migrate.renames import RenameKind, load_renames
 
@@ -44,9 +45,23 @@ def test_the_example_migrates_and_its_tests_pass(tmp_path: Path) -> None:
     assert "failed: 0" in result.stdout
     assert re.search(r"\d+ passed", result.stdout)
     migrated = tmp_path / "legacy_engine"
-    # Nothing legacy is left: a second migration finds nothing, and no legacy module is imported.
+    # Nothing migratable is left (a second migration changes nothing); what stays legacy is the platform plugin,
+    # whose every legacy line is marked for a manual step, which --strict fails on.
     assert main([str(migrated), "--check", "--no-progress"]) == EXIT_OK
+    assert main([str(migrated), "--check", "--strict", "--no-progress"]) == EXIT_CHANGES
+    assert "needs a manual step: 3 TODO(s) in 1 file(s)" in result.stdout
     migrated_text = "\n".join(path.read_text() for path in migrated.rglob("*.py"))
-    assert "cudagraph.legacy" not in migrated_text
+    for path in migrated.rglob("*.py"):
+        lines = path.read_text().splitlines()
+        for index, line in enumerate(lines):
+            if "cudagraph.legacy" in line and "TODO(cudagraph-migrate)" not in line:
+                assert path.name.startswith("test_") or "TODO(cudagraph-migrate)" in lines[index - 1], (path, line)
+    # The patch written beside the copy reproduces it from a pristine example.
+    pristine = tmp_path / "pristine"
+    shutil.copytree(example_source(), pristine, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(["git", "init", "-q"], cwd=pristine, check=True)
+    subprocess.run(["git", "apply", "-p1", str(tmp_path / "migration.patch")], cwd=pristine, check=True)
+    for path in migrated.rglob("*.py"):
+        assert (pristine / path.relative_to(migrated)).read_text() == path.read_text()
     # The engine's own forward context stayed its own.
     assert "from .forward_context import ForwardContext, get_forward_context" in migrated_text

@@ -39,10 +39,20 @@ def test_the_engine_keeps_its_own_forward_context():
 
 
 def test_the_runner_classes_resolve():
-    from cudagraph.legacy.cuda_graph_runner import BreakableCudaGraphRunner, CudaGraphRunner, PiecewiseCudaGraphRunner
+    from cudagraph.legacy.cuda_graph_runner import CudaGraphRunner, PiecewiseCudaGraphRunner
 
-    assert BreakableCudaGraphRunner is PiecewiseCudaGraphRunner
-    assert CudaGraphRunner is not PiecewiseCudaGraphRunner
+    assert CudaGraphRunner.phase == "decode" and PiecewiseCudaGraphRunner.phase == "prefill"
+
+
+def test_the_breakable_runner_graphs_prefill():
+    from cudagraph.legacy.cuda_graph_runner import BreakableCudaGraphRunner
+
+    assert BreakableCudaGraphRunner.phase == "prefill"
+
+
+def test_only_tc_piecewise_prefill_compiles():
+    assert ToyModelRunner(server_args.tc_piecewise_prefill_config()).prefill_compiles()
+    assert not ToyModelRunner(server_args.breakable_prefill_config()).prefill_compiles()
 
 
 @mock.patch("cudagraph.legacy.cuda_graph_runner.get_batch_sizes_to_capture", return_value=[8])

@@ -3,7 +3,6 @@
 from cudagraph.legacy import breakable_cuda_graph as bcg
 from cudagraph.legacy.cuda_graph_runner import (
     PIECEWISE_CUDA_GRAPH_CAPTURE_FAILED_MSG,
-    BreakableCudaGraphRunner,
     CudaGraphRunner,
     ForwardBatch,
     ForwardMode,
@@ -40,15 +39,15 @@ class ToyModelRunner:
         self.graph_runner = CudaGraphRunner(self, self.config)
 
     def init_piecewise_cuda_graphs(self):
-        """Build the prefill graph runner of the configured backend."""
+        """Build the prefill graph runner (it reads its backend, breakable or tc_piecewise, from the config)."""
         if not _cuda_available() or not self.config.prefill.enabled:
             self.piecewise_cuda_graph_runner = None
             return
-        if self.config.prefill.backend is Backend.TCPIECEWISE:
-            runner_type = PiecewiseCudaGraphRunner
-        else:
-            runner_type = BreakableCudaGraphRunner
-        self.piecewise_cuda_graph_runner = runner_type(self, self.config)
+        self.piecewise_cuda_graph_runner = PiecewiseCudaGraphRunner(self, self.config)
+
+    def prefill_compiles(self) -> bool:
+        """Whether the prefill backend compiles the model with torch.compile."""
+        return self.config.prefill.backend is Backend.TCPIECEWISE
 
     def decode_batch_sizes(self):
         """The decode batch sizes this engine captures."""

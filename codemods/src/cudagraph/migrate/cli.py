@@ -1,10 +1,13 @@
 """``cudagraph-migrate PATH...``: rewrite legacy CUDA-graph names in place, or show (``--diff``) / check (``--check``).
 
 Conventions follow ruff and black. Exit status: 0 done (or nothing to change); 1 ``--check``/``--diff`` found files
-that would change, or a file failed (it does not parse, cannot be written, or its migration would not import: such
-a file is left untouched); 2 usage errors (a bad option, a missing path). Patches and ``--check``'s file list go to
-stdout; progress, findings and the summary go to stderr, so ``--diff`` output can be piped straight into
-``git apply``. ``-`` reads one file from stdin and writes the migrated text to stdout.
+that would change (migratable code remains), ``--strict`` found places that need a manual step (each marked with a
+``# TODO(cudagraph-migrate)`` comment), or a file failed (it does not parse, cannot be written, or its migration would
+not import: such a file is left untouched); 2 usage errors (a bad option, a missing path). In CI,
+``cudagraph-migrate --check --strict PATH`` fails until the migration is complete.
+
+Patches and ``--check``'s file list go to stdout; progress, findings and the summary go to stderr, so ``--diff``
+output can be piped straight into ``git apply``. ``-`` reads one file from stdin and writes the migrated text to stdout.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ EXIT_ERROR = EXIT_CHANGES
 EXIT_USAGE = 2
 """A bad option or a missing path: nothing was done."""
 STDIN = "-"
+_PREFIX = {FindingKind.TODO: "todo", FindingKind.ARGV: "review", FindingKind.SKIP: "skip"}
+"""How each finding's line starts, in the summary's words."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to migrate; - reads stdin")
     parser.add_argument("--diff", action="store_true", help="print a git-apply-able patch, write nothing")
     parser.add_argument("--check", action="store_true", help="list files that would change, write nothing")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 while manual steps remain (TODO(cudagraph-migrate) places), not only while code would change",
+    )
     parser.add_argument("--select", action="append", default=[], metavar="CODES", help="only these rules (CG101,CG2)")
     parser.add_argument("--ignore", action="append", default=[], metavar="CODES", help="skip these rules")
     parser.add_argument("--list-rules", action="store_true", help="list the rules and exit")
@@ -124,10 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = migrate_files(discovery.files, options, jobs=args.jobs, progress=progress)
     _print_details(report, args)
     if not args.quiet:
-        print(format_summary(report, written=options.write, seconds=time.perf_counter() - started), file=sys.stderr)
+        summary = format_summary(
+            report, written=options.write, seconds=time.perf_counter() - started, verbose=args.verbose
+        )
+        print(summary, file=sys.stderr)
     if report.count("failed"):
         return EXIT_ERROR
     if (args.check or args.diff) and report.count("changed"):
+        return EXIT_CHANGES
+    if args.strict and report.findings(FindingKind.TODO):
         return EXIT_CHANGES
     return EXIT_OK
 
@@ -152,7 +167,7 @@ def _migrate_stdin(options: MigrationOptions, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     for finding in result.findings:
         if finding.kind is not FindingKind.SKIP or args.verbose:
-            print(f"{finding.kind.value}: <stdin>: {finding}", file=sys.stderr)
+            print(f"{_PREFIX[finding.kind]}: <stdin>: {finding}", file=sys.stderr)
     if args.check or args.diff:
         if args.diff and result.changed:
             from .runner import unified_patch
@@ -163,23 +178,42 @@ def _migrate_stdin(options: MigrationOptions, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def format_summary(report: RunReport, *, written: bool, seconds: float | None = None) -> str:
-    """The summary: files scanned/parsed/changed/failed, edits and files per rule, then what was left alone."""
+def format_summary(
+    report: RunReport, *, written: bool, seconds: float | None = None, verbose: bool = False, max_files: int = 10
+) -> str:
+    """The summary a user acts on: what was migrated, what needs a manual step, what is listed for review.
+
+    The per-rule table follows only with ``verbose`` or when some rule edited something.
+    """
     changed = "changed" if written else "would change"
     took = f" in {seconds:.1f} s" if seconds is not None else ""
+    edits = sum(edits for edits, _ in report.edits_per_rule().values())
     lines = [
         f"files scanned: {len(report.files)}   parsed: {report.parsed()}   {changed}: {report.count('changed')}   "
         f"unchanged: {report.count('unchanged')}   failed: {report.count('failed')}{took}",
-        f"{'rule':<6} {'name':<24} {'edits':>6} {'files':>6}",
+        f"migrated: {edits} edit(s) in {sum(1 for file in report.files if file.edits)} file(s)",
     ]
-    for rule in report.rules:
-        edits, files = report.edits_per_rule()[rule.code]
-        lines.append(f"{rule.code:<6} {rule.name:<24} {edits:>6} {files:>6}")
+    todo_files = [
+        (file.path, len(file.of_kind(FindingKind.TODO))) for file in report.files if file.of_kind(FindingKind.TODO)
+    ]
     lines.append(
-        f"left for you: {report.findings(FindingKind.TODO)} note(s)   "
-        f"argv candidates: {report.findings(FindingKind.ARGV)} (--rewrite-argv)   "
-        f"not tied to the legacy API: {report.findings(FindingKind.SKIP)} (-v lists them)"
+        f"needs a manual step: {report.findings(FindingKind.TODO)} TODO(s) in {len(todo_files)} file(s)"
+        + (" (each marked # TODO(cudagraph-migrate) in the file)" if todo_files else "")
     )
+    for path, count in todo_files[:max_files]:
+        lines.append(f"  {path}: {count}")
+    if len(todo_files) > max_files:
+        lines.append(f"  and {len(todo_files) - max_files} more (see above)")
+    lines.append(
+        f"listed for review: {report.findings(FindingKind.ARGV)} candidate(s) in other programs' options "
+        "(--rewrite-argv, --rewrite-engine-options rewrite them)"
+    )
+    if verbose or edits:
+        lines.append(f"{'rule':<6} {'name':<24} {'edits':>6} {'files':>6}")
+        for rule in report.rules:
+            rule_edits, files = report.edits_per_rule()[rule.code]
+            lines.append(f"{rule.code:<6} {rule.name:<24} {rule_edits:>6} {files:>6}")
+    lines.append(f"not tied to the legacy API: {report.findings(FindingKind.SKIP)} (-v lists them)")
     return "\n".join(lines)
 
 
@@ -195,7 +229,7 @@ def _print_details(report: RunReport, args: argparse.Namespace) -> None:
             continue
         for finding in file_report.findings:
             if finding.kind is not FindingKind.SKIP or args.verbose:
-                print(f"{finding.kind.value}: {file_report.path}: {finding}", file=sys.stderr)
+                print(f"{_PREFIX[finding.kind]}: {file_report.path}: {finding}", file=sys.stderr)
     sys.stdout.flush()
 
 

@@ -51,6 +51,8 @@ class MigrationOptions:
     """The rename table to read (default: the installed one)."""
     run: RunOptions = field(default_factory=RunOptions)
     """Switches the rules read (``--rewrite-argv``)."""
+    patch_root: str | None = None
+    """Name the patch's files relative to this folder (default: the working directory when inside it)."""
 
 
 @dataclass
@@ -174,7 +176,7 @@ def migrate_file(path: Path, options: MigrationOptions) -> FileReport:
     if not result.changed:
         return report
     if options.diff:
-        report.diff = unified_patch(str(path), result.original, result.migrated)
+        report.diff = unified_patch(str(path), result.original, result.migrated, root=options.patch_root)
     if options.write:
         try:
             atomic_write(path, result.migrated)
@@ -198,13 +200,14 @@ def _rules(codes: tuple[str, ...]) -> list[Rule]:
     return select_rules(select=codes) if codes else []
 
 
-def unified_patch(path: str, before: bytes, after: bytes) -> str:
-    """A ``git apply``-able unified diff (``a/`` and ``b/`` sides, relative to the working directory when inside it).
+def unified_patch(path: str, before: bytes, after: bytes, root: str | None = None) -> str:
+    """A ``git apply -p1``-able unified diff (``a/`` and ``b/`` sides, relative to ``root``, or to the working
+    directory when inside it).
 
     libcst's ``diff_code`` names both sides with one filename and drops the marker for a last line without a
     newline, so the patch is built here with :mod:`difflib` on lines that keep their endings.
     """
-    relative = os.path.relpath(path)
+    relative = os.path.relpath(path, root) if root is not None else os.path.relpath(path)
     name = Path(path).as_posix().lstrip("/") if relative.startswith("..") else Path(relative).as_posix()
     old = before.decode("utf-8", errors="surrogateescape").splitlines(keepends=True)
     new = after.decode("utf-8", errors="surrogateescape").splitlines(keepends=True)

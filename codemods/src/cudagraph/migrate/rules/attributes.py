@@ -57,6 +57,9 @@ class LegacyMembers(MigrationCommand):
         """The same questions answered without mapping legacy names to new ones: is the code still on the legacy
         engine's classes (a kept base, SGLang's own ``ModelRunner``)?"""
         self.legacy_names = legacy_engine_names(self.table)
+        self.kept_bases = legacy_engine_names(self.table, shims=True)
+        """A class still derived from one of these (as spelled) kept its legacy base: the migration refused to move
+        it, so its overrides keep the names the legacy base calls."""
         self.legacy_owner_rows = {row.old: row.legacy_owners for row in self.table.of_kind(*_MEMBER_KINDS)}
         self.class_stack: list[cst.ClassDef] = []
         self.function_depth: list[int] = [0]
@@ -159,16 +162,22 @@ class LegacyMembers(MigrationCommand):
         return self._on_ours(spelled, types & everything, where, name, new)
 
     def _on_ours(
-        self, spelled: frozenset[str], owners_found: frozenset[str], where: cst.CSTNode, name: str, new: str
+        self,
+        spelled: frozenset[str],
+        owners_found: frozenset[str],
+        where: cst.CSTNode,
+        name: str,
+        new: str,
+        legacy: frozenset[str] | None = None,
     ) -> bool:
         """True when the code is on our classes; otherwise a TODO names the new spelling and the legacy class."""
-        legacy = sorted(qualified for qualified in spelled if is_legacy_engine_name(qualified, self.legacy_names))
-        if not legacy:
+        prefixes = self.legacy_names if legacy is None else legacy
+        legacy_found = sorted(qualified for qualified in spelled if is_legacy_engine_name(qualified, prefixes))
+        if not legacy_found:
             return True
         self.note(
             where,
-            f"{name} stays: {legacy[0]} is the legacy engine's class, not cudagraph's; on cudagraph's classes "
-            f"it is {new}",
+            f"{name} stays: {legacy_found[0]} is the legacy class, not cudagraph's; on cudagraph's classes it is {new}",
             GuideSection.ENGINE_MEMBERS,
         )
         return False
@@ -182,7 +191,9 @@ class LegacyMembers(MigrationCommand):
         class_def = self.class_stack[-1]
         everything = frozenset((*owners, *self.legacy_owner_rows.get(name.value, ())))
         found = self.owners.ancestors(class_def) & everything
-        if not found or not self._on_ours(self.spelled.ancestors(class_def), found, where, name.value, new):
+        if not found or not self._on_ours(
+            self.spelled.ancestors(class_def), found, where, name.value, new, legacy=self.kept_bases
+        ):
             return name
         self.edited()
         return name.with_changes(value=new)

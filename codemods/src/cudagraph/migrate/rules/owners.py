@@ -73,10 +73,11 @@ class AsSpelled:
         return qualified
 
 
-def legacy_engine_names(table: RenameTable) -> frozenset[str]:
-    """Prefixes of names that belong to a legacy engine and are not ours: the legacy modules (the ``cudagraph.legacy``
-    shims excepted, whose names *are* the new objects) and every row's ``legacy_owners``."""
-    modules = {module for module in table.modules if module.split(".")[0] != "cudagraph"}
+def legacy_engine_names(table: RenameTable, *, shims: bool = False) -> frozenset[str]:
+    """Prefixes of names that belong to a legacy engine and are not ours: the legacy modules and every row's
+    ``legacy_owners``. The ``cudagraph.legacy`` shims count only with ``shims``: their objects *are* the new ones, but a
+    subclass still spelled through one is a subclass whose move to the new name was refused."""
+    modules = {module for module in table.modules if shims or module.split(".")[0] != "cudagraph"}
     owners = {owner for row in table for owner in row.legacy_owners}
     return frozenset(modules | owners)
 
