@@ -180,3 +180,17 @@ def test_argv_lists_are_listed_without_rewrite_argv() -> None:
     assert notes == [
         "CG402 21: defines legacy flag --cuda-graph-bs: define the flags with cudagraph.config.add_cli_args"
     ]
+
+
+def test_every_guide_section_a_todo_points_to_exists() -> None:
+    from pathlib import Path
+
+    from cudagraph.migrate.todo_comments import GuideSection
+
+    guide = (Path(__file__).resolve().parents[2] / "refactor" / "migration-guide.md").read_text()
+    anchors = {
+        "-".join(line.lstrip("#").strip().lower().replace("`", "").split())
+        for line in guide.splitlines()
+        if line.startswith("#")
+    }
+    assert {section.value for section in GuideSection} <= anchors

@@ -34,6 +34,7 @@ TABLE = load_renames()
 EXPORTS = load_exports()
 LEGACY_FLAGS = frozenset(TABLE.by_old(RenameKind.CLI_FLAG))
 DEFINITION_CALLS = frozenset({"add_argument", "option", "argument", "field"})
+TODO = "# TODO(cudagraph-migrate):"
 MIGRATE = [str(Path(sys.executable).with_name("cudagraph-migrate")), "-j", "2", "--no-progress"]
 
 
@@ -42,7 +43,10 @@ class TreeFacts:
     """What the tests compare before and after, read with ``ast`` (independently of the codemods)."""
 
     movable: int = 0
+    movable_marked: int = 0
+    """Movable names left on the legacy import because the new API refused a use, each marked with a TODO."""
     staying: int = 0
+    todos: int = 0
     unparsable: set[str] = field(default_factory=set)
     definitions: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     argv_flags: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -59,6 +63,8 @@ def read_facts(root: Path) -> TreeFacts:
             facts.unparsable.add(relative)
             continue
         matcher = LegacyModuleMatcher(TABLE, relative)
+        lines = path.read_text(errors="replace").splitlines()
+        facts.todos += sum(line.strip().startswith(TODO) for line in lines)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 match = matcher.match(node.module or "", level=node.level) if (node.module or node.level) else None
@@ -66,6 +72,7 @@ def read_facts(root: Path) -> TreeFacts:
                     for alias in node.names:
                         movable = TABLE.symbol(match.row.old, alias.name) or EXPORTS.exports(match.row.new, alias.name)
                         facts.movable += bool(movable)
+                        facts.movable_marked += bool(movable) and _marked(lines, node.lineno)
                         facts.staying += not movable
             elif isinstance(node, ast.Import):
                 facts.movable += sum(1 for alias in node.names if (m := matcher.match(alias.name)) and not m.rest)
@@ -79,6 +86,16 @@ def read_facts(root: Path) -> TreeFacts:
                     if token.partition("=")[0] in LEGACY_FLAGS:
                         facts.argv_flags[(relative, token)] += 1
     return facts
+
+
+def _marked(lines: list[str], line: int) -> bool:
+    """Whether a TODO comment stands directly above the statement at ``line``."""
+    index = line - 2
+    while index >= 0 and lines[index].strip().startswith("#"):
+        if lines[index].strip().startswith(TODO):
+            return True
+        index -= 1
+    return False
 
 
 @dataclass
@@ -117,8 +134,11 @@ def test_the_run_succeeds_and_reports(migrated: Migrated) -> None:
 def test_legacy_references_that_can_move_are_gone_and_what_stays_is_reported(migrated: Migrated) -> None:
     before, after = read_facts(migrated.original), read_facts(migrated.copy)
     name = migrated.tree.name
-    print(f"{name}: movable {before.movable} -> {after.movable}, staying {before.staying} -> {after.staying}")
-    assert after.movable <= 0.02 * before.movable
+    print(
+        f"{name}: movable {before.movable} -> {after.movable} ({after.movable_marked} kept with a TODO: the new API "
+        f"refused a use), staying {before.staying} -> {after.staying}, TODO comments {after.todos}"
+    )
+    assert after.movable - after.movable_marked <= 0.02 * before.movable
     assert after.staying <= before.staying
     if after.staying:
         assert "not exported by" in migrated.result.stderr
@@ -143,7 +163,7 @@ def test_flag_definitions_and_other_programs_command_lines_are_untouched(migrate
     assert after.definitions == before.definitions
     assert after.argv_flags == before.argv_flags  # no --rewrite-argv: argv is listed, never rewritten
     if before.argv_flags:
-        assert "argv: " in migrated.result.stderr
+        assert "review: " in migrated.result.stderr
 
 
 def test_a_second_run_changes_nothing(migrated: Migrated) -> None:
