@@ -1,10 +1,14 @@
-"""The exports manifest: every public ``cudagraph`` module and the names it exports (its ``__all__``).
+"""The exports manifest: every public ``cudagraph`` module, the names it exports (its ``__all__``), and the API of
+each public class and function (members, method signatures, constructor).
 
 The codemods move a name into a new module only when that module exports it, and check every file they write
-against this manifest, so a migrated file never imports a name that does not exist. The manifest is a data file
-(``exports.json``, shipped in the wheel) because ``cudagraph-migrate`` installs without torch and without the runtime
-packages; ``python -m cudagraph.migrate.exports --write`` regenerates it from the source checkout's ``__all__`` lists
-(read with :mod:`ast`, nothing imported), and a test compares it with the installed packages so the two cannot drift.
+against this manifest, so a migrated file never imports a name that does not exist. Before a rewrite that changes
+meaning (a base class swapped, a call target or a method renamed), they check against the ``api`` half that the new
+API accepts the code as it stands: the members a subclass reads exist, the arguments of a call bind, an override
+takes the calls its new base makes. The manifest is a data file (``exports.json``, shipped in the wheel) because
+``cudagraph-migrate`` installs without torch and without the runtime packages; ``python -m cudagraph.migrate.exports
+--write`` regenerates it from the source checkout (read with :mod:`ast`, nothing imported), and tests compare it with
+the installed packages so the two cannot drift.
 """
 
 from __future__ import annotations
@@ -139,9 +143,9 @@ def scan_api(root: Path = _CHECKOUT_ROOT) -> dict[str, dict[str, object]]:
     api: dict[str, dict[str, object]] = {}
     for module, names in scan_sources(root).items():
         for name in names:
-            found = tree.definition(f"{module}.{name}")
+            found = _definition(tree, f"{module}.{name}")
             if found is None:
-                continue  # a constant or an alias of another object: nothing to check calls against
+                continue  # a constant, or an alias of something outside the packages: nothing to check calls against
             defining_module, node = found
             if isinstance(node, ast.ClassDef):
                 surface = tree.class_surface(defining_module, node)
@@ -155,6 +159,31 @@ def scan_api(root: Path = _CHECKOUT_ROOT) -> dict[str, dict[str, object]]:
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 api[f"{module}.{name}"] = {"kind": "function", "signature": signature_of_arguments(node.args).to_json()}
     return api
+
+
+def _definition(tree: SourceTree, qualified: str, depth: int = 0) -> tuple[str, ast.AST] | None:
+    """Where ``qualified`` is defined, following re-exports and module-level aliases (``register_split_op =
+    register_break_op`` exports one function under two names, and users call either)."""
+    found = tree.definition(qualified)
+    if found is not None or depth > 6:
+        return found
+    module, _, name = qualified.rpartition(".")
+    imported = tree.imports(module).get(name)
+    if imported is not None:
+        return _definition(tree, imported, depth + 1) if imported.split(".")[0] == tree.top else None
+    parsed = tree.module_tree(module)
+    for statement in parsed[0].body if parsed is not None else ():
+        if (
+            isinstance(statement, ast.Assign)
+            and [_name(target) for target in statement.targets] == [name]
+            and _name(statement.value) is not None
+        ):
+            return _definition(tree, f"{module}.{_name(statement.value)}", depth + 1)
+    return None
+
+
+def _name(node: ast.expr) -> str | None:
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _source_roots(root: Path) -> list[Path]:

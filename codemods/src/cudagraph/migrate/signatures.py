@@ -86,6 +86,21 @@ class Signature:
         """Parameters a positional argument can fill, in order."""
         return tuple(param for param in self.params if param.kind in _POSITIONAL)
 
+    @property
+    def by_keyword(self) -> frozenset[str]:
+        """Names a keyword argument can fill (positional-only names cannot: ``**kwargs`` collects those)."""
+        return frozenset(param.name for param in self.params if param.kind in _BY_KEYWORD)
+
+    @property
+    def takes_var_positional(self) -> bool:
+        """Whether the signature collects extra positional arguments (``*args``)."""
+        return self._has(ParamKind.VAR_POSITIONAL)
+
+    @property
+    def takes_var_keyword(self) -> bool:
+        """Whether the signature collects extra keyword arguments (``**kwargs``)."""
+        return self._has(ParamKind.VAR_KEYWORD)
+
     def _has(self, kind: ParamKind) -> bool:
         return any(param.kind is kind for param in self.params)
 
@@ -94,73 +109,117 @@ class Signature:
     ) -> str | None:
         """None when a call with ``positional`` positional arguments and ``keywords`` binds; else the one reason.
 
-        A call that unpacks ``*args``/``**kwargs`` cannot be proven to bind unless the signature takes them itself.
+        The rules are Python's own (what calling a function with this signature accepts). A call that unpacks
+        ``*args``/``**kwargs`` cannot be proven to bind unless the signature takes them itself; when it does, the
+        unpacked values are assumed to fill whatever the visible arguments leave.
         """
-        if star_args and not self._has(ParamKind.VAR_POSITIONAL):
+        if star_args and not self.takes_var_positional:
             return "the call passes *args, whose length cannot be checked here"
-        if star_kwargs and not self._has(ParamKind.VAR_KEYWORD):
+        if star_kwargs and not self.takes_var_keyword:
             return "the call passes **kwargs, whose keys cannot be checked here"
-        slots = self.positional
-        if positional > len(slots) and not self._has(ParamKind.VAR_POSITIONAL):
-            return f"takes at most {len(slots)} positional argument{_plural(len(slots))}, {positional} given"
-        filled = {param.name for param in slots[:positional]}
-        by_name = {param.name: param for param in self.params if param.kind in _BY_KEYWORD}
+        problem = self._positional_problem(positional)
+        if problem is not None:
+            return problem
+        filled = {param.name for param in self.positional[:positional]}
+        seen: set[str] = set()
         for keyword in keywords:
-            if keyword in filled:
-                return f"argument {keyword!r} given twice"
-            if keyword not in by_name and not self._has(ParamKind.VAR_KEYWORD):
-                return f"unexpected keyword argument {keyword!r}"
-            filled.add(keyword)
+            problem = self._keyword_problem(keyword, positional, seen)
+            if problem is not None:
+                return problem
+            seen.add(keyword)
         if star_args or star_kwargs:
-            return None  # the unpacked values may fill whatever is left
+            return None
+        filled |= seen & self.by_keyword
         missing = [param.name for param in self.params if param.required and param.name not in filled]
         if missing:
             names = ", ".join(repr(name) for name in missing)
             return f"missing required argument{_plural(len(missing))} {names}"
         return None
 
-    def override_problem(self, base: Signature) -> str | None:
+    def _positional_problem(self, positional: int) -> str | None:
+        slots = len(self.positional)
+        if positional > slots and not self.takes_var_positional:
+            return f"takes at most {slots} positional argument{_plural(slots)}, {positional} given"
+        return None
+
+    def _keyword_problem(self, keyword: str, positional: int, seen: Collection[str] = ()) -> str | None:
+        """Why ``keyword=...`` is refused beside ``positional`` positional arguments (None: it is taken)."""
+        if keyword in seen:
+            return f"keyword argument {keyword!r} repeated"
+        if keyword in self.by_keyword:
+            if keyword in (param.name for param in self.positional[:positional]):
+                return f"argument {keyword!r} given twice"
+            return None
+        if self.takes_var_keyword:
+            return None  # **kwargs collects it (a positional-only parameter's name included)
+        if any(param.name == keyword and param.kind is ParamKind.POSITIONAL_ONLY for param in self.params):
+            return f"positional-only argument {keyword!r} passed by keyword"
+        return f"unexpected keyword argument {keyword!r}"
+
+    def override_problem(self, base: Signature, *, required_by_name: bool = False) -> str | None:
         """None when every call ``base`` accepts also binds to this signature (an override of it); else why not.
 
-        Both signatures include ``self``. The base's positional parameters must each have a positional slot here;
-        its keyword-only and optional parameters (callers pass those by name) must be taken here by the same name;
-        and nothing here may be required that the base's callers need not pass.
+        Both signatures include ``self``. A call is a number of positional arguments and a set of keyword names;
+        for each positional count the base accepts, every keyword it accepts beside them must be taken here too,
+        and the smallest such call (the base's required arguments, by position as far as they go, the rest by
+        name) must fill everything required here. That is exactly "every call binding to the base binds here":
+        keywords are refused one at a time, and adding arguments never makes a required one missing.
+
+        The calls counted pass the base's required positional parameters by position, as a base calling its own
+        hook does (``self.capture_one_shape(shape)``), so an override may rename them. ``required_by_name=True``
+        counts every call Python allows, those naming such a parameter (``shape=...``) included.
         """
         mine, theirs = self.without_first(), base.without_first()
-        base_positional = theirs.positional
-        if theirs._has(ParamKind.VAR_POSITIONAL) and not mine._has(ParamKind.VAR_POSITIONAL):
+        if theirs.takes_var_positional and not mine.takes_var_positional:
             return f"the base{theirs.spelled()} takes *args; the override{mine.spelled()} does not"
-        if theirs._has(ParamKind.VAR_KEYWORD) and not mine._has(ParamKind.VAR_KEYWORD):
+        if theirs.takes_var_keyword and not mine.takes_var_keyword:
             return f"the base{theirs.spelled()} takes **kwargs; the override{mine.spelled()} does not"
-        if len(base_positional) > len(mine.positional) and not mine._has(ParamKind.VAR_POSITIONAL):
+        most = len(theirs.positional)
+        if mine._positional_problem(most) is not None:
             return (
-                f"the base{theirs.spelled()} is called with up to {len(base_positional)} positional "
-                f"argument{_plural(len(base_positional))}; the override{mine.spelled()} takes {len(mine.positional)}"
+                f"the base{theirs.spelled()} is called with up to {most} positional argument{_plural(most)}; "
+                f"the override{mine.spelled()} takes {len(mine.positional)}"
             )
-        # Required positional parameters are passed by position; optional and keyword-only ones usually by name.
-        by_name = [
-            param.name
-            for param in theirs.params
-            if param.kind is ParamKind.KEYWORD_ONLY
-            or (param.kind is ParamKind.POSITIONAL_OR_KEYWORD and not param.required)
-        ]
-        mine_by_name = {param.name for param in mine.params if param.kind in _BY_KEYWORD}
-        for name in by_name:
-            if name not in mine_by_name and not mine._has(ParamKind.VAR_KEYWORD):
+        # Required positionals come first; those a call cannot (or, by convention, does not) name set the fewest.
+        by_position = (ParamKind.POSITIONAL_ONLY,) if required_by_name else _POSITIONAL
+        fewest = sum(1 for param in theirs.params if param.kind in by_position and param.required)
+        # Beyond both signatures' slots, more positional arguments only feed *args: nothing new to learn there.
+        widest = max(most, len(mine.positional)) + 1 if theirs.takes_var_positional else most
+        # The fullest positional call first: the base's own calls of a hook pass its arguments that way, so a
+        # problem there is the one worth naming.
+        for positional in range(widest, fewest - 1, -1):
+            problem = mine._problem_beside(theirs, positional)
+            if problem is not None:
+                return problem
+        return None
+
+    def _problem_beside(self, base: Signature, positional: int) -> str | None:
+        """Why some call of ``base`` with ``positional`` positional arguments does not bind here (self dropped)."""
+        passed = {param.name for param in base.positional[:positional]}
+        names = base.by_keyword - passed
+        if base.takes_var_keyword:
+            # Any other name lands in the base's **kwargs; names this signature knows are the ones it may refuse.
+            names |= {param.name for param in self.params} - (base.by_keyword & passed)
+        for keyword in sorted(names):
+            if self._keyword_problem(keyword, positional) is not None:
+                called = f"{_count(positional, 'positional argument')} and {keyword}=..."
+                if keyword in self.by_keyword:
+                    return (
+                        f"the base{base.spelled()} may be called with {called}; "
+                        f"the override{self.spelled()} would get {keyword} twice"
+                    )
                 return (
-                    f"the base{theirs.spelled()} may be called with {name}=...; "
-                    f"the override{mine.spelled()} has no {name}"
+                    f"the base{base.spelled()} may be called with {keyword}=...; "
+                    f"the override{self.spelled()} has no {keyword}"
                 )
-        required_by_base = sum(1 for param in base_positional if param.required)
-        for index, param in enumerate(mine.params):
-            if not param.required:
-                continue
-            fills = param.kind in _POSITIONAL and index < required_by_base
-            if not fills:
-                return (
-                    f"the override{mine.spelled()} requires {param.name}, which callers of the base"
-                    f"{theirs.spelled()} need not pass"
-                )
+        needed = {param.name for param in base.params if param.required and param.kind in _BY_KEYWORD} - passed
+        filled = {param.name for param in self.positional[:positional]} | (needed & self.by_keyword)
+        missing = [param.name for param in self.params if param.required and param.name not in filled]
+        if missing:
+            return (
+                f"the override{self.spelled()} requires {', '.join(missing)}, which callers of the base"
+                f"{base.spelled()} need not pass"
+            )
         return None
 
     def spelled(self) -> str:
@@ -188,3 +247,7 @@ class Signature:
 
 def _plural(count: int) -> str:
     return "" if count == 1 else "s"
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{_plural(count)}"
