@@ -94,13 +94,19 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(venv_backend="virtualenv")
 def migrate(session: nox.Session) -> None:
-    """Migrate PATH... in place (``nox -s migrate -- PATH``); with no path, migrate the bundled legacy example."""
+    """Migrate PATH... in place (``nox -s migrate -- PATH``); with no path, migrate the bundled legacy example.
+
+    The example's result stays in ``./cudagraph-migrate-example`` at the repository root (git-ignored): the migrated
+    copy and ``migration.patch``, both paths printed; a re-run replaces them.
+    """
     install_workspace(session, "pytest>=8")
     if session.posargs:
         # relative paths are the caller's, not the noxfile's folder (nox runs sessions from there)
         session.chdir(session.invoked_from)
         session.run("cudagraph-migrate", *session.posargs)
     else:
+        # from the repository root, whatever folder nox was invoked from, so the result lands in the ignored folder
+        session.chdir(ROOT)
         session.run("python", "-m", "cudagraph.migrate.example")
 
 

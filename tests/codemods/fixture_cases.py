@@ -1,8 +1,9 @@
 """Fixture pairs under ``fixtures/``: ``NAME.in.py`` (legacy) and ``NAME.out.py`` (expected), discovered by name.
 
 A first line ``# migrate-fixture: path=some/dir/file.py select=CG1 rewrite-argv=yes`` sets the path the source
-pretends to live at (relative imports resolve against it), the rules to run and the run switches; by default the path
-is ``fixtures/NAME.py``, all rules run and argv lists are only listed.
+pretends to live at (relative imports resolve against it), the rules to run and the run switches (``rewrite-argv``,
+``rewrite-engine-options``, ``move-shared-state``: ``yes`` turns one on); by default the path is ``fixtures/NAME.py``,
+all rules run, and argv lists and other engines' options are only listed.
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ class FixtureCase:
     def migrate(self, text: str) -> SourceMigration:
         """Migrate ``text`` as this fixture's file with this fixture's rules."""
         select = [code for code in self.options.get("select", "").split(",") if code]
-        options = RunOptions(rewrite_argv=self.options.get("rewrite-argv") == "yes")
+        options = RunOptions(
+            rewrite_argv=self.options.get("rewrite-argv") == "yes",
+            rewrite_engine_options=self.options.get("rewrite-engine-options") == "yes",
+            move_shared_state=self.options.get("move-shared-state") == "yes",
+        )
         return migrate_source(text, self.virtual_path, select_rules(select), load_renames(), options)
 
 

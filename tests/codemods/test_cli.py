@@ -1,17 +1,30 @@
-"""The command line: in-place rewrite, --diff, --check, rule selection, exclusion, failures and the summary."""
+"""The command line: in-place rewrite, --diff, --check, --strict, rule selection, exclusion, failures, the summary."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from cudagraph.migrate.cli import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
+from cudagraph.migrate.cli import (
+    EXIT_CHANGES,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    format_finding,
+    format_summary,
+    main,
+)
+from cudagraph.migrate.rules import RULES
+from cudagraph.migrate.rules.base import Finding, FindingKind
+from cudagraph.migrate.runner import FileReport, RunReport
 
 from .fixture_cases import FIXTURES
 
@@ -121,7 +134,7 @@ def test_unknown_rule_is_an_error(tree: Path, capsys: pytest.CaptureFixture[str]
 def test_list_rules(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--list-rules"]) == EXIT_OK
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert listed == ["CG101", "CG102", "CG201", "CG301", "CG302", "CG401", "CG402"]
+    assert listed == ["CG101", "CG102", "CG201", "CG301", "CG302", "CG401", "CG402", "CG403"]
 
 
 def test_exclude_skips_matching_paths(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -237,3 +250,127 @@ def test_a_result_that_would_not_import_is_never_written(tmp_path: Path, capsys:
     assert script.read_bytes() == legacy
     err = capsys.readouterr().err
     assert "would import names that do not exist: cudagraph.runner.NoSuchRunner (line 1)" in err
+
+
+def _summary(err: str) -> str:
+    return err[err.index("files scanned:") :]
+
+
+def test_the_summary_separates_migrated_manual_steps_and_review(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tree), "--check", "--no-progress"]) == EXIT_CHANGES
+    err = capsys.readouterr().err
+    summary = _summary(err).splitlines()
+    headings = [line.split(":")[0] for line in summary if ":" in line and not line.startswith(" ")]
+    assert headings == [
+        "files scanned",
+        "migrated",
+        "needs a manual step",
+        "listed for review",
+        "not tied to the legacy API",
+    ]
+    assert "migrated: 15 edit(s) in 2 file(s) (not written)" in summary
+    assert any("--rewrite-argv" in line and "--rewrite-engine-options" in line for line in summary if "review" in line)
+    # each file that needs a manual step is listed with as many TODOs as its todo: lines name
+    listed = {
+        line.strip().rpartition(": ")[0]: int(line.rpartition(": ")[2]) for line in summary if line.startswith("  ")
+    }
+    server, launch = str(tree / "pkg" / "server.py"), str(tree / "vendor" / "launch.py")
+    assert listed == {server: err.count(f"todo: {server}:"), launch: err.count(f"todo: {launch}:")}
+    assert listed[server] > 0 and listed[launch] > 0
+
+
+def test_finding_lines_read_prefix_path_line_code(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copy(FIXTURES / "attributes_tied.in.py", tree / "pkg" / "tied.py")
+    assert main([str(tree), "--check", "--no-progress"]) == EXIT_CHANGES
+    lines = capsys.readouterr().err.splitlines()
+    server, launch = re.escape(str(tree / "pkg" / "server.py")), re.escape(str(tree / "vendor" / "launch.py"))
+    assert any(re.match(rf"todo: {server}:\d+: CG401 \S", line) for line in lines)
+    assert any(re.match(rf"review: {launch}:\d+: CG402 argument list passes legacy flag", line) for line in lines)
+    assert not [line for line in lines if line.startswith("skip: ")]  # only with -v
+    assert main([str(tree), "--check", "--no-progress", "-v"]) == EXIT_CHANGES
+    tied = re.escape(str(tree / "pkg" / "tied.py"))
+    assert any(re.match(rf"skip: {tied}:\d+: CG201 ", line) for line in capsys.readouterr().err.splitlines())
+
+
+def test_format_finding_without_a_line() -> None:
+    finding = Finding(FindingKind.ARGV, "CG402", 0, "passes --cuda-graph-bs")
+    assert format_finding("run.py", finding) == "review: run.py: CG402 passes --cuda-graph-bs"
+    assert format_finding("run.py", replace(finding, line=7)) == "review: run.py:7: CG402 passes --cuda-graph-bs"
+
+
+def test_the_rule_table_is_printed_only_with_verbose_or_when_a_rule_edited(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def table_rows(err: str) -> list[str]:
+        return [line.split()[0] for line in _summary(err).splitlines() if re.match(r"CG\d{3} ", line)]
+
+    assert main([str(tree), "--no-progress"]) == EXIT_OK
+    assert table_rows(capsys.readouterr().err) == [rule.code for rule in RULES]  # edits were made: every rule a row
+    assert main([str(tree), "--no-progress"]) == EXIT_OK  # nothing left to edit
+    err = capsys.readouterr().err
+    assert table_rows(err) == [] and "needs a manual step: " in err
+    assert main([str(tree), "--no-progress", "-v"]) == EXIT_OK
+    assert table_rows(capsys.readouterr().err) == [rule.code for rule in RULES]
+
+
+def test_a_long_list_of_files_with_manual_steps_is_cut() -> None:
+    files = [
+        FileReport(f"pkg/m{index}.py", "unchanged", findings=[Finding(FindingKind.TODO, "CG201", 3, "stays")] * 2)
+        for index in range(13)
+    ]
+    summary = format_summary(RunReport(files, RULES), written=True, max_files=10).splitlines()
+    assert "needs a manual step: 26 TODO(s) in 13 file(s) (the todo: lines above name each place)" in summary
+    assert [line for line in summary if line.startswith("  ")] == [
+        *(f"  pkg/m{index}.py: 2" for index in range(10)),
+        "  and 3 more (see above)",
+    ]
+    assert "migrated: 0 edit(s) in 0 file(s)" in summary
+    assert not [line for line in summary if line.startswith("rule ")]
+
+
+def test_strict_fails_while_manual_steps_remain(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tree), "--check", "--strict", "--no-progress"]) == EXIT_CHANGES
+    # a writing run migrates everything it can, and still fails under --strict
+    assert main([str(tree), "--strict", "--no-progress"]) == EXIT_CHANGES
+    assert (tree / "pkg" / "server.py").read_text() == MIGRATED.read_text()
+    assert main([str(tree), "--check", "--no-progress"]) == EXIT_OK  # nothing migratable is left
+    assert main([str(tree), "--check", "--strict", "--no-progress"]) == EXIT_CHANGES  # manual steps are
+    assert "needs a manual step: 3 TODO(s) in 2 file(s)" in capsys.readouterr().err
+    # without manual steps, --strict passes
+    assert main([str(tree / "pkg" / "runner.py"), "--check", "--strict", "--no-progress"]) == EXIT_OK
+    assert main([str(tree / "pkg" / "clean.py"), "--strict", "--no-progress"]) == EXIT_OK
+
+
+def test_strict_on_stdin(monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    import io
+
+    for argv, expected in ((["-"], EXIT_OK), (["-", "--strict"], EXIT_CHANGES), (["-", "--check", "--strict"], 1)):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(LEGACY.read_bytes())))
+        assert main(argv) == expected, argv
+    assert b"todo: <stdin>:" in capsysbinary.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((FIXTURES / "no_legacy.in.py").read_bytes())))
+    assert main(["-", "--check", "--strict"]) == EXIT_OK
+
+
+def test_help_documents_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "--strict" in text and "exit status:" in text
+    assert "--check --strict" in text
+
+
+def test_a_writing_run_reports_lines_of_the_written_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "guard.py"
+    source.write_text(
+        '"""A guard."""\n\nfrom sglang.srt.model_executor.cuda_graph_runner import get_is_capture_mode\n\n'
+        "from sglang.srt.model_executor.cuda_graph_runner import *  # noqa: F403\n"
+    )
+    assert main([str(source), "--no-progress"]) == EXIT_OK
+    err = capsys.readouterr().err
+    written = source.read_text().splitlines()
+    reported = [int(line.split(":")[2]) for line in err.splitlines() if line.startswith("todo: ")]
+    assert len(reported) == 2
+    for line in reported:  # each names the statement itself, below the TODO comments written above it
+        assert written[line - 1].startswith("from sglang.srt.model_executor.cuda_graph_runner import")
+        assert written[line - 2].startswith("# TODO(cudagraph-migrate):")

@@ -134,16 +134,25 @@ def test_what_cannot_be_rewritten_safely_is_reported() -> None:
         "'config'",
         "CG101 20: bcg is used as a module object; the legacy import stays",
     ]
+    shared = "it shares state (capture flag, graph pool or forward context) with that engine's graph runner, which "
+    shared += "still sets it; move it with the runner (--move-shared-state)"
     assert notes["forward_context_piecewise"] == [
-        "CG101 3: set_forward_context: kept on sglang.srt.compilation.piecewise_context_manager, since "
-        "cudagraph.backend_utils.set_forward_context does not accept every use of it here (see the TODOs at those "
-        "uses)",
-        "CG101 8: kept on the legacy set_forward_context: argument 1 is 'forward_batch' of the legacy "
-        "set_forward_context but 'context' of set_forward_context(context)",
+        f"CG101 3: set_forward_context stays on sglang.srt.compilation.piecewise_context_manager: {shared}"
+    ]
+    assert notes["shared_state_stays"] == [
+        f"CG101 4: get_global_graph_memory_pool stays on sglang.srt.model_executor.cuda_graph_runner: {shared}",
+        f"CG101 4: get_is_capture_mode stays on sglang.srt.model_executor.cuda_graph_runner: {shared}",
     ]
     definition = "defines legacy flag --cuda-graph-bs: define the flags with cudagraph.config.add_cli_args"
     assert notes["cli_flags"] == [f"CG402 21: {definition}"]
-    expected_elsewhere = {"star_import", "kwargs", "unexported_names_stay", "cli_flags", "forward_context_piecewise"}
+    expected_elsewhere = {
+        "star_import",
+        "kwargs",
+        "unexported_names_stay",
+        "cli_flags",
+        "forward_context_piecewise",
+        "shared_state_stays",
+    }
     assert all(not found for name, found in notes.items() if name not in expected_elsewhere)
 
 

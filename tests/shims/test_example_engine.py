@@ -40,8 +40,9 @@ def unmigrated(tmp_path: Path) -> Path:
 @pytest.fixture
 def migrated(tmp_path: Path) -> Path:
     with contextlib.redirect_stdout(io.StringIO()):
-        target, failed = migrate_example(tmp_path)
-    assert failed == 0
+        migration = migrate_example(tmp_path)
+    assert migration.report.count("failed") == 0
+    target = migration.copy
     (target / "no_legacy_plugin.py").write_text(NO_LEGACY_PLUGIN)
     return target
 

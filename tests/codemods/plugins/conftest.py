@@ -1,3 +1,4 @@
-"""The plugins' own tests need the legacy stand-in on the path: ``test_plugins.py`` runs them in subprocesses."""
+"""The plugins and the stand-in need the legacy API on the path: ``test_plugins.py`` runs their tests in
+subprocesses, so this repository's own test run collects nothing here."""
 
-collect_ignore_glob = ["*/tests/*", "legacy_api/*", "*/*_plugin/*"]
+collect_ignore_glob = ["*"]

@@ -1,10 +1,21 @@
 """``cudagraph-migrate PATH...``: rewrite legacy CUDA-graph names in place, or show (``--diff``) / check (``--check``).
 
-Conventions follow ruff and black. Exit status: 0 done (or nothing to change); 1 ``--check``/``--diff`` found files
-that would change (migratable code remains), ``--strict`` found places that need a manual step (each marked with a
-``# TODO(cudagraph-migrate)`` comment), or a file failed (it does not parse, cannot be written, or its migration would
-not import: such a file is left untouched); 2 usage errors (a bad option, a missing path). In CI,
-``cudagraph-migrate --check --strict PATH`` fails until the migration is complete.
+Conventions follow ruff and black. Exit status:
+
+- 0: done, or nothing to change;
+- 1: ``--check``/``--diff`` found files that would change (migratable code remains); or ``--strict`` (on a writing
+  run as with ``--check``) found places that need a manual step, each marked in its file with a
+  ``# TODO(cudagraph-migrate)`` comment; or a file failed (it does not parse, cannot be written, or its migration
+  would not import: such a file is left untouched);
+- 2: a usage error (a bad option, a missing path): nothing was done.
+
+In CI, ``cudagraph-migrate --check PATH`` fails while code the tool can migrate remains, and
+``cudagraph-migrate --check --strict PATH`` also fails until every manual step is done.
+
+The summary says what was migrated, what needs a manual step (the TODO count and the files holding them) and what is
+listed for review (legacy options of other programs, rewritten only with ``--rewrite-argv`` or
+``--rewrite-engine-options``); the per-rule table follows with ``-v`` or when a rule edited something. Each finding
+is one line, ``todo: PATH:LINE: CODE message`` (``review:``, and with ``-v`` ``skip:`` for names left alone).
 
 Patches and ``--check``'s file list go to stdout; progress, findings and the summary go to stderr, so ``--diff``
 output can be piped straight into ``git apply``. ``-`` reads one file from stdin and writes the migrated text to stdout.
@@ -27,30 +38,53 @@ from .files import discover
 from .options import RunOptions
 from .renames import RenameTableError, load_renames
 from .rules import RULES, RuleSelectionError, select_rules
-from .rules.base import FindingKind
+from .rules.base import Finding, FindingKind
 from .runner import (
     FileReport,
     MigrationOptions,
     RunReport,
     migrate_bytes,
     migrate_files,
+    unified_patch,
     usable_cpus,
     with_project_reexports,
 )
 
-__all__ = ["EXIT_CHANGES", "EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "build_parser", "format_summary", "main"]
+__all__ = [
+    "EXIT_CHANGES",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "format_finding",
+    "format_summary",
+    "main",
+]
 
 EXIT_OK = 0
 """Everything migrated, or nothing to migrate."""
 EXIT_CHANGES = 1
-"""``--check``/``--diff``: at least one file would change; or a file failed and was left untouched."""
+"""``--check``/``--diff``: at least one file would change (migratable code remains); ``--strict``: a place needs a
+manual step; or a file failed and was left untouched."""
 EXIT_ERROR = EXIT_CHANGES
 """A file failed (reported, left untouched)."""
 EXIT_USAGE = 2
 """A bad option or a missing path: nothing was done."""
 STDIN = "-"
 _PREFIX = {FindingKind.TODO: "todo", FindingKind.ARGV: "review", FindingKind.SKIP: "skip"}
-"""How each finding's line starts, in the summary's words."""
+"""How each finding's line starts, in the summary's words: ``todo`` needs a manual step, ``review`` is listed for
+review, ``skip`` was left alone as not legacy."""
+
+_EXIT_STATUS_HELP = """\
+exit status:
+  0  done, or nothing to change
+  1  --check/--diff: a file would change (migratable code remains);
+     --strict: a place needs a manual step (a # TODO(cudagraph-migrate) comment marks it);
+     or a file failed and was left untouched
+  2  usage error (a bad option, a missing path)
+
+CI: `cudagraph-migrate --check PATH` fails while migratable code remains;
+`cudagraph-migrate --check --strict PATH` also fails until every manual step is done."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cudagraph-migrate",
         description="Rewrite code from the legacy CUDA-graph names to the cudagraph packages (refactor/renames.toml).",
+        epilog=_EXIT_STATUS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to migrate; - reads stdin")
     parser.add_argument("--diff", action="store_true", help="print a git-apply-able patch, write nothing")
@@ -65,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--strict",
         action="store_true",
-        help="exit 1 while manual steps remain (TODO(cudagraph-migrate) places), not only while code would change",
+        help="also exit 1 while manual steps remain (places marked # TODO(cudagraph-migrate)), with --check or on a "
+        "writing run: for CI",
     )
     parser.add_argument("--select", action="append", default=[], metavar="CODES", help="only these rules (CG101,CG2)")
     parser.add_argument("--ignore", action="append", default=[], metavar="CODES", help="skip these rules")
@@ -83,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also rewrite legacy options passed to or read from other engines' Python APIs (ServerArgs(...), "
         "Engine(...), server_args.<option>): only when those engines take cudagraph.config's options",
+    )
+    parser.add_argument(
+        "--move-shared-state",
+        action="store_true",
+        help="also move the capture flag, graph pool and forward context helpers off a legacy engine's modules: only "
+        "once that engine's graph runners are cudagraph's (they share that state with the code that reads it)",
     )
     cpus = usable_cpus()
     parser.add_argument("-j", "--jobs", type=int, default=cpus, metavar="N", help=f"worker processes (default {cpus})")
@@ -118,7 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         write=not (args.diff or args.check),
         diff=args.diff,
         table_path=args.renames,
-        run=RunOptions(rewrite_argv=args.rewrite_argv, rewrite_engine_options=args.rewrite_engine_options),
+        run=RunOptions(
+            rewrite_argv=args.rewrite_argv,
+            rewrite_engine_options=args.rewrite_engine_options,
+            move_shared_state=args.move_shared_state,
+        ),
     )
     if args.paths == [STDIN]:
         return _migrate_stdin(options, args)
@@ -165,17 +212,17 @@ def _migrate_stdin(options: MigrationOptions, args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         sys.stdout.buffer.write(source)
         return EXIT_ERROR
-    for finding in result.findings:
-        if finding.kind is not FindingKind.SKIP or args.verbose:
-            print(f"{_PREFIX[finding.kind]}: <stdin>: {finding}", file=sys.stderr)
+    if not args.quiet:
+        for finding in result.findings:
+            if finding.kind is not FindingKind.SKIP or args.verbose:
+                print(format_finding("<stdin>", finding), file=sys.stderr)
+    manual = args.strict and any(finding.kind is FindingKind.TODO for finding in result.findings)
     if args.check or args.diff:
         if args.diff and result.changed:
-            from .runner import unified_patch
-
             sys.stdout.write(unified_patch("<stdin>", result.original, result.migrated))
-        return EXIT_CHANGES if result.changed else EXIT_OK
+        return EXIT_CHANGES if result.changed or manual else EXIT_OK
     sys.stdout.buffer.write(result.migrated)
-    return EXIT_OK
+    return EXIT_CHANGES if manual else EXIT_OK
 
 
 def format_summary(
@@ -183,25 +230,26 @@ def format_summary(
 ) -> str:
     """The summary a user acts on: what was migrated, what needs a manual step, what is listed for review.
 
-    The per-rule table follows only with ``verbose`` or when some rule edited something.
+    The files that need a manual step are listed with their TODO counts, cut after ``max_files`` (the per-finding
+    lines printed before the summary name every place). The per-rule table, every rule a row as in ruff's
+    statistics, follows only with ``verbose`` or when some rule edited something.
     """
     changed = "changed" if written else "would change"
     took = f" in {seconds:.1f} s" if seconds is not None else ""
-    edits = sum(edits for edits, _ in report.edits_per_rule().values())
+    per_rule = report.edits_per_rule()
+    edits = sum(rule_edits for rule_edits, _ in per_rule.values())
+    edited_files = sum(1 for file in report.files if file.edits)
     lines = [
         f"files scanned: {len(report.files)}   parsed: {report.parsed()}   {changed}: {report.count('changed')}   "
         f"unchanged: {report.count('unchanged')}   failed: {report.count('failed')}{took}",
-        f"migrated: {edits} edit(s) in {sum(1 for file in report.files if file.edits)} file(s)",
+        f"migrated: {edits} edit(s) in {edited_files} file(s)" + ("" if written else " (not written)"),
     ]
-    todo_files = [
-        (file.path, len(file.of_kind(FindingKind.TODO))) for file in report.files if file.of_kind(FindingKind.TODO)
-    ]
+    todo_files = [(file.path, len(todos)) for file in report.files if (todos := file.of_kind(FindingKind.TODO))]
     lines.append(
         f"needs a manual step: {report.findings(FindingKind.TODO)} TODO(s) in {len(todo_files)} file(s)"
-        + (" (each marked # TODO(cudagraph-migrate) in the file)" if todo_files else "")
+        + (" (the todo: lines above name each place)" if todo_files else "")
     )
-    for path, count in todo_files[:max_files]:
-        lines.append(f"  {path}: {count}")
+    lines.extend(f"  {path}: {count}" for path, count in todo_files[:max_files])
     if len(todo_files) > max_files:
         lines.append(f"  and {len(todo_files) - max_files} more (see above)")
     lines.append(
@@ -211,10 +259,17 @@ def format_summary(
     if verbose or edits:
         lines.append(f"{'rule':<6} {'name':<24} {'edits':>6} {'files':>6}")
         for rule in report.rules:
-            rule_edits, files = report.edits_per_rule()[rule.code]
+            rule_edits, files = per_rule[rule.code]
             lines.append(f"{rule.code:<6} {rule.name:<24} {rule_edits:>6} {files:>6}")
     lines.append(f"not tied to the legacy API: {report.findings(FindingKind.SKIP)} (-v lists them)")
     return "\n".join(lines)
+
+
+def format_finding(path: str, finding: Finding) -> str:
+    """One finding as ``todo: PATH:LINE: CODE message`` (``review:`` for ARGV, ``skip:`` for SKIP), the form editors
+    and CI annotators jump from; a finding without a line reads ``todo: PATH: CODE message``."""
+    where = f"{path}:{finding.line}" if finding.line else path
+    return f"{_PREFIX[finding.kind]}: {where}: {finding.code} {finding.message}"
 
 
 def _print_details(report: RunReport, args: argparse.Namespace) -> None:
@@ -229,7 +284,7 @@ def _print_details(report: RunReport, args: argparse.Namespace) -> None:
             continue
         for finding in file_report.findings:
             if finding.kind is not FindingKind.SKIP or args.verbose:
-                print(f"{_PREFIX[finding.kind]}: {file_report.path}: {finding}", file=sys.stderr)
+                print(format_finding(file_report.path, finding), file=sys.stderr)
     sys.stdout.flush()
 
 

@@ -22,7 +22,7 @@ from .options import RunOptions
 from .reexports import imported_names
 from .renames import RenameTable
 from .rules import Rule
-from .rules.base import ORIGINAL_KEY, REWRITE_ENGINE_OPTIONS_KEY, Finding, QuickView
+from .rules.base import MOVE_SHARED_STATE_KEY, ORIGINAL_KEY, REWRITE_ENGINE_OPTIONS_KEY, Finding, QuickView
 from .rules.cli_flags import REWRITE_ARGV_KEY
 from .rules.owners import REEXPORTS_KEY, Canonicalizer
 from .verify import unresolved_references
@@ -114,12 +114,21 @@ def migrate_source(
     reexports = _reexports(options.reexports)
     canonicalizer = Canonicalizer(table, exports, reexports)
     view = QuickView(
-        module_ast, text, path, table, options.rewrite_argv, imported_names(module_ast, canonicalizer.canonical)
+        module_ast,
+        text,
+        path,
+        table,
+        options.rewrite_argv,
+        imported_names(module_ast, canonicalizer.canonical),
+        rewrite_engine_options=options.rewrite_engine_options,
     )
     findings: list[Finding] = []
     transforming = []
     for rule in active:
-        quick = rule.command.quick_findings(view)
+        try:
+            quick = rule.command.quick_findings(view)
+        except Exception as error:  # a rule bug must fail this file, not the run
+            raise MigrationError(f"{path}: rule {rule.code} failed: {type(error).__name__}: {error}") from error
         if quick is None:
             transforming.append(rule)
         else:
@@ -133,6 +142,7 @@ def migrate_source(
     scratch = {
         REWRITE_ARGV_KEY: options.rewrite_argv,
         REWRITE_ENGINE_OPTIONS_KEY: options.rewrite_engine_options,
+        MOVE_SHARED_STATE_KEY: options.move_shared_state,
         REEXPORTS_KEY: reexports,
         ORIGINAL_KEY: (tree, text),
     }

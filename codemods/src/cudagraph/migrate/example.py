@@ -1,37 +1,47 @@
 """``python -m cudagraph.migrate.example``: migrate the bundled legacy example engine and run its tests.
 
-Copies the example (``codemods/examples/legacy_engine`` in a checkout, packaged data in a wheel) to
-``./cudagraph-migrate-example/legacy_engine`` (``--workdir`` picks another folder; a previous result there is
-replaced), migrates it in place, prints the diff and the summary, writes the patch beside it
-(``cudagraph-migrate-example/migration.patch``: ``git apply -p1`` inside a pristine copy reproduces the migration), then
-runs the example's own tests with pytest in a subprocess against the migrated copy. Both paths are printed.
+1. Copies the example (``codemods/examples/legacy_engine`` in a checkout, packaged data in a wheel) to
+   ``./cudagraph-migrate-example/legacy_engine`` under the current directory (``--workdir`` picks another folder;
+   a previous result there is replaced, with a line saying so).
+2. Migrates the copy in place, as ``cudagraph-migrate`` would, and prints the patch, every finding
+   (``todo: PATH:LINE: ...`` for a place that needs a manual step) and the summary.
+3. Writes the patch beside the copy (``cudagraph-migrate-example/migration.patch``): ``git apply -p1
+   migration.patch`` inside a pristine copy of the example reproduces the migrated one.
+4. Runs the example's own tests with pytest, in a subprocess, against the migrated copy.
 
-The exit status is pytest's (or 1 when migration itself failed). The example's
-argument lists are its own engine's command line (parsed with ``cudagraph.config.add_cli_args``), so it is migrated
-as such an engine's owner would: with ``--rewrite-argv``.
+Both paths are printed, and both stay for the user to read. The exit status is pytest's (or 1 when migration itself
+failed). The example's argument lists are its own engine's command line (parsed with
+``cudagraph.config.add_cli_args``), so it is migrated as such an engine's owner would: with ``--rewrite-argv``.
+It never writes outside the chosen folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from .cli import EXIT_ERROR, format_summary
+from .cli import EXIT_ERROR, format_finding, format_summary
 from .files import discover
 from .options import RunOptions
 from .rules import RULES
 from .rules.base import FindingKind
-from .runner import MigrationOptions, migrate_files, with_project_reexports
+from .runner import MigrationOptions, RunReport, migrate_files, with_project_reexports
 
-__all__ = ["example_source", "main", "migrate_example"]
+__all__ = ["DEFAULT_WORKDIR", "PATCH_NAME", "ExampleMigration", "example_source", "main", "migrate_example"]
 
 DEFAULT_WORKDIR = "cudagraph-migrate-example"
 """Where the result goes by default, under the current directory (git-ignored in this repository)."""
+PATCH_NAME = "migration.patch"
+"""The patch written beside the migrated copy."""
+COPY_NAME = "legacy_engine"
+"""The migrated copy's folder, inside the work folder."""
 _PACKAGED_EXAMPLE = Path(__file__).parent / "data" / "examples" / "legacy_engine"
 _CHECKOUT_EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "legacy_engine"
 
@@ -46,16 +56,27 @@ def example_source() -> Path:
     )
 
 
-PATCH_NAME = "migration.patch"
-"""The patch written beside the migrated copy."""
+@dataclass(frozen=True)
+class ExampleMigration:
+    """Where one migration of the example left its result, and what it did."""
+
+    copy: Path
+    """The migrated copy of the example."""
+    patch: Path
+    """The ``git apply -p1``-able patch from the pristine example to :attr:`copy`."""
+    report: RunReport
+    """Per file: status, edits and findings."""
+    replaced: bool
+    """Whether a previous result was replaced."""
 
 
-def migrate_example(destination: Path) -> tuple[Path, int]:
-    """Copy the example to ``destination/legacy_engine``, migrate it, print diff and summary, write the patch to
-    ``destination/migration.patch``; (path of the migrated copy, failed files)."""
-    target = destination / "legacy_engine"
-    if target.exists():
-        print(f"replacing the previous result in {target}", file=sys.stderr)
+def migrate_example(destination: Path) -> ExampleMigration:
+    """Copy the example to ``destination/legacy_engine``, migrate it in place, write the patch to
+    ``destination/migration.patch``, and print the patch, the findings, the summary and both paths to stdout."""
+    target = destination / COPY_NAME
+    replaced = target.exists()
+    if replaced:
+        print(f"replacing the previous result in {_shown(target)}")
         shutil.rmtree(target)
     shutil.copytree(example_source(), target, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
     options = MigrationOptions(
@@ -63,28 +84,40 @@ def migrate_example(destination: Path) -> tuple[Path, int]:
         write=True,
         diff=True,
         run=RunOptions(rewrite_argv=True),
-        patch_root=str(target),
+        patch_root=str(target),  # the patch names files as the example's root sees them: a/toy_engine/...
     )
-    files = discover([target]).files
-    report = migrate_files(files, with_project_reexports(options, files, [target]))
+    files = discover([_shown(target)]).files
+    report = migrate_files(files, with_project_reexports(options, files, [Path(_shown(target))]))
     patch = "".join(file_report.diff or "" for file_report in report.files)
+    patch_path = destination / PATCH_NAME
+    patch_path.write_text(patch, encoding="utf-8")
     sys.stdout.write(patch)
-    (destination / PATCH_NAME).write_text(patch, encoding="utf-8")
     for file_report in report.files:
         if file_report.error:
-            print(f"error: {file_report.error}", file=sys.stderr)
+            print(f"error: {file_report.error}")
         for finding in file_report.findings:
             if finding.kind is not FindingKind.SKIP:
-                print(f"{finding.kind.value}: {file_report.path}: {finding}", file=sys.stderr)
+                print(format_finding(file_report.path, finding))
     print(format_summary(report, written=True))
-    print(f"migrated copy: {target}\npatch: {destination / PATCH_NAME} (git apply -p1 inside a pristine copy)")
+    print(f"migrated copy: {_shown(target)}")
+    print(f"patch: {_shown(patch_path)} (git apply -p1 {PATCH_NAME} inside a pristine copy reproduces the migration)")
     sys.stdout.flush()
-    return target, report.count("failed")
+    return ExampleMigration(target, patch_path, report, replaced)
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the current directory when inside it (shorter to read), else as given."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Migrate the example into a scratch directory and run its tests there."""
-    parser = argparse.ArgumentParser(prog="python -m cudagraph.migrate.example", description=__doc__)
+    """Migrate the example into the work folder (kept for the user to read) and run its tests there."""
+    parser = argparse.ArgumentParser(
+        prog="python -m cudagraph.migrate.example",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -98,12 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _migrate_and_test(workdir: Path, pytest_args: Sequence[str]) -> int:
-    target, failed = migrate_example(workdir)
-    if failed:
+    result = migrate_example(workdir)
+    if result.report.count("failed"):
         return EXIT_ERROR
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *pytest_args]
-    print(f"$ (cd {target} && {shlex.join(command)})", flush=True)
-    return subprocess.run(command, cwd=target, check=False).returncode
+    print(f"$ (cd {_shown(result.copy)} && {shlex.join(command)})", flush=True)
+    return subprocess.run(command, cwd=result.copy, check=False).returncode
 
 
 if __name__ == "__main__":

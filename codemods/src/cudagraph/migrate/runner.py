@@ -182,7 +182,26 @@ def migrate_file(path: Path, options: MigrationOptions) -> FileReport:
             atomic_write(path, result.migrated)
         except OSError as error:
             return FileReport(str(path), "failed", error=f"{path}: cannot write: {error.strerror or error}")
+        report.findings = on_written_lines(report.findings, result.original, result.migrated)
     return report
+
+
+def on_written_lines(findings: Sequence[Finding], original: bytes, migrated: bytes) -> list[Finding]:
+    """``findings`` (lines of ``original``) moved onto the same statements in ``migrated``, the text a user opens
+    after a writing run: TODO comments written above a statement push it, and everything after it, down."""
+    if original == migrated:
+        return list(findings)
+    before = original.decode("utf-8", "replace").splitlines()
+    after = migrated.decode("utf-8", "replace").splitlines()
+    moved: dict[int, int] = {}
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag == "delete":
+            continue
+        # lines added to a block come first (TODO comments above its statement): old lines map onto its last lines
+        shift = max(j2 - j1 - (i2 - i1), 0)
+        for offset in range(i2 - i1):
+            moved[i1 + offset + 1] = min(j1 + shift + offset, j2 - 1) + 1
+    return [dataclasses.replace(finding, line=moved.get(finding.line, finding.line)) for finding in findings]
 
 
 def migrate_bytes(source: bytes, path: str, options: MigrationOptions) -> SourceMigration:

@@ -32,6 +32,7 @@ class GuideSection(str, enum.Enum):
     MANUAL_STEPS = "manual-steps"
     SUBCLASSES = "subclasses-of-the-legacy-runners"
     CALLS = "calls-the-new-api-does-not-accept"
+    SHARED_STATE = "state-shared-with-the-legacy-runner"
     ENGINE_MEMBERS = "members-of-engine-classes-that-are-not-ours"
     NAMES_THAT_STAY = "names-only-the-legacy-module-has"
     MODULE_OBJECTS = "legacy-modules-used-as-objects"

@@ -15,6 +15,7 @@ from .base import MigrationCommand
 from .cli_flags import LegacyCliFlags
 from .config_strings import LegacyConfigStrings
 from .dotted_strings import LegacyDottedStrings
+from .engine_options import LegacyEngineOptions
 from .enum_members import LegacyEnumMembers
 from .imports import LegacyImports
 from .keywords import LegacyKeywords
@@ -67,6 +68,13 @@ _RULE_TABLE: tuple[Rule, ...] = (
     Rule("CG302", "legacy-config-strings", (RenameKind.CONFIG_STRING,), LegacyConfigStrings, "legacy config values"),
     Rule("CG401", "legacy-keywords", (RenameKind.KWARG,), LegacyKeywords, "legacy server-argument keywords in calls"),
     Rule("CG402", "legacy-cli-flags", (RenameKind.CLI_FLAG,), LegacyCliFlags, "legacy flags in argument lists"),
+    Rule(
+        "CG403",
+        "legacy-engine-options",
+        (RenameKind.KWARG,),
+        LegacyEngineOptions,
+        "legacy options passed to or read from another engine's API (ServerArgs, Engine)",
+    ),
 )
 
 

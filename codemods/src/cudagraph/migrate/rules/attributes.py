@@ -177,7 +177,7 @@ class LegacyMembers(MigrationCommand):
             return True
         self.note(
             where,
-            f"{name} stays: {legacy_found[0]} is the legacy class, not cudagraph's; on cudagraph's classes it is {new}",
+            f"{name} stays while this code is on the legacy {legacy_found[0]}; on cudagraph's classes it is {new}",
             GuideSection.ENGINE_MEMBERS,
         )
         return False

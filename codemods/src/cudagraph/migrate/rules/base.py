@@ -29,7 +29,9 @@ class FindingKind(str, enum.Enum):
     SKIP = "skip"
     """A same-spelled name left alone because nothing ties it to the legacy API (listed with ``-v``)."""
     ARGV = "argv"
-    """A legacy flag in another program's command line, rewritten only with ``--rewrite-argv``."""
+    """Another program's option, listed for review: a legacy flag in a command line (rewritten only with
+    ``--rewrite-argv``), or a legacy keyword or attribute of another engine's ``ServerArgs``/``Engine`` (rewritten only
+    with ``--rewrite-engine-options``)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class QuickView:
     rewrite_argv: bool
     imported: frozenset[str]
     """Canonical qualified names the file imports: ``module.Name`` of from-imports, and imported modules."""
+    rewrite_engine_options: bool = False
+    """Whether other engines' legacy Python options are to be rewritten (``--rewrite-engine-options``)."""
 
     def reaches_any(self, owners: Sequence[str]) -> bool:
         """Whether an owner, or the module that defines it, is imported here."""
@@ -305,6 +309,8 @@ _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 _WRAPPER_KEY = "cudagraph.migrate.metadata_wrapper"
 ORIGINAL_KEY = "cudagraph.migrate.original"
 """``CodemodContext.scratch`` key: ``(parsed tree, its source text)`` of the file being migrated."""
+MOVE_SHARED_STATE_KEY = "cudagraph.migrate.move_shared_state"
+"""``CodemodContext.scratch`` key: true when names sharing state with a legacy runner may move (``shared_state``)."""
 REWRITE_ENGINE_OPTIONS_KEY = "cudagraph.migrate.rewrite_engine_options"
 """``CodemodContext.scratch`` key: true when other engines' legacy Python options are to be rewritten."""
 _EMPTY_MODULE = cst.Module([])

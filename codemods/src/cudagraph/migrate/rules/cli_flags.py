@@ -1,28 +1,40 @@
 """CG402: legacy command-line flags, driven by ``cli_flag`` rows: listed always, rewritten only when asked.
 
-A flag string in code is usually *another program's* command line (a test launching a server, a benchmark script),
-and that program decides which flags it accepts: rewriting ``"--cuda-graph-max-bs"`` in an argv list makes the
-launched server reject it. So argv candidates (elements of list/tuple/set literals, and command strings passed to
-``subprocess``/``os.system``/``shlex.split``) are only *listed* unless the run is given ``--rewrite-argv``.
+A flag string in code is usually *another program's* command line (a test launching a server, a benchmark script, an
+RL driver handing a command to its own launcher), and that program decides which flags it accepts: rewriting
+``"--cuda-graph-max-bs"`` in an argv list makes the launched server reject it. So every command-like place is only
+*listed* unless the run is given ``--rewrite-argv``:
 
-A program's own flag *definitions* (``add_argument``, ``click.option``, ``dataclasses.field(metadata=...)``) are never
-rewritten: each is reported with the advice to define the flags with ``cudagraph.config.add_cli_args``.
+- elements of list/tuple/set literals (argv lists);
+- any string literal holding a legacy flag as a whitespace-separated word (a command string, wherever it goes: to
+  ``subprocess``, to a project's own ``launch(...)`` helper, into a variable), and a string that is one flag;
+- the literal parts of an f-string (listed only: the flag's surroundings are only known at run time).
 
-When rewriting: a boolean switch that became a valued option expands to two elements
+Text for a person is not a command line and is left alone: docstrings and other bare string statements, messages of
+logging and ``print`` calls, of exceptions, ``raise`` and ``assert``, and ``help=`` texts. A program's own flag
+*definitions* (``add_argument``, ``click.option``, ``dataclasses.field(metadata=...)``) are never rewritten nor
+listed: each is reported as a manual step, to define the flags with ``cudagraph.config.add_cli_args``.
+
+When rewriting: a boolean switch that became a valued option expands to two words or elements
 (``"--enable-breakable-cuda-graph"`` -> ``"--prefill-cuda-graph-backend", "breakable"``), a switch that became one per
-phase to one element per phase, ``"--old=value"`` keeps its value, a comment stays with the element it preceded, and
-an element already present is not written twice.
+phase to one per phase, ``"--old=value"`` keeps its value, a comment stays with the element it preceded, and a switch
+already present is not written twice. What one string cannot hold (a lone flag string that becomes two arguments, a
+string with escape sequences) stays listed.
+
+Without ``--rewrite-argv`` the rule only reports, from the :mod:`ast` tree (no libcst work).
 """
 
 from __future__ import annotations
 
 import ast
+import enum
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import libcst as cst
 
 from ..renames import Rename, RenameKind, RenameTable
+from ..todo_comments import GuideSection
 from .base import (
     Finding,
     FindingKind,
@@ -37,11 +49,121 @@ from .base import (
 REWRITE_ARGV_KEY = "cudagraph.migrate.rewrite_argv"
 """``CodemodContext.scratch`` key: true when argv lists and command strings are to be rewritten."""
 
-_DEFINITION_CALLS = frozenset({"add_argument", "option", "argument", "field"})
-"""Callee names (last dotted part) that define a program's own flags."""
-_COMMAND_CALLS = frozenset({"run", "Popen", "call", "check_call", "check_output", "system", "split", "popen"})
-"""Callee names that take a command string (``subprocess.*``, ``os.system``, ``shlex.split``)."""
 _WHITESPACE = re.compile(r"(\s+)")
+_PLACEHOLDER = "\0"
+"""Stands for an f-string's replacement field when its literal parts are read as one text."""
+
+
+class StringRole(enum.Enum):
+    """Where a string stands when it is not a command line."""
+
+    DEFINITION = "definition"
+    """Inside a program's definition of its own flags: reported as a manual step, never listed nor rewritten."""
+    MESSAGE = "message"
+    """Text for a person (a log line, an exception, a ``help=`` text): neither listed nor rewritten."""
+
+
+_CALL_ROLES: Mapping[str, StringRole] = {
+    **dict.fromkeys(("add_argument", "option", "argument", "field"), StringRole.DEFINITION),
+    **dict.fromkeys(
+        ("debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "log", "print", "echo"),
+        StringRole.MESSAGE,
+    ),
+}
+"""Callee names (last dotted part) whose arguments are not command lines: flag definitions, messages."""
+_MESSAGE_CLASS_SUFFIXES = ("Error", "Exception", "Warning")
+"""A callee named like this builds an exception or a warning: its arguments are messages."""
+_MESSAGE_KEYWORDS = frozenset({"help"})
+"""Keyword arguments that hold text for a person whatever the call."""
+
+_DEFINITION_ADVICE = "define the flags with cudagraph.config.add_cli_args"
+
+
+def call_role(callee: str) -> StringRole | None:
+    """The role of the arguments of a call of ``callee`` (its last dotted part); None: they may be command lines."""
+    role = _CALL_ROLES.get(callee)
+    if role is None and callee.endswith(_MESSAGE_CLASS_SUFFIXES):
+        return StringRole.MESSAGE
+    return role
+
+
+def _flag_row(rows: Mapping[str, Rename], token: str) -> Rename | None:
+    return rows.get(token.partition("=")[0])
+
+
+def _replacement_texts(rows: Mapping[str, Rename], token: str) -> list[str]:
+    """What one argv word becomes (empty: not a legacy flag, or a spelling with no rewrite)."""
+    flag, equals, attached = token.partition("=")
+    row = rows.get(flag)
+    if row is None:
+        return []
+    if equals:
+        if row.value is not None or row.also:
+            return []  # a switch never carries "=value"; leave the odd spelling to the user
+        return [f"{row.new}={attached}"]
+    return [*row.targets, *([row.value] if row.value is not None else [])]
+
+
+def _rewritten(rows: Mapping[str, Rename], words: Sequence[str | None]) -> dict[int, list[str]]:
+    """For each legacy flag among ``words`` (None: not a string), by index, the words it becomes.
+
+    Two legacy switches may become the same new one (``--disable-cuda-graph`` and ``--disable-piecewise-cuda-graph``
+    both turn prefill off): a switch already present is not written again.
+    """
+    present = {word for word in words if word is not None}
+    result: dict[int, list[str]] = {}
+    for index, word in enumerate(words):
+        targets = _replacement_texts(rows, word) if word is not None else []
+        if not targets:
+            continue
+        following = words[index + 1] if index + 1 < len(words) else None
+        if following is None or following.startswith("-"):  # used as a switch
+            targets = [target for target in targets if target not in present or not target.startswith("-")]
+        present.update(targets)
+        result[index] = targets
+    return result
+
+
+def _rewrite_command(rows: Mapping[str, Rename], text: str) -> tuple[str, int]:
+    """``text`` with its legacy flags rewritten, keeping its whitespace; and how many flags were rewritten."""
+    parts = _WHITESPACE.split(text)
+    words, separators = parts[::2], parts[1::2]  # words[i + 1] follows separators[i]
+    replacements = _rewritten(rows, [word or None for word in words])
+    kept: list[tuple[str, str]] = []
+    for index, word in enumerate(words):
+        if index in replacements and not replacements[index]:
+            continue  # a switch already present: dropped with the whitespace before it
+        new = " ".join(replacements[index]) if index in replacements else word
+        kept.append((separators[index - 1] if index and kept else "", new))
+    return "".join(separator + word for separator, word in kept), len(replacements)
+
+
+def _command_flags(rows: Mapping[str, Rename], text: str) -> list[str]:
+    return [word for word in text.split() if _flag_row(rows, word) is not None]
+
+
+def _sequence_flags(rows: Mapping[str, Rename], words: Sequence[str | None]) -> list[str]:
+    return [word for word in words if word is not None and _flag_row(rows, word) is not None]
+
+
+def _command_message(flags: Sequence[str]) -> str:
+    return f"command string passes legacy flag(s) {', '.join(flags)}"
+
+
+def _single_message(text: str) -> str:
+    return f"string passes legacy flag {text}"
+
+
+def _fstring_message(flags: Sequence[str]) -> str:
+    return f"f-string passes legacy flag(s) {', '.join(flags)}: f-strings are listed, never rewritten"
+
+
+def _list_message(flags: Sequence[str]) -> str:
+    return f"argument list passes legacy flag(s) {', '.join(flags)}"
+
+
+def _definition_message(flag: str) -> str:
+    return f"defines legacy flag {flag}: {_DEFINITION_ADVICE}"
 
 
 class LegacyCliFlags(MigrationCommand):
@@ -57,8 +179,7 @@ class LegacyCliFlags(MigrationCommand):
         """Without ``--rewrite-argv`` this rule only reports: definitions and argv candidates, found with :mod:`ast`."""
         if view.rewrite_argv:
             return None
-        flags = frozenset(view.table.by_old(RenameKind.CLI_FLAG))
-        scan = _ArgvScan(flags, cls.CODE)
+        scan = _ArgvScan(view.table.by_old(RenameKind.CLI_FLAG), cls.CODE)
         scan.visit(view.tree)
         return sorted(scan.findings, key=lambda finding: finding.line)
 
@@ -66,21 +187,80 @@ class LegacyCliFlags(MigrationCommand):
         """Load the rows, then rewrite."""
         self.rows = self.table.by_old(RenameKind.CLI_FLAG)
         self.rewrite = bool(self.context.scratch.get(REWRITE_ARGV_KEY))
-        self.calls: list[str] = []
+        self.roles: list[StringRole | None] = [None]
+        """The role of the strings being visited (innermost last)."""
+        self.call_roles: list[StringRole | None] = []
+        """The role each call being visited gives its arguments (innermost last)."""
+        self.elements: set[int] = set()
+        """Strings that are elements of a sequence: the sequence lists or rewrites them."""
         return super().transform_module_impl(tree)
 
+    def visit_Import(self, node: cst.Import) -> bool:
+        """Nothing to see in imports."""
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        """Nothing to see in imports."""
+        return False
+
+    def visit_Expr(self, node: cst.Expr) -> bool:
+        """A bare string statement (a docstring) is text for a person."""
+        return not isinstance(node.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+
+    def visit_Raise(self, node: cst.Raise) -> None:
+        """What is raised is a message."""
+        self.roles.append(StringRole.MESSAGE)
+
+    def leave_Raise(self, original_node: cst.Raise, updated_node: cst.Raise) -> cst.Raise:
+        """Leave the message."""
+        self.roles.pop()
+        return updated_node
+
+    def visit_Assert_msg(self, node: cst.Assert) -> None:
+        """An assertion's message."""
+        self.roles.append(StringRole.MESSAGE)
+
+    def leave_Assert_msg(self, node: cst.Assert) -> None:
+        """Leave the message."""
+        self.roles.pop()
+
     def visit_Call(self, node: cst.Call) -> None:
-        """Track the callee: definitions are reported, command strings are candidates."""
-        callee = dotted_name(node.func) or ""
-        self.calls.append(callee.rpartition(".")[2])
-        if self.calls[-1] in _DEFINITION_CALLS:
+        """Give the arguments their role; a flag definition is reported."""
+        callee = (dotted_name(node.func) or "").rpartition(".")[2]
+        own_role = call_role(callee)
+        self.call_roles.append(self.roles[-1] or own_role)
+        if own_role is StringRole.DEFINITION:
             for flag in self._flags_in(node):
-                self.note(node, f"defines legacy flag {flag}: define the flags with cudagraph.config.add_cli_args")
+                self.note(node, _definition_message(flag), GuideSection.FLAG_DEFINITIONS)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """Leave the call."""
-        self.calls.pop()
+        self.call_roles.pop()
         return updated_node
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        """An argument takes its call's role; a ``help=`` text is a message."""
+        role = self.call_roles[-1] if self.call_roles else self.roles[-1]
+        if role is None and node.keyword is not None and node.keyword.value in _MESSAGE_KEYWORDS:
+            role = StringRole.MESSAGE
+        self.roles.append(role)
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        """Leave the argument."""
+        self.roles.pop()
+        return updated_node
+
+    def visit_List(self, node: cst.List) -> None:
+        """Its string elements are the list's."""
+        self._claim(node.elements)
+
+    def visit_Tuple(self, node: cst.Tuple) -> None:
+        """Its string elements are the tuple's."""
+        self._claim(node.elements)
+
+    def visit_Set(self, node: cst.Set) -> None:
+        """Its string elements are the set's."""
+        self._claim(node.elements)
 
     def leave_List(self, original_node: cst.List, updated_node: cst.List) -> cst.List:
         """Argument lists."""
@@ -95,69 +275,87 @@ class LegacyCliFlags(MigrationCommand):
         return updated_node.with_changes(elements=self._rewrite(original_node, updated_node.elements))
 
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
-        """A command string passed to ``subprocess``/``os.system``/``shlex.split``."""
-        if not self.calls or self.calls[-1] not in _COMMAND_CALLS:
+        """A command string, or a string that is one flag, outside any sequence."""
+        if self.roles[-1] is not None or id(original_node) in self.elements:
             return updated_node
         text = string_value(updated_node)
-        if text is None or not _WHITESPACE.search(text.strip()):
+        flags = _command_flags(self.rows, text) if text is not None else []
+        if text is None or not flags:
             return updated_node
-        tokens = _WHITESPACE.split(text)
-        flags = [token for token in tokens if token.partition("=")[0] in self.rows]
-        if not flags:
-            return updated_node
+        if text == flags[0]:
+            return self._single(original_node, updated_node, text)
         if not self.rewrite:
-            self.note(
-                original_node, f"command string passes legacy flag(s) {', '.join(flags)}; --rewrite-argv rewrites"
-            )
+            self.candidate(original_node, _command_message(flags))
             return updated_node
-        rewritten = [" ".join(self._replacement_texts(token)) or token for token in tokens]
-        self.edited(len(flags))
-        return with_string_value(updated_node, "".join(rewritten))
+        if updated_node.raw_value != text:
+            self.candidate(original_node, f"{_command_message(flags)}: it holds escape sequences; change it by hand")
+            return updated_node
+        rewritten, count = _rewrite_command(self.rows, text)
+        if count < len(flags):
+            kept = [flag for flag in flags if not _replacement_texts(self.rows, flag)]
+            self.candidate(original_node, f"{_command_message(kept)} in a spelling with no rewrite; change it by hand")
+        if not count:
+            return updated_node
+        self.edited(count)
+        return with_string_value(updated_node, rewritten)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        """An f-string's literal parts: listed, never rewritten."""
+        if self.roles[-1] is not None:
+            return
+        text = "".join(part.value if isinstance(part, cst.FormattedStringText) else _PLACEHOLDER for part in node.parts)
+        flags = _command_flags(self.rows, text)
+        if flags:
+            self.candidate(node, _fstring_message(flags))
+
+    def _single(self, original: cst.SimpleString, updated: cst.SimpleString, text: str) -> cst.SimpleString:
+        targets = _replacement_texts(self.rows, text) if self.rewrite else []
+        if len(targets) == 1 and updated.raw_value == text:
+            self.edited()
+            return with_string_value(updated, targets[0])
+        if not self.rewrite:
+            self.candidate(original, _single_message(text))
+        elif targets:
+            becomes = " ".join(targets)
+            self.candidate(original, f"{_single_message(text)}, which becomes {becomes}: more than one argument")
+        else:
+            self.candidate(original, f"{_single_message(text)} in a spelling with no rewrite; change it by hand")
+        return updated
+
+    def _claim(self, elements: Sequence[cst.BaseElement]) -> None:
+        self.elements.update(
+            id(element.value)
+            for element in elements
+            if isinstance(element, cst.Element) and isinstance(element.value, cst.SimpleString)
+        )
 
     def _rewrite(self, original: cst.CSTNode, elements: Sequence[cst.BaseElement]) -> list[cst.BaseElement]:
-        if self.calls and self.calls[-1] in _DEFINITION_CALLS:
+        if self.roles[-1] is not None:
             return list(elements)
-        texts_in_list = [_element_text(element) for element in elements]
-        present = {text for text in texts_in_list if text is not None}
-        replacements: dict[int, list[cst.BaseElement]] = {}
-        found: list[str] = []
-        for index, element in enumerate(elements):
-            text = texts_in_list[index]
-            targets = self._replacement_texts(text) if text is not None else []
-            if not targets:
-                continue
+        words = [_element_text(element) for element in elements]
+        flags = _sequence_flags(self.rows, words)
+        if not flags:
+            return list(elements)
+        if not self.rewrite:
+            self.candidate(original, _list_message(flags))
+            return list(elements)
+        replacements = _rewritten(self.rows, words)
+        kept = [flag for flag in flags if not _replacement_texts(self.rows, flag)]
+        if kept:
+            self.candidate(original, f"{_list_message(kept)} in a spelling with no rewrite; change it by hand")
+        new_elements: dict[int, list[cst.BaseElement]] = {}
+        for index, targets in replacements.items():
+            element = elements[index]
             assert isinstance(element, cst.Element) and isinstance(element.value, cst.SimpleString)
-            found.append(str(text))
-            if not self.rewrite:
-                continue
-            following = texts_in_list[index + 1] if index + 1 < len(texts_in_list) else None
-            used_as_switch = following is None or following.startswith("-")
-            if used_as_switch:  # two legacy switches may become the same new one: never write it twice
-                targets = [target for target in targets if target not in present or not target.startswith("-")]
-            present.update(targets)
-            replacements[index] = [element.with_changes(value=with_string_value(element.value, t)) for t in targets]
+            new_elements[index] = [element.with_changes(value=with_string_value(element.value, t)) for t in targets]
             self.edited()
-        if found and not self.rewrite:
-            self.candidate(original, f"argument list passes legacy flag(s) {', '.join(found)}")
-        return splice(list(elements), replacements) if replacements else list(elements)
-
-    def _replacement_texts(self, text: str) -> list[str]:
-        """What one argv element becomes (empty: not a legacy flag)."""
-        flag, equals, attached = text.partition("=")
-        row: Rename | None = self.rows.get(flag)
-        if row is None:
-            return []
-        if equals:
-            if row.value is not None or row.also:
-                return []  # a switch never carries "=value"; leave the odd spelling to the user
-            return [f"{row.new}={attached}"]
-        return [*row.targets, *([row.value] if row.value is not None else [])]
+        return splice(list(elements), new_elements) if new_elements else list(elements)
 
     def _flags_in(self, call: cst.Call) -> list[str]:
         flags = []
         for arg in call.args:
             text = string_value(arg.value)
-            if text is not None and text.partition("=")[0] in self.rows:
+            if text is not None and _flag_row(self.rows, text) is not None:
                 flags.append(text)
         return flags
 
@@ -171,53 +369,83 @@ def _element_text(element: cst.BaseElement) -> str | None:
 class _ArgvScan(ast.NodeVisitor):
     """The reporting half of :class:`LegacyCliFlags` over an :mod:`ast` tree: the same findings, no rewrite."""
 
-    def __init__(self, flags: frozenset[str], code: str) -> None:
-        self.flags = flags
+    def __init__(self, rows: Mapping[str, Rename], code: str) -> None:
+        self.rows = rows
         self.code = code
-        self.calls: list[str] = []
+        self.roles: list[StringRole | None] = [None]
+        self.elements: set[int] = set()
         self.findings: list[Finding] = []
 
-    def _is_flag(self, node: ast.AST) -> str | None:
-        if (
-            isinstance(node, ast.Constant)
-            and isinstance(node.value, str)
-            and node.value.partition("=")[0] in self.flags
-        ):
-            return node.value
-        return None
+    def _report(self, kind: FindingKind, node: ast.expr | ast.stmt, message: str) -> None:
+        self.findings.append(Finding(kind, self.code, node.lineno, message))
+
+    def _within(self, role: StringRole | None, nodes: Sequence[ast.AST | None]) -> None:
+        self.roles.append(role)
+        for node in nodes:
+            if node is not None:
+                self.visit(node)
+        self.roles.pop()
+
+    def visit_Expr(self, node: ast.Expr) -> None:
+        """A bare string statement (a docstring) is text for a person."""
+        if not (isinstance(node.value, ast.JoinedStr) or _constant_text(node.value) is not None):
+            self.generic_visit(node)
+
+    def visit_Raise(self, node: ast.Raise) -> None:
+        """What is raised is a message."""
+        self._within(StringRole.MESSAGE, [node.exc, node.cause])
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        """An assertion's message."""
+        self.visit(node.test)
+        self._within(StringRole.MESSAGE, [node.msg])
 
     def visit_Call(self, node: ast.Call) -> None:
+        """Give the arguments their role; a flag definition is reported."""
+        self.visit(node.func)
         callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        self.calls.append(callee)
-        if callee in _DEFINITION_CALLS:
+        own_role = call_role(callee)
+        role = self.roles[-1] or own_role
+        if own_role is StringRole.DEFINITION:
             for arg in node.args:
-                flag = self._is_flag(arg)
-                if flag is not None:
-                    message = f"defines legacy flag {flag}: define the flags with cudagraph.config.add_cli_args"
-                    self.findings.append(Finding(FindingKind.TODO, self.code, node.lineno, message))
-        elif callee in _COMMAND_CALLS:
-            for arg in node.args:
-                if (
-                    isinstance(arg, ast.Constant)
-                    and isinstance(arg.value, str)
-                    and _WHITESPACE.search(arg.value.strip())
-                ):
-                    found = [token for token in _WHITESPACE.split(arg.value) if token.partition("=")[0] in self.flags]
-                    if found:
-                        message = f"command string passes legacy flag(s) {', '.join(found)}"
-                        self.findings.append(Finding(FindingKind.ARGV, self.code, arg.lineno, message))
-        self.generic_visit(node)
-        self.calls.pop()
+                flag = _constant_text(arg)
+                if flag is not None and _flag_row(self.rows, flag) is not None:
+                    self._report(FindingKind.TODO, node, _definition_message(flag))
+        self._within(role, node.args)
+        for keyword in node.keywords:
+            keyword_role = StringRole.MESSAGE if role is None and keyword.arg in _MESSAGE_KEYWORDS else role
+            self._within(keyword_role, [keyword.value])
 
     def _sequence(self, node: ast.List | ast.Tuple | ast.Set) -> None:
-        if not (self.calls and self.calls[-1] in _DEFINITION_CALLS):
-            found = [flag for flag in map(self._is_flag, node.elts) if flag is not None]
+        self.elements.update(id(element) for element in node.elts if _constant_text(element) is not None)
+        if self.roles[-1] is None:
+            found = _sequence_flags(self.rows, [_constant_text(element) for element in node.elts])
             if found:
-                message = f"argument list passes legacy flag(s) {', '.join(found)}"
-                self.findings.append(Finding(FindingKind.ARGV, self.code, node.lineno, message))
+                self._report(FindingKind.ARGV, node, _list_message(found))
         self.generic_visit(node)
 
     visit_List = visit_Tuple = visit_Set = _sequence
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        """A command string, or a string that is one flag, outside any sequence."""
+        text = _constant_text(node)
+        if text is None or self.roles[-1] is not None or id(node) in self.elements:
+            return
+        flags = _command_flags(self.rows, text)
+        if flags:
+            message = _single_message(text) if text == flags[0] else _command_message(flags)
+            self._report(FindingKind.ARGV, node, message)
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        """An f-string's literal parts: listed, never rewritten."""
+        if self.roles[-1] is None:
+            text = "".join(_constant_text(part) or _PLACEHOLDER for part in node.values)
+            flags = _command_flags(self.rows, text)
+            if flags:
+                self._report(FindingKind.ARGV, node, _fstring_message(flags))
+        for part in node.values:
+            if isinstance(part, ast.FormattedValue):
+                self.visit(part.value)
 
 
 def _constant_text(node: ast.AST) -> str | None:

@@ -39,7 +39,15 @@ from ..compat import ApiChecker
 from ..legacy_api import load_legacy_api
 from ..renames import Rename, RenameTable
 from ..todo_comments import GuideSection
-from .base import Finding, LegacyModuleMatcher, MigrationCommand, QuickView, dotted_expression, dotted_name
+from .base import (
+    MOVE_SHARED_STATE_KEY,
+    Finding,
+    LegacyModuleMatcher,
+    MigrationCommand,
+    QuickView,
+    dotted_expression,
+    dotted_name,
+)
 
 
 @dataclass(frozen=True)
@@ -442,14 +450,26 @@ class _Planner(cst.CSTVisitor):
             )
         for alias in refused:
             old_name = _alias_name(alias)
+            if self._shares_state(legacy, old_name):
+                continue  # its own TODO says why
             target = self.command.command_target(legacy, old_name)
             assert target is not None
             self.command.note(
                 node,
                 f"{old_name}: kept on {legacy.old}, since {'.'.join(target)} does not accept every use of it here "
                 "(see the TODOs at those uses)",
-                GuideSection.SUBCLASSES,
+                GuideSection.MANUAL_STEPS,
             )
+
+    def _shares_state(self, legacy: Rename, name: str) -> bool:
+        """Whether ``name`` of the legacy module shares state with a legacy engine's runner and must stay with it."""
+        row = self.table.symbol(legacy.old, name)
+        return (
+            row is not None
+            and row.shared_state
+            and not legacy.old.startswith("cudagraph.")  # the shims' names are the new objects: nothing is split
+            and not self.command.context.scratch.get(MOVE_SHARED_STATE_KEY, False)
+        )
 
     def _uses_refused(self, node: cst.ImportFrom, legacy: Rename, alias: cst.ImportAlias) -> bool:
         """Whether some use of the name ``alias`` binds is one the new API would not accept (each is noted)."""
@@ -459,6 +479,9 @@ class _Planner(cst.CSTVisitor):
             return False
         target = self.command.command_target(legacy, _alias_name(alias))
         assert target is not None
+        if self._shares_state(legacy, _alias_name(alias)):
+            self.command.note(node, _shared_state_message(legacy, _alias_name(alias)), GuideSection.SHARED_STATE)
+            return True
         accesses = [
             access.node
             for assignment in scope.assignments[local]
@@ -542,6 +565,11 @@ class _Planner(cst.CSTVisitor):
             if target is None:
                 continue
             attributes = [self.command.parent_of(use) for use in uses]
+            if self._shares_state(row, name):
+                self.command.note(attributes[0], _shared_state_message(row, name), GuideSection.SHARED_STATE)
+                self.command.refused_accesses.update(id(use) for use in uses)
+                refused = True
+                continue
             if self._any_refused([a for a in attributes if a is not None], f"{row.old}.{name}", ".".join(target)):
                 refused = True
                 self.command.refused_accesses.update(id(use) for use in uses)
@@ -573,6 +601,13 @@ class _Planner(cst.CSTVisitor):
                 ]
                 if names:
                     plan.statements.append(_format_from_import(module, names, block.multiline_by_module[module]))
+
+
+def _shared_state_message(legacy: Rename, name: str) -> str:
+    return (
+        f"{name} stays on {legacy.old}: it shares state (capture flag, graph pool or forward context) with that "
+        "engine's graph runner, which still sets it; move it with the runner (--move-shared-state)"
+    )
 
 
 def _name_taken(scope: Scope, name: str, new_module: str) -> bool:

@@ -69,7 +69,7 @@ class RenameKind(str, enum.Enum):
 
 _DOTTED_KINDS = frozenset({RenameKind.MODULE, RenameKind.SYMBOL})
 _REQUIRED_FIELDS = ("kind", "old", "new", "deprecated_in", "removed_in", "note")
-_OPTIONAL_FIELDS = ("also", "value", "owners", "legacy_owners", "parameters")
+_OPTIONAL_FIELDS = ("also", "value", "owners", "legacy_owners", "parameters", "shared_state")
 _SCOPED_KINDS = frozenset(
     {RenameKind.ATTRIBUTE, RenameKind.METHOD, RenameKind.ENUM_MEMBER, RenameKind.CONFIG_STRING, RenameKind.KWARG}
 )
@@ -97,6 +97,10 @@ class Rename:
     """Qualified names (legacy spellings) of the legacy engine's classes and functions that owned this name (SGLang's
     ``ModelRunner``, ``ServerArgs``, ...): code tied to one of them is recognised as legacy too, and is migrated where
     the owner maps onto a new one, or reported with the new spelling where the owner is not ours."""
+    shared_state: bool = False
+    """(symbol rows) The name reads or sets state the legacy graph runner shares with its engine (the capture flag,
+    the graph pool, the forward context): moved off a legacy engine's module, it would read or set cudagraph's copy
+    while the engine's runner still uses its own, so it moves only together with that runner."""
     parameters: tuple[tuple[str, str], ...] = ()
     """(symbol rows) ``(legacy parameter, new parameter)`` pairs where a function kept a parameter's meaning under
     another name (``set_global_graph_memory_pool(val)`` is ``(pool)``): a positional argument still means the same."""
@@ -235,6 +239,9 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
         isinstance(item, str) and _is_dotted(item) for item in legacy_owners
     ):
         raise RenameTableError(f"{where}: 'legacy_owners' must be a list of dotted qualified names")
+    shared_state = raw.get("shared_state", False)
+    if not isinstance(shared_state, bool):
+        raise RenameTableError(f"{where}: 'shared_state' must be true or false")
     parameters = raw.get("parameters", {})
     if not isinstance(parameters, dict) or not all(
         isinstance(old, str) and isinstance(new, str) for old, new in parameters.items()
@@ -257,6 +264,7 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
         owners=tuple(owners),
         legacy_owners=tuple(legacy_owners),
         parameters=tuple(sorted(parameters.items())),
+        shared_state=shared_state,
     )
     if kind in _DOTTED_KINDS and not all(_is_dotted(name) for name in (row.old, row.new)):
         raise RenameTableError(f"{where}: {kind.value} rows need dotted Python paths, got {row.old!r} -> {row.new!r}")

@@ -1,13 +1,10 @@
-"""Builds the decode graph runner directly, as SGLang's own model runner does."""
+"""Builds the decode graph runner directly, as SGLang's own model runner does, for a model the plugin serves."""
 
-from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner, get_is_capture_mode
+from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
 
 
 def build_graph_runner(model_runner):
-    runner = CudaGraphRunner(model_runner)
-    runner.capture()
-    return runner
-
-
-def capturing_now():
-    return get_is_capture_mode()
+    """The decode graph runner of ``model_runner``, captured (``None`` with graphs disabled)."""
+    if model_runner.server_args.disable_cuda_graph:
+        return None
+    return CudaGraphRunner(model_runner)

@@ -1,10 +1,9 @@
-"""Stand-in of the legacy SGLang API for the plugin tests (names and signatures of SGLang 0.5.13, fake work)."""
+"""Stand-in of the legacy SGLang API for the plugin tests: SGLang 0.5.13's names and signatures, the GPU work faked.
 
-from sglang.srt.server_args import ServerArgs
+Written for ``tests/codemods/test_plugins.py`` only; nothing here is SGLang's code. Importable as ``sglang...`` when
+``tests/codemods/plugins/legacy_api`` is on the path.
+"""
 
+from sglang.srt.entrypoints.engine import Engine
 
-class Engine:
-    """``sglang.Engine(**server_args)``: holds the server arguments it was built with."""
-
-    def __init__(self, **kwargs):
-        self.server_args = ServerArgs(**kwargs)
+__all__ = ["Engine"]

@@ -1,0 +1,1 @@
+"""An engine built on SGLang's model runner, counting and exposing its graphs."""

@@ -1,0 +1,1 @@
+"""An RL trainer's rollout driver for SGLang servers."""

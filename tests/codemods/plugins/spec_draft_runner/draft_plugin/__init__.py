@@ -1,0 +1,1 @@
+"""A speculative-decoding plugin for SGLang: the draft model's graph runner."""

@@ -1,0 +1,1 @@
+"""SGLang's runtime package (stand-in)."""

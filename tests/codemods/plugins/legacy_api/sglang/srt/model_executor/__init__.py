@@ -1,0 +1,1 @@
+"""SGLang's model executor (stand-in)."""

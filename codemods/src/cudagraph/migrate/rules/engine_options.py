@@ -1,0 +1,482 @@
+"""CG403: legacy options of another engine's Python API, driven by the ``legacy_owners`` of ``kwarg`` rows.
+
+SGLang's ``ServerArgs`` and ``Engine`` take ``disable_cuda_graph``, ``cuda_graph_max_bs``, ... themselves: they are
+that engine's options, which it defines and parses, not ``cudagraph.config``'s. Code that passes or reads them is
+listed for review with the spelling ``cudagraph.config`` gives the option, and rewritten only with
+``--rewrite-engine-options`` (the user's word that the engine now takes our options):
+
+- keyword calls of a legacy owner: ``ServerArgs(cuda_graph_max_bs=8)``, ``sglang.Engine(...)``, a subclass of either
+  (rewritten exactly as CG401 rewrites ``resolve(...)``: :func:`.keywords.rewrite_keywords`);
+- reads and writes of an option on a receiver tied to a legacy owner (an annotated parameter or variable, a variable
+  assigned ``ServerArgs(...)``, ``self`` in a subclass, the class itself): rewritten only where one name becomes one
+  name; an option that became several (``disable_cuda_graph``) or a valued option (``enable_breakable_cuda_graph``)
+  stays listed;
+- the same on any other receiver named ``server_args`` (SGLang passes it around unannotated, or assigns it what
+  ``prepare_server_args(...)`` returns): listed, saying the type was not proven, never rewritten.
+
+The engine's own *definitions* of its options (``disable_cuda_graph: bool = False`` in its ``ServerArgs`` body, the
+class's own ``self.disable_cuda_graph``, ``add_argument(...)``) are neither listed nor rewritten. Without
+``--rewrite-engine-options``, or where nothing is tied, the rule reports from the :mod:`ast` tree: reading another
+engine's options must cost no libcst parse on a tree of thousands of files.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ..renames import Rename, RenameKind, RenameTable
+from .base import REWRITE_ENGINE_OPTIONS_KEY, Finding, FindingKind, MigrationCommand, QuickView
+from .keywords import rewrite_keywords
+from .owners import OWNER_METADATA, OwnerResolver, canonicalizer_for
+
+__all__ = ["LegacyEngineOptions"]
+
+SERVER_ARGS_NAMES = frozenset({"server_args"})
+"""Receiver names listed even where no owner check ties them: SGLang passes its server arguments around unannotated."""
+
+
+class Tie(enum.Enum):
+    """How a receiver is tied to a legacy owner."""
+
+    PROVEN = "proven"
+    """An instance of a legacy owner (or the class itself), as far as the owner checks can tell."""
+    BY_NAME = "by name"
+    """Not proven to be an instance of a legacy owner, but named like SGLang's server arguments."""
+
+
+def option_rows(table: RenameTable) -> dict[str, Rename]:
+    """The ``kwarg`` rows that name legacy owners, by legacy option name."""
+    return {row.old: row for row in table.of_kind(RenameKind.KWARG) if row.legacy_owners}
+
+
+def one_for_one(row: Rename) -> bool:
+    """Whether the option becomes exactly one other name (neither several nor a valued option)."""
+    return row.value is None and not row.also
+
+
+def attribute_message(receiver: str, row: Rename, tie: Tie) -> str:
+    """What a read (or write) of ``receiver.<legacy option>`` is listed with: its spelling in ``cudagraph.config``."""
+    if row.value is not None:
+        spelled = f'cudagraph.config chooses by value: {row.old} -> {row.new} == "{row.value}"'
+    elif row.also:
+        spelled = f"cudagraph.config has one option per phase: {row.old} -> {' and '.join(row.targets)}"
+    else:
+        spelled = f"cudagraph.config spells it {row.new}"
+    if tie is Tie.BY_NAME:
+        tail = f"the type of {receiver} was not proven (listed by its name): move it by hand"
+    elif one_for_one(row):
+        tail = "--rewrite-engine-options rewrites it"
+    else:
+        tail = "not one name for one name: move it by hand"
+    return f"{receiver}.{row.old}: {spelled}; {tail}"
+
+
+def keyword_message(callee: str, rows: Sequence[Rename]) -> str:
+    """What a call passing legacy options as keywords is listed with: each keyword's spelling in cudagraph.config."""
+    spelled = []
+    for row in rows:
+        if row.value is not None:
+            spelled.append(f'{row.old}=True as {row.new}="{row.value}"')
+        else:
+            spelled.append(f"{row.old}= as {' and '.join(f'{target}=' for target in row.targets)}")
+    return f"{callee}(...): cudagraph.config spells {', '.join(spelled)}; --rewrite-engine-options rewrites them"
+
+
+class LegacyEngineOptions(MigrationCommand):
+    """List legacy options passed to or read from another engine's API; rewrite them with --rewrite-engine-options."""
+
+    METADATA_DEPENDENCIES = OWNER_METADATA
+
+    @classmethod
+    def triggers(cls, table: RenameTable) -> frozenset[str]:
+        """The legacy option names (keywords and attributes alike)."""
+        return frozenset(option_rows(table))
+
+    @classmethod
+    def quick_findings(cls, view: QuickView) -> list[Finding] | None:
+        """Report from :mod:`ast`; libcst only where ``--rewrite-engine-options`` has something to rewrite."""
+        scan = OptionScan(view.tree, option_rows(view.table), cls.CODE)
+        scan.visit(view.tree)
+        if view.rewrite_engine_options and scan.rewritable:
+            return None
+        return sorted(scan.findings, key=lambda finding: finding.line)
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        """Load the rows, then list or rewrite."""
+        self.rows = option_rows(self.table)
+        self.owners = OwnerResolver(self, canonicalizer_for(self))
+        self.rewrite = bool(self.context.scratch.get(REWRITE_ENGINE_OPTIONS_KEY))
+        return super().transform_module_impl(tree)
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        """Module paths in imports are CG101's."""
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        """Module paths in imports are CG101's."""
+        return False
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        """A call of a legacy owner passing legacy options as keywords."""
+        legacy = [
+            self.rows[arg.keyword.value]
+            for arg in original_node.args
+            if arg.keyword is not None and arg.keyword.value in self.rows
+        ]
+        if not legacy:
+            return updated_node
+        owners = frozenset(owner for row in legacy for owner in row.legacy_owners)
+        if not self.owners.class_types(original_node.func) & owners:
+            return updated_node
+        if not self.rewrite:
+            self.candidate(original_node, keyword_message(_cst_label(original_node.func), legacy))
+            return updated_node
+        return rewrite_keywords(self, original_node, updated_node, self.rows)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        """A legacy option read from (or written to) a receiver tied to a legacy owner."""
+        row = self.rows.get(original_node.attr.value)
+        if row is None:
+            return updated_node
+        tie = self._tie(original_node.value, frozenset(row.legacy_owners))
+        if tie is None:
+            return updated_node
+        if tie is Tie.PROVEN and self.rewrite and one_for_one(row):
+            self.edited()
+            return updated_node.with_changes(attr=cst.Name(row.new))
+        self.candidate(original_node, attribute_message(_cst_label(original_node.value), row, tie))
+        return updated_node
+
+    def _tie(self, receiver: cst.BaseExpression, owners: frozenset[str]) -> Tie | None:
+        types = self.owners.instance_types(receiver)
+        if (types is not None and types & owners) or self.owners.class_types(receiver) & owners:
+            return Tie.PROVEN
+        if not _cst_named_server_args(receiver):
+            return None
+        if isinstance(receiver, cst.Name) and self.owners.is_known(receiver):
+            return None  # an imported module or a class of that name, not an instance
+        return Tie.BY_NAME
+
+
+def _cst_named_server_args(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.Name):
+        return node.value in SERVER_ARGS_NAMES
+    return isinstance(node, cst.Attribute) and node.attr.value in SERVER_ARGS_NAMES
+
+
+def _cst_label(node: cst.BaseExpression) -> str:
+    """How a receiver or callee is named in a finding (the same words as :func:`_ast_label`)."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_cst_label(node.value)}.{node.attr.value}"
+    if isinstance(node, cst.Call):
+        return f"{_cst_label(node.func)}(...)"
+    return "(...)"
+
+
+# --- the reporting half, over the ast tree -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """One binding of a name in a scope: the classes its value is an instance of (None: unknown)."""
+
+    types: frozenset[str] | None
+    defines: bool = False
+    """Bound by an import, a ``def`` or a ``class``: a module, function or class, not an instance."""
+
+
+@dataclass
+class _Frame:
+    """The bindings of one scope."""
+
+    bindings: dict[str, list[_Binding]] = field(default_factory=lambda: defaultdict(list))
+    is_class: bool = False
+
+
+class _ModuleNames:
+    """What the :mod:`ast` tree tells of a module's names, as far as :class:`.owners.OwnerResolver` would tell it:
+    imports by local name, the file's classes and their ancestors, annotations, assignments of a call."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.imports: dict[str, set[str]] = defaultdict(set)
+        self.classes: dict[str, list[ast.ClassDef]] = defaultdict(list)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    local = alias.asname or alias.name.partition(".")[0]
+                    self.imports[local].add(alias.name if alias.asname else local)
+            elif isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                for alias in node.names:
+                    qualified = f"{module}{alias.name}" if module.endswith(".") else f"{module}.{alias.name}"
+                    self.imports[alias.asname or alias.name].add(qualified)
+            elif isinstance(node, ast.ClassDef):
+                self.classes[node.name].append(node)
+        self._ancestors: dict[int, frozenset[str]] = {}
+
+    def class_types(self, node: ast.expr) -> frozenset[str]:
+        """The qualified names ``node`` refers to, plus the ancestors of a class of this file."""
+        dotted = _ast_dotted(node)
+        if dotted is None:
+            return frozenset()
+        head, _, rest = dotted.partition(".")
+        found = {f"{name}.{rest}" if rest else name for name in self.imports[head]} if head in self.imports else set()
+        if not found:
+            found.add(dotted)
+        if not rest:
+            for class_def in self.classes.get(head, ()):
+                found |= self.ancestors(class_def)
+        return frozenset(found)
+
+    def ancestors(self, class_def: ast.ClassDef) -> frozenset[str]:
+        """The qualified names of ``class_def``'s bases, followed through classes of the same file."""
+        key = id(class_def)
+        if key not in self._ancestors:
+            self._ancestors[key] = frozenset()  # a cycle (a broken file) ends here
+            found: set[str] = set()
+            for base in class_def.bases:
+                found |= self.class_types(base)
+            self._ancestors[key] = frozenset(found)
+        return self._ancestors[key]
+
+    def annotation_types(self, annotation: ast.expr) -> frozenset[str] | None:
+        """``A``, ``A | None``, ``Optional[A]``: the classes named; a string annotation is not followed."""
+        found: set[str] = set()
+        for part in _union_members(annotation):
+            found |= self.class_types(part)
+        return frozenset(found) if found else None
+
+    def frame(self, body: Sequence[ast.stmt], *, is_class: bool = False) -> _Frame:
+        """The bindings of a module or class body."""
+        frame = _Frame(is_class=is_class)
+        self._bind(body, frame)
+        return frame
+
+    def function_frame(self, function: ast.FunctionDef | ast.AsyncFunctionDef, owner: ast.ClassDef | None) -> _Frame:
+        """The bindings of a function: its parameters (``self``/``cls`` of a method: its class's ancestors), then
+        its body."""
+        frame = _Frame()
+        arguments = function.args
+        positional = [*arguments.posonlyargs, *arguments.args]
+        for parameter in [*positional, arguments.vararg, *arguments.kwonlyargs, arguments.kwarg]:
+            if parameter is None:
+                continue
+            if parameter.annotation is not None:
+                types = self.annotation_types(parameter.annotation)
+            elif owner is not None and positional and parameter is positional[0] and not _is_static(function):
+                types = self.ancestors(owner)
+            else:
+                types = None
+            frame.bindings[parameter.arg].append(_Binding(types))
+        self._bind(function.body, frame)
+        return frame
+
+    def _bind(self, body: Sequence[ast.stmt], frame: _Frame) -> None:
+        typed: dict[int, frozenset[str] | None] = {}
+        for node in _scope_nodes(body):
+            if isinstance(node, ast.Assign):
+                types = self.class_types(node.value.func) if isinstance(node.value, ast.Call) else None
+                typed.update((id(target), types) for target in node.targets if isinstance(target, ast.Name))
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                typed[id(node.target)] = self.annotation_types(node.annotation)
+            elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                frame.bindings[node.id].append(_Binding(typed.get(id(node))))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                frame.bindings[node.name].append(_Binding(None, defines=True))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    local = alias.asname or alias.name.partition(".")[0]
+                    frame.bindings[local].append(_Binding(None, defines=True))
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                frame.bindings[node.name].append(_Binding(None))
+
+
+class OptionScan(ast.NodeVisitor):
+    """The findings of :class:`LegacyEngineOptions` read off an :mod:`ast` tree, and whether it would rewrite."""
+
+    def __init__(self, tree: ast.Module, rows: Mapping[str, Rename], code: str) -> None:
+        self.rows = rows
+        self.code = code
+        self.names = _ModuleNames(tree)
+        self.frames: list[_Frame] = [self.names.frame(tree.body)]
+        self.methods_of: list[ast.ClassDef | None] = [None]
+        """The class whose method is being visited (innermost last; None outside a method)."""
+        self.findings: list[Finding] = []
+        self.rewritable = False
+        """Whether ``--rewrite-engine-options`` would rewrite something here (a tied call, a tied one-name read)."""
+
+    def visit_Import(self, node: ast.Import) -> None:
+        """Nothing to see in imports."""
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        """Nothing to see in imports."""
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        """Its bases outside, its body in its own scope (which its methods do not see)."""
+        self._visit_all([*node.decorator_list, *node.bases, *(keyword.value for keyword in node.keywords)])
+        self.frames.append(self.names.frame(node.body, is_class=True))
+        for statement in node.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._function(statement, node)
+            else:
+                self.visit(statement)
+        self.frames.pop()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """A function outside a class body."""
+        self._function(node, None)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        """Its parameters are of unknown type."""
+        self._visit_all([*node.args.defaults, *(default for default in node.args.kw_defaults if default)])
+        frame = _Frame()
+        arguments = node.args
+        for parameter in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg]:
+            if parameter is not None:
+                frame.bindings[parameter.arg].append(_Binding(None))
+        if arguments.kwarg is not None:
+            frame.bindings[arguments.kwarg.arg].append(_Binding(None))
+        self.frames.append(frame)
+        self.visit(node.body)
+        self.frames.pop()
+
+    def visit_Call(self, node: ast.Call) -> None:
+        """A call of a legacy owner passing legacy options as keywords."""
+        named = [keyword.arg for keyword in node.keywords if keyword.arg is not None]
+        legacy = [self.rows[name] for name in named if name in self.rows]
+        if legacy:
+            owners = frozenset(owner for row in legacy for owner in row.legacy_owners)
+            if self.names.class_types(node.func) & owners:
+                self.rewritable = True
+                self._report(node, keyword_message(_ast_label(node.func), legacy))
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        """A legacy option read from (or written to) a receiver tied to a legacy owner."""
+        row = self.rows.get(node.attr)
+        if row is not None:
+            tie = self._tie(node.value, frozenset(row.legacy_owners))
+            if tie is not None:
+                self.rewritable |= tie is Tie.PROVEN and one_for_one(row)
+                self._report(node, attribute_message(_ast_label(node.value), row, tie))
+        self.generic_visit(node)
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, owner: ast.ClassDef | None) -> None:
+        arguments = node.args
+        outside = [*node.decorator_list, *arguments.defaults, *(value for value in arguments.kw_defaults if value)]
+        self._visit_all(outside)
+        self.frames.append(self.names.function_frame(node, owner))
+        self.methods_of.append(owner)
+        self._visit_all(node.body)
+        self.methods_of.pop()
+        self.frames.pop()
+
+    def _visit_all(self, nodes: Iterable[ast.AST]) -> None:
+        for node in nodes:
+            self.visit(node)
+
+    def _report(self, node: ast.expr, message: str) -> None:
+        self.findings.append(Finding(FindingKind.ARGV, self.code, node.lineno, message))
+
+    def _tie(self, receiver: ast.expr, owners: frozenset[str]) -> Tie | None:
+        types = self._instance_types(receiver)
+        if (types is not None and types & owners) or self.names.class_types(receiver) & owners:
+            return Tie.PROVEN
+        if not _ast_named_server_args(receiver):
+            return None
+        if isinstance(receiver, ast.Name) and self._is_defined(receiver.id):
+            return None  # an imported module or a class of that name, not an instance
+        return Tie.BY_NAME
+
+    def _instance_types(self, node: ast.expr) -> frozenset[str] | None:
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id == "super":
+                owner = self.methods_of[-1]
+                return self.names.ancestors(owner) if owner is not None else None
+            return self.names.class_types(node.func)
+        if not isinstance(node, ast.Name):
+            return None
+        bindings = self._bindings(node.id)
+        if not bindings or any(binding.defines or binding.types is None for binding in bindings):
+            return None
+        return frozenset(name for binding in bindings for name in binding.types or ())
+
+    def _is_defined(self, name: str) -> bool:
+        bindings = self._bindings(name)
+        return bool(bindings) and all(binding.defines for binding in bindings)
+
+    def _bindings(self, name: str) -> list[_Binding]:
+        """The bindings of ``name`` in the innermost scope that binds it (class bodies are not seen from inside
+        their methods)."""
+        for frame in reversed(self.frames):
+            if frame.is_class and frame is not self.frames[-1]:
+                continue
+            if name in frame.bindings:
+                return frame.bindings[name]
+        return []
+
+
+def _scope_nodes(body: Sequence[ast.stmt]) -> Iterator[ast.AST]:
+    """Every node of a scope's body, not descending into the scopes it opens (functions, classes, lambdas)."""
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _union_members(annotation: ast.expr) -> Iterator[ast.expr]:
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        yield from _union_members(annotation.left)
+        yield from _union_members(annotation.right)
+    elif isinstance(annotation, ast.Subscript) and _last_name(annotation.value) == "Optional":
+        yield from _union_members(annotation.slice)
+    elif isinstance(annotation, (ast.Name, ast.Attribute)):
+        yield annotation
+
+
+def _last_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.attr if isinstance(node, ast.Attribute) else None
+
+
+def _is_static(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(_last_name(decorator) == "staticmethod" for decorator in function.decorator_list)
+
+
+def _ast_dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _ast_dotted(node.value)
+        return f"{head}.{node.attr}" if head is not None else None
+    return None
+
+
+def _ast_named_server_args(node: ast.expr) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in SERVER_ARGS_NAMES
+    return isinstance(node, ast.Attribute) and node.attr in SERVER_ARGS_NAMES
+
+
+def _ast_label(node: ast.expr) -> str:
+    """How a receiver or callee is named in a finding (the same words as :func:`_cst_label`)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_ast_label(node.value)}.{node.attr}"
+    if isinstance(node, ast.Call):
+        return f"{_ast_label(node.func)}(...)"
+    return "(...)"

@@ -1,0 +1,1 @@
+"""SGLang's entry points (stand-in)."""
