@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
@@ -491,7 +491,7 @@ class _Planner(cst.CSTVisitor):
         legacy_name = f"{legacy.old}.{_alias_name(alias)}"
         return self._any_refused(accesses, legacy_name, ".".join(target))
 
-    def _any_refused(self, accesses: list[cst.CSTNode], legacy_name: str, new_name: str) -> bool:
+    def _any_refused(self, accesses: Sequence[cst.CSTNode], legacy_name: str, new_name: str) -> bool:
         """Check every use in ``accesses`` (a name, or ``module.Name``) against the new API; note each refusal."""
         refused = False
         for access in accesses:
@@ -552,7 +552,7 @@ class _Planner(cst.CSTVisitor):
             self.command.module_uses[id(access)] = (row, through_alias, keep)
         return keep
 
-    def _refuse_module_uses(self, accesses: list[cst.CSTNode], row: Rename) -> bool:
+    def _refuse_module_uses(self, accesses: Sequence[cst.CSTNode], row: Rename) -> bool:
         """Check each ``m.Name`` that would move against the new API; every use of a refused name stays."""
         by_name: dict[str, list[cst.CSTNode]] = {}
         for access in accesses:

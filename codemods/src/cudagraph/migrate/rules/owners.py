@@ -94,7 +94,7 @@ class OwnerResolver:
     dependencies.
     """
 
-    def __init__(self, command: cst.MetadataDependent, canonicalizer: Canonicalizer) -> None:
+    def __init__(self, command: cst.MetadataDependent, canonicalizer: Canonicalizer | AsSpelled) -> None:
         self.command = command
         self.canonicalizer = canonicalizer
         self._ancestors: dict[int, frozenset[str]] = {}
