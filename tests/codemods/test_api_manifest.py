@@ -98,3 +98,17 @@ def test_a_runner_instance_has_only_members_the_manifest_lists() -> None:
     api = MANIFEST.api("cudagraph.runner.DecodeCudaGraphRunner")
     assert isinstance(api, ClassApi)
     assert set(vars(runner)) <= api.members, sorted(set(vars(runner)) - api.members)
+
+
+def test_the_legacy_api_data_is_what_sglang_0_5_13_says(capsys: pytest.CaptureFixture[str]) -> None:
+    from realtrees.trees import TREES
+
+    from cudagraph.migrate import legacy_api
+
+    (tree,) = [tree for tree in TREES if tree.name == "sglang-0.5.13"]
+    if not tree.ready():
+        pytest.skip(f"{tree.name} is not cached (offline?): python tests/realtrees/trees.py fetch")
+    assert legacy_api.main(["--sglang", str(tree.path() / "sglang"), "--check"]) == 0, capsys.readouterr().err
+    data = legacy_api.load_legacy_api()
+    runner = data.classes["sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner"]
+    assert {"capture_one_batch_size", "_create_device_graph", "graphs"} <= runner.members

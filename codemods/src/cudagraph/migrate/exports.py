@@ -24,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from .api_scan import SourceTree, signature_of_arguments
+from .files import write_or_check
 from .signatures import Signature
 
 __all__ = [
@@ -219,15 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help=f"rewrite {MANIFEST_PATH.name} from the sources")
     mode.add_argument("--check", action="store_true", help="exit 1 when the manifest differs from the sources")
     args = parser.parse_args(argv)
-    text = manifest_text(args.root)
-    if args.write:
-        MANIFEST_PATH.write_text(text, encoding="utf-8")
-        print(f"wrote {MANIFEST_PATH}")
-        return 0
-    if MANIFEST_PATH.read_text(encoding="utf-8") != text:
-        print(f"{MANIFEST_PATH} is stale: run python -m cudagraph.migrate.exports --write", file=sys.stderr)
-        return 1
-    return 0
+    hint = "run python -m cudagraph.migrate.exports --write"
+    return write_or_check(MANIFEST_PATH, manifest_text(args.root), write=args.write, stale_hint=hint)
 
 
 if __name__ == "__main__":

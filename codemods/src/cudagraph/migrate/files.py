@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pathspec
 
-__all__ = ["Discovery", "atomic_write", "discover"]
+__all__ = ["Discovery", "atomic_write", "discover", "write_or_check"]
 
 _SKIPPED_DIRECTORIES = frozenset({"__pycache__", "node_modules"})
 """Never descended into, besides hidden directories."""
@@ -99,3 +100,16 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_or_check(path: Path, text: str, *, write: bool, stale_hint: str) -> int:
+    """Write ``text`` to the generated data file ``path`` (``write``), or check it is current: 0, or 1 with
+    ``stale_hint`` (what to run) on stderr."""
+    if write:
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+        return 0
+    if path.read_text(encoding="utf-8") != text:
+        print(f"{path} is stale: {stale_hint}", file=sys.stderr)
+        return 1
+    return 0

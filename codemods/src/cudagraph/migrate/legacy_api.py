@@ -25,6 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from .api_scan import SourceTree, signature_of_arguments
+from .files import write_or_check
 from .renames import RenameKind, RenameTable, load_renames
 from .signatures import Signature
 
@@ -121,14 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.sglang / "__init__.py").is_file():
         parser.error(f"{args.sglang} is not a package directory (no __init__.py); give the sglang/ folder")
     text = json.dumps(scan_sglang(args.sglang), indent=1, sort_keys=True) + "\n"
-    if args.write:
-        LEGACY_API_PATH.write_text(text, encoding="utf-8")
-        print(f"wrote {LEGACY_API_PATH}")
-        return 0
-    if LEGACY_API_PATH.read_text(encoding="utf-8") != text:
-        print(f"{LEGACY_API_PATH} differs from {args.sglang}: regenerate it with --write", file=sys.stderr)
-        return 1
-    return 0
+    hint = f"it differs from {args.sglang}; regenerate it with --write"
+    return write_or_check(LEGACY_API_PATH, text, write=args.write, stale_hint=hint)
 
 
 if __name__ == "__main__":
