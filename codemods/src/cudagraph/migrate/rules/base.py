@@ -182,7 +182,7 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         """Open a statement's list of due TODO comments, then dispatch to ``visit_<Node>``."""
-        if isinstance(node, _STATEMENTS):
+        if type(node) in _STATEMENTS:
             self._todo_stack.append([])
         return super().on_visit(node)
 
@@ -191,12 +191,12 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
     ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
         """Dispatch to ``leave_<Node>``, then write the TODO comments due above a statement being left."""
         result = super().on_leave(original_node, updated_node)
-        if isinstance(result, cst.Module):
+        if type(original_node) is cst.Module and isinstance(result, cst.Module):
             return self._without_header_duplicates(result)
-        planned = self._todo_by_node.pop(id(original_node), None)
+        planned = self._todo_by_node.pop(id(original_node), None) if self._todo_by_node else None
         if planned and self._todo_stack:
             self._todo_stack[-1].extend(planned)
-        if not isinstance(original_node, _STATEMENTS):
+        if type(original_node) not in _STATEMENTS:
             return result
         due = self._todo_stack.pop()
         if not due:
@@ -303,8 +303,22 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         return lines
 
 
-_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
-"""Nodes a TODO comment can stand above (their ``leading_lines``)."""
+_STATEMENTS = frozenset(
+    {
+        cst.SimpleStatementLine,
+        cst.FunctionDef,
+        cst.ClassDef,
+        cst.If,
+        cst.For,
+        cst.While,
+        cst.Try,
+        cst.TryStar,
+        cst.With,
+        cst.Match,
+    }
+)
+"""Nodes a TODO comment can stand above (their ``leading_lines``), by exact type: this is checked on every node of
+every visit, where an ``isinstance`` against libcst's abstract bases costs seconds over a large tree."""
 
 _WRAPPER_KEY = "cudagraph.migrate.metadata_wrapper"
 ORIGINAL_KEY = "cudagraph.migrate.original"
