@@ -56,6 +56,11 @@ class ClassSurface:
     methods: dict[str, Signature]
     open: bool
 
+    def to_json(self) -> dict[str, object]:
+        """Sorted members and each method's signature as :meth:`Signature.to_json` spells it, and the rest as is."""
+        methods = {name: signature.to_json() for name, signature in sorted(self.methods.items())}
+        return {"bases": self.bases, "members": sorted(self.members), "methods": methods, "open": self.open}
+
 
 def signature_of_arguments(arguments: ast.arguments) -> Signature:
     """The signature a ``def``'s arguments declare."""
@@ -125,7 +130,8 @@ class SourceTree:
         return ".".join([*base, *([name] if name else [])])
 
     def definition(self, qualified: str, depth: int = 0) -> tuple[str, ast.AST] | None:
-        """``(defining module, node)`` of a class or function, following re-exports inside the tree."""
+        """``(defining module, node)`` of a class or function, following re-exports inside the tree and module-level
+        aliases (``register_split_op = register_break_op`` exports one function under two names)."""
         module, _, name = qualified.rpartition(".")
         found = self.module_tree(module)
         if found is None or depth > 6:
@@ -134,8 +140,15 @@ class SourceTree:
             if isinstance(statement, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == name:
                 return module, statement
         target = self.imports(module).get(name)
-        if target is not None and target.split(".")[0] == self.top:
-            return self.definition(target, depth + 1)
+        if target is not None:
+            return self.definition(target, depth + 1) if target.split(".")[0] == self.top else None
+        for statement in found[0].body:
+            if (
+                isinstance(statement, ast.Assign)
+                and [_name(target) for target in statement.targets] == [name]
+                and _name(statement.value) is not None
+            ):
+                return self.definition(f"{module}.{_name(statement.value)}", depth + 1)
         return None
 
     def class_surface(self, module: str, node: ast.ClassDef, depth: int = 0) -> ClassSurface:
@@ -202,6 +215,10 @@ def _standard_members(qualified: str) -> frozenset[str]:
     module, _, name = qualified.rpartition(".")
     holder = importlib.import_module(module or "builtins")
     return frozenset(member for member in dir(getattr(holder, name)) if not member.startswith("__"))
+
+
+def _name(node: ast.expr) -> str | None:
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _dotted(node: ast.expr) -> str | None:

@@ -144,47 +144,15 @@ def scan_api(root: Path = _CHECKOUT_ROOT) -> dict[str, dict[str, object]]:
     api: dict[str, dict[str, object]] = {}
     for module, names in scan_sources(root).items():
         for name in names:
-            found = _definition(tree, f"{module}.{name}")
+            found = tree.definition(f"{module}.{name}")
             if found is None:
                 continue  # a constant, or an alias of something outside the packages: nothing to check calls against
             defining_module, node = found
             if isinstance(node, ast.ClassDef):
-                surface = tree.class_surface(defining_module, node)
-                api[f"{module}.{name}"] = {
-                    "kind": "class",
-                    "bases": surface.bases,
-                    "members": sorted(surface.members),
-                    "methods": {method: signature.to_json() for method, signature in sorted(surface.methods.items())},
-                    "open": surface.open,
-                }
+                api[f"{module}.{name}"] = {"kind": "class", **tree.class_surface(defining_module, node).to_json()}
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 api[f"{module}.{name}"] = {"kind": "function", "signature": signature_of_arguments(node.args).to_json()}
     return api
-
-
-def _definition(tree: SourceTree, qualified: str, depth: int = 0) -> tuple[str, ast.AST] | None:
-    """Where ``qualified`` is defined, following re-exports and module-level aliases (``register_split_op =
-    register_break_op`` exports one function under two names, and users call either)."""
-    found = tree.definition(qualified)
-    if found is not None or depth > 6:
-        return found
-    module, _, name = qualified.rpartition(".")
-    imported = tree.imports(module).get(name)
-    if imported is not None:
-        return _definition(tree, imported, depth + 1) if imported.split(".")[0] == tree.top else None
-    parsed = tree.module_tree(module)
-    for statement in parsed[0].body if parsed is not None else ():
-        if (
-            isinstance(statement, ast.Assign)
-            and [_name(target) for target in statement.targets] == [name]
-            and _name(statement.value) is not None
-        ):
-            return _definition(tree, f"{module}.{_name(statement.value)}", depth + 1)
-    return None
-
-
-def _name(node: ast.expr) -> str | None:
-    return node.id if isinstance(node, ast.Name) else None
 
 
 def _source_roots(root: Path) -> list[Path]:

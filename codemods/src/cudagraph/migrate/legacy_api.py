@@ -103,9 +103,8 @@ def scan_sglang(package: Path, table: RenameTable | None = None) -> dict[str, di
             continue
         module, node = found
         if isinstance(node, ast.ClassDef):
-            surface = tree.class_surface(module, node)
-            methods = {name: signature.to_json() for name, signature in sorted(surface.methods.items())}
-            classes[qualified] = {"members": sorted(surface.members), "methods": methods}
+            surface = tree.class_surface(module, node).to_json()
+            classes[qualified] = {"members": surface["members"], "methods": surface["methods"]}
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions[qualified] = signature_of_arguments(node.args).to_json()
     return {"classes": classes, "functions": functions}

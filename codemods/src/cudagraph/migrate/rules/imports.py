@@ -482,12 +482,7 @@ class _Planner(cst.CSTVisitor):
         if self._shares_state(legacy, _alias_name(alias)):
             self.command.note(node, _shared_state_message(legacy, _alias_name(alias)), GuideSection.SHARED_STATE)
             return True
-        accesses = [
-            access.node
-            for assignment in scope.assignments[local]
-            if isinstance(assignment, ImportAssignment) and assignment.node is node
-            for access in assignment.references
-        ]
+        accesses = _uses_of(scope, local, node)
         legacy_name = f"{legacy.old}.{_alias_name(alias)}"
         return self._any_refused(accesses, legacy_name, ".".join(target))
 
@@ -532,12 +527,7 @@ class _Planner(cst.CSTVisitor):
                 GuideSection.MODULE_OBJECTS,
             )
             return True
-        accesses = [
-            access.node
-            for assignment in scope.assignments[binding]
-            if isinstance(assignment, ImportAssignment) and assignment.node is node
-            for access in assignment.references
-        ]
+        accesses = _uses_of(scope, binding, node)
         keep = False
         for access in accesses:
             parent = self.command.parent_of(access)
@@ -578,14 +568,11 @@ class _Planner(cst.CSTVisitor):
     def _rename_binding(self, node: cst.ImportFrom, scope: Scope | None, old: str, new: str) -> None:
         if scope is None:
             return
-        for assignment in scope.assignments[old]:
-            if not isinstance(assignment, ImportAssignment) or assignment.node is not node:
-                continue
-            for access in assignment.references:
-                if isinstance(access.node, cst.Name):
-                    self.command.renamed_names[id(access.node)] = new
-                else:
-                    self.command.renamed_strings.setdefault(id(access.node), {})[old] = new
+        for use in _uses_of(scope, old, node):
+            if isinstance(use, cst.Name):
+                self.command.renamed_names[id(use)] = new
+            else:  # a string annotation
+                self.command.renamed_strings.setdefault(id(use), {})[old] = new
         if scope is scope.globals:
             self.command.module_level_renames[old] = new
 
@@ -601,6 +588,16 @@ class _Planner(cst.CSTVisitor):
                 ]
                 if names:
                     plan.statements.append(_format_from_import(module, names, block.multiline_by_module[module]))
+
+
+def _uses_of(scope: Scope, name: str, statement: cst.Import | cst.ImportFrom) -> list[cst.CSTNode]:
+    """Every use of the binding ``name`` that the import ``statement`` makes in ``scope``."""
+    return [
+        access.node
+        for assignment in scope.assignments[name]
+        if isinstance(assignment, ImportAssignment) and assignment.node is statement
+        for access in assignment.references
+    ]
 
 
 def _shared_state_message(legacy: Rename, name: str) -> str:
