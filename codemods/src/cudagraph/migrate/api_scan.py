@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .signatures import Param, ParamKind, Signature
 
-__all__ = ["ClassSurface", "SourceTree", "signature_of_arguments"]
+__all__ = ["ClassSurface", "SourceTree", "ast_dotted_name", "signature_of_arguments"]
 
 CLOSED_BASES = frozenset(
     {
@@ -195,7 +195,7 @@ class SourceTree:
     def _qualified_base(self, module: str, base: ast.expr) -> str | None:
         if isinstance(base, ast.Subscript):  # Generic[T], Protocol[T]
             base = base.value
-        dotted = _dotted(base)
+        dotted = ast_dotted_name(base)
         if dotted is None:
             return None
         head, _, rest = dotted.partition(".")
@@ -221,11 +221,12 @@ def _name(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _dotted(node: ast.expr) -> str | None:
+def ast_dotted_name(node: ast.expr) -> str | None:
+    """``a.b.c`` for an :mod:`ast` Name/Attribute chain, else ``None`` (``rules.base.dotted_name`` for libcst)."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
+        head = ast_dotted_name(node.value)
         return f"{head}.{node.attr}" if head else None
     return None
 
@@ -233,7 +234,7 @@ def _dotted(node: ast.expr) -> str | None:
 def _decorator_names(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> Iterator[str]:
     for decorator in function.decorator_list:
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        dotted = _dotted(target)
+        dotted = ast_dotted_name(target)
         if dotted:
             yield dotted.rpartition(".")[2]
 
@@ -299,7 +300,7 @@ def _field_default(value: ast.expr | None) -> tuple[bool, bool]:
     """(required, in ``__init__``) of a dataclass field with this default."""
     if value is None:
         return True, True
-    if isinstance(value, ast.Call) and _dotted(value.func) in ("field", "dataclasses.field"):
+    if isinstance(value, ast.Call) and ast_dotted_name(value.func) in ("field", "dataclasses.field"):
         keywords = {keyword.arg: keyword.value for keyword in value.keywords}
         in_init = not ("init" in keywords and not _is_true(keywords["init"]))
         return not ({"default", "default_factory"} & set(keywords)), in_init

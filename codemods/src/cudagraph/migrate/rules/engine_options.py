@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from ..api_scan import ast_dotted_name
 from ..renames import Rename, RenameKind, RenameTable
 from .base import REWRITE_ENGINE_OPTIONS_KEY, Finding, FindingKind, MigrationCommand, QuickView
 from .keywords import rewrite_keywords
@@ -224,7 +225,7 @@ class _ModuleNames:
 
     def class_types(self, node: ast.expr) -> frozenset[str]:
         """The qualified names ``node`` refers to, plus the ancestors of a class of this file."""
-        dotted = _ast_dotted(node)
+        dotted = ast_dotted_name(node)
         if dotted is None:
             return frozenset()
         head, _, rest = dotted.partition(".")
@@ -454,15 +455,6 @@ def _last_name(node: ast.expr) -> str | None:
 
 def _is_static(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return any(_last_name(decorator) == "staticmethod" for decorator in function.decorator_list)
-
-
-def _ast_dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _ast_dotted(node.value)
-        return f"{head}.{node.attr}" if head is not None else None
-    return None
 
 
 def _ast_named_server_args(node: ast.expr) -> bool:
