@@ -148,8 +148,8 @@ class LegacyMembers(MigrationCommand):
         """
         legacy_owners = self.legacy_owner_rows.get(name, ())
         everything = frozenset((*owners, *legacy_owners))
-        if self.owners.refers_to(receiver, everything):
-            types = self.owners.class_types(receiver)
+        types = self.owners.class_types(receiver)
+        if types & everything:  # the class itself (Owner.old, patch.object(Owner, "old"))
             spelled = self.spelled.class_types(receiver)
         else:
             instance = self.owners.instance_types(receiver)
