@@ -98,7 +98,13 @@ def test_tc_piecewise_gets_its_compiler_and_the_compile_mode(monkeypatch: pytest
     built: list[dict[str, object]] = []
     monkeypatch.setattr(TcPiecewiseCudaGraphBackend, "__init__", lambda self, device, **kwargs: built.append(kwargs))
     make_backend(
-        phase, "tc_piecewise", "cuda", tc_piecewise_compiler="inductor", compile_max_shape=8, compile_mode="lite"
+        phase,
+        "tc_piecewise",
+        "cuda",
+        tc_piecewise_compiler="inductor",
+        compile_max_shape=8,
+        compile_mode="lite",
+        compile_cache_dir="/tmp/inductor",
     )
     assert built == [
         {
@@ -108,6 +114,7 @@ def test_tc_piecewise_gets_its_compiler_and_the_compile_mode(monkeypatch: pytest
             "share_global_pool": True,
             "compiler": "inductor",
             "compile_mode": "lite",
+            "compile_cache_dir": "/tmp/inductor",
         }
     ]
 

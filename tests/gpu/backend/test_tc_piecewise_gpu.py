@@ -1,9 +1,10 @@
-"""tc_piecewise on a real GPU, through the engine: the forward compiled once, split at the attention op, every piece
-a CUDA graph per decode batch size; greedy tokens equal eager for batch sizes 1..16 with both compilers, and no
-recompile across 20 replays of every bucket. Also full graphs with compiled small buckets (``--torch-compile-max-bs``):
-the inductor-compiled forward inside the one graph for batch sizes up to 8, tokens equal eager. With
-``--torch-compile-mode max-autotune-no-cudagraphs`` both compiled backends autotune their matmuls and still give eager
-tokens on one compilation.
+"""tc_piecewise on a real GPU, through the engine: the forward compiled once, split at the attention op, every shape
+replayed as a flat sequence of graph segments and attention calls; greedy tokens equal eager for batch sizes 1..16
+with both compilers, no recompile across 20 replays of every bucket, a replay that launches exactly pieces + split
+calls and never enters dynamo or FX (even after ``torch._dynamo.reset()``), and a recapture after ``shutdown()``.
+Also full graphs with compiled small buckets (``--torch-compile-max-bs``): the inductor-compiled forward inside the
+one graph for batch sizes up to 8, tokens equal eager. With ``--torch-compile-mode max-autotune-no-cudagraphs`` both
+compiled backends autotune their matmuls and still give eager tokens on one compilation.
 
 Random-weight float32 models keep greedy ties out of the comparison. Every engine is shut down even when a test
 fails, so a failure never leaves a graph pool behind for the next test.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -133,6 +135,60 @@ def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(compiler
         assert backend.compile_stats.uncaptured_replays == 0
         assert counters["stats"]["unique_graphs"] == unique_graphs
         assert dict(counters["graph_break"]) == {}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_a_replay_launches_pieces_plus_split_calls_and_never_enters_dynamo(compiler: str) -> None:
+    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
+        backend = piecewise_backend(graphed)
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        stats = backend.compile_stats
+        for bucket in DECODE_BUCKETS:
+            sequence = backend.sequence(bucket)
+            assert (sequence.segments, len(sequence.split_calls)) == (stats.pieces, stats.split_ops)
+            assert sequence.launches == stats.pieces + stats.split_ops
+        batch = synthetic_decode_batch(graphed, 7, context_len=40, seed=7)
+        try:
+            expected = graphed.forward(batch).clone()  # eager: no compiled forward outside a capture
+            torch._dynamo.reset()  # compiled code and guards gone: a replay must not need them
+            entered: list[str] = []
+
+            def watch(frame: object, event: str, arg: object) -> None:
+                filename = frame.f_code.co_filename  # type: ignore[attr-defined]
+                if event == "call" and ("/torch/_dynamo/" in filename or "/torch/fx/" in filename):
+                    entered.append(f"{filename}:{frame.f_code.co_name}")  # type: ignore[attr-defined]
+
+            sys.setprofile(watch)
+            try:
+                for _ in range(5):
+                    got = runner.replay(batch)
+            finally:
+                sys.setprofile(None)
+            torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+            assert entered == [], f"a replay ran dynamo or FX code: {entered[:5]}"
+            assert stats.compilations == 1
+        finally:
+            release_synthetic_batch(graphed, batch, context_len=40)
+
+
+@pytest.mark.gpu
+def test_recapture_after_shutdown_reuses_the_compilation_and_gives_eager_tokens() -> None:
+    prompts, params = shrinking_workload(count=9, seed=2)
+    with engine("tiny-llama-random", graphs(Backend.DISABLED)) as eager:
+        expected = tokens(eager, prompts, params)
+    with engine("tiny-llama-random", graphs(Backend.TC_PIECEWISE, "inductor")) as graphed:
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        backend = piecewise_backend(graphed)
+        runner.shutdown()
+        assert not runner.captured and backend.shapes == ()
+        runner.capture()
+        assert runner.captured and backend.shapes == DECODE_BUCKETS
+        assert backend.compile_stats.compilations == 1  # the compiled forward survives shutdown
+        got = tokens(graphed, prompts, params)
+    assert got == expected
 
 
 @pytest.mark.gpu

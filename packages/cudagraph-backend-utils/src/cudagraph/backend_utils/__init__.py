@@ -43,6 +43,7 @@ from .capture_state import (
 from .errors import BreakableCaptureError, CudaGraphsUnavailableError, require_cuda
 from .forward_context import ForwardContext, ForwardContextScope, get_forward_context, set_forward_context
 from .gc_control import freeze_gc
+from .graph_dispatch import GraphDispatch, GraphMode, ShapeDescriptor, get_graph_dispatch, graph_dispatch
 from .graph_pool import (
     CAPTURE_ERROR_MODES,
     GraphPool,
@@ -76,10 +77,13 @@ __all__ = [
     "EagerCall",
     "ForwardContext",
     "ForwardContextScope",
+    "GraphDispatch",
+    "GraphMode",
     "GraphPool",
     "GraphPoolHandle",
     "MemoryReading",
     "ReplayBinder",
+    "ShapeDescriptor",
     "__version__",
     "add_eager",
     "break_options",
@@ -95,6 +99,8 @@ __all__ = [
     "freeze_gc",
     "get_forward_context",
     "get_global_graph_memory_pool",
+    "get_graph_dispatch",
+    "graph_dispatch",
     "graph_replay_fn",
     "is_capture_mode",
     "is_in_breakable_cuda_graph",

@@ -137,6 +137,18 @@ class EagerCall:
             return cast(Callable[[], None], functools.partial(self.fn, *self.args, **self.kwargs))
         return functools.partial(_call_and_copy_back, self.fn, self.args, self.kwargs, self.copy_back)
 
+    def check_addresses(self, call_index: int) -> None:
+        """Raise if a tensor argument recorded in debug mode has moved since capture (``call_index`` names the call
+        in the message)."""
+        for arg_index, tensor, address in self.argument_addresses:
+            if tensor.data_ptr() != address:
+                raise BreakableCaptureError(
+                    f"eager call #{call_index} ({self.name}): argument {arg_index} was at {address:#x} at capture "
+                    f"but is at {tensor.data_ptr():#x} now; the graph segments still use the old memory, so "
+                    f"replay would read stale data. Keep static tensors in place (copy into them, never rebind "
+                    f"or resize them) or capture again"
+                )
+
     def rerun(self, *args: Any, **kwargs: Any) -> None:
         """Run ``fn`` on this step's arguments (not the recorded ones) and refresh ``copy_back`` from its results:
         for a caller whose arguments are the same tensors at every step but may carry other values (host tensors,
@@ -275,14 +287,7 @@ class BreakableCUDAGraph:
     def check_addresses(self) -> None:
         """Raise if a tensor an eager call was captured with has moved since (debug mode records them)."""
         for call_index, call in enumerate(self._eager_calls):
-            for arg_index, tensor, address in call.argument_addresses:
-                if tensor.data_ptr() != address:
-                    raise BreakableCaptureError(
-                        f"eager call #{call_index} ({call.name}): argument {arg_index} was at {address:#x} at capture "
-                        f"but is at {tensor.data_ptr():#x} now; the graph segments still use the old memory, so "
-                        f"replay would read stale data. Keep static tensors in place (copy into them, never rebind "
-                        f"or resize them) or capture again"
-                    )
+            call.check_addresses(call_index)
 
     def reset(self) -> None:
         """Free every segment, eager call and copy-back buffer; the object can capture again.

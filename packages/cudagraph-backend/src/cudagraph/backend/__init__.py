@@ -20,6 +20,7 @@ from .tc_piecewise import (
     SplitGraph,
     TcPiecewiseCudaGraphBackend,
     split_at_split_ops,
+    split_graph,
 )
 
 __version__ = "0.1.0"
@@ -43,4 +44,5 @@ __all__ = [
     "__version__",
     "make_backend",
     "split_at_split_ops",
+    "split_graph",
 ]

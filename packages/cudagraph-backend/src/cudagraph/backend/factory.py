@@ -37,6 +37,7 @@ def make_backend(
     tc_piecewise_compiler: str | None = None,
     compile_max_shape: int = 0,
     compile_mode: str | None = None,
+    compile_cache_dir: str | None = None,
 ) -> BaseCudaGraphBackend:
     """The backend that captures ``phase`` with ``backend`` on ``device``.
 
@@ -47,7 +48,7 @@ def make_backend(
     default ``eager``) to the tc_piecewise backend only, ``compile_max_shape`` (shapes up to it capture an
     inductor-compiled forward; ``--torch-compile-max-bs``) to the full backend only, and ``compile_mode`` (the
     ``torch.compile`` mode of whatever inductor compiles, one of ``TORCH_COMPILE_MODES``; ``--torch-compile-mode``)
-    to both of those.
+    to both of those; ``compile_cache_dir`` (inductor's cache directory) to tc_piecewise.
     """
     phase = read_phase("make_backend phase", phase)
     backend = backend_for_phase("make_backend backend", backend, phase)
@@ -74,6 +75,7 @@ def make_backend(
             share_global_pool=share_global_pool,
             compiler=tc_piecewise_compiler or "eager",
             compile_mode=compile_mode,
+            compile_cache_dir=compile_cache_dir,
         )
     if backend_class is FullCudaGraphBackend:
         return FullCudaGraphBackend(
