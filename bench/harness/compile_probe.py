@@ -20,16 +20,19 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", required=True)
     parser.add_argument("--attention-backend", default="torch")
-    parser.add_argument("--buckets", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--buckets", type=int, nargs="+", help="decode batch sizes (default: the config's defaults)")
     args = parser.parse_args(argv)
-    cache = CacheConfig(max_num_reqs=max(args.buckets), max_context_len=256)
+    settings: dict[str, object] = {
+        "decode_cuda_graph_backend": "tc_piecewise",
+        "tc_piecewise_compiler": "inductor",
+        "prefill_disable_cuda_graph": True,
+    }
+    if args.buckets:
+        settings["decode_cuda_graph_bs"] = args.buckets
+    config = resolve(**settings)
+    buckets = config.decode.buckets
+    cache = CacheConfig(max_num_reqs=max(buckets), max_context_len=256)
     model_runner = build_model_runner(args.preset, cache, args.attention_backend)
-    config = resolve(
-        decode_cuda_graph_backend="tc_piecewise",
-        tc_piecewise_compiler="inductor",
-        decode_cuda_graph_bs=args.buckets,
-        prefill_disable_cuda_graph=True,
-    )
     model_runner.use_kernels(model_runner.kernels_for(config))  # the set the engine compiles with this config
     runner = DecodeCudaGraphRunner(model_runner, config, show_progress=False)
     stats = runner.capture()
@@ -40,7 +43,16 @@ def main(argv: list[str]) -> int:
     if compile_stats is None:
         raise SystemExit(f"{type(runner.backend).__name__} keeps no compile stats; expected the tc_piecewise backend")
     runner.shutdown()
-    print(json.dumps({"compile_seconds": compile_stats.compile_seconds, "capture_seconds": stats.seconds}))
+    figures = {
+        "compile_seconds": compile_stats.compile_seconds,
+        "capture_seconds": stats.seconds,
+        "graphs": stats.graphs,
+        "cache_hits": compile_stats.cache_hits,
+        "cache_misses": compile_stats.cache_misses,
+        "pieces_compiled": getattr(compile_stats, "pieces_compiled", None),
+        "pieces_reused": getattr(compile_stats, "pieces_reused", None),
+    }
+    print(json.dumps(figures))
     return 0
 
 

@@ -112,3 +112,28 @@ def test_page_ids_are_the_same_with_or_without_count_buffers() -> None:
     lay_out_pages(with_counts, req_pool.req_to_token, torch.tensor(rows), seq_lens, 16, width, counts)
     assert torch.equal(alone, with_counts)
     assert alone[: sum(-(-n // 16) for n in lengths)].tolist() == expected_pages(slots, 16)
+
+
+@pytest.mark.parametrize("layout", ["side_by_side", "separate", "strided"])
+def test_a_bound_store_writes_what_store_writes_with_the_values_of_each_step(layout: str) -> None:
+    """A replay binds the KV store once; each call must store the current contents of the same k and v tensors."""
+    heads, dim, rows = 2, 4, 3
+    bound_pool = TokenToKVPool(64, 2, heads, dim, torch.float32, "cpu", page_size=4)
+    eager_pool = TokenToKVPool(64, 2, heads, dim, torch.float32, "cpu", page_size=4)
+    if layout == "side_by_side":
+        qkv = torch.zeros(rows, 3 * heads * dim)
+        k, v = qkv[:, heads * dim : 2 * heads * dim], qkv[:, 2 * heads * dim :]
+    elif layout == "separate":
+        k, v = torch.zeros(rows, heads * dim), torch.zeros(rows, heads * dim)
+    else:  # every other row of a larger tensor: not side by side, yet viewable as [T, H, D]
+        k, v = torch.zeros(2 * rows, heads * dim)[::2], torch.zeros(2 * rows, heads * dim)[::2]
+    slots = torch.tensor([5, 9, 17])
+    store = bound_pool.bind_store(1, slots, k, v)
+    for step in range(3):
+        k.copy_(torch.randn(rows, heads * dim))
+        v.copy_(torch.randn(rows, heads * dim))
+        store()
+        eager_pool.store(1, slots, k, v)
+        torch.testing.assert_close(bound_pool.kv_buffer[1], eager_pool.kv_buffer[1], msg=f"step {step}")
+    assert bound_pool.kv_buffer[1][slots].abs().sum() > 0
+    torch.testing.assert_close(bound_pool.kv_buffer[0], torch.zeros_like(bound_pool.kv_buffer[0]))

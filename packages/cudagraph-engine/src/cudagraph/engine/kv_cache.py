@@ -10,7 +10,9 @@ there, so the allocators never hand them out. Allocation is host-side bookkeepin
 
 from __future__ import annotations
 
+import functools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -212,18 +214,39 @@ class TokenToKVPool:
         with one more to pair them up. Padded tokens all point at the scratch slot, which any of them may win."""
         self.kv_buffer[layer_id].index_put_((slots,), self._paired(k, v))
 
-    def _paired(self, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``k`` and ``v`` as one ``[T, 2, num_kv_heads, head_dim]`` tensor: a view of their memory where they
-        sit side by side (no copy), else a stacked copy."""
+    def bind_store(self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Callable[[], object]:
+        """``store(layer_id, slots, k, v)`` bound now, for a replay whose ``slots``, ``k`` and ``v`` are the same
+        tensors at every step: the layer's cache and the pairing of ``k`` and ``v`` are looked up once, so a step
+        makes one ``index_put_`` where they sit side by side, else one stack into a buffer kept for it and the
+        ``index_put_``."""
+        destination = self.kv_buffer[layer_id]
+        if self._side_by_side(k, v):
+            return functools.partial(destination.index_put_, (slots,), self._paired(k, v))
+        heads = (k.shape[0], self.num_kv_heads, self.head_dim)
+        try:
+            k_heads, v_heads = k.view(heads), v.view(heads)
+        except RuntimeError:  # no view of these strides: pair them at every step, as an eager store does
+            return functools.partial(self.store, layer_id, slots, k, v)
+        paired = torch.empty((k.shape[0], 2, self.num_kv_heads, self.head_dim), dtype=k.dtype, device=k.device)
+        stack = functools.partial(torch.stack, (k_heads, v_heads), dim=1, out=paired)
+        put = functools.partial(destination.index_put_, (slots,), paired)
+        return functools.partial(_run_both, stack, put)
+
+    def _side_by_side(self, k: torch.Tensor, v: torch.Tensor) -> bool:
         rows, width = k.shape
-        side_by_side = (
+        return (
             v.shape == k.shape
             and v.dtype == k.dtype
             and k.stride(1) == v.stride(1) == 1
             and (k.stride(0) == v.stride(0) or rows == 1)  # one row: its stride is never used
             and v.data_ptr() == k.data_ptr() + width * k.element_size()
         )
-        if side_by_side:
+
+    def _paired(self, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``k`` and ``v`` as one ``[T, 2, num_kv_heads, head_dim]`` tensor: a view of their memory where they
+        sit side by side (no copy), else a stacked copy."""
+        rows, width = k.shape
+        if self._side_by_side(k, v):
             # Element [t, 0, h, d] is k[t, h * D + d] and [t, 1, h, d] is v[t, h * D + d], by the checks above.
             return k.as_strided((rows, 2, self.num_kv_heads, self.head_dim), (k.stride(0), width, self.head_dim, 1))
         heads = (rows, self.num_kv_heads, self.head_dim)
@@ -232,3 +255,8 @@ class TokenToKVPool:
     def kv_bytes(self) -> int:
         """Device bytes the keys and values take."""
         return sum(t.numel() * t.element_size() for t in self.kv_pages)
+
+
+def _run_both(first: Callable[[], object], second: Callable[[], object]) -> None:
+    first()
+    second()

@@ -17,7 +17,6 @@ every CUDA build of torch; the backend runs on CPU tensors only under ``TRITON_I
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable
 
@@ -148,4 +147,4 @@ class TritonAttentionBackend(TorchAttentionBackend):
         )
         if kv_stored:
             return attend
-        return _in_order(functools.partial(self.store_kv, k, v, layer_id, batch.out_cache_loc), attend)
+        return _in_order(self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
