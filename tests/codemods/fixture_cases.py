@@ -41,11 +41,11 @@ class FixtureCase:
         """The path the source is migrated as."""
         return self.options.get("path", f"fixtures/{self.name}.py")
 
-    def migrate(self, text: str) -> SourceMigration:
-        """Migrate ``text`` as this fixture's file with this fixture's rules."""
+    def migrate(self, text: str, *, rewrite_argv: bool | None = None) -> SourceMigration:
+        """Migrate ``text`` as this fixture's file with this fixture's rules (``rewrite_argv`` overrides its switch)."""
         select = [code for code in self.options.get("select", "").split(",") if code]
         options = RunOptions(
-            rewrite_argv=self.options.get("rewrite-argv") == "yes",
+            rewrite_argv=self.options.get("rewrite-argv") == "yes" if rewrite_argv is None else rewrite_argv,
             rewrite_engine_options=self.options.get("rewrite-engine-options") == "yes",
             move_shared_state=self.options.get("move-shared-state") == "yes",
         )

@@ -19,7 +19,7 @@ from cudagraph.migrate.exports import ExportsManifest, load_exports
 from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import Rename, RenameKind, RenameTable, load_renames
 from cudagraph.migrate.rules import select_rules
-from cudagraph.migrate.todo_comments import GuideSection, todo_text
+from cudagraph.migrate.todo_comments import GuideSection, todo_lines, todo_text
 
 STAYING_NAME = "_legacy_only_helper"
 """A name of a legacy module that nothing moves: no row names it and no new module exports it."""
@@ -119,7 +119,7 @@ def _cases_of(row: Rename, table: RenameTable, exports: ExportsManifest) -> Iter
 
 def _file(docstring: str, imports: list[str], uses: list[str], todo_above_uses: str | None = None) -> str:
     elements = "".join(f"        {use},\n" for use in uses)
-    todo = f"    {todo_above_uses}\n" if todo_above_uses else ""
+    todo = "".join(f"    {line}\n" for line in todo_lines(todo_above_uses)) if todo_above_uses else ""
     return f'"""{docstring}"""\n\n' + "".join(imports) + f"\n\ndef use_all():\n{todo}    return [\n{elements}    ]\n"
 
 
@@ -151,7 +151,8 @@ def _from_import(
         migrated_uses.insert(0, STAYING_NAME)
         reason = f"not exported by {row.new} and not in the rename table; kept on {row.old}"
         todo = todo_text(f"{STAYING_NAME}: {reason}", GuideSection.NAMES_THAT_STAY)
-        expected_imports.insert(0, f"{todo}\n" + _from_statement(row.old, [STAYING_NAME], multiline=multiline))
+        written = "".join(f"{line}\n" for line in todo_lines(todo))
+        expected_imports.insert(0, written + _from_statement(row.old, [STAYING_NAME], multiline=multiline))
     legacy_import = _from_statement(row.old, legacy_spelled, multiline=multiline)
     source = _file(docstring, [legacy_import], legacy_uses)
     notes: tuple[str, ...] = ()

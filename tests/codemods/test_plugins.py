@@ -38,6 +38,8 @@ PLUGINS_ROOT = Path(__file__).parent / "plugins"
 LEGACY_API = PLUGINS_ROOT / "legacy_api"
 PLUGINS = sorted(path for path in PLUGINS_ROOT.iterdir() if (path / "tests").is_dir())
 TODO = "# TODO(cudagraph-migrate):"
+CONTINUATION = "#   "
+"""How each further line of a long TODO comment starts (the comment is wrapped)."""
 
 SERVER_ARGS = "sglang.srt.server_args.ServerArgs"
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
@@ -448,9 +450,24 @@ def migration_diff(migration: Migration) -> str:
 
 
 def todo_comments(root: Path) -> Iterator[str]:
-    """Every ``# TODO(cudagraph-migrate):`` comment under ``root``."""
+    """Every ``# TODO(cudagraph-migrate):`` comment under ``root``, as one line."""
     for path in sorted(root.rglob("*.py")):
-        yield from (line.strip() for line in path.read_text().splitlines() if line.strip().startswith(TODO))
+        yield from file_todo_comments(path)
+
+
+def file_todo_comments(path: Path) -> Iterator[str]:
+    """Every ``# TODO(cudagraph-migrate):`` comment of one file, its wrapped lines (``#   ...`` below it) joined."""
+    comment: str | None = None
+    for line in path.read_text().splitlines():
+        text = line.strip()
+        if comment is not None and text.startswith(CONTINUATION) and text[len(CONTINUATION) :].strip():
+            comment = f"{comment} {text[len(CONTINUATION) :].strip()}"
+            continue
+        if comment is not None:
+            yield comment
+        comment = text if text.startswith(TODO) else None
+    if comment is not None:
+        yield comment
 
 
 @pytest.fixture(scope="module", params=PLUGINS, ids=lambda path: path.name)
@@ -492,9 +509,7 @@ def _kept_by_its_import(place: Place) -> bool:
     if not place.what.startswith("call of legacy "):
         return False
     name = place.what.rpartition(".")[2]
-    return any(
-        line.strip().startswith(TODO) and f" {name} stays on " in line for line in place.path.read_text().splitlines()
-    )
+    return any(f" {name} stays on " in comment for comment in file_todo_comments(place.path))
 
 
 def test_every_legacy_place_left_carries_a_todo(migrated: Migration) -> None:
@@ -621,3 +636,9 @@ def test_a_todo_marks_its_statement_from_above_or_on_it(tmp_path: Path) -> None:
     assert file.marked(Place(file.path, 4, 6, "import"))
     assert not file.marked(Place(file.path, 1, 1, "x"))
     assert file.marked(Place(file.path, 6, 6, "trailing"))
+
+
+def test_a_wrapped_todo_is_read_as_one_comment(tmp_path: Path) -> None:
+    path = tmp_path / "case.py"
+    path.write_text(f"{TODO} a long\n#   message — see\n    #   guide\n# not a continuation\nx = 1\n{TODO} b\n")
+    assert list(file_todo_comments(path)) == [f"{TODO} a long message — see guide", f"{TODO} b"]

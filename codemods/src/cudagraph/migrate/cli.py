@@ -12,9 +12,10 @@ Conventions follow ruff and black. Exit status:
 In CI, ``cudagraph-migrate --check PATH`` fails while code the tool can migrate remains, and
 ``cudagraph-migrate --check --strict PATH`` also fails until every manual step is done.
 
-The summary says what was migrated, what needs a manual step (the TODO count and the files holding them) and what is
-listed for review (legacy options of other programs, rewritten only with ``--rewrite-argv`` or
-``--rewrite-engine-options``); the per-rule table follows with ``-v`` or when a rule edited something. Each finding
+The summary says what was migrated, what needs a manual step (the TODO count and the files holding them, each place
+marked with its comment) and what is listed for review (legacy options of other programs, rewritten only with
+``--rewrite-argv`` or ``--rewrite-engine-options``, and definitions of legacy flags, never rewritten); the per-rule
+table follows with ``-v`` or when a rule edited something. Each finding
 is one line, ``todo: PATH:LINE: CODE message`` (``review:``, and with ``-v`` ``skip:`` for names left alone).
 
 Patches and ``--check``'s file list go to stdout; progress, findings and the summary go to stderr, so ``--diff``
@@ -254,7 +255,7 @@ def format_summary(
         lines.append(f"  and {len(todo_files) - max_files} more (see above)")
     lines.append(
         f"listed for review: {report.findings(FindingKind.ARGV)} candidate(s) in other programs' options "
-        "(--rewrite-argv, --rewrite-engine-options rewrite them)"
+        "(--rewrite-argv, --rewrite-engine-options rewrite them; flag definitions stay)"
     )
     if verbose or edits:
         lines.append(f"{'rule':<6} {'name':<24} {'edits':>6} {'files':>6}")

@@ -156,7 +156,7 @@ def migrate_source(
     result.original, result.migrated = original, migrated
     result.findings = sorted([*findings, *result.findings], key=lambda finding: (finding.code, finding.line))
     if result.changed:
-        _check_postcondition(original, migrated, path, exports)
+        _check_postcondition(module_ast, migrated, path, exports)
     return result
 
 
@@ -171,7 +171,7 @@ def _reexports(pairs: tuple[tuple[str, str], ...]) -> Mapping[str, str]:
     return dict(pairs)
 
 
-def _check_postcondition(original: bytes, migrated: bytes, path: str, exports: ExportsManifest) -> None:
+def _check_postcondition(original: ast.Module, migrated: bytes, path: str, exports: ExportsManifest) -> None:
     try:
         missing = unresolved_references(original, migrated, exports, path)
     except SyntaxError as error:

@@ -10,13 +10,13 @@ Only names that move are recorded: a name that stays on its legacy import is not
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from .exports import ExportsManifest
 from .renames import RenameTable
 
-__all__ = ["collect_reexports", "imported_names", "module_names"]
+__all__ = ["collect_reexports", "import_statements", "imported_names", "module_names"]
 
 
 def module_names(path: Path, roots: Sequence[Path]) -> list[str]:
@@ -81,10 +81,30 @@ def _module_level_bindings(
 def imported_names(tree: ast.Module, canonical: Callable[[str], str]) -> frozenset[str]:
     """Canonical qualified names a file imports: ``module.Name`` of every from-import, and every imported module."""
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in import_statements(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
             found.add(node.module)
             found.update(canonical(f"{node.module}.{alias.name}") for alias in node.names)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
     return frozenset(found)
+
+
+_STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
+"""The fields of statements (and of ``except`` clauses and ``case`` blocks) that hold statements."""
+
+
+def import_statements(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement of ``tree`` at any depth, in no particular order.
+
+    An import is a statement, never part of an expression, so only statement lists are walked: a fraction of what
+    :func:`ast.walk` costs over every expression of a large file.
+    """
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+            continue
+        for field in _STATEMENT_LISTS:
+            pending.extend(getattr(node, field, ()))

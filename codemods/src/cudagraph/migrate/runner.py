@@ -20,6 +20,7 @@ from pathlib import Path
 from .engine import MigrationError, SourceMigration, migrate_source, reexport_markers
 from .exports import load_exports
 from .files import atomic_write
+from .line_moves import moved_lines
 from .options import RunOptions
 from .reexports import collect_reexports
 from .renames import load_renames
@@ -193,14 +194,7 @@ def on_written_lines(findings: Sequence[Finding], original: bytes, migrated: byt
         return list(findings)
     before = original.decode("utf-8", "replace").splitlines()
     after = migrated.decode("utf-8", "replace").splitlines()
-    moved: dict[int, int] = {}
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
-        if tag == "delete":
-            continue
-        # lines added to a block come first (TODO comments above its statement): old lines map onto its last lines
-        shift = max(j2 - j1 - (i2 - i1), 0)
-        for offset in range(i2 - i1):
-            moved[i1 + offset + 1] = min(j1 + shift + offset, j2 - 1) + 1
+    moved = moved_lines(before, after)
     return [dataclasses.replace(finding, line=moved.get(finding.line, finding.line)) for finding in findings]
 
 

@@ -36,16 +36,20 @@ class CudagraphReference:
         return self.module if self.name is None else f"{self.module}.{self.name}"
 
 
-def cudagraph_references(source: bytes | str, filename: str = "<migrated>") -> list[CudagraphReference]:
-    """Every import of a ``cudagraph`` module or name in ``source``, and every ``binding.Name`` through such a module.
+def cudagraph_references(source: bytes | str | ast.Module, filename: str = "<migrated>") -> list[CudagraphReference]:
+    """Every import of a ``cudagraph`` module or name in ``source`` (a text, or its :mod:`ast` tree), and every
+    ``binding.Name`` through such a module.
 
     Raises :class:`SyntaxError` when ``source`` does not parse.
     """
-    tree = ast.parse(source, filename=filename)
+    tree = source if isinstance(source, ast.Module) else ast.parse(source, filename=filename)
     references: list[CudagraphReference] = []
     module_bindings: dict[str, str] = {}
+    attributes: list[ast.Attribute] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and _is_ours(node.module):
+        if isinstance(node, ast.Attribute):
+            attributes.append(node)  # read once every binding is known
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and _is_ours(node.module):
             assert node.module is not None
             for alias in node.names:
                 if alias.name == "*":
@@ -59,18 +63,21 @@ def cudagraph_references(source: bytes | str, filename: str = "<migrated>") -> l
                     references.append(CudagraphReference(alias.name, None, node.lineno))
                     if alias.asname:
                         module_bindings[alias.asname] = alias.name
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            chain = _dotted(node)
-            if chain is not None:
-                references.extend(_through_binding(chain, module_bindings, node.lineno))
+    for attribute in attributes:
+        chain = _dotted(attribute)
+        if chain is not None:
+            references.extend(_through_binding(chain, module_bindings, attribute.lineno))
     return references
 
 
 def unresolved_references(
-    original: bytes | str, migrated: bytes | str, exports: ExportsManifest, filename: str = "<migrated>"
+    original: bytes | str | ast.Module,
+    migrated: bytes | str,
+    exports: ExportsManifest,
+    filename: str = "<migrated>",
 ) -> list[CudagraphReference]:
-    """References ``migrated`` adds over ``original`` that do not resolve (raises SyntaxError if it does not parse)."""
+    """References ``migrated`` adds over ``original`` (a text, or its :mod:`ast` tree when the caller has it) that do
+    not resolve (raises SyntaxError if ``migrated`` does not parse)."""
     try:
         before = {reference.key for reference in cudagraph_references(original, filename)}
     except SyntaxError:

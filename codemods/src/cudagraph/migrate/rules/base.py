@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import enum
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import TypeVar
@@ -13,11 +13,13 @@ from typing import TypeVar
 import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from ..exports import ExportsManifest, load_exports
+from ..line_moves import moved_lines
+from ..metadata import positions, resolved
 from ..renames import Rename, RenameTable
-from ..todo_comments import TODO_MARKER, GuideSection, todo_text, with_todo_comments
+from ..todo_comments import GuideSection, todo_text, todos_in, with_todo_comments, without_todos
 
 
 class FindingKind(str, enum.Enum):
@@ -25,13 +27,14 @@ class FindingKind(str, enum.Enum):
 
     TODO = "todo"
     """A legacy use left as written that needs a manual step: a ``# TODO(cudagraph-migrate): ...`` comment marks it in
-    the file (when the rule ran on the parsed file) and the summary counts it under "needs a manual step"."""
+    the file and the summary counts it under "needs a manual step". Only :meth:`MigrationCommand.note`, which writes
+    that comment, makes one: what the tool finds without marking it in the file is listed for review instead."""
     SKIP = "skip"
     """A same-spelled name left alone because nothing ties it to the legacy API (listed with ``-v``)."""
     ARGV = "argv"
     """Another program's option, listed for review: a legacy flag in a command line (rewritten only with
-    ``--rewrite-argv``), or a legacy keyword or attribute of another engine's ``ServerArgs``/``Engine`` (rewritten only
-    with ``--rewrite-engine-options``)."""
+    ``--rewrite-argv``), a legacy keyword or attribute of another engine's ``ServerArgs``/``Engine`` (rewritten only
+    with ``--rewrite-engine-options``), or a program's own definition of a legacy flag (never rewritten)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,8 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
     Subclasses call :meth:`edited` once per rewritten occurrence, :meth:`note` where a legacy use was found but
     could not be rewritten safely (it stays as written and the user is told where), :meth:`skip` where a
     same-spelled name could not be tied to the legacy API (left alone; listed with ``-v``), and :meth:`candidate`
-    for another program's command line that only ``--rewrite-argv`` touches.
+    for a place listed for review (another program's option, which only an opt-in flag rewrites, or a flag
+    definition).
     """
 
     CODE = ""
@@ -180,6 +184,11 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         """Whether a planning pass noted places that the visit still has to mark."""
         return bool(self._todo_by_node)
 
+    @property
+    def planned_comment_ids(self) -> Collection[int]:
+        """Ids of the nodes a planning pass noted, which the visit has to reach to mark them."""
+        return self._todo_by_node.keys()
+
     def on_visit(self, node: cst.CSTNode) -> bool:
         """Open a statement's list of due TODO comments, then dispatch to ``visit_<Node>``."""
         if type(node) in _STATEMENTS:
@@ -218,7 +227,8 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         self._pending.append((node, FindingKind.SKIP, message))
 
     def candidate(self, node: cst.CSTNode | None, message: str) -> None:
-        """Record a legacy flag in another program's command line (rewritten only with ``--rewrite-argv``)."""
+        """Record a place listed for review: another program's option (a legacy flag in its command line, rewritten
+        only with ``--rewrite-argv``), or a program's own definition of a legacy flag (never rewritten)."""
         self._pending.append((node, FindingKind.ARGV, message))
 
     def _without_header_duplicates(self, module: cst.Module) -> cst.Module:
@@ -227,15 +237,8 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         if not module.body or not module.header:
             return module
         first = module.body[0]
-        in_header = {line.comment.value for line in module.header if line.comment is not None}
-        kept = [
-            line
-            for line in first.leading_lines
-            if line.comment is None
-            or not line.comment.value.startswith(TODO_MARKER)
-            or line.comment.value not in in_header
-        ]
-        dropped = len(first.leading_lines) - len(kept)
+        in_header = todos_in([line.comment.value if line.comment is not None else None for line in module.header])
+        kept, dropped = without_todos(first.leading_lines, in_header)
         if not dropped:
             return module
         self.comments_added -= dropped
@@ -250,13 +253,14 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
 
         Unlike libcst's default this does not deep-copy the tree for the metadata wrapper: a copy per rule per file
         cost as much as the rewrite itself. That is safe because every rule receives a tree in which no node object
-        occurs twice (fresh from the parser, or rewritten by an earlier rule that only builds new nodes; the rules
-        that expand one item into several give each its own copy). A rule that edits nothing hands the very same
-        tree on, so the next rule reuses the metadata already computed for it (one scope analysis serves every
-        scoped rule of a file whose imports did not change).
+        occurs twice (fresh from the parser, or rewritten by an earlier rule that builds new nodes and keeps each
+        node it does not visit in its one place; the rules that expand one item into several give each its own
+        copy). A rule that edits nothing hands the very same tree on, so the next rule reuses the metadata already
+        computed for it (one scope analysis serves every scoped rule of a file whose imports did not change). The
+        metadata comes from :mod:`cudagraph.migrate.metadata`, which spares libcst's walks that compute nothing.
         """
         wrapper = _shared_wrapper(self.context, tree)
-        with self.resolve(wrapper):
+        with resolved(self, wrapper):
             self.context = replace(self.context, wrapper=wrapper)
             transformed = self.transform_module_impl(wrapper.module)
         self._resolve_notes(wrapper)
@@ -271,15 +275,27 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
             return
         lines = self._lines_by_search(wrapper)
         if lines is None:  # the cheap way could not place every node: positions of the whole tree
-            positions = wrapper.resolve(PositionProvider)
-            lines = {
-                id(node): position.start.line
-                for node, _, _ in self._pending
-                if node is not None and (position := positions.get(node)) is not None
-            }
+            where = positions(wrapper)
+            lines = self._on_original_lines(
+                wrapper,
+                {
+                    id(node): position.start.line
+                    for node, _, _ in self._pending
+                    if node is not None and (position := where.get(node)) is not None
+                },
+            )
         for node, kind, message in self._pending:
             self.findings.append(Finding(kind, self.CODE, lines.get(id(node), 0), message))
         self._pending.clear()
+
+    def _on_original_lines(self, wrapper: MetadataWrapper, lines: dict[int, int]) -> dict[int, int]:
+        """``lines`` of ``wrapper.module`` as lines of the file's own text: an earlier rule may have rewritten the tree
+        this rule read, and the TODO comments it wrote there push everything below them down."""
+        original = self.context.scratch.get(ORIGINAL_KEY)
+        if not lines or not isinstance(original, tuple) or original[0] is wrapper.module:
+            return lines
+        moved = moved_lines(wrapper.module.code.splitlines(), str(original[1]).splitlines())
+        return {key: moved.get(line, line) for key, line in lines.items()}
 
     def _lines_by_search(self, wrapper: MetadataWrapper) -> dict[int, int] | None:
         """Lines of the pending nodes found by their code in the file's own text, or None where that is ambiguous.

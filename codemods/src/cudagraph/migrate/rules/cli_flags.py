@@ -12,8 +12,10 @@ RL driver handing a command to its own launcher), and that program decides which
 
 Text for a person is not a command line and is left alone: docstrings and other bare string statements, messages of
 logging and ``print`` calls, of exceptions, ``raise`` and ``assert``, and ``help=`` texts. A program's own flag
-*definitions* (``add_argument``, ``click.option``, ``dataclasses.field(metadata=...)``) are never rewritten nor
-listed: each is reported as a manual step, to define the flags with ``cudagraph.config.add_cli_args``.
+*definitions* (``add_argument``, ``click.option``, ``dataclasses.field(metadata=...)``) are never rewritten, not even
+with ``--rewrite-argv``, and no comment is written at them: each is listed for review, with the advice to define the
+flags with ``cudagraph.config.add_cli_args`` (the report's "needs a manual step" holds only places that carry a
+``# TODO(cudagraph-migrate)`` comment, and a program's own option definitions are not the tool's to mark).
 
 When rewriting: a boolean switch that became a valued option expands to two words or elements
 (``"--enable-breakable-cuda-graph"`` -> ``"--prefill-cuda-graph-backend", "breakable"``), a switch that became one per
@@ -34,7 +36,6 @@ from collections.abc import Mapping, Sequence
 import libcst as cst
 
 from ..renames import Rename, RenameKind, RenameTable
-from ..todo_comments import GuideSection
 from .base import (
     Finding,
     FindingKind,
@@ -58,7 +59,7 @@ class StringRole(enum.Enum):
     """Where a string stands when it is not a command line."""
 
     DEFINITION = "definition"
-    """Inside a program's definition of its own flags: reported as a manual step, never listed nor rewritten."""
+    """Inside a program's definition of its own flags: the definition is listed for review, never rewritten."""
     MESSAGE = "message"
     """Text for a person (a log line, an exception, a ``help=`` text): neither listed nor rewritten."""
 
@@ -225,13 +226,13 @@ class LegacyCliFlags(MigrationCommand):
         self.roles.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
-        """Give the arguments their role; a flag definition is reported."""
+        """Give the arguments their role; a flag definition is listed for review."""
         callee = (dotted_name(node.func) or "").rpartition(".")[2]
         own_role = call_role(callee)
         self.call_roles.append(self.roles[-1] or own_role)
         if own_role is StringRole.DEFINITION:
             for flag in self._flags_in(node):
-                self.note(node, _definition_message(flag), GuideSection.FLAG_DEFINITIONS)
+                self.candidate(node, _definition_message(flag))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """Leave the call."""
@@ -376,8 +377,9 @@ class _ArgvScan(ast.NodeVisitor):
         self.elements: set[int] = set()
         self.findings: list[Finding] = []
 
-    def _report(self, kind: FindingKind, node: ast.expr | ast.stmt, message: str) -> None:
-        self.findings.append(Finding(kind, self.code, node.lineno, message))
+    def _list(self, node: ast.expr | ast.stmt, message: str) -> None:
+        """List a finding for review (this rule marks nothing as a manual step)."""
+        self.findings.append(Finding(FindingKind.ARGV, self.code, node.lineno, message))
 
     def _within(self, role: StringRole | None, nodes: Sequence[ast.AST | None]) -> None:
         self.roles.append(role)
@@ -401,7 +403,7 @@ class _ArgvScan(ast.NodeVisitor):
         self._within(StringRole.MESSAGE, [node.msg])
 
     def visit_Call(self, node: ast.Call) -> None:
-        """Give the arguments their role; a flag definition is reported."""
+        """Give the arguments their role; a flag definition is listed for review."""
         self.visit(node.func)
         callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
         own_role = call_role(callee)
@@ -410,7 +412,7 @@ class _ArgvScan(ast.NodeVisitor):
             for arg in node.args:
                 flag = _constant_text(arg)
                 if flag is not None and _flag_row(self.rows, flag) is not None:
-                    self._report(FindingKind.TODO, node, _definition_message(flag))
+                    self._list(node, _definition_message(flag))
         self._within(role, node.args)
         for keyword in node.keywords:
             keyword_role = StringRole.MESSAGE if role is None and keyword.arg in _MESSAGE_KEYWORDS else role
@@ -421,7 +423,7 @@ class _ArgvScan(ast.NodeVisitor):
         if self.roles[-1] is None:
             found = _sequence_flags(self.rows, [_constant_text(element) for element in node.elts])
             if found:
-                self._report(FindingKind.ARGV, node, _list_message(found))
+                self._list(node, _list_message(found))
         self.generic_visit(node)
 
     visit_List = visit_Tuple = visit_Set = _sequence
@@ -434,7 +436,7 @@ class _ArgvScan(ast.NodeVisitor):
         flags = _command_flags(self.rows, text)
         if flags:
             message = _single_message(text) if text == flags[0] else _command_message(flags)
-            self._report(FindingKind.ARGV, node, message)
+            self._list(node, message)
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
         """An f-string's literal parts: listed, never rewritten."""
@@ -442,7 +444,7 @@ class _ArgvScan(ast.NodeVisitor):
             text = "".join(_constant_text(part) or _PLACEHOLDER for part in node.values)
             flags = _command_flags(self.rows, text)
             if flags:
-                self._report(FindingKind.ARGV, node, _fstring_message(flags))
+                self._list(node, _fstring_message(flags))
         for part in node.values:
             if isinstance(part, ast.FormattedValue):
                 self.visit(part.value)

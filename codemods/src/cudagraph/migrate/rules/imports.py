@@ -30,13 +30,14 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import (
     BaseAssignment,
     ImportAssignment,
-    ParentNodeProvider,
     Scope,
     ScopeProvider,
 )
 
 from ..compat import ApiChecker
 from ..legacy_api import load_legacy_api
+from ..metadata import parents
+from ..reexports import import_statements
 from ..renames import Rename, RenameTable
 from ..todo_comments import GuideSection
 from .base import (
@@ -107,7 +108,7 @@ class LegacyImports(MigrationCommand):
     def quick_findings(cls, view: QuickView) -> list[Finding] | None:
         """Nothing to do (no libcst work) where no import statement names a legacy module."""
         matcher = LegacyModuleMatcher(view.table, view.path)
-        for node in ast.walk(view.tree):
+        for node in import_statements(view.tree):
             if isinstance(node, ast.Import) and any(matcher.match(alias.name) for alias in node.names):
                 return None
             if isinstance(node, ast.ImportFrom):
@@ -134,12 +135,40 @@ class LegacyImports(MigrationCommand):
         self.module_uses: dict[int, tuple[Rename, bool, bool]] = {}
         """Access node of a legacy module binding -> (module row, bound through an alias, legacy import kept)."""
         self._parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None
+        self._on_the_way: set[int] = set()
         planner = _Planner(self)
         tree.visit(planner)
         planner.finish()
         if not self.statement_plans and not self.module_uses and not self.has_planned_comments:
             return tree
+        self._on_the_way = self._ways_to_rewrites(tree)
         return tree.visit(self)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        """Go down only towards a node the plan rewrites or marks: the rest of the tree stays as it is (the same node
+        objects), and a visit of it would rebuild every node for nothing."""
+        return super().on_visit(node) and id(node) in self._on_the_way
+
+    def _ways_to_rewrites(self, tree: cst.Module) -> set[int]:
+        """Ids of the nodes on the way from ``tree`` down to every node the plan rewrites or marks with a TODO (an
+        ``__all__`` assignment being one while module-level names are renamed), those nodes included."""
+        targets = {
+            *self.statement_plans,
+            *self.renamed_names,
+            *self.renamed_strings,
+            *self.module_uses,
+            *self.planned_comment_ids,
+        }
+        assignments = (cst.Assign, cst.AugAssign) if self.module_level_renames else ()
+        parent_of = self._parent_map()
+        on_the_way = {id(tree)}
+        for node in parent_of:
+            if id(node) not in targets and type(node) not in assignments:
+                continue
+            while id(node) not in on_the_way:
+                on_the_way.add(id(node))
+                node = parent_of[node]
+        return on_the_way
 
     # --- applying the plan -------------------------------------------------------------------------------------
 
@@ -205,12 +234,15 @@ class LegacyImports(MigrationCommand):
         return dotted_expression(f"{new_module}.{new_name}")
 
     def parent_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        """The parent of ``node``; parents are computed only for the few files that bind a legacy module."""
+        """The parent of ``node``."""
         if self._parents is None:
-            wrapper = self.context.wrapper
-            assert wrapper is not None
-            self._parents = wrapper.resolve(ParentNodeProvider)
+            self._parents = self._parent_map()
         return self._parents.get(node)
+
+    def _parent_map(self) -> Mapping[cst.CSTNode, cst.CSTNode]:
+        wrapper = self.context.wrapper
+        assert wrapper is not None
+        return parents(wrapper)
 
     def command_target(self, module_row: Rename, name: str) -> tuple[str, str] | None:
         """Where ``name`` of the legacy module ``module_row`` lives now: a symbol row, or exported unchanged."""
@@ -301,6 +333,22 @@ def _as_name(alias: cst.ImportAlias) -> str | None:
     return name.value if isinstance(name, cst.Name) else None
 
 
+_HOLDS_STATEMENTS = frozenset(
+    {
+        cst.Module,
+        cst.IndentedBlock,
+        cst.SimpleStatementSuite,
+        cst.SimpleStatementLine,
+        cst.Else,
+        cst.ExceptHandler,
+        cst.ExceptStarHandler,
+        cst.Finally,
+        cst.MatchCase,
+    }
+)
+"""Nodes whose children can be statements, besides the compound statements: where the planner's walk goes."""
+
+
 class _Planner(cst.CSTVisitor):
     """Walk the module once, deciding what each legacy import statement becomes and which uses get renamed."""
 
@@ -310,6 +358,13 @@ class _Planner(cst.CSTVisitor):
         self.table = command.table
         self.blocks: list[_BlockMerge] = [_BlockMerge()]
         self.pending: list[tuple[int, _BlockMerge, list[str]]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        """Dispatch to ``visit_<Node>``, then go deeper only where statements are: an import is a statement, never
+        part of an expression, and the walk into expressions would cost as much as the rewrite itself."""
+        return super().on_visit(node) and (
+            type(node) in _HOLDS_STATEMENTS or isinstance(node, cst.BaseCompoundStatement)
+        )
 
     # Blocks: names merge only within one statement list.
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:

@@ -25,7 +25,6 @@ from libcst.metadata import (
     ClassScope,
     ImportAssignment,
     ParentNodeProvider,
-    QualifiedNameProvider,
     Scope,
     ScopeProvider,
 )
@@ -103,7 +102,8 @@ class OwnerResolver:
 
     def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
         """The canonical qualified names ``node`` may refer to (empty when none is known)."""
-        names = self.command.get_metadata(QualifiedNameProvider, node, set())
+        scope = self.command.get_metadata(ScopeProvider, node, None)
+        names = scope.get_qualified_names_for(node) if scope is not None else ()
         return frozenset(self.canonicalizer.canonical(name.name) for name in names)
 
     def refers_to(self, node: cst.CSTNode, owners: Iterable[str]) -> bool:
@@ -252,8 +252,9 @@ class OwnerResolver:
         return tuple(scope[node.value]) if node.value in scope else ()
 
 
-OWNER_METADATA = (ScopeProvider, QualifiedNameProvider, ParentNodeProvider)
-"""The metadata a command using :class:`OwnerResolver` must declare."""
+OWNER_METADATA = (ScopeProvider, ParentNodeProvider)
+"""The metadata a command using :class:`OwnerResolver` must declare. Qualified names are asked of a node's scope when
+needed, as ``QualifiedNameProvider`` would on the first read of a node, without its walk over every node."""
 
 
 REEXPORTS_KEY = "cudagraph.migrate.reexports"
