@@ -128,11 +128,12 @@ def test_a_bound_store_writes_what_store_writes_with_the_values_of_each_step(lay
     else:  # every other row of a larger tensor: not side by side, yet viewable as [T, H, D]
         k, v = torch.zeros(2 * rows, heads * dim)[::2], torch.zeros(2 * rows, heads * dim)[::2]
     slots = torch.tensor([5, 9, 17])
-    store = bound_pool.bind_store(1, slots, k, v)
+    calls = bound_pool.bind_store(1, slots, k, v)
     for step in range(3):
         k.copy_(torch.randn(rows, heads * dim))
         v.copy_(torch.randn(rows, heads * dim))
-        store()
+        for call in calls:
+            call()
         eager_pool.store(1, slots, k, v)
         torch.testing.assert_close(bound_pool.kv_buffer[1], eager_pool.kv_buffer[1], msg=f"step {step}")
     assert bound_pool.kv_buffer[1][slots].abs().sum() > 0

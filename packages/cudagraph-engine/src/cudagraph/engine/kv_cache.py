@@ -214,23 +214,24 @@ class TokenToKVPool:
         with one more to pair them up. Padded tokens all point at the scratch slot, which any of them may win."""
         self.kv_buffer[layer_id].index_put_((slots,), self._paired(k, v))
 
-    def bind_store(self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Callable[[], object]:
-        """``store(layer_id, slots, k, v)`` bound now, for a replay whose ``slots``, ``k`` and ``v`` are the same
-        tensors at every step: the layer's cache and the pairing of ``k`` and ``v`` are looked up once, so a step
-        makes one ``index_put_`` where they sit side by side, else one stack into a buffer kept for it and the
-        ``index_put_``."""
+    def bind_store(
+        self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[Callable[[], object], ...]:
+        """``store(layer_id, slots, k, v)`` bound now, as the calls to run in order, for a replay whose ``slots``,
+        ``k`` and ``v`` are the same tensors at every step: the layer's cache and the pairing of ``k`` and ``v`` are
+        looked up once, so a step makes one ``index_put_`` where they sit side by side, else one stack into a buffer
+        kept for it and the ``index_put_``. The caller runs them with its own calls (no wrapper frame per step)."""
         destination = self.kv_buffer[layer_id]
         if self._side_by_side(k, v):
-            return functools.partial(destination.index_put_, (slots,), self._paired(k, v))
+            return (functools.partial(destination.index_put_, (slots,), self._paired(k, v)),)
         heads = (k.shape[0], self.num_kv_heads, self.head_dim)
         try:
             k_heads, v_heads = k.view(heads), v.view(heads)
         except RuntimeError:  # no view of these strides: pair them at every step, as an eager store does
-            return functools.partial(self.store, layer_id, slots, k, v)
+            return (functools.partial(self.store, layer_id, slots, k, v),)
         paired = torch.empty((k.shape[0], 2, self.num_kv_heads, self.head_dim), dtype=k.dtype, device=k.device)
         stack = functools.partial(torch.stack, (k_heads, v_heads), dim=1, out=paired)
-        put = functools.partial(destination.index_put_, (slots,), paired)
-        return functools.partial(_run_both, stack, put)
+        return stack, functools.partial(destination.index_put_, (slots,), paired)
 
     def _side_by_side(self, k: torch.Tensor, v: torch.Tensor) -> bool:
         rows, width = k.shape
@@ -255,8 +256,3 @@ class TokenToKVPool:
     def kv_bytes(self) -> int:
         """Device bytes the keys and values take."""
         return sum(t.numel() * t.element_size() for t in self.kv_pages)
-
-
-def _run_both(first: Callable[[], object], second: Callable[[], object]) -> None:
-    first()
-    second()

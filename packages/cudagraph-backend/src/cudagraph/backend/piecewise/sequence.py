@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from cudagraph.backend_utils import EagerCall, GraphPool, ReplayBinder, ShapeDescriptor, graph_replay_fn
 
@@ -106,26 +105,15 @@ class GraphSegments:
         self.graphs.clear()
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    return [leaf for leaf in tree_flatten(value)[0] if isinstance(leaf, torch.Tensor)]
-
-
-def _run_and_refresh(runnable: Callable[..., Any], args: tuple[Any, ...], outputs: tuple[torch.Tensor, ...]) -> None:
-    for static, fresh in zip(outputs, _tensors(runnable(*args)), strict=True):
-        if static.data_ptr() != fresh.data_ptr():
-            static.copy_(fresh)
-
-
 @dataclass
 class EagerSegments:
     """Segments as recorded piece calls, replayed eagerly (``SegmentCapture`` on any device, for CPU tests).
 
-    Each piece reruns on the arguments it was captured with and its results are copied into the tensors it returned
-    at capture, as a graph writes the memory it was captured writing. Code between pieces (outside the compiled
-    forward) is not recorded.
+    Each piece is recorded as an ``EagerCall``: it reruns on the arguments it was captured with and its results are
+    copied into the tensors it returned at capture, as a graph writes the memory it was captured writing. Code between
+    pieces (outside the compiled forward) is not recorded.
     """
 
-    segments: int = 0
     current: list[Step] | None = None
 
     def begin(self) -> None:
@@ -137,7 +125,6 @@ class EagerSegments:
         steps, self.current = self.current, None
         if not steps:
             return None
-        self.segments += 1
         if len(steps) == 1:
             return steps[0]
         return functools.partial(_run_all, tuple(steps))
@@ -145,15 +132,14 @@ class EagerSegments:
     def note_piece(self, runnable: Callable[..., Any], args: tuple[Any, ...], output: Any) -> None:
         """A piece ran inside the open segment."""
         if self.current is not None:
-            self.current.append(functools.partial(_run_and_refresh, runnable, args, tuple(_tensors(output))))
+            self.current.append(EagerCall.record("tc_piecewise piece", runnable, args, {}, output).bind())
 
     def abort(self) -> None:
         """Free the open segment and every recorded one."""
         self.current = None
 
     def reset(self) -> None:
-        """Free every recorded segment."""
-        self.segments = 0
+        """Nothing to free: the recorded calls go with the sequence."""
 
 
 def _run_all(steps: tuple[Step, ...]) -> None:

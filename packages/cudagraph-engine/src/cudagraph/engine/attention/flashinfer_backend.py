@@ -505,7 +505,7 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         attend = bind_decode_run(entry.wrapper, *self._decode_views(q, output, layer_id))
         if kv_stored:
             return attend
-        return _in_order(self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
+        return _in_order(*self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
 
     def _decode_views(
         self, q: torch.Tensor, output: torch.Tensor, layer_id: int

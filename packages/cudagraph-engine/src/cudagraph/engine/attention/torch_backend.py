@@ -232,7 +232,7 @@ class TorchAttentionBackend:
         attend = self._decode_call(q, output, layer_id, metadata, self._shared_gather_buffer(metadata.kv_slots.numel()))
         if kv_stored:
             return attend
-        return _in_order(self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
+        return _in_order(*self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
 
     def _is_graph_view(self, metadata: DecodeMetadata | None) -> bool:
         return metadata is not None and self._graph_views.get(metadata.kv_slots.shape[0]) is metadata

@@ -147,4 +147,4 @@ class TritonAttentionBackend(TorchAttentionBackend):
         )
         if kv_stored:
             return attend
-        return _in_order(self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
+        return _in_order(*self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
