@@ -18,6 +18,7 @@ from .buckets import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, DEFAULT_MAX_
 from .environment import Environment
 from .flags import ALIAS_FLAGS, LEGACY_FLAGS, MODERN_FLAGS, SGLANG_FLAGS, VLLM_FLAGS, add_cli_args
 from .legacy_values import LEGACY_BACKEND_VALUES
+from .memory_budget import MemoryBudget, read_memory_budget
 from .renames import Rename, RenameKind, RenameTable, RenameTableError, load_renames, renames_path
 from .resolve import resolve
 from .rules import COMPATIBILITY_RULES, CompatibilityRule, RuleContext
@@ -60,6 +61,7 @@ __all__ = [
     "CudaGraphConfig",
     "Environment",
     "LegacyFlagWarning",
+    "MemoryBudget",
     "OverriddenSettingWarning",
     "Phase",
     "PhaseConfig",
@@ -73,6 +75,7 @@ __all__ = [
     "backend_for_phase",
     "default_buckets",
     "load_renames",
+    "read_memory_budget",
     "read_phase",
     "read_torch_compile_mode",
     "renames_path",

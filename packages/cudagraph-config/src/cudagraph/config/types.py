@@ -21,6 +21,7 @@ from .flags import (
     TORCH_COMPILE_MODE_OPTION,
     TORCH_COMPILE_OPTION,
 )
+from .memory_budget import MemoryBudget
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
     DEFAULT_CUDA_GRAPH_MODE,
@@ -55,6 +56,11 @@ class PhaseConfig:
     max_size: int
     """The largest shape this phase is sized for: the last bucket, or the max the user gave alongside an explicit
     bucket list; 0 when the backend is ``disabled``."""
+    max_padding_ratio: float | None = None
+    """A batch whose bucket is more than this multiple of its real size runs eagerly (``None``: any padding
+    replays)."""
+    memory_budget: MemoryBudget | None = None
+    """The most device memory this phase's graphs may take; capture stops before exceeding it (``None``: no cap)."""
 
     @property
     def enabled(self) -> bool:
@@ -95,6 +101,8 @@ class CudaGraphConfig:
     disable_padding: bool = False
     profile_capture: bool = False
     """Record a torch.profiler trace of one capture (``--enable-profile-cuda-graph``); the runner logs its path."""
+    compile_cache_dir: str | None = None
+    """Where inductor keeps its FX-graph and autotune caches for compiled pieces (``None``: inductor's default)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def for_phase(self, phase: Phase | str) -> PhaseConfig:
