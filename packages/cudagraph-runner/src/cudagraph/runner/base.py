@@ -136,6 +136,11 @@ class BaseCudaGraphRunner(abc.ABC):
         self.profile_trace: Path | None = None
         """Where the torch.profiler trace of the first (largest) capture went, with ``config.profile_capture``."""
         self.captured = False
+        self.captured_buckets: tuple[int, ...] = ()
+        """The buckets the latest ``capture()`` holds graphs of, ascending (a prefix of ``buckets`` when a memory
+        budget or an out-of-memory stopped it early; empty before capture and after ``shutdown``)."""
+        self.skipped_buckets: dict[int, str] = {}
+        """Buckets the latest ``capture()`` left without a graph, each with why (their batches run eagerly)."""
         # bucket_by_size[n]: the bucket a batch of n replays (n = 0 is an idle batch, which replays the smallest).
         self.bucket_by_size: list[int | None] = [self.pad_to_bucket(max(n, 1)) for n in range(self.max_size + 1)]
         self._buffers_allocated = False
@@ -223,6 +228,8 @@ class BaseCudaGraphRunner(abc.ABC):
                 else:
                     per_shape.append(self._capture_one_shape(shape))
         self.captured = True
+        self.captured_buckets = tuple(sorted(stats.shape for stats in per_shape))
+        self.skipped_buckets = {}
         compile_stats = self.backend.compile_stats
         self.stats = CaptureStats(
             per_shape=tuple(per_shape),
@@ -327,6 +334,8 @@ class BaseCudaGraphRunner(abc.ABC):
         self._release_static_buffers()
         self._buffers_allocated = False
         self.captured = False
+        self.captured_buckets = ()
+        self.skipped_buckets = {}
 
     def __repr__(self) -> str:
         return (
