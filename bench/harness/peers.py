@@ -84,6 +84,11 @@ class _SplitOpsThrough(TorchDispatchMode):
         self.peer = peer
         self.wrapped: dict[torch._ops.OpOverload, Callable[..., Any]] = {}
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # As our breakable capture's mode does: no dynamo import on the first op, no wrapper frame on every op.
+        return False
+
     def __torch_dispatch__(
         self, func: torch._ops.OpOverload, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 
 import pytest
 
@@ -123,3 +124,25 @@ def test_freeze_gc_with_gc_enabled_leaves_the_collector_alone() -> None:
     with freeze_gc(enable_gc=True):
         assert gc.get_freeze_count() == 0
         assert gc.isenabled()
+
+
+def test_freeze_gc_collects_the_garbage_the_block_made() -> None:
+    class Node:
+        partner: object = None
+
+    with freeze_gc():
+        first, second = Node(), Node()
+        first.partner, second.partner = second, first  # a cycle only the collector frees
+        alive = weakref.ref(first)
+        del first, second
+    assert alive() is None
+
+
+def test_breakable_capture_mode_is_not_wrapped_by_dynamo() -> None:
+    # torch wraps a dispatch mode's __torch_dispatch__ in torch._disable_dynamo unless the mode opts out; the
+    # wrapper imports dynamo on a process's first capture and adds a frame to every op captured.
+    from cudagraph.backend_utils.breakable import _BreakDispatchMode
+
+    dispatch = _BreakDispatchMode.__dict__["__torch_dispatch__"]
+    assert dispatch.__qualname__ == "_BreakDispatchMode.__torch_dispatch__"
+    assert not hasattr(dispatch, "__wrapped__")

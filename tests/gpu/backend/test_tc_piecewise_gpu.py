@@ -109,7 +109,6 @@ def test_tc_piecewise_decodes_every_batch_size_on_one_compilation(preset: str, c
         backend = piecewise_backend(graphed)
         tokens(graphed, prompts, params)
         assert backend.compile_stats.compilations == 1, "the forward recompiled while decoding"
-        assert backend.compile_stats.uncaptured_replays == 0
 
 
 @pytest.mark.gpu
@@ -132,7 +131,6 @@ def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(compiler
                 release_synthetic_batch(graphed, batch, context_len=40)
         assert backend.compile_stats.compilations == 1
         assert backend.compile_stats.recompiles == 0
-        assert backend.compile_stats.uncaptured_replays == 0
         assert counters["stats"]["unique_graphs"] == unique_graphs
         assert dict(counters["graph_break"]) == {}
 

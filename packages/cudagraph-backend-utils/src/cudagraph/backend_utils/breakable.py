@@ -469,6 +469,13 @@ class _BreakDispatchMode(TorchDispatchMode):
         super().__init__()
         self.recorder = recorder
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's ``__torch_dispatch__`` in ``torch._disable_dynamo`` unless this says no: that wrapper
+        # imports dynamo on the first op of the first capture in a process (about a second) and costs a frame on
+        # every op after. Nothing compiles inside a breakable capture, so there is nothing for it to guard.
+        return False
+
     def __torch_dispatch__(
         self,
         func: torch._ops.OpOverload,

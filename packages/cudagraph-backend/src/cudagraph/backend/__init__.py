@@ -11,7 +11,7 @@ from .errors import (
     BackendUnavailableError,
     CudaGraphCaptureError,
 )
-from .factory import BACKEND_CLASSES, make_backend
+from .factory import BACKEND_CLASSES, WARMUPS_NEEDED, make_backend, warmups_needed
 from .full import FullCudaGraphBackend
 from .tc_piecewise import (
     ModelTraceError,
@@ -29,6 +29,7 @@ __all__ = [
     "BACKEND_CLASSES",
     "CUDA_GRAPH_CAPTURE_FAILED_HINT",
     "TC_PIECEWISE_CUDA_GRAPH_CAPTURE_FAILED_MSG",
+    "WARMUPS_NEEDED",
     "BackendUnavailableError",
     "BaseCudaGraphBackend",
     "BreakableCudaGraphBackend",
@@ -45,4 +46,5 @@ __all__ = [
     "make_backend",
     "split_at_split_ops",
     "split_graph",
+    "warmups_needed",
 ]

@@ -56,9 +56,6 @@ class CompileStats:
     """Inductor FX-graph cache misses while compiling (kernels compiled from scratch)."""
     compilations_at_capture: int = 0
     """``compilations`` when the capture finished; any later one happened at replay."""
-    uncaptured_replays: int = 0
-    """Calls at replay that found no graph for their shape and ran eagerly (tc_piecewise; nonzero after a
-    recompile)."""
 
     @property
     def recompiles(self) -> int:

@@ -25,6 +25,27 @@ BACKEND_CLASSES: Mapping[Backend, type[BaseCudaGraphBackend] | None] = MappingPr
 )
 """The class behind each graph backend; ``None`` marks one that is valid in a config but not built yet."""
 
+WARMUPS_NEEDED: Mapping[Backend, int] = MappingProxyType(
+    {Backend.FULL: 1, Backend.BREAKABLE: 1, Backend.TC_PIECEWISE: 2}
+)
+"""Eager runs before each capture that a backend's correctness needs. One run does every lazy first-call setup
+(kernel JIT and specialization for the shape, library handles and workspaces, allocator growth) outside the graph;
+a compiled forward needs a second, because its first call compiles and only the second runs what is captured."""
+
+
+def warmups_needed(backend: Backend | str, *, compile_max_shape: int = 0) -> int:
+    """How many warm-up runs before each capture ``backend`` needs (two wherever a compiled forward is captured:
+    tc_piecewise, and full graphs with ``compile_max_shape``).
+
+    Example:
+        >>> warmups_needed("full"), warmups_needed("full", compile_max_shape=8), warmups_needed("tc_piecewise")
+        (1, 2, 2)
+    """
+    backend = Backend(backend)
+    if backend is Backend.FULL and compile_max_shape > 0:
+        return WARMUPS_NEEDED[Backend.TC_PIECEWISE]
+    return WARMUPS_NEEDED[backend]
+
 
 def make_backend(
     phase: Phase | str,

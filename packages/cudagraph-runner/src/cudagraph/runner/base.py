@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 from tqdm import tqdm
 
-from cudagraph.backend import BaseCudaGraphBackend, ModelTraceError, make_backend
+from cudagraph.backend import BaseCudaGraphBackend, ModelTraceError, make_backend, warmups_needed
 from cudagraph.backend_utils import CaptureOptions, ForwardContext, ForwardContextScope, freeze_gc
 from cudagraph.config import ConfigError, CudaGraphConfig, Phase, PhaseConfig
 
@@ -80,7 +80,8 @@ class BaseCudaGraphRunner(abc.ABC):
     """Buckets, capture loop and teardown shared by the decode and prefill runners.
 
     ``backend`` defaults to ``make_backend`` for the phase's configured backend, with capture options from the
-    config (``debug``, ``enable_gc``) and ``num_warmups`` eager runs before each capture; pass one to use another
+    config (``debug``, ``enable_gc``) and ``num_warmups`` eager runs before each capture (default: as many as the
+    backend's correctness needs, ``cudagraph.backend.warmups_needed``); pass one to use another
     (tests pass ``cudagraph.backend.testing.CpuReplayBackend``). ``show_progress`` turns the capture progress bar on
     or off. Buckets above the phase's ``max_size`` are not captured, so batches above it run eagerly.
     ``capture_barrier`` (the breakable backend's ``CaptureOptions.barrier``) is where the ranks of a
@@ -98,7 +99,7 @@ class BaseCudaGraphRunner(abc.ABC):
         *,
         backend: BaseCudaGraphBackend | None = None,
         show_progress: bool = True,
-        num_warmups: int = 2,
+        num_warmups: int | None = None,
         capture_barrier: Callable[[], None] | None = None,
     ) -> None:
         phase_config: PhaseConfig = config.for_phase(self.phase)
@@ -116,6 +117,10 @@ class BaseCudaGraphRunner(abc.ABC):
         self.max_size: int = self.buckets[-1]
         """The largest captured shape: static buffers are sized for it, and larger batches run eagerly."""
         self.device = torch.device(model_runner.device)
+        # SGLang's --torch-compile-max-bs: compiled small batch sizes, decode only.
+        compile_max_shape = config.torch_compile_max_bs if self.phase is Phase.DECODE else 0
+        if num_warmups is None:
+            num_warmups = warmups_needed(phase_config.backend, compile_max_shape=compile_max_shape)
         self.backend: BaseCudaGraphBackend = backend or make_backend(
             self.phase,
             phase_config.backend,
@@ -124,9 +129,9 @@ class BaseCudaGraphRunner(abc.ABC):
                 num_warmups=num_warmups, debug=config.debug, freeze_gc=not config.enable_gc, barrier=capture_barrier
             ),
             tc_piecewise_compiler=config.tc_piecewise_compiler,
-            # SGLang's --torch-compile-max-bs: compiled small batch sizes, decode only.
-            compile_max_shape=config.torch_compile_max_bs if self.phase is Phase.DECODE else 0,
+            compile_max_shape=compile_max_shape,
             compile_mode=config.torch_compile_mode,
+            compile_cache_dir=config.compile_cache_dir,
         )
         self.show_progress = show_progress
         self.stats = CaptureStats()
