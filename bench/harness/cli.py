@@ -98,7 +98,7 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
     """Section name -> the function that runs it (imported here: these modules need torch and the engine)."""
     from .breaks import BreakSettings, run_breaks
     from .capture import CaptureSettings, run_capture, run_compile
-    from .configs import DECODE_CONFIGS, PREFILL_CONFIGS, select_configs
+    from .configs import CAPTURE_BACKENDS, DECODE_CONFIGS, PREFILL_CONFIGS, select_configs
     from .decode import DecodeSettings, run_decode
     from .models import ModelCache
     from .prefill import PrefillSettings, run_prefill
@@ -111,6 +111,7 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
     capture = CaptureSettings(
         presets, profile.capture_decode_max_bs, profile.capture_prefill_max_tokens, presets[0],
         profile.compile_buckets, backend,
+        tuple((phase, config) for phase, config in CAPTURE_BACKENDS if names is None or config.name in names),
     )  # fmt: skip
 
     def decode(result: BenchResult) -> None:
