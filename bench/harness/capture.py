@@ -1,6 +1,7 @@
-"""Capture section: for each runner backend, capture the phase's default buckets once (graphs, seconds, device
-bytes), and ``tc_piecewise`` compile seconds in a fresh process with empty compile caches (cold) and again with the
-caches the first left behind (warm)."""
+"""Capture section: for each runner backend, capture the phase's default buckets (graphs, seconds, device bytes),
+shut down, estimate the graph memory and capture again (the repeat: seconds, and the bytes the estimate predicted);
+and ``tc_piecewise`` compile seconds in a fresh process with empty compile caches (cold) and again with the caches
+the first left behind (warm)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import torch
 
 from cudagraph.engine.model_runner import CacheConfig
 
-from .configs import CAPTURE_BACKENDS, default_shapes
+from .configs import CAPTURE_BACKENDS, BenchConfig, default_shapes
 from .make_source import make_source
 from .measure import guarded
 from .models import ModelCache
@@ -38,10 +39,12 @@ class CaptureSettings:
     compile_preset: str
     compile_buckets: tuple[int, ...]
     attention_backend: str = "torch"
+    backends: tuple[tuple[str, BenchConfig], ...] = CAPTURE_BACKENDS
+    """(phase, runner row) pairs to capture: ``CAPTURE_BACKENDS``, or those ``--configs`` names."""
 
 
 def run_capture(result: BenchResult, settings: CaptureSettings, models: ModelCache) -> None:
-    """Capture the default buckets with every backend of ``CAPTURE_BACKENDS`` and add one row each."""
+    """Capture the default buckets with every backend of ``settings.backends`` and add one row each."""
     max_sizes = {"decode": settings.decode_max_bs, "prefill": settings.prefill_max_tokens}
     for preset in settings.presets:
         # Capture only writes the scratch slot: a few KV slots are enough, whatever the request and token counts.
@@ -49,18 +52,40 @@ def run_capture(result: BenchResult, settings: CaptureSettings, models: ModelCac
             max_num_reqs=settings.decode_max_bs, max_context_len=settings.prefill_max_tokens, num_kv_slots=1024
         )
         model_runner = build_model_runner(preset, cache, settings.attention_backend, models.get(preset))
-        for phase, config in CAPTURE_BACKENDS:
+        for phase, config in settings.backends:
             shapes = default_shapes(phase, max_sizes[phase])
             with guarded(result, "capture", f"{preset} {phase} {config.name}", config):
                 source = make_source(config, model_runner, {phase: shapes})
                 assert isinstance(source, RunnerSource)
-                source.close()
-                stats = source.stats
-                result.capture.append(CaptureRow(preset, phase, config.name, stats.graphs, stats.seconds, stats.bytes))
+                try:
+                    result.capture.append(_capture_row(preset, phase, config.name, source))
+                finally:
+                    source.close()
         model_runner.shutdown()
         del model_runner
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def _capture_row(preset: str, phase: str, backend: str, source: RunnerSource) -> CaptureRow:
+    """The first capture (made by the source), then shutdown, the estimate, and a repeat capture it predicts."""
+    first = source.stats
+    runner = source.runner
+    runner.shutdown()
+    estimate = runner.estimate_capture_memory(refresh=True)
+    repeat = runner.capture()
+    return CaptureRow(
+        preset,
+        phase,
+        backend,
+        first.graphs,
+        first.seconds,
+        first.bytes,
+        repeat_seconds=repeat.seconds,
+        repeat_bytes=repeat.bytes,
+        estimate_bytes=estimate.total_bytes if estimate.probes else None,
+        estimate_seconds=estimate.seconds,
+    )
 
 
 def _probe(settings: CaptureSettings, cache_dir: Path) -> dict[str, float]:

@@ -60,7 +60,12 @@ CAPTURE_COLUMNS = (
     Column("backend", lambda r: r.backend),
     Column("graphs", lambda r: str(r.graphs)),
     Column("seconds", lambda r: f"{r.seconds:.2f}"),
+    Column("repeat s", lambda r: "-" if r.repeat_seconds is None else f"{r.repeat_seconds:.2f}"),
     Column("GiB", lambda r: f"{r.bytes / 2**30:.3f}"),
+    Column("repeat GiB", lambda r: "-" if r.repeat_bytes is None else f"{r.repeat_bytes / 2**30:.3f}"),
+    Column("estimate GiB", lambda r: "-" if r.estimate_bytes is None else f"{r.estimate_bytes / 2**30:.3f}"),
+    Column("est. error", lambda r: "-" if r.estimate_error is None else f"{r.estimate_error:+.1%}"),
+    Column("estimate s", lambda r: "-" if r.estimate_seconds is None else f"{r.estimate_seconds:.2f}"),
 )
 COMPILE_COLUMNS = (
     Column("preset", lambda r: r.preset),

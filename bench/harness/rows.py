@@ -76,14 +76,32 @@ class PrefillRow:
 
 @dataclass(frozen=True)
 class CaptureRow:
-    """What capturing a phase's default buckets cost with one backend."""
+    """What capturing a phase's default buckets cost with one backend: a first capture, then (after ``shutdown``
+    and ``estimate_capture_memory()``) a repeat, whose bytes the estimate predicted."""
 
     preset: str
     phase: str
     backend: str
     graphs: int
     seconds: float
+    """Wall time of the first capture (compiling the model forward included, for a backend that compiles)."""
     bytes: int
+    """Device memory the first capture kept."""
+    repeat_seconds: float | None = None
+    """Wall time of the repeat capture (compiled code and loaded kernels reused)."""
+    repeat_bytes: int | None = None
+    """Device memory the repeat capture kept: what ``estimate_bytes`` predicted."""
+    estimate_bytes: int | None = None
+    """``estimate_capture_memory()``'s total, made before the repeat capture."""
+    estimate_seconds: float | None = None
+    """Wall time of making the estimate (its probe captures)."""
+
+    @property
+    def estimate_error(self) -> float | None:
+        """(estimate - measured) / measured for the repeat capture; None without both."""
+        if self.estimate_bytes is None or not self.repeat_bytes:
+            return None
+        return (self.estimate_bytes - self.repeat_bytes) / self.repeat_bytes
 
 
 @dataclass(frozen=True)

@@ -69,3 +69,18 @@ def test_targets_without_figures_are_missed_not_passed() -> None:
     targets = check_targets(BenchResult())
     assert [target.met for target in targets] == [False, False, False]
     assert all("not measured" in target.detail for target in targets)
+
+
+def test_a_capture_row_says_how_far_the_estimate_was_from_the_repeat_capture() -> None:
+    from harness.rows import CaptureRow
+
+    row = CaptureRow("qwen3-0.6b", "decode", "breakable", 7, 1.7, 100 * 2**20, 0.9, 96 * 2**20, 102 * 2**20, 0.4)
+    assert row.estimate_error == pytest.approx(6 / 96)
+    assert CaptureRow("qwen3-0.6b", "decode", "full", 7, 1.9, 44 * 2**20).estimate_error is None
+    result = BenchResult(capture=[row])
+    assert BenchResult.from_dict(json.loads(result.to_json())).capture == [row]
+    # A result written before the estimate columns existed still reads, its new figures unknown.
+    old = {key: value for key, value in dataclasses.asdict(row).items() if not key.startswith(("repeat", "estimate"))}
+    assert BenchResult.from_dict({"schema_version": 1, "capture": [old]}).capture[0].estimate_bytes is None
+    report = format_report(result)
+    assert "+6.2%" in report and "0.094" in report and "0.100" in report

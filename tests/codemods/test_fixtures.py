@@ -131,8 +131,8 @@ def test_what_cannot_be_rewritten_safely_is_reported() -> None:
         "CG101 19: sglang.srt.model_executor.cuda_graph_runner.get_pcg_capture_stream: cudagraph.runner has no such "
         "name; left as written",
         "CG101 20: kept on the legacy CudaGraphRunner: DecodeCudaGraphRunner(model_runner, config, *, backend=..., "
-        "show_progress=..., num_warmups=..., capture_barrier=...) does not take this call: missing required argument "
-        "'config'",
+        "show_progress=..., num_warmups=..., capture_barrier=..., metrics=...) does not take this call: missing "
+        "required argument 'config'",
         "CG101 20: bcg is used as a module object; the legacy import stays",
     ]
     shared = "it shares state (capture flag, graph pool or forward context) with that engine's graph runner, which "

@@ -227,7 +227,8 @@ def _runner(name: str) -> ClassApi:
 def test_the_legacy_call_of_the_decode_runner_lacks_its_config() -> None:
     constructor = _runner("DecodeCudaGraphRunner").methods["__init__"]
     assert constructor.spelled() == (
-        "(self, model_runner, config, *, backend=..., show_progress=..., num_warmups=..., capture_barrier=...)"
+        "(self, model_runner, config, *, backend=..., show_progress=..., num_warmups=..., capture_barrier=..., "
+        "metrics=...)"
     )
     call = constructor.without_first()
     assert call.bind_problem(1, ()) == "missing required argument 'config'"

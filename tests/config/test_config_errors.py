@@ -7,6 +7,12 @@ from config_helpers import recorded_warnings, resolve_argv
 
 from cudagraph.config import ConfigError, Environment, resolve
 
+RATIO_ALLOWED = "a number >= 1, e.g. 1.5 (a batch whose bucket is more than 1.5 times its size runs eagerly)"
+BUDGET_ALLOWED = (
+    'a positive amount, "1.5GiB", "512MiB", "2" (GiB) or "20%" (of the free memory at capture), a share up to 100%'
+)
+PHASE_OBJECT = '{"decode": {"backend": "full", "max_padding_ratio": 1.5, "memory_budget": "2GiB"}}'
+
 # (argv, the same input as keywords, exact message)
 CASES = [
     (
@@ -148,6 +154,79 @@ CASES = [
         "--piecewise-cuda-graph-compiler: unknown compiler 'aot'; allowed: eager, inductor",
     ),
     (
+        ["--decode-cuda-graph-max-padding-ratio", "x"],
+        {"decode_cuda_graph_max_padding_ratio": "x"},
+        "--decode-cuda-graph-max-padding-ratio: 'x' is not a number; allowed: " + RATIO_ALLOWED,
+    ),
+    (
+        ["--decode-cuda-graph-max-padding-ratio", "0.5"],
+        {"decode_cuda_graph_max_padding_ratio": 0.5},
+        "--decode-cuda-graph-max-padding-ratio: 0.5 is not allowed; allowed: " + RATIO_ALLOWED,
+    ),
+    (
+        ["--prefill-cuda-graph-max-padding-ratio", "0"],
+        {"prefill_cuda_graph_max_padding_ratio": 0},
+        "--prefill-cuda-graph-max-padding-ratio: 0.0 is not allowed; allowed: " + RATIO_ALLOWED,
+    ),
+    (
+        ["--prefill-cuda-graph-max-padding-ratio", "inf"],
+        {"prefill_cuda_graph_max_padding_ratio": float("inf")},
+        "--prefill-cuda-graph-max-padding-ratio: inf is not allowed; allowed: " + RATIO_ALLOWED,
+    ),
+    (
+        ["--decode-cuda-graph-memory-budget", "120%"],
+        {"decode_cuda_graph_memory_budget": "120%"},
+        "--decode-cuda-graph-memory-budget: '120%' is not allowed; allowed: " + BUDGET_ALLOWED,
+    ),
+    (
+        ["--prefill-cuda-graph-memory-budget", "0"],
+        {"prefill_cuda_graph_memory_budget": 0},
+        "--prefill-cuda-graph-memory-budget: '0' is not allowed; allowed: " + BUDGET_ALLOWED,
+    ),
+    (
+        ["--prefill-cuda-graph-memory-budget", "2XB"],
+        {"prefill_cuda_graph_memory_budget": "2XB"},
+        "--prefill-cuda-graph-memory-budget: '2XB' is not allowed; allowed: " + BUDGET_ALLOWED,
+    ),
+    (
+        ["--tc-piecewise-compile-cache-dir", ""],
+        {"tc_piecewise_compile_cache_dir": ""},
+        "--tc-piecewise-compile-cache-dir: '' is not allowed; allowed: a directory path (a non-empty string)",
+    ),
+    (
+        ["--cuda-graph-mode", '{"decode": {"backend": "full", "max_padding": 1.5}}'],
+        {"cuda_graph_mode": '{"decode": {"backend": "full", "max_padding": 1.5}}'},
+        "--cuda-graph-mode: unknown key 'max_padding' in the decode object; allowed keys: backend, max_padding_ratio, "
+        "memory_budget (closest: 'max_padding_ratio'); e.g. " + PHASE_OBJECT,
+    ),
+    (
+        ["--cuda-graph-config", '{"prefill": {"budget": "2GiB"}}'],
+        {"cuda_graph_config": '{"prefill": {"budget": "2GiB"}}'},
+        "--cuda-graph-config: unknown key 'budget' in the prefill object; allowed keys: backend, max_padding_ratio, "
+        "memory_budget (closest: 'memory_budget'); e.g. " + PHASE_OBJECT,
+    ),
+    (
+        ["--cuda-graph-mode", '{"decode": {"max_padding_ratio": 0.9}}'],
+        {"cuda_graph_mode": '{"decode": {"max_padding_ratio": 0.9}}'},
+        "--cuda-graph-mode decode.max_padding_ratio: 0.9 is not allowed; allowed: " + RATIO_ALLOWED,
+    ),
+    (
+        ["--cuda-graph-mode", '{"prefill": {"backend": "full", "memory_budget": "0MiB"}}'],
+        {"cuda_graph_mode": '{"prefill": {"backend": "full", "memory_budget": "0MiB"}}'},
+        "--cuda-graph-mode prefill.memory_budget: '0MiB' is not allowed; allowed: " + BUDGET_ALLOWED,
+    ),
+    (
+        ["--cuda-graph-mode", '{"prefill": {"backend": "fulll"}}'],
+        {"cuda_graph_mode": '{"prefill": {"backend": "fulll"}}'},
+        "--cuda-graph-mode: unknown backend 'fulll' for prefill; allowed backends: full, breakable, tc_piecewise, "
+        "disabled",
+    ),
+    (
+        ["--cuda-graph-mode", '{"decode": {"backend": "full", "backend": "breakable"}}'],
+        {"cuda_graph_mode": '{"decode": {"backend": "full", "backend": "breakable"}}'},
+        "--cuda-graph-mode: key 'backend' is given twice; give each key at most once",
+    ),
+    (
         ["--enforce-piecewise-cuda-graph", "--prefill-disable-cuda-graph", "--cuda-graph-mode", '{"prefill": "x"}'],
         {
             "enforce_piecewise_cuda_graph": True,
@@ -198,6 +277,25 @@ def test_error_message_is_exact_on_both_routes(argv: list[str], keywords: dict[s
         (
             {"cuda_graph_mode": {"verify": "full"}},
             "--cuda-graph-mode: unknown phase 'verify'; allowed phases: decode, prefill",
+        ),
+        (
+            {"cuda_graph_mode": {"decode": {1: "full"}}},
+            "--cuda-graph-mode: unknown key 1 in the decode object; allowed keys: backend, max_padding_ratio, "
+            "memory_budget (closest: 'memory_budget'); e.g. " + PHASE_OBJECT,
+        ),
+        (
+            {"decode_cuda_graph_max_padding_ratio": True},
+            "--decode-cuda-graph-max-padding-ratio: True is not a number; allowed: " + RATIO_ALLOWED,
+        ),
+        (
+            {"decode_cuda_graph_memory_budget": [2]},
+            '--decode-cuda-graph-memory-budget: [2] is not allowed; allowed: "1.5GiB", "512MiB", "2" (GiB) or "20%" '
+            "(of the free memory at capture)",
+        ),
+        (
+            {"tc_piecewise_compile_cache_dir": b"/cache"},
+            "--tc-piecewise-compile-cache-dir: b'/cache' is not allowed; allowed: a directory path (a non-empty "
+            "string)",
         ),
     ],
 )

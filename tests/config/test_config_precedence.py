@@ -144,8 +144,13 @@ def test_json_mapping_from_python() -> None:
 
 def test_explicit_buckets_and_max() -> None:
     config = resolve(decode_cuda_graph_bs=[4, 2], decode_cuda_graph_max_bs=64)
-    assert (config.decode.buckets, config.decode.max_size) == ((2, 4), 64)
+    assert (config.decode.buckets, config.decode.max_size) == ((2, 4, 64), 64)  # the max is always captured
     assert config.sources["decode.max_size"] == "flag --decode-cuda-graph-max-bs"
+    assert config.sources["decode.buckets"] == (
+        "flag --decode-cuda-graph-bs (max 64 from --decode-cuda-graph-max-bs appended as the last bucket)"
+    )
+    reaching = resolve(decode_cuda_graph_bs=[4, 2, 64], decode_cuda_graph_max_bs=64)
+    assert reaching == config and reaching.sources["decode.buckets"] == "flag --decode-cuda-graph-bs"
     only_buckets = resolve(decode_cuda_graph_bs=[4, 2])
     assert only_buckets.decode.max_size == 4
     assert only_buckets.sources["decode.max_size"] == "derived from the largest of decode.buckets"

@@ -18,18 +18,37 @@ def test_to_dict_holds_backend_names_and_the_rest() -> None:
         "decode": "full",
         "decode_buckets": [1, 2, 4, 8],
         "decode_max_size": 8,
+        "decode_max_padding_ratio": None,
+        "decode_memory_budget": None,
         "prefill": "disabled",
         "prefill_buckets": [],
         "prefill_max_size": 0,
+        "prefill_max_padding_ratio": None,
+        "prefill_memory_budget": None,
         "tc_piecewise_compiler": "eager",
         "torch_compile_max_bs": 0,
         "torch_compile_mode": None,
+        "compile_cache_dir": None,
         "debug": False,
         "enable_gc": True,
         "disable_padding": False,
         "profile_capture": False,
         "sources": dict(config.sources),
     }
+
+
+def test_to_dict_holds_the_sizing_settings_as_json() -> None:
+    config = resolve(
+        decode_cuda_graph_max_padding_ratio="1.5",
+        prefill_cuda_graph_memory_budget="20%",
+        decode_cuda_graph_memory_budget=1.5,
+        tc_piecewise_compile_cache_dir="/cache/inductor",
+    )
+    data = config.to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert (data["decode_max_padding_ratio"], data["prefill_max_padding_ratio"]) == (1.5, None)
+    assert (data["decode_memory_budget"], data["prefill_memory_budget"]) == ("1.5GiB", "20%")
+    assert data["compile_cache_dir"] == "/cache/inductor"
 
 
 def test_explain_names_every_source_kind() -> None:
@@ -43,18 +62,26 @@ def test_explain_names_every_source_kind() -> None:
         "decode.backend",
         "decode.buckets",
         "decode.max_size",
+        "decode.max_padding_ratio",
+        "decode.memory_budget",
         "prefill.backend",
         "prefill.buckets",
         "prefill.max_size",
+        "prefill.max_padding_ratio",
+        "prefill.memory_budget",
         "tc_piecewise_compiler",
         "torch_compile_max_bs",
         "torch_compile_mode",
+        "compile_cache_dir",
         "debug",
         "enable_gc",
         "disable_padding",
         "profile_capture",
         "decode.captures",
-        "prefill.captures",
+        "decode.grid",
+        "decode.padding",
+        "decode.replays",
+        "prefill.captures",  # prefill is off by the lora rule: no grid
     ]
     assert lines["decode.backend"].split() == ["decode.backend", "breakable", "json", "--cuda-graph-mode"]
     assert lines["decode.buckets"].split()[1:7] == ["1", "2", "4", "8", "16", "(5)"]
@@ -62,6 +89,15 @@ def test_explain_names_every_source_kind() -> None:
     assert "rule lora: " in lines["prefill.backend"]
     assert lines["debug"].split() == ["debug", "True", "flag", "--debug-cuda-graph"]
     assert lines["enable_gc"].split() == ["enable_gc", "False", "default"]
+    assert lines["prefill.max_padding_ratio"].split() == [
+        "prefill.max_padding_ratio",
+        "None",
+        "derived",
+        "from",
+        "prefill.backend",
+        "disabled",
+    ]
+    assert lines["decode.grid"].split()[1:] == ["5", "buckets:", "1", "2", "4", "8", "16"]
 
 
 def test_explain_abbreviates_long_lists() -> None:
@@ -105,16 +141,11 @@ def test_to_cli_args_is_compact_for_default_schedules() -> None:
         "--prefill-cuda-graph-max-tokens",
         "2048",
     ]
+    # 1 2 with the max 4 appended is the default schedule up to 4, which the max alone says.
     args = resolve(decode_cuda_graph_bs=[2, 1], decode_cuda_graph_max_bs=4).to_cli_args()
-    assert args[2:] == [
-        "--decode-cuda-graph-bs",
-        "1",
-        "2",
-        "--decode-cuda-graph-max-bs",
-        "4",
-        "--prefill-cuda-graph-max-tokens",
-        "2048",
-    ]
+    assert args[2:] == ["--decode-cuda-graph-max-bs", "4", "--prefill-cuda-graph-max-tokens", "2048"]
+    args = resolve(decode_cuda_graph_bs=[3, 1], decode_cuda_graph_max_bs=64).to_cli_args()
+    assert args[2:] == ["--decode-cuda-graph-bs", "1", "3", "64", "--prefill-cuda-graph-max-tokens", "2048"]
 
 
 def test_hand_built_config_round_trips() -> None:

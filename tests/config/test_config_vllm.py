@@ -71,7 +71,8 @@ def test_full_captures_both_phases_whole(no_warnings: object) -> None:
     config = resolve_argv(["--cudagraph-mode", "FULL"])
     assert (config.decode.backend, config.prefill.backend) == (Backend.FULL, Backend.FULL)
     assert config == resolve_argv(["--cuda-graph-mode", '{"decode": "full", "prefill": "full"}'])
-    assert "attention included, one graph per token bucket" in config.explain().splitlines()[-1]
+    captures = next(line for line in config.explain().splitlines() if line.startswith("prefill.captures "))
+    assert "attention included, one graph per token bucket" in captures
 
 
 def test_a_mode_a_phase_does_not_allow_is_refused_naming_the_names_that_work(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,8 +111,12 @@ def test_compilation_config_reads_its_cuda_graph_keys(no_warnings: object) -> No
         [*_per_phase("FULL_AND_PIECEWISE"), "--decode-cuda-graph-bs", "1,2,4,8", "--decode-cuda-graph-max-bs", "16"]
     )
     assert config == resolve(compilation_config=json.loads(text))
-    for key in ("decode.backend", "prefill.backend", "decode.buckets", "decode.max_size"):
+    assert config.decode.buckets == (1, 2, 4, 8, 16)  # the largest size is always captured
+    for key in ("decode.backend", "prefill.backend", "decode.max_size"):
         assert config.sources[key] == "flag --compilation-config"
+    assert config.sources["decode.buckets"] == (
+        "flag --compilation-config (max 16 from --compilation-config appended as the last bucket)"
+    )
 
 
 def test_compilation_config_nulls_and_empty_object_say_nothing(no_warnings: object) -> None:
@@ -134,7 +139,10 @@ def test_capture_sizes_keywords_and_flags(no_warnings: object) -> None:
     assert resolve(cudagraph_capture_sizes=[4, 2, 1], max_cudagraph_capture_size=8) == expected
     config = resolve_argv(["--cudagraph-capture-sizes", "1,2", "4", "--max-cudagraph-capture-size", "8"])
     assert config == expected
-    assert config.sources["decode.buckets"] == "flag --cudagraph-capture-sizes"
+    assert config.decode.buckets == (1, 2, 4, 8)
+    assert config.sources["decode.buckets"] == (
+        "flag --cudagraph-capture-sizes (max 8 from --max-cudagraph-capture-size appended as the last bucket)"
+    )
 
 
 def test_vllm_spellings_sit_below_json_and_above_legacy_flags() -> None:

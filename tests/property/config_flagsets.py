@@ -33,7 +33,17 @@ from cudagraph.config import (
     add_cli_args,
     resolve,
 )
-from cudagraph.config.flags import FLAGS_BY_DEST, MODE_OPTION, AliasFlag, Arity, LegacyFlag
+from cudagraph.config.flags import (
+    COMPILE_CACHE_DIR_OPTION,
+    FLAGS_BY_DEST,
+    MEMORY_BUDGET_OPTIONS,
+    MODE_OPTION,
+    PADDING_RATIO_OPTIONS,
+    AliasFlag,
+    Arity,
+    LegacyFlag,
+)
+from cudagraph.config.mode_json import PHASE_JSON_KEYS
 from cudagraph.config.vllm import allowed_vllm_modes
 
 FlagSet = dict[str, object]
@@ -68,8 +78,9 @@ for _alias in ALIAS_FLAGS:
 
 JSON_DESTS = {dest(option) for option in [MODE_OPTION, *ALIASES_OF.get(MODE_OPTION, [])]}
 """The flags whose value is the per-phase JSON object (``--cuda-graph-mode`` and its spellings)."""
-TEXT_DESTS = {*JSON_DESTS, "cudagraph_mode", "compilation_config"}
-"""Flags whose value a Python caller passes as the same text a command line holds."""
+TEXT_DESTS = {*JSON_DESTS, "cudagraph_mode", "compilation_config", dest(COMPILE_CACHE_DIR_OPTION)}
+"""Flags whose value a Python caller passes as the same text a command line holds (a directory named ``0`` is a
+string in Python too)."""
 
 
 def spellings(option: str) -> list[str]:
@@ -142,10 +153,47 @@ def via_keywords(flags: FlagSet, environment: Environment | None = None) -> Outc
 
 valid_backend = st.sampled_from(BACKEND_NAMES)
 any_backend = st.one_of(valid_backend, st.sampled_from(JUNK_BACKENDS), st.sampled_from(LEGACY_BACKEND_SPELLINGS))
-valid_mode = st.dictionaries(st.sampled_from([phase.value for phase in Phase]), valid_backend).map(json.dumps)
+
+valid_ratio_number = st.one_of(
+    st.floats(1, 16, allow_nan=False, allow_infinity=False), st.integers(1, 4), st.sampled_from([1.0, 1.25, 1.5, 2.0])
+)
+valid_ratio = st.one_of(valid_ratio_number.map(str), st.sampled_from(["1", "1.5", "2.0", "1e0", " 1.25"]))
+JUNK_RATIOS = ["0.5", "0", "-1", "x", "", "inf", "nan", "1,5", "1.5x", "0.999"]
+any_ratio = st.one_of(valid_ratio, st.sampled_from(JUNK_RATIOS))
+valid_budget = st.one_of(
+    st.sampled_from(["1.5GiB", "512MiB", "2", "20%", "100%", "2GB", "0.5", "64kib", "1e3MiB", "12.5 %", "7B"]),
+    st.integers(1, 2**36).map(lambda amount: f"{amount}B"),
+    st.integers(1, 1000).map(lambda tenths: f"{tenths / 10:g}%"),
+)
+JUNK_BUDGETS = ["0", "-1", "101%", "0%", "x", "", "1/2", "2XB", "%", "GiB", "1e9999"]
+any_budget = st.one_of(valid_budget, st.sampled_from(JUNK_BUDGETS))
+valid_directory = st.sampled_from(["/tmp/inductor", "cache", "./a b", "-dashed", "~/x", "0", "C:\\cache"])
+any_directory = st.one_of(valid_directory, st.just(""))
+
+# A phase's JSON value: a backend name, or an object of its settings (JSON numbers or strings).
+_JSON_RATIO = st.one_of(valid_ratio_number, valid_ratio)
+valid_phase_object = st.fixed_dictionaries(
+    {}, optional={"backend": valid_backend, "max_padding_ratio": _JSON_RATIO, "memory_budget": valid_budget}
+)
+any_phase_object = st.fixed_dictionaries(
+    {},
+    optional={
+        "backend": any_backend,
+        "max_padding_ratio": st.one_of(_JSON_RATIO, st.sampled_from([*JUNK_RATIOS, 0.5, None, True])),
+        "memory_budget": st.one_of(any_budget, st.sampled_from([0, -1, 1.5, None, [1]])),
+        "max_padding": valid_ratio_number,  # an unknown key
+        "buckets": st.just([1, 2]),
+    },
+)
+PHASE_NAMES = [phase.value for phase in Phase]
+valid_mode = st.dictionaries(
+    st.sampled_from(PHASE_NAMES), st.one_of(valid_backend, valid_backend, valid_phase_object)
+).map(json.dumps)
 any_mode = st.one_of(
     valid_mode,
-    st.dictionaries(st.sampled_from(["decode", "prefill", "dcode"]), any_backend).map(json.dumps),
+    st.dictionaries(st.sampled_from(["decode", "prefill", "dcode"]), st.one_of(any_backend, any_phase_object)).map(
+        json.dumps
+    ),
     st.sampled_from(JUNK_MODES),
 )
 valid_size = st.integers(1, 64).map(str)
@@ -205,7 +253,13 @@ class ValueKind:
 VALUE_KINDS: dict[object, ValueKind] = {
     # arity or canonical option or value kind -> its values
     Arity.SWITCH: ValueKind(st.just(True), st.just(True), True),
-    MODE_OPTION: ValueKind(valid_mode, any_mode, '{"decode": "disabled", "prefill": "disabled"}'),
+    MODE_OPTION: ValueKind(
+        valid_mode,
+        any_mode,
+        json.dumps(
+            {phase: {"backend": "disabled", "max_padding_ratio": 2, "memory_budget": "1GiB"} for phase in PHASE_NAMES}
+        ),
+    ),
     "--cudagraph-mode": ValueKind(valid_vllm_mode, any_vllm_mode, "NONE"),
     "--compilation-config": ValueKind(
         valid_compilation_config,
@@ -217,6 +271,9 @@ VALUE_KINDS: dict[object, ValueKind] = {
     "max": ValueKind(valid_max, any_size, "1"),
     "compiler": ValueKind(valid_compiler, any_compiler, "eager"),
     "--torch-compile-mode": ValueKind(valid_compile_mode, any_compile_mode, "default"),
+    "ratio": ValueKind(valid_ratio, any_ratio, "2"),
+    "budget": ValueKind(valid_budget, any_budget, "1GiB"),
+    COMPILE_CACHE_DIR_OPTION: ValueKind(valid_directory, any_directory, "/tmp/inductor"),
 }
 
 
@@ -229,6 +286,10 @@ def _value_kind(option: str) -> ValueKind:
         return VALUE_KINDS[target]
     if target.endswith("-backend"):
         return VALUE_KINDS["backend"]
+    if target in PADDING_RATIO_OPTIONS.values():
+        return VALUE_KINDS["ratio"]
+    if target in MEMORY_BUDGET_OPTIONS.values():
+        return VALUE_KINDS["budget"]
     if target.endswith("compiler"):
         return VALUE_KINDS["compiler"]
     return VALUE_KINDS["sizes" if FLAGS_BY_DEST[dest(target)].arity is Arity.MANY else "max"]
@@ -314,9 +375,16 @@ def valid_flag_sets(draw: st.DrawFn) -> FlagSet:
             )
         ):
             flags[name] = True if name == "enable_torch_compile" else draw(valid_max)
-    # A compile mode is valid whatever else is given (unused when nothing compiles).
+    # A compile mode and a cache directory are valid whatever else is given (unused when nothing compiles).
     if draw(st.integers(0, 2)) == 0:
         flags["torch_compile_mode"] = draw(valid_compile_mode)
+    if draw(st.integers(0, 2)) == 0:
+        flags[dest(COMPILE_CACHE_DIR_OPTION)] = draw(valid_directory)
+    for phase in Phase:
+        if draw(st.integers(0, 2)) == 0:
+            flags[dest(PADDING_RATIO_OPTIONS[phase])] = draw(valid_ratio)
+        if draw(st.integers(0, 2)) == 0:
+            flags[dest(MEMORY_BUDGET_OPTIONS[phase])] = draw(valid_budget)
     for switch in (
         "debug_cuda_graph",
         "enable_cudagraph_gc",
@@ -328,11 +396,26 @@ def valid_flag_sets(draw: st.DrawFn) -> FlagSet:
     return flags
 
 
-def json_mode(flags: FlagSet) -> tuple[str, dict[str, str]]:
-    """The JSON flag of a valid flag set (its option) and its phase -> backend entries; ``("", {})`` if none."""
-    for name in JSON_DESTS & set(flags):
+def json_mode(flags: FlagSet) -> tuple[str, dict[str, object]]:
+    """The JSON flag of a valid flag set (its option) and its phase entries (a backend name or an object of
+    settings); ``("", {})`` if none."""
+    for name in sorted(JSON_DESTS & set(flags)):
         return FLAGS_BY_DEST[name].option, json.loads(str(flags[name]))
     return "", {}
+
+
+def json_backends(flags: FlagSet) -> dict[str, str]:
+    """The backends the JSON flag of a valid flag set gives, by phase name (a string entry, or an object's
+    ``backend``): the phases it locks against compatibility rules."""
+    backends = {}
+    for phase, entry in json_mode(flags)[1].items():
+        backend = entry.get("backend") if isinstance(entry, dict) else entry
+        if backend is not None:
+            backends[phase] = str(backend)
+    return backends
+
+
+PHASE_JSON_KEY_NAMES = [row.name for row in PHASE_JSON_KEYS]
 
 
 environments = st.builds(

@@ -22,6 +22,7 @@ from config_flagsets import (
     canonical_option,
     dest,
     environments,
+    json_backends,
     json_mode,
     outcome,
     parse,
@@ -50,6 +51,7 @@ from cudagraph.config import (
     resolve,
 )
 from cudagraph.config.flags import FLAGS_BY_DEST, MODE_OPTION, AliasFlag, LegacyFlag
+from cudagraph.config.phase_config import PHASE_FIELDS
 
 flag_sets = st.one_of(valid_flag_sets(), any_flag_sets())
 
@@ -84,8 +86,8 @@ def test_json_entry_wins_for_its_phase(flags: FlagSet, environment: Environment)
     config, _, _ = via_cli(flags, environment)
     assume(config is not None)
     assert config is not None
-    option, mode = json_mode(flags)
-    for phase_name, backend_name in mode.items():
+    option = json_mode(flags)[0]
+    for phase_name, backend_name in json_backends(flags).items():
         assert config.backend(phase_name) is Backend(backend_name)
         assert config.sources[f"{phase_name}.backend"] == f"json {option}"
 
@@ -99,6 +101,8 @@ PHASE_ONLY_FLAGS = {
         "--decode-cuda-graph-max-bs",
         "--cuda-graph-bs",
         "--cuda-graph-max-bs",
+        "--decode-cuda-graph-max-padding-ratio",
+        "--decode-cuda-graph-memory-budget",
     ],
     Phase.PREFILL: [
         "--prefill-cuda-graph-backend",
@@ -110,6 +114,8 @@ PHASE_ONLY_FLAGS = {
         "--enforce-piecewise-cuda-graph",
         "--piecewise-cuda-graph-tokens",
         "--piecewise-cuda-graph-max-tokens",
+        "--prefill-cuda-graph-max-padding-ratio",
+        "--prefill-cuda-graph-memory-budget",
     ],
 }
 for _options in PHASE_ONLY_FLAGS.values():
@@ -134,7 +140,7 @@ def test_flags_for_one_phase_never_change_the_other(
     assume(before is not None and after is not None)
     assert before is not None and after is not None
     assert after.for_phase(other) == before.for_phase(other)
-    for field_name in ("backend", "buckets", "max_size"):
+    for field_name in PHASE_FIELDS:
         assert after.sources[f"{other}.{field_name}"] == before.sources[f"{other}.{field_name}"]
 
 
@@ -468,7 +474,7 @@ def test_rules_only_turn_unlocked_phases_off(flags: FlagSet, environment: Enviro
     assert plain_error == ruled_error  # the environment never makes input valid or invalid
     if plain is None or ruled is None:
         return
-    locked = json_mode(flags)[1] if plain_error is None else {}
+    locked = json_backends(flags) if plain_error is None else {}
     for phase in Phase:
         before, after = plain.backend(phase), ruled.backend(phase)
         if phase.value in locked:
@@ -476,10 +482,17 @@ def test_rules_only_turn_unlocked_phases_off(flags: FlagSet, environment: Enviro
         elif after is not before:
             assert after is Backend.DISABLED
             assert ruled.sources[f"{phase}.backend"].startswith("rule ")
+        # A phase a rule leaves on keeps its padding ratio and budget; one it turns off has none.
+        limits = (ruled.for_phase(phase).max_padding_ratio, ruled.for_phase(phase).memory_budget)
+        if after is Backend.DISABLED:
+            assert limits == (None, None)
+        else:
+            assert limits == (plain.for_phase(phase).max_padding_ratio, plain.for_phase(phase).memory_budget)
     assert (
         ruled.tc_piecewise_compiler,
         ruled.torch_compile_max_bs,
         ruled.torch_compile_mode,
+        ruled.compile_cache_dir,
         ruled.debug,
         ruled.enable_gc,
         ruled.disable_padding,
@@ -487,6 +500,7 @@ def test_rules_only_turn_unlocked_phases_off(flags: FlagSet, environment: Enviro
         plain.tc_piecewise_compiler,
         plain.torch_compile_max_bs,
         plain.torch_compile_mode,
+        plain.compile_cache_dir,
         plain.debug,
         plain.enable_gc,
         plain.disable_padding,

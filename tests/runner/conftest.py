@@ -3,10 +3,12 @@
 The test double stands in for the full and breakable backends on a machine without CUDA (see
 ``cudagraph.backend.testing``): every runner step is checked for what a graph would see, the static buffers and the
 graph-path attention metadata, never the caller's batch; breakable replays run recorded segments and the eager
-attention breaks in order.
+attention breaks in order. ``StubModelRunner`` is a model of one lookup, for tests that capture a runner per example.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import Request, SamplingParams, make_extend_batch
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.runner import ForwardBatch, ForwardMode
 
 
 def graph_config(
@@ -68,3 +71,53 @@ def prompts_of(lengths: list[int], seed: int = 0, vocab: int = 512) -> list[list
     """Random prompts of the given lengths."""
     generator = torch.Generator().manual_seed(seed)
     return [torch.randint(0, vocab, (length,), generator=generator).tolist() for length in lengths]
+
+
+class StubAttention:
+    """Attention hooks that do nothing (the stub model attends to nothing); no host lengths needed."""
+
+    needs_seq_lens_cpu = False
+
+    def init_forward_metadata(self, batch: ForwardBatch) -> None:
+        pass
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+        pass
+
+    def init_forward_metadata_capture_cuda_graph(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def init_forward_metadata_replay_cuda_graph(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        return 1
+
+
+class StubModelRunner:
+    """A ``ModelRunnerLike`` whose forward is one lookup: row ``i`` of the logits is ``table[input_ids[i]]`` plus
+    ``positions[i]``. Capturing it takes milliseconds, so property tests can capture a runner per example."""
+
+    device = torch.device("cpu")
+    dtype = torch.float32
+
+    def __init__(self, vocab: int = 32, width: int = 4, request_rows: int = 64) -> None:
+        self.table = torch.randn(vocab, width, generator=torch.Generator().manual_seed(0))
+        self.vocab = vocab
+        self.attn_backend = StubAttention()
+        self.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros(request_rows, 8, dtype=torch.int32))
+        self.forward_calls = 0
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        self.forward_calls += 1
+        return self.table.index_select(0, batch.input_ids) + batch.positions[:, None].float()
+
+
+def stub_decode_batch(size: int, seed: int = 0, mode: ForwardMode = ForwardMode.DECODE) -> ForwardBatch:
+    """A decode (or idle, with size 0) batch of ``size`` requests of random tokens for ``StubModelRunner``."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 32, (size,), generator=generator)
+    positions = torch.randint(0, 100, (size,), generator=generator)
+    seq_lens = (positions + 1).int()
+    rows = torch.arange(1, size + 1)
+    return ForwardBatch(mode, size, ids, positions, seq_lens, rows, rows.clone(), int(seq_lens.sum()), seq_lens)

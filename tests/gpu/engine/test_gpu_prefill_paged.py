@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from test_gpu_engine_graphs import EAGER, config
+from test_gpu_engine_graphs import EAGER, config, replayed_batch_sizes
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig
@@ -258,17 +258,9 @@ def test_decode_graphs_over_16_token_pages_give_eager_tokens_at_every_batch_size
     with engine("tiny-qwen3-random", config(backend, Backend.DISABLED), page_size=16) as graphed:
         runner = graphed.decode_cuda_graph_runner
         assert runner is not None
-        seen: list[int] = []
-        replay = runner.replay
-
-        def counting(batch: ForwardBatch) -> torch.Tensor:
-            if runner.can_run(batch):
-                seen.append(batch.batch_size)
-            return replay(batch)
-
-        runner.replay = counting  # type: ignore[method-assign]
         got = [o.output_token_ids for o in generate(graphed, prompts, params)]
-    assert sorted(set(seen)) == list(range(1, 65)), "every decode batch size 1..64 should have replayed a graph"
+        seen = replayed_batch_sizes(runner)
+    assert seen == list(range(1, 65)), "every decode batch size 1..64 should have replayed a graph"
     for index, (want, have) in enumerate(zip(expected, got, strict=True)):
         assert have == want, f"prompt {index} diverged"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.config import Backend, CudaGraphConfig, Phase, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.distributed import (
     DrivingModelRunner,
@@ -92,26 +92,17 @@ def run_engine(
         runner = DrivingModelRunner(model, config, capture_barrier=barrier, broadcaster=broadcaster, **built)
     if options.kernel_backend != "auto":
         assert runner.kernels.name == options.kernel_backend
-    replayed: list[int] = []
     try:
         runner.init_cuda_graphs()
-        decode_runner = runner.decode_cuda_graph_runner
-        if decode_runner is not None:
-            replay = decode_runner.replay
-
-            def counting(batch: Any) -> Any:
-                if decode_runner.can_run(batch):
-                    replayed.append(batch.batch_size)
-                return replay(batch)
-
-            decode_runner.replay = counting  # type: ignore[method-assign]
         prompts, params = shrinking_workload()
         tokens = [out.output_token_ids for out in generate(runner, prompts, params)]
     finally:
         if broadcaster is not None:
             broadcaster.stop()
         runner.shutdown()
-    return {"tokens": tokens, "replayed": sorted(set(replayed))}
+    # The engine's decode metrics outlive its runners: the batch sizes that replayed a graph.
+    replays_by_size = runner.cuda_graph_metrics[Phase.DECODE].replays_by_size
+    return {"tokens": tokens, "replayed": [size for size, count in enumerate(replays_by_size) if count]}
 
 
 def single_gpu(preset: str, dtype: str, decode: Backend, options: EngineOptions = DEFAULT_OPTIONS) -> dict[str, Any]:

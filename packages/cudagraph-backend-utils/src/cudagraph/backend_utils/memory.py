@@ -53,24 +53,68 @@ class MemoryReading:
     """Memory the caching allocator holds (allocated blocks plus graph pools that are still in use)."""
     allocated_bytes: int
     """Memory in live tensors."""
+    peak_allocated_bytes: int = 0
+    """The most memory live tensors held at once since the last reading taken with ``reset_peak=True`` (or since
+    the process started)."""
 
 
-def read_device_memory(device: torch.device | str | int | None = None, *, settle: bool = True) -> MemoryReading:
+def read_device_memory(
+    device: torch.device | str | int | None = None, *, settle: bool = True, reset_peak: bool = False
+) -> MemoryReading:
     """Synchronize ``device``, return the allocator's free cached blocks to the driver, then read its memory.
 
     ``settle=False`` skips the synchronization and the cache flush: a cheap reading for progress displays and
-    per-step figures, in which free memory does not count blocks the allocator merely cached.
+    per-step figures, in which free memory does not count blocks the allocator merely cached. ``reset_peak=True``
+    restarts the peak after reading it, so the next reading's ``peak_allocated_bytes`` covers only what ran between
+    the two.
     """
     device = require_cuda(device)
     if settle:
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
     free_bytes, _total = torch.cuda.mem_get_info(device)
-    return MemoryReading(
+    reading = MemoryReading(
         free_bytes=free_bytes,
         reserved_bytes=torch.cuda.memory_reserved(device),
         allocated_bytes=torch.cuda.memory_allocated(device),
+        peak_allocated_bytes=torch.cuda.max_memory_allocated(device),
     )
+    if reset_peak:
+        torch.cuda.reset_peak_memory_stats(device)
+    return reading
+
+
+_OUT_OF_MEMORY_MESSAGES = ("CUDA error: out of memory", "cudaErrorMemoryAllocation")
+"""How a ``RuntimeError`` says the driver itself ran out of memory (instantiating a graph, say), where the caching
+allocator would have raised ``torch.OutOfMemoryError``."""
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is, or was raised from, the device running out of memory (``torch.OutOfMemoryError``, or a
+    ``RuntimeError`` in which the driver says so), however many wrappers stand between (a ``CudaGraphCaptureError``
+    names its cause in ``__cause__``).
+
+    Example:
+        >>> import torch
+        >>> try:
+        ...     try:
+        ...         raise torch.OutOfMemoryError("CUDA out of memory")
+        ...     except torch.OutOfMemoryError as cause:
+        ...         raise RuntimeError("capturing shape 8 failed") from cause
+        ... except RuntimeError as error:
+        ...     is_out_of_memory(error), is_out_of_memory(ValueError("no"))
+        (True, False)
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, torch.OutOfMemoryError):
+            return True
+        if isinstance(current, RuntimeError) and any(text in str(current) for text in _OUT_OF_MEMORY_MESSAGES):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def free_device_memory(device: torch.device | str | int | None = None) -> int:

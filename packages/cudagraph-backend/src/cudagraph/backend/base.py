@@ -200,12 +200,63 @@ class BaseCudaGraphBackend(abc.ABC):
     ) -> GraphEntry:
         """Capture ``forward_fn`` on ``stream`` into ``pool``; free everything captured if it fails."""
 
-    def memory_reading(self, *, settle: bool = True) -> MemoryReading:
-        """This backend's device memory now (``settle=False``: no sync, no cache flush; see ``read_device_memory``).
+    def warm_up(self, shape: int, forward_fn: Callable[[], Any]) -> None:
+        """Run ``forward_fn`` once as a warm-up of ``shape`` runs (on the capture stream, inside ``capture_session``),
+        capturing nothing: what it allocates is freed when it returns, and what it loads for good (kernels, the
+        stream's library workspaces) is loaded before a measurement starts."""
+        stream = self._session_stream
+        if stream is None:
+            raise RuntimeError(f"{type(self).__name__}.warm_up({shape}) must run inside `with capture_session():`")
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            self._forward_for_shape(shape, forward_fn)()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+
+    @contextlib.contextmanager
+    def scratch_session(self) -> Iterator[None]:
+        """A ``capture_session`` into a private pool of its own: every shape captured in it, and the pool, are freed
+        when it ends, and the graphs captured before it are neither seen nor touched (for measuring what a capture
+        takes without keeping it)."""
+        if self._session_stream is not None:
+            raise RuntimeError(f"{type(self).__name__}: a scratch session cannot open inside a capture session")
+        kept_pool, kept_entries = self.pool, self.entries
+        self.pool, self.entries = GraphPool.create(self.device), {}
+        try:
+            with self.capture_session():
+                yield
+        finally:
+            for entry in self.entries.values():
+                entry.release()
+            self.pool.release()
+            self.pool, self.entries = kept_pool, kept_entries
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+
+    def renew_pool(self) -> None:
+        """Drop this backend's hold on its pool, so that the pool's memory returns to the device once nothing else
+        uses it, and capture into the pool ``ensure_pool`` gives from now on (held for the open capture session, if
+        any; a new one unless another backend still captures into the shared pool). Only while this backend keeps
+        no graph, since graphs live in their pool."""
+        if self.entries:
+            raise RuntimeError(
+                f"{type(self).__name__}.renew_pool(): shapes {list(self.shapes)} still hold graphs in the pool; "
+                f"discard them first"
+            )
+        if self.pool is not None:
+            self.pool.release()
+        self.pool = None
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        if self._session_stream is not None:
+            self.ensure_pool().hold(self._session_stream)
+
+    def memory_reading(self, *, settle: bool = True, reset_peak: bool = False) -> MemoryReading:
+        """This backend's device memory now (``settle=False``: no sync, no cache flush; ``reset_peak``: the peak
+        restarts after this reading; see ``read_device_memory``).
 
         Runners account for capture memory through this, so they never ask a device for readings themselves.
         """
-        return read_device_memory(self.device, settle=settle)
+        return read_device_memory(self.device, settle=settle, reset_peak=reset_peak)
 
     # -- replay -----------------------------------------------------------------------------------------------------
 

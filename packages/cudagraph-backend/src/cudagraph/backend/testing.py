@@ -13,12 +13,17 @@
   and replays its bound callable instead, exactly as ``BreakableCUDAGraph`` does. A host sync (``.item()``,
   ``.tolist()``) inside a segment is an error, as it is under CUDA stream capture. ``@eager_break`` functions and
   ``add_eager`` calls are not breaks here (only registered operators are), and memory is not pooled.
+
+Device memory is not there on the CPU; ``SimulatedDeviceMemory`` stands in for it where a test needs memory to move
+as a GPU's does (a shared pool as large as the largest forward captured into it, a cost per graph, out-of-memory
+errors when the total is exceeded), and ``out_of_memory_shapes`` makes chosen shapes fail their capture with an
+out-of-memory error, as the real backends report one.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +36,7 @@ from cudagraph.config import Backend
 
 from .base import GraphEntry
 from .compile_forward import CompileStats
+from .errors import CUDA_GRAPH_CAPTURE_FAILED_HINT, CudaGraphCaptureError
 
 _aten = torch.ops.aten
 
@@ -118,26 +124,75 @@ class CpuTape(TorchDispatchMode):
         return result
 
 
+@dataclass(frozen=True)
+class SimulatedDeviceMemory:
+    """Device memory as ``CpuReplayBackend`` reports it, moving as a GPU's does while shapes are captured.
+
+    A forward of a shape has ``activation_bytes_per_row`` per row live at its peak; a pool grows to the largest such
+    peak captured into it and keeps it until it is released (cleanup, a renewed pool, the end of a scratch session);
+    each graph kept adds ``graph_bytes`` plus ``graph_bytes_per_row`` per row. A warm-up or capture that would need
+    more than ``total_bytes`` in all raises ``torch.OutOfMemoryError`` (wrapped as the real backends wrap it).
+    """
+
+    total_bytes: int = 8 * 2**30
+    activation_bytes_per_row: int = 2**20
+    graph_bytes: int = 2**20
+    graph_bytes_per_row: int = 0
+
+    def activation(self, shape: int) -> int:
+        """Bytes live at the peak of one forward of ``shape`` rows."""
+        return self.activation_bytes_per_row * shape
+
+    def graph(self, shape: int) -> int:
+        """Bytes one graph of ``shape`` rows keeps beside its pool."""
+        return self.graph_bytes + self.graph_bytes_per_row * shape
+
+
+@dataclass
+class _SimulatedPool:
+    bytes: int = 0
+
+
 class CpuReplayBackend:
     """A test double of a graph backend (``full`` or ``breakable``), for any device; see the module docstring.
 
-    It also records what the runner asked of it: ``captured_order``, ``replayed``, ``prepared``, ``cleaned``.
+    It also records what the runner asked of it: ``captured_order``, ``probed`` (shapes captured in scratch
+    sessions), ``replayed``, ``prepared``, ``cleaned``.
+
+    Args:
+        memory: the device memory it reports and enforces (default: none; every reading is zero).
+        out_of_memory_shapes: shapes whose capture fails with an out-of-memory error after its warm-ups (in scratch
+            sessions too), leaving nothing of the shape behind.
     """
 
-    def __init__(self, backend: Backend | str = Backend.FULL, *, options: CaptureOptions | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend | str = Backend.FULL,
+        *,
+        options: CaptureOptions | None = None,
+        memory: SimulatedDeviceMemory | None = None,
+        out_of_memory_shapes: Collection[int] = (),
+    ) -> None:
         self.backend = Backend(backend)
         if self.backend not in (Backend.FULL, Backend.BREAKABLE):
             raise ValueError(f"CpuReplayBackend doubles the full and breakable backends, not {self.backend}")
         self.captures_attn_metadata = self.backend is Backend.FULL
         self.options = options if options is not None else CaptureOptions()
+        self.memory = memory
+        self.out_of_memory_shapes = frozenset(out_of_memory_shapes)
         self.entries: dict[int, GraphEntry] = {}
         self.captured_order: list[int] = []
+        self.probed: list[int] = []
         self.replayed: list[int] = []
         self.prepared = 0
         self.cleaned = 0
         self.compile_stats: CompileStats | None = None
         """Nothing is compiled here (the contract's attribute, for runners that report compile costs)."""
         self._in_session = False
+        self._in_scratch = False
+        self._pool = _SimulatedPool()
+        self._outer: list[tuple[_SimulatedPool, dict[int, GraphEntry]]] = []
+        self._peak = 0
 
     def prepare(self, runner: object) -> None:
         """Count the call (a real backend may compile the model here)."""
@@ -153,14 +208,48 @@ class CpuReplayBackend:
         finally:
             self._in_session = False
 
+    @contextlib.contextmanager
+    def scratch_session(self) -> Iterator[None]:
+        """A capture session into a pool of its own, freed with every shape captured in it when it ends."""
+        if self._in_session:
+            raise RuntimeError("CpuReplayBackend: a scratch session cannot open inside a capture session")
+        self._outer.append((self._pool, self.entries))
+        self._pool, self.entries = _SimulatedPool(), {}
+        self._in_scratch = True
+        try:
+            with self.capture_session():
+                yield
+        finally:
+            for entry in self.entries.values():
+                entry.release()
+            self._in_scratch = False
+            self._pool, self.entries = self._outer.pop()
+
+    def warm_up(self, shape: int, forward_fn: Callable[[], Any]) -> None:
+        """Run ``forward_fn`` once, as a warm-up of ``shape`` (inside a capture session), capturing nothing."""
+        if not self._in_session:
+            raise RuntimeError(f"CpuReplayBackend.warm_up({shape}) must run inside `with capture_session():`")
+        self._run_forward(shape)
+        forward_fn()
+
     def capture_one(
         self, shape: int, forward_fn: Callable[[], Any], *, static_inputs: Sequence[torch.Tensor] = ()
     ) -> Any:
-        """Warm up, then record ``forward_fn`` as ``shape`` (see the module docstring); return its static output."""
+        """Warm up, then record ``forward_fn`` as ``shape`` (see the module docstring); return its static output.
+
+        A shape of ``out_of_memory_shapes``, or one the simulated memory cannot hold, fails after its warm-ups with a
+        ``CudaGraphCaptureError`` whose cause is ``torch.OutOfMemoryError``, keeping nothing of the shape.
+        """
         if not self._in_session:
             raise RuntimeError(f"CpuReplayBackend.capture_one({shape}) must run inside `with capture_session():`")
-        for _ in range(self.options.num_warmups):
-            forward_fn()
+        self.discard(shape)
+        try:
+            for _ in range(self.options.num_warmups):
+                self._run_forward(shape)
+                forward_fn()
+            self._claim_capture(shape)
+        except torch.OutOfMemoryError as cause:
+            raise CudaGraphCaptureError(shape, str(self.backend), cause, CUDA_GRAPH_CAPTURE_FAILED_HINT) from cause
         if self.backend is Backend.FULL:
             output = forward_fn()
             entry = GraphEntry(shape, None, _rerun_into(forward_fn, _tensors(output)), output)
@@ -172,8 +261,61 @@ class CpuReplayBackend:
         if self.options.debug:
             entry.input_addresses = tuple(tensor.data_ptr() for tensor in static_inputs)
         self.entries[shape] = entry
-        self.captured_order.append(shape)
+        (self.probed if self._in_scratch else self.captured_order).append(shape)
         return output
+
+    def _used_bytes(self) -> int:
+        memory = self.memory
+        if memory is None:
+            return 0
+        pools = [self._pool, *(pool for pool, _ in self._outer)]
+        graphs = [*self.entries, *(shape for _, entries in self._outer for shape in entries)]
+        return sum(pool.bytes for pool in pools) + sum(memory.graph(shape) for shape in graphs)
+
+    def _kept_bytes(self) -> int:
+        memory = self.memory
+        graphs = [*self.entries, *(shape for _, entries in self._outer for shape in entries)]
+        return sum(memory.graph(shape) for shape in graphs) if memory is not None else 0
+
+    def _run_forward(self, shape: int) -> None:
+        """Account for one eager forward of ``shape`` (its activations live at once, then freed)."""
+        memory = self.memory
+        if memory is None:
+            return
+        if self._used_bytes() + memory.activation(shape) > memory.total_bytes:
+            raise torch.OutOfMemoryError(f"simulated device memory: a forward of shape {shape} does not fit")
+        self._peak = max(self._peak, self._kept_bytes() + memory.activation(shape))
+
+    def _claim_capture(self, shape: int) -> None:
+        """Grow the pool to ``shape``'s forward and keep its graph's bytes (or raise out of memory)."""
+        if shape in self.out_of_memory_shapes:
+            raise torch.OutOfMemoryError(f"out of memory injected while capturing shape {shape}")
+        memory = self.memory
+        if memory is None:
+            return
+        growth = max(0, memory.activation(shape) - self._pool.bytes)
+        if self._used_bytes() + growth + memory.graph(shape) > memory.total_bytes:
+            raise torch.OutOfMemoryError(f"simulated device memory: a graph of shape {shape} does not fit")
+        # The captured forward's activations live in the pool (grown to hold them), then its graph is kept.
+        self._peak = max(self._peak, self._kept_bytes() + memory.activation(shape))
+        self._pool.bytes += growth
+
+    @property
+    def shapes(self) -> tuple[int, ...]:
+        """Captured shapes, ascending."""
+        return tuple(sorted(self.entries))
+
+    def discard(self, shape: int) -> None:
+        """Free the graph of ``shape`` if it was captured (its pool memory stays with the pool)."""
+        entry = self.entries.pop(shape, None)
+        if entry is not None:
+            entry.release()
+
+    def renew_pool(self) -> None:
+        """Release the (simulated) pool while no graph is kept; later captures grow a new one."""
+        if self.entries:
+            raise RuntimeError(f"CpuReplayBackend.renew_pool(): shapes {list(self.shapes)} still hold graphs")
+        self._pool = _SimulatedPool()
 
     def has_shape(self, shape: int) -> bool:
         """Whether ``shape`` has been captured."""
@@ -204,15 +346,28 @@ class CpuReplayBackend:
         """Nothing to set around a step."""
         return contextlib.nullcontext()
 
-    def memory_reading(self, *, settle: bool = True) -> MemoryReading:
-        """No device memory is tracked: all zeros."""
-        return MemoryReading(free_bytes=0, reserved_bytes=0, allocated_bytes=0)
+    def memory_reading(self, *, settle: bool = True, reset_peak: bool = False) -> MemoryReading:
+        """The simulated device memory now (all zeros without ``memory``); ``reset_peak`` restarts the peak."""
+        memory = self.memory
+        if memory is None:
+            return MemoryReading(free_bytes=0, reserved_bytes=0, allocated_bytes=0)
+        used, kept = self._used_bytes(), self._kept_bytes()
+        reading = MemoryReading(
+            free_bytes=memory.total_bytes - used,
+            reserved_bytes=used,
+            allocated_bytes=kept,
+            peak_allocated_bytes=max(self._peak, kept),
+        )
+        if reset_peak:
+            self._peak = kept
+        return reading
 
     def cleanup(self) -> None:
-        """Forget every shape."""
+        """Forget every shape and release the pool."""
         for entry in self.entries.values():
             entry.release()
         self.entries.clear()
+        self._pool = _SimulatedPool()
         self.cleaned += 1
 
 

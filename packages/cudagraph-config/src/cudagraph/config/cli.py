@@ -77,11 +77,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         for phase in ("decode", "prefill"):
             phase_config = config.for_phase(phase)
-            print(f"{phase}: {phase_config.backend} buckets={list(phase_config.buckets)} max={phase_config.max_size}")
+            limits = "".join(
+                f" {name}={value}"
+                for name in ("max_padding_ratio", "memory_budget")
+                if (value := getattr(phase_config, name)) is not None
+            )
+            print(
+                f"{phase}: {phase_config.backend} buckets={list(phase_config.buckets)} max={phase_config.max_size}"
+                f"{limits}"
+            )
         switches = " ".join(f"{switch}={getattr(config, switch)}" for switch in SWITCH_OPTIONS)
         print(
             f"tc_piecewise_compiler={config.tc_piecewise_compiler} "
             f"torch_compile_max_bs={config.torch_compile_max_bs} torch_compile_mode={config.torch_compile_mode} "
-            f"{switches}"
+            f"compile_cache_dir={config.compile_cache_dir} {switches}"
         )
     return 0

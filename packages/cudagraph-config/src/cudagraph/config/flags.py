@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from .buckets import DEFAULT_MAX_SIZE
+from .memory_budget import BUDGET_EXAMPLES, read_memory_budget
+from .mode_json import PHASE_OBJECT_EXAMPLE, read_mode
 from .origins import OriginKind
 from .renames import Rename, RenameKind, RenameTable, RenameTableError, load_renames
 from .values import (
@@ -28,7 +30,8 @@ from .values import (
     Notes,
     read_backend,
     read_compiler,
-    read_mode,
+    read_directory,
+    read_padding_ratio,
     read_positive_int,
     read_sizes,
     read_switch,
@@ -206,7 +209,14 @@ BUCKETS_OPTIONS: Mapping[Phase, str] = MappingProxyType(
 MAX_SIZE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
     {Phase.DECODE: "--decode-cuda-graph-max-bs", Phase.PREFILL: "--prefill-cuda-graph-max-tokens"}
 )
+PADDING_RATIO_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-max-padding-ratio", Phase.PREFILL: "--prefill-cuda-graph-max-padding-ratio"}
+)
+MEMORY_BUDGET_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-memory-budget", Phase.PREFILL: "--prefill-cuda-graph-memory-budget"}
+)
 COMPILER_OPTION = "--tc-piecewise-compiler"
+COMPILE_CACHE_DIR_OPTION = "--tc-piecewise-compile-cache-dir"
 TORCH_COMPILE_OPTION = "--torch-compile-max-bs"
 TORCH_COMPILE_MODE_OPTION = "--torch-compile-mode"
 ENABLE_TORCH_COMPILE_OPTION = "--enable-torch-compile"
@@ -228,10 +238,6 @@ _SHAPE_WORD = {Phase.DECODE: "batch sizes", Phase.PREFILL: "token counts"}
 Reader = Callable[[str, object, Notes], Claims]
 
 
-def _read_mode_claims(label: str, raw: object, notes: Notes) -> Claims:
-    return {phase_key(phase, "backend"): backend for phase, backend in read_mode(label, raw, notes).items()}
-
-
 def _backend_reader(phase: Phase) -> Reader:
     return lambda label, raw, notes: {phase_key(phase, "backend"): read_backend(label, raw, phase, notes)}
 
@@ -250,6 +256,14 @@ def _sizes_reader(key: str) -> Reader:
 
 def _max_reader(key: str) -> Reader:
     return lambda label, raw, notes: {key: read_positive_int(label, raw)}
+
+
+def _padding_ratio_reader(key: str) -> Reader:
+    return lambda label, raw, notes: {key: read_padding_ratio(label, raw)}
+
+
+def _memory_budget_reader(key: str) -> Reader:
+    return lambda label, raw, notes: {key: read_memory_budget(label, raw)}
 
 
 def _switch_reader(key: str) -> Reader:
@@ -292,6 +306,25 @@ def _phase_flags(phase: Phase) -> list[Flag]:
             + f"(default: {'from GPU memory, else ' if phase is Phase.DECODE else ''}{DEFAULT_MAX_SIZE[phase]})",
             "N",
         ),
+        Flag(
+            PADDING_RATIO_OPTIONS[phase],
+            Arity.ONE,
+            OriginKind.FLAG,
+            _padding_ratio_reader(phase_key(phase, "max_padding_ratio")),
+            f"a {phase} batch whose bucket is more than RATIO times its {shapes[:-1]} runs eagerly; RATIO >= 1 "
+            "(default: none, any padding replays)",
+            "RATIO",
+        ),
+        Flag(
+            MEMORY_BUDGET_OPTIONS[phase],
+            Arity.ONE,
+            OriginKind.FLAG,
+            _memory_budget_reader(phase_key(phase, "memory_budget")),
+            # argparse formats help with %, so the percent sign of the examples is doubled.
+            f"the most device memory the {phase} graphs may take: {BUDGET_EXAMPLES.replace('%', '%%')}; capture "
+            "stops before exceeding it (default: no cap)",
+            "SIZE",
+        ),
     ]
 
 
@@ -300,9 +333,10 @@ _MODERN_ROWS: tuple[Flag, ...] = (
         MODE_OPTION,
         Arity.ONE,
         OriginKind.JSON,
-        _read_mode_claims,
-        f"per-phase backends as a JSON object, e.g. {MODE_EXAMPLE}; outranks every flag of a lower level and locks the "
-        "phases it names against compatibility rules",
+        read_mode,
+        f"per-phase backends as a JSON object, e.g. {MODE_EXAMPLE}; a phase may map to an object of its settings "
+        f"instead, e.g. {PHASE_OBJECT_EXAMPLE}; outranks every flag of a lower level, and locks the phases whose "
+        "backend it gives against compatibility rules",
         "JSON",
     ),
     *_phase_flags(Phase.DECODE),
@@ -333,6 +367,16 @@ _MODERN_ROWS: tuple[Flag, ...] = (
         f"and the pieces of tc_piecewise with {COMPILER_OPTION} inductor); modes that capture CUDA graphs of their "
         "own are refused (default: inductor's defaults)",
         "{" + ",".join(TORCH_COMPILE_MODES) + "}",
+    ),
+    Flag(
+        COMPILE_CACHE_DIR_OPTION,
+        Arity.ONE,
+        OriginKind.FLAG,
+        lambda label, raw, notes: {"compile_cache_dir": read_directory(label, raw)},
+        "directory of inductor's FX-graph and autotune caches, for tc_piecewise's inductor pieces and the "
+        f"{TORCH_COMPILE_OPTION} buckets; kept as written, nothing is created or checked here (default: inductor's "
+        "own)",
+        "DIR",
     ),
     Flag(
         SWITCH_OPTIONS["debug"],

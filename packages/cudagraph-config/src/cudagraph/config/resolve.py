@@ -1,7 +1,8 @@
 """``resolve``: every way a user can state the CUDA-graph mode -> one frozen ``CudaGraphConfig``.
 
 Pipeline: parse (flags or keywords -> claims) -> settle precedence (JSON > per-phase flags > legacy flags) ->
-defaults -> compatibility rules -> buckets and validation. Warnings are collected while resolving and raised at the
+defaults -> compatibility rules -> buckets (the max always the last one), padding ratios, memory budgets and
+validation. Warnings are collected while resolving and raised at the
 end, once per legacy flag and once per overridden setting, so a failed resolution warns about nothing.
 """
 
@@ -29,8 +30,11 @@ from .flags import (
     Arity,
     LegacyFlag,
 )
+from .grid import MAX_APPENDED_NOTE
 from .legacy_values import legacy_value_message
+from .memory_budget import MemoryBudget
 from .origins import PRECEDENCE, Origin, OriginKind
+from .phase_config import PHASE_FIELDS
 from .rules import RuleContext, first_applicable_rule
 from .types import CudaGraphConfig, PhaseConfig
 from .values import Notes
@@ -185,7 +189,27 @@ def _phase_backend(phase: Phase, resolution: _Resolution, environment: Environme
 
 
 def _phase_config(phase: Phase, backend: Backend, resolution: _Resolution, environment: Environment) -> PhaseConfig:
-    """The phase's buckets and max size: explicit ones validated, else the default schedule up to the max."""
+    """The phase's buckets, max size, padding ratio and memory budget; a disabled phase has none of them."""
+    buckets, max_size = _phase_shapes(phase, backend, resolution, environment)
+    ratio_key, budget_key = phase_key(phase, "max_padding_ratio"), phase_key(phase, "memory_budget")
+    if backend is Backend.DISABLED:
+        resolution.sources[ratio_key] = resolution.sources[budget_key] = _disabled_source(phase)
+        return PhaseConfig(backend, buckets, max_size)
+    # The readers in ``values`` and ``memory_budget`` produced these types; the casts only tell the type checker.
+    ratio = cast("float | None", resolution.value(ratio_key, None))
+    budget = cast("MemoryBudget | None", resolution.value(budget_key, None))
+    return PhaseConfig(backend, buckets, max_size, max_padding_ratio=ratio, memory_budget=budget)
+
+
+def _disabled_source(phase: Phase) -> str:
+    return str(Origin(OriginKind.DERIVED, f"from {phase}.backend disabled"))
+
+
+def _phase_shapes(
+    phase: Phase, backend: Backend, resolution: _Resolution, environment: Environment
+) -> tuple[tuple[int, ...], int]:
+    """The phase's buckets and max size: explicit ones validated, with the max appended as the last bucket when it
+    is above them (the largest size is always captured), else the default schedule up to the max."""
     buckets_key, max_key = phase_key(phase, "buckets"), phase_key(phase, "max_size")
     buckets_claim, max_claim = resolution.settled.get(buckets_key), resolution.settled.get(max_key)
     # The readers in ``values`` produced these types; the casts only tell the type checker.
@@ -198,16 +222,20 @@ def _phase_config(phase: Phase, backend: Backend, resolution: _Resolution, envir
             f"{max_claim.origin.detail}; allowed: positive integers up to {explicit_max}"
         )
     if backend is Backend.DISABLED:
-        derived = str(Origin(OriginKind.DERIVED, f"from {phase}.backend disabled"))
-        resolution.sources[buckets_key] = resolution.sources[max_key] = derived
-        return PhaseConfig(backend, (), 0)
+        resolution.sources[buckets_key] = resolution.sources[max_key] = _disabled_source(phase)
+        return (), 0
     if buckets_claim and explicit_buckets:
         resolution.sources[buckets_key] = str(buckets_claim.origin)
-        if max_claim and explicit_max:
-            resolution.sources[max_key] = str(max_claim.origin)
-            return PhaseConfig(backend, explicit_buckets, explicit_max)
-        resolution.sources[max_key] = str(Origin(OriginKind.DERIVED, f"from the largest of {phase}.buckets"))
-        return PhaseConfig(backend, explicit_buckets, explicit_buckets[-1])
+        if not (max_claim and explicit_max):
+            resolution.sources[max_key] = str(Origin(OriginKind.DERIVED, f"from the largest of {phase}.buckets"))
+            return explicit_buckets, explicit_buckets[-1]
+        resolution.sources[max_key] = str(max_claim.origin)
+        if explicit_max == explicit_buckets[-1]:
+            return explicit_buckets, explicit_max
+        note = f"max {explicit_max} from {max_claim.origin.detail} {MAX_APPENDED_NOTE}"
+        notes = "; ".join(text for text in (buckets_claim.origin.note, note) if text)
+        resolution.sources[buckets_key] = str(dataclasses.replace(buckets_claim.origin, note=notes))
+        return (*explicit_buckets, explicit_max), explicit_max
     if max_claim and explicit_max:
         max_size = explicit_max
         resolution.sources[max_key] = str(max_claim.origin)
@@ -215,7 +243,7 @@ def _phase_config(phase: Phase, backend: Backend, resolution: _Resolution, envir
         max_size, why = default_max_size(phase, environment)
         resolution.sources[max_key] = str(Origin(OriginKind.DEFAULT, why))
     resolution.sources[buckets_key] = str(Origin(OriginKind.DEFAULT, f"schedule up to {phase}.max_size"))
-    return PhaseConfig(backend, default_buckets(phase, max_size), max_size)
+    return default_buckets(phase, max_size), max_size
 
 
 def _torch_compile_max_bs(resolution: _Resolution) -> int:
@@ -250,7 +278,7 @@ def _torch_compile_max_bs(resolution: _Resolution) -> int:
     return value
 
 
-_UNUSED_COMPILE_MODE = (
+_UNUSED_COMPILE_SETTING = (
     f"unused: nothing compiles with inductor; it applies with {TORCH_COMPILE_OPTION} and full decode graphs, or "
     f"{COMPILER_OPTION} inductor and a tc_piecewise phase"
 )
@@ -264,17 +292,17 @@ def _inductor_compiles(backends: Mapping[Phase, Backend], compiler: str, torch_c
     return compiled_buckets or inductor_pieces
 
 
-def _torch_compile_mode(resolution: _Resolution, compiles: bool) -> str | None:
-    """The ``torch.compile`` mode of the compiled forwards (``None``: inductor's defaults).
+def _compile_setting(key: str, resolution: _Resolution, compiles: bool) -> str | None:
+    """A setting of the inductor-compiled forwards: ``torch_compile_mode`` (``None``: inductor's defaults) or
+    ``compile_cache_dir`` (``None``: inductor's own).
 
-    A mode given while nothing compiles (after compatibility rules) is kept, and its source says it is unused.
+    A setting given while nothing compiles (after compatibility rules) is kept, and its source says it is unused.
     """
-    key = "torch_compile_mode"
     claim = resolution.settled.get(key)
     if claim is None:
         resolution.sources[key] = str(_DEFAULT)
         return None
-    origin = claim.origin if compiles else dataclasses.replace(claim.origin, note=_UNUSED_COMPILE_MODE)
+    origin = claim.origin if compiles else dataclasses.replace(claim.origin, note=_UNUSED_COMPILE_SETTING)
     resolution.sources[key] = str(origin)
     return cast(str, claim.value)
 
@@ -295,8 +323,10 @@ def resolve(
     source overrides a different value from a lower one, an ``OverriddenSettingWarning`` names both; each legacy
     flag, and each legacy backend value spelling (``"tcpcg"``, see ``LEGACY_BACKEND_VALUES``), raises one
     ``LegacyFlagWarning`` (a ``FutureWarning``) naming its replacement. Compatibility rules over
-    ``environment`` (default: a plain CUDA engine, where none applies) may turn phases off, except the phases named
-    in ``--cuda-graph-mode``. Raises ``ConfigError`` for any bad input.
+    ``environment`` (default: a plain CUDA engine, where none applies) may turn phases off, except the phases whose
+    backend ``--cuda-graph-mode`` gives. A phase there may be an object of its settings (``backend``,
+    ``max_padding_ratio``, ``memory_budget``), each at the JSON's level. Explicit buckets with a larger explicit max
+    get the max appended: the largest size is always captured. Raises ``ConfigError`` for any bad input.
 
     Example:
         >>> from cudagraph.config import Environment, resolve
@@ -315,7 +345,9 @@ def resolve(
     decode, prefill = (_phase_config(phase, backends[phase], resolution, environment) for phase in Phase)
     compiler = str(resolution.value("tc_piecewise_compiler", TC_PIECEWISE_COMPILERS[0]))
     torch_compile_max_bs = _torch_compile_max_bs(resolution)
-    torch_compile_mode = _torch_compile_mode(resolution, _inductor_compiles(backends, compiler, torch_compile_max_bs))
+    compiles = _inductor_compiles(backends, compiler, torch_compile_max_bs)
+    torch_compile_mode = _compile_setting("torch_compile_mode", resolution, compiles)
+    compile_cache_dir = _compile_setting("compile_cache_dir", resolution, compiles)
     switches = {switch: bool(resolution.value(switch, False)) for switch in SWITCH_OPTIONS}
     config = CudaGraphConfig(
         decode=decode,
@@ -323,6 +355,7 @@ def resolve(
         tc_piecewise_compiler=compiler,
         torch_compile_max_bs=torch_compile_max_bs,
         torch_compile_mode=torch_compile_mode,
+        compile_cache_dir=compile_cache_dir,
         sources=MappingProxyType(dict(sorted(resolution.sources.items(), key=lambda item: _key_order(item[0])))),
         **switches,
     )
@@ -332,6 +365,12 @@ def resolve(
 
 
 def _key_order(key: str) -> int:
-    order = [phase_key(phase, name) for phase in Phase for name in ("backend", "buckets", "max_size")]
-    order += ["tc_piecewise_compiler", "torch_compile_max_bs", "torch_compile_mode", *SWITCH_OPTIONS]
+    order = [phase_key(phase, name) for phase in Phase for name in PHASE_FIELDS]
+    order += [
+        "tc_piecewise_compiler",
+        "torch_compile_max_bs",
+        "torch_compile_mode",
+        "compile_cache_dir",
+        *SWITCH_OPTIONS,
+    ]
     return order.index(key)

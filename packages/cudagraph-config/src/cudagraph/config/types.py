@@ -1,8 +1,8 @@
 """The resolved CUDA-graph configuration: one ``PhaseConfig`` per phase plus the global switches.
 
 Pure data plus its renderings (``to_dict``, ``explain``, ``to_cli_args``); nothing here parses flags or applies rules
-(see ``resolve``). The phase and backend vocabulary lives in ``vocabulary`` and is re-exported here. Never imports
-torch.
+(see ``resolve``). ``PhaseConfig`` lives in ``phase_config`` and the phase and backend vocabulary in ``vocabulary``,
+both re-exported here; the account of a bucket grid that ``explain`` ends with is ``grid``'s. Never imports torch.
 """
 
 from __future__ import annotations
@@ -14,14 +14,18 @@ from dataclasses import dataclass, field
 from .buckets import default_buckets
 from .flags import (
     BUCKETS_OPTIONS,
+    COMPILE_CACHE_DIR_OPTION,
     COMPILER_OPTION,
     MAX_SIZE_OPTIONS,
+    MEMORY_BUDGET_OPTIONS,
     MODE_OPTION,
+    PADDING_RATIO_OPTIONS,
     SWITCH_OPTIONS,
     TORCH_COMPILE_MODE_OPTION,
     TORCH_COMPILE_OPTION,
 )
-from .memory_budget import MemoryBudget
+from .grid import MAX_APPENDED_NOTE, explain_grid
+from .phase_config import PHASE_FIELDS, PhaseConfig
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
     DEFAULT_CUDA_GRAPH_MODE,
@@ -44,28 +48,6 @@ __all__ = [
 ]
 
 _EXPLAIN_LIST_LIMIT = 12
-
-
-@dataclass(frozen=True)
-class PhaseConfig:
-    """The resolved settings of one phase: its backend and the shapes (batch sizes or token counts) to capture."""
-
-    backend: Backend
-    buckets: tuple[int, ...]
-    """Ascending, deduplicated shapes to capture; empty when the backend is ``disabled``."""
-    max_size: int
-    """The largest shape this phase is sized for: the last bucket, or the max the user gave alongside an explicit
-    bucket list; 0 when the backend is ``disabled``."""
-    max_padding_ratio: float | None = None
-    """A batch whose bucket is more than this multiple of its real size runs eagerly (``None``: any padding
-    replays)."""
-    memory_budget: MemoryBudget | None = None
-    """The most device memory this phase's graphs may take; capture stops before exceeding it (``None``: no cap)."""
-
-    @property
-    def enabled(self) -> bool:
-        """Whether this phase replays graphs at all."""
-        return self.backend is not Backend.DISABLED
 
 
 def _format_value(value: object) -> str:
@@ -114,16 +96,18 @@ class CudaGraphConfig:
         return self.for_phase(phase).backend
 
     def values(self) -> dict[str, object]:
-        """Every value by its ``sources`` key, in display order."""
+        """Every value by its ``sources`` key, in display order: each phase's fields (``PHASE_FIELDS``), then the
+        engine-wide settings."""
         values: dict[str, object] = {}
         for phase in Phase:
             phase_config = self.for_phase(phase)
-            values[phase_key(phase, "backend")] = phase_config.backend.value
-            values[phase_key(phase, "buckets")] = phase_config.buckets
-            values[phase_key(phase, "max_size")] = phase_config.max_size
+            for name in PHASE_FIELDS:
+                value = getattr(phase_config, name)
+                values[phase_key(phase, name)] = value.value if isinstance(value, Backend) else value
         values["tc_piecewise_compiler"] = self.tc_piecewise_compiler
         values["torch_compile_max_bs"] = self.torch_compile_max_bs
         values["torch_compile_mode"] = self.torch_compile_mode
+        values["compile_cache_dir"] = self.compile_cache_dir
         for switch in SWITCH_OPTIONS:
             values[switch] = getattr(self, switch)
         return values
@@ -131,43 +115,57 @@ class CudaGraphConfig:
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict: ``decode`` and ``prefill`` hold the backend names, the rest sits alongside.
 
-        Keys: ``decode``, ``decode_buckets``, ``decode_max_size``, the same for ``prefill``, ``tc_piecewise_compiler``,
-        ``torch_compile_max_bs``, ``torch_compile_mode`` (``None``: inductor's defaults), ``debug``, ``enable_gc``,
-        ``disable_padding``, ``profile_capture`` and ``sources``.
+        Keys: ``decode``, ``decode_buckets``, ``decode_max_size``, ``decode_max_padding_ratio`` (``None``: no limit),
+        ``decode_memory_budget`` (its spelling, e.g. ``"2GiB"`` or ``"20%"``; ``None``: no cap), the same for
+        ``prefill``, ``tc_piecewise_compiler``, ``torch_compile_max_bs``, ``torch_compile_mode`` (``None``: inductor's
+        defaults), ``compile_cache_dir`` (``None``: inductor's own), ``debug``, ``enable_gc``, ``disable_padding``,
+        ``profile_capture`` and ``sources``.
         """
         result: dict[str, object] = {}
         for phase in Phase:
             phase_config = self.for_phase(phase)
+            budget = phase_config.memory_budget
             result[phase.value] = phase_config.backend.value
             result[f"{phase.value}_buckets"] = list(phase_config.buckets)
             result[f"{phase.value}_max_size"] = phase_config.max_size
+            result[f"{phase.value}_max_padding_ratio"] = phase_config.max_padding_ratio
+            result[f"{phase.value}_memory_budget"] = None if budget is None else str(budget)
         result["tc_piecewise_compiler"] = self.tc_piecewise_compiler
         result["torch_compile_max_bs"] = self.torch_compile_max_bs
         result["torch_compile_mode"] = self.torch_compile_mode
+        result["compile_cache_dir"] = self.compile_cache_dir
         for switch in SWITCH_OPTIONS:
             result[switch] = getattr(self, switch)
         result["sources"] = dict(self.sources)
         return result
 
     def explain(self) -> str:
-        """One line per value: key, value, and where it came from (JSON, flag, legacy flag, default or rule); then
-        one ``<phase>.captures`` line per phase saying what its backend's graphs hold."""
+        """One line per value: key, value, and where it came from (JSON, flag, legacy flag, default or rule); then per
+        phase a ``<phase>.captures`` line saying what its backend's graphs hold and, for an enabled phase, the
+        ``<phase>.grid``, ``<phase>.padding`` and ``<phase>.replays`` lines of its bucket grid (see ``grid``)."""
         rows = [
             (key, _format_value(value), self.sources.get(key, "not recorded")) for key, value in self.values().items()
         ]
-        key_width = max(len(key) for key, _, _ in rows)
+        notes: list[tuple[str, str]] = []
+        for phase in Phase:
+            notes.append((phase_key(phase, "captures"), WHAT_EACH_BACKEND_CAPTURES[phase][self.backend(phase)]))
+            appended = MAX_APPENDED_NOTE in self.sources.get(phase_key(phase, "buckets"), "")
+            notes += explain_grid(
+                phase, self.for_phase(phase), max_appended=appended, disable_padding=self.disable_padding
+            )
+        key_width = max(len(key) for key, _ in [*((key, value) for key, value, _ in rows), *notes])
         value_width = max(len(value) for _, value, _ in rows)
         lines = [f"{key:<{key_width}}  {value:<{value_width}}  {source}" for key, value, source in rows]
-        for phase in Phase:
-            captures = WHAT_EACH_BACKEND_CAPTURES[phase][self.backend(phase)]
-            lines.append(f"{phase_key(phase, 'captures'):<{key_width}}  {captures}")
+        lines += [f"{key:<{key_width}}  {text}" for key, text in notes]
         return "\n".join(lines)
 
     def to_cli_args(self) -> list[str]:
         """Flags that resolve back to an equal config in any environment.
 
         The backends go into ``--cuda-graph-mode``, which locks them against compatibility rules; buckets are spelled
-        out unless they are the default schedule of their max, in which case the max alone says it.
+        out unless they are the default schedule of their max, in which case the max alone says it. Padding ratios,
+        memory budgets and the compile cache directory follow as their own flags when set. A config that no flags
+        can give (an enabled phase without buckets, or whose last bucket is not its max) is a ``ConfigError``.
 
         Example:
             >>> from cudagraph.config import resolve
@@ -177,22 +175,41 @@ class CudaGraphConfig:
         args = [MODE_OPTION, json.dumps({phase.value: self.backend(phase).value for phase in Phase})]
         for phase in Phase:
             phase_config = self.for_phase(phase)
-            if not phase_config.enabled:
-                continue
-            buckets, max_size = phase_config.buckets, phase_config.max_size
-            if not buckets:
-                raise ConfigError(f"{phase}: backend {phase_config.backend} with no buckets cannot be written as flags")
-            if max_size == buckets[-1] and buckets == default_buckets(phase, max_size):
-                args += [MAX_SIZE_OPTIONS[phase], str(max_size)]
-                continue
-            args += [BUCKETS_OPTIONS[phase], *(str(size) for size in buckets)]
-            if max_size != buckets[-1]:
-                args += [MAX_SIZE_OPTIONS[phase], str(max_size)]
+            if phase_config.enabled:
+                args += _phase_args(phase, phase_config)
         if self.tc_piecewise_compiler != TC_PIECEWISE_COMPILERS[0]:
             args += [COMPILER_OPTION, self.tc_piecewise_compiler]
         if self.torch_compile_max_bs:
             args += [TORCH_COMPILE_OPTION, str(self.torch_compile_max_bs)]
         if self.torch_compile_mode is not None:
             args += [TORCH_COMPILE_MODE_OPTION, self.torch_compile_mode]
+        if self.compile_cache_dir is not None:
+            args += _option_with_value(COMPILE_CACHE_DIR_OPTION, self.compile_cache_dir)
         args += [option for switch, option in SWITCH_OPTIONS.items() if getattr(self, switch)]
         return args
+
+
+def _phase_args(phase: Phase, phase_config: PhaseConfig) -> list[str]:
+    """The flags of one enabled phase's buckets (or max), padding ratio and memory budget."""
+    buckets, max_size = phase_config.buckets, phase_config.max_size
+    if not buckets:
+        raise ConfigError(f"{phase}: backend {phase_config.backend} with no buckets cannot be written as flags")
+    if max_size != buckets[-1]:
+        raise ConfigError(
+            f"{phase}: max_size {max_size} is not the last bucket {buckets[-1]}, which flags cannot give (resolve "
+            "always ends the buckets at the max); make the max the last bucket"
+        )
+    if buckets == default_buckets(phase, max_size):
+        args = [MAX_SIZE_OPTIONS[phase], str(max_size)]
+    else:
+        args = [BUCKETS_OPTIONS[phase], *(str(size) for size in buckets)]
+    if phase_config.max_padding_ratio is not None:
+        args += [PADDING_RATIO_OPTIONS[phase], repr(phase_config.max_padding_ratio)]
+    if phase_config.memory_budget is not None:
+        args += [MEMORY_BUDGET_OPTIONS[phase], str(phase_config.memory_budget)]
+    return args
+
+
+def _option_with_value(option: str, value: str) -> list[str]:
+    # A value that starts with "-" would read as an option of its own; argparse takes it glued to its flag.
+    return [f"{option}={value}"] if value.startswith("-") else [option, value]

@@ -8,6 +8,8 @@ what is allowed.
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -163,6 +165,37 @@ def read_torch_compile_mode(label: str, raw: object) -> str:
     return str(raw)
 
 
+PADDING_RATIO_ALLOWED = "a number >= 1, e.g. 1.5 (a batch whose bucket is more than 1.5 times its size runs eagerly)"
+
+
+def read_padding_ratio(label: str, raw: object) -> float:
+    """``raw`` (a number, or a string of one) as a finite padding ratio of at least 1."""
+    value: float | None = None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        try:
+            value = float(raw)
+        except OverflowError:  # an int beyond any float
+            value = math.inf
+    elif isinstance(raw, str):
+        try:
+            value = float(raw)
+        except ValueError:
+            value = None
+    if value is None:
+        raise ConfigError(f"{label}: {raw!r} is not a number; allowed: {PADDING_RATIO_ALLOWED}")
+    if not (math.isfinite(value) and value >= 1):
+        raise ConfigError(f"{label}: {value!r} is not allowed; allowed: {PADDING_RATIO_ALLOWED}")
+    return value
+
+
+def read_directory(label: str, raw: object) -> str:
+    """``raw`` (a string or ``os.PathLike``) as a directory path, kept as written: nothing on disk is looked at."""
+    path = os.fspath(raw) if isinstance(raw, os.PathLike) else raw
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{label}: {raw!r} is not allowed; allowed: a directory path (a non-empty string)")
+    return path
+
+
 def read_switch(label: str, raw: object) -> bool:
     """``raw`` as a switch: argparse gives ``True`` or ``None``, Python callers ``True`` or ``False``."""
     if raw is None or isinstance(raw, bool):
@@ -170,13 +203,23 @@ def read_switch(label: str, raw: object) -> bool:
     raise ConfigError(f"{label}: expected True or False, got {raw!r}")
 
 
-def _reject_duplicate_keys(label: str, entry: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ConfigError(f"{label}: {entry} {key!r} is given twice; give each {entry} at most once")
-        seen[key] = value
-    return seen
+class _JsonPairs(list[tuple[str, Any]]):
+    """One parsed JSON object's ``(key, value)`` pairs in order, before its keys are checked for duplicates."""
+
+
+def _without_duplicate_keys(label: str, value: object, entry: str) -> Any:
+    """``value`` with every ``_JsonPairs`` made a dict; a key given twice is an error naming it as an ``entry`` at the
+    top level and as a ``key`` in nested objects."""
+    if isinstance(value, _JsonPairs):
+        seen: dict[str, Any] = {}
+        for key, item in value:
+            if key in seen:
+                raise ConfigError(f"{label}: {entry} {key!r} is given twice; give each {entry} at most once")
+            seen[key] = _without_duplicate_keys(label, item, "key")
+        return seen
+    if isinstance(value, list):
+        return [_without_duplicate_keys(label, item, "key") for item in value]
+    return value
 
 
 def json_type(value: object) -> str:
@@ -200,7 +243,7 @@ def read_json_object(label: str, raw: object, *, what: str, entry: str, example:
         parsed = dict(raw)
     elif isinstance(raw, str):
         try:
-            parsed = json.loads(raw, object_pairs_hook=lambda pairs: _reject_duplicate_keys(label, entry, pairs))
+            parsed = _without_duplicate_keys(label, json.loads(raw, object_pairs_hook=_JsonPairs), entry)
         except json.JSONDecodeError as error:
             raise ConfigError(
                 f"{label}: malformed JSON {raw!r} ({error.msg} at char {error.pos}); expected an object like {example}"
@@ -210,15 +253,3 @@ def read_json_object(label: str, raw: object, *, what: str, entry: str, example:
     if not isinstance(parsed, dict):
         raise ConfigError(f"{label}: expected {what}, got {json_type(parsed)} {raw!r}; e.g. {example}")
     return parsed
-
-
-def read_mode(label: str, raw: object, notes: Notes) -> dict[Phase, Backend]:
-    """The ``--cuda-graph-mode`` value (JSON text, or a mapping from Python) as phase -> backend."""
-    parsed = read_json_object(
-        label, raw, what="a JSON object mapping phase to backend", entry="phase", example=MODE_EXAMPLE
-    )
-    mode: dict[Phase, Backend] = {}
-    for key, value in parsed.items():
-        phase = read_phase(label, key)
-        mode[phase] = read_backend(label, value, phase, notes)
-    return mode

@@ -4,6 +4,11 @@ Scripts drive ``generate --json``: stdout then holds exactly one JSON object, ``
 [...]}, ...]}``, one entry per ``--prompt-token-ids`` in order; everything else (why graphs are off, capture
 progress) goes to stderr. The CUDA-graph flags are those of ``cudagraph.config.add_cli_args``.
 
+``generate --cuda-graph-metrics [PATH]`` counts every step by where it went: at exit each phase's table (replays,
+real and padded tokens per bucket, eager steps by reason with the flag that would capture them) goes to stderr and
+the same as JSON, ``{"decode": {...}, "prefill": {...}}`` (``ReplayMetrics.to_dict()`` per phase), to PATH
+(``cuda_graph_metrics.json`` in the working directory by default); stdout is unchanged, ``--json`` included.
+
 ``--tp-size N`` (or vLLM's ``--tensor-parallel-size N``) shards the model over N ranks: the command starts N
 processes itself (one GPU each on CUDA, gloo on CPU), or, started by ``torchrun``, runs as the rank it was given.
 Rank 0 drives the batch loop and prints the result; a rank that fails stops the others with one error.
@@ -16,13 +21,14 @@ import json
 import logging
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
 
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Environment, Phase, add_cli_args, resolve
+from cudagraph.runner import ReplayMetrics
 
 from .attention import ATTENTION_BACKENDS, AttentionBackendUnavailableError
 from .batch import SamplingParams
@@ -65,6 +71,8 @@ EXIT_USAGE = 2
 """Bad input (an option, a model directory, a prompt): one line on stderr, no traceback (``--debug`` shows it)."""
 LOG_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
 """One format, with timestamps, for every cudagraph logger."""
+DEFAULT_METRICS_PATH = Path("cuda_graph_metrics.json")
+"""Where ``--cuda-graph-metrics`` without a path writes its JSON (relative to the working directory)."""
 
 
 class EngineInputError(ValueError):
@@ -177,6 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
     gen.add_argument("--seed", type=int, default=0, help="sampling seed (with --temperature)")
     gen.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
+    gen.add_argument(
+        "--cuda-graph-metrics",
+        nargs="?",
+        type=Path,
+        const=DEFAULT_METRICS_PATH,
+        default=None,
+        metavar="PATH",
+        help="at exit, print each phase's CUDA-graph replay metrics (replays per bucket, eager steps by reason) to "
+        f"stderr and write them as JSON to PATH (default {DEFAULT_METRICS_PATH})",
+    )
 
     bench = commands.add_parser("bench", help="time decode steps: eager against the configured decode graphs")
     _add_model_args(bench)
@@ -316,7 +334,20 @@ def run_generate(
         if broadcaster is not None:
             broadcaster.stop()
         model_runner.shutdown()
+    if args.cuda_graph_metrics is not None:
+        report_cuda_graph_metrics(model_runner.cuda_graph_metrics, args.cuda_graph_metrics)
     return {"outputs": [{"output_token_ids": output.output_token_ids} for output in outputs]}
+
+
+def report_cuda_graph_metrics(metrics: Mapping[Phase, ReplayMetrics], path: Path) -> None:
+    """End each phase's warning window, print its table to stderr and write every phase's metrics as JSON to
+    ``path`` (``{"decode": {...}, "prefill": {...}}``)."""
+    for phase_metrics in metrics.values():
+        phase_metrics.close_window()
+    print("\n\n".join(phase_metrics.table() for phase_metrics in metrics.values()), file=sys.stderr)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({str(phase): m.to_dict() for phase, m in metrics.items()}, indent=2) + "\n")
+    logger.info("CUDA-graph metrics written to %s", path)
 
 
 def run_bench(

@@ -1,8 +1,9 @@
 """The reference model runner: owns the model, the KV cache, the attention backend, the model's kernel set and the
 two graph runners.
 
-``run(batch)`` is the one entry the engine calls per step: a graph runner replays the batch when it can, the eager
-``forward`` takes everything else. ``forward`` is also what the graph runners capture, so it must stay free of host
+``run(batch)`` is the one entry the engine calls per step: the phase's graph runner routes the batch once and
+replays it or runs it eagerly; without a runner the eager ``forward`` takes it. Either way the step is counted in
+``cuda_graph_metrics``. ``forward`` is also what the graph runners capture, so it must stay free of host
 syncs and value-dependent shapes whenever ``is_capture_mode()`` is on.
 """
 
@@ -17,7 +18,7 @@ import torch
 
 from cudagraph.backend_utils import ForwardContext, compiled_model_forward, set_forward_context
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Phase
-from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner
+from cudagraph.runner import DecodeCudaGraphRunner, EagerReason, ForwardBatch, PrefillCudaGraphRunner, ReplayMetrics
 
 from .attention import make_attention_backend
 from .attention.op import attend
@@ -167,6 +168,9 @@ class ModelRunner:
         model.use_kernels(self.kernels)
         self.decode_cuda_graph_runner: DecodeCudaGraphRunner | None = None
         self.prefill_cuda_graph_runner: PrefillCudaGraphRunner | None = None
+        self.cuda_graph_metrics: dict[Phase, ReplayMetrics] = {phase: ReplayMetrics(phase) for phase in Phase}
+        """Every step ``run`` took, per phase, for this engine's life: its graph runners count into these, and
+        steps of a phase without a runner are counted here under why it has none."""
 
     def kernels_for(self, config: CudaGraphConfig) -> LayerKernels:
         """The kernel set this engine's ``kernel_backend`` picks when its graphs follow ``config``: with ``auto``,
@@ -232,7 +236,11 @@ class ModelRunner:
             logger.warning(reason)
             return None
         runner = runner_type(
-            self, self.cuda_graph_config, show_progress=self.show_progress, capture_barrier=self.capture_barrier
+            self,
+            self.cuda_graph_config,
+            show_progress=self.show_progress,
+            capture_barrier=self.capture_barrier,
+            metrics=self.cuda_graph_metrics[phase],
         )
         self._capture_or_free(runner)
         return runner
@@ -240,6 +248,9 @@ class ModelRunner:
     @staticmethod
     def _capture_or_free(runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner) -> None:
         try:
+            # Known before capture (the KV cache is sized by CacheConfig here; an engine that sizes it from free
+            # memory reads this first), and checked against the measured bytes in the capture's log line.
+            logger.info("%s CUDA graphs will take %s", runner.phase, runner.estimate_capture_memory())
             runner.capture()
         except BaseException:
             runner.shutdown()  # nothing half-captured stays behind (graphs, buffers, the pool reference)
@@ -260,12 +271,24 @@ class ModelRunner:
     # -- steps ------------------------------------------------------------------------------------------------------
 
     def run(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits of ``batch``: replayed from a graph when a runner can take it, eager otherwise."""
+        """Logits of ``batch``: the phase's graph runner routes it once and replays it or runs it eagerly (counting
+        it either way); without a runner it runs eagerly, counted under ``runnerless_reason``."""
         runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner | None
         runner = self.prefill_cuda_graph_runner if batch.forward_mode.is_extend() else self.decode_cuda_graph_runner
-        if runner is not None and runner.can_run(batch):
-            return runner.replay(batch)
+        if runner is not None:
+            return runner.replay_routed(batch, runner.route(batch))
+        phase = Phase.PREFILL if batch.forward_mode.is_extend() else Phase.DECODE
+        self.cuda_graph_metrics[phase].count_eager(self.runnerless_reason(phase), batch.num_tokens)
         return self.forward(batch)
+
+    def runnerless_reason(self, phase: Phase) -> EagerReason:
+        """Why a ``phase`` step runs eagerly while the phase has no graph runner: there is no CUDA device ("graphs
+        off", whatever the config says), its graphs are disabled, or they were not captured (yet, or any more)."""
+        if self.device.type != "cuda":
+            return EagerReason.GRAPHS_UNAVAILABLE
+        if not self.cuda_graph_config.for_phase(phase).enabled:
+            return EagerReason.PHASE_DISABLED
+        return EagerReason.NOT_CAPTURED
 
     def model_forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Hidden states ``[T, H]`` of the flat tokens: the part of ``forward`` that ``torch.compile`` traces whole.

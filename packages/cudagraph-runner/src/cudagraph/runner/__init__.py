@@ -1,16 +1,20 @@
 """When a forward can be graphed and how it is fed: decode runners keyed by batch size, prefill runners keyed by
 token count.
 
-A ``ForwardBatch`` enters a runner, is padded and copied into static buffers, the backend replays, and the logits
-come out sliced to the real batch. The engine-side contract is the ``Protocol``s in ``protocols``.
+A ``ForwardBatch`` enters a runner, is routed once (``route``: the bucket to replay, or why it runs eagerly), padded
+and copied into static buffers, the backend replays, and the logits come out sliced to the real batch; every step is
+counted in the runner's ``ReplayMetrics``. The engine-side contract is the ``Protocol``s in ``protocols``.
 """
 
 from .base import BaseCudaGraphRunner
 from .buckets import get_batch_sizes_to_capture, pad_to_bucket
 from .decode import DecodeCudaGraphRunner
 from .forward_batch import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
+from .memory_plan import CaptureMemoryEstimate, ProbeCapture
+from .metrics import BucketRow, EagerRow, ReplayMetrics
 from .prefill import PrefillCudaGraphRunner
 from .protocols import AttentionBackendLike, ModelRunnerLike, ReqToTokenPoolLike
+from .routing import EagerReason, Route, RouteTable
 from .stats import CaptureStats, ShapeCaptureStats
 
 __version__ = "0.1.0"
@@ -20,13 +24,21 @@ __all__ = [
     "PADDING_REQ_POOL_INDEX",
     "AttentionBackendLike",
     "BaseCudaGraphRunner",
+    "BucketRow",
+    "CaptureMemoryEstimate",
     "CaptureStats",
     "DecodeCudaGraphRunner",
+    "EagerReason",
+    "EagerRow",
     "ForwardBatch",
     "ForwardMode",
     "ModelRunnerLike",
     "PrefillCudaGraphRunner",
+    "ProbeCapture",
+    "ReplayMetrics",
     "ReqToTokenPoolLike",
+    "Route",
+    "RouteTable",
     "ShapeCaptureStats",
     "__version__",
     "get_batch_sizes_to_capture",

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
+import gc
 import logging
 import os
 import tempfile
@@ -27,12 +29,23 @@ import torch
 from tqdm import tqdm
 
 from cudagraph.backend import BaseCudaGraphBackend, ModelTraceError, make_backend, warmups_needed
-from cudagraph.backend_utils import CaptureOptions, ForwardContext, ForwardContextScope, freeze_gc
-from cudagraph.config import ConfigError, CudaGraphConfig, Phase, PhaseConfig
+from cudagraph.backend_utils import CaptureOptions, ForwardContext, ForwardContextScope, MemoryReading, freeze_gc
+from cudagraph.config import ConfigError, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
 
 from .buckets import pad_to_bucket
+from .capture_loop import CaptureLoop, out_of_memory_guarded
 from .forward_batch import ForwardBatch
+from .memory_plan import (
+    CaptureMemoryEstimate,
+    ProbeCapture,
+    estimate_from_probes,
+    plan_capture,
+    probe_shapes,
+    skipped_summary,
+)
+from .metrics import ReplayMetrics
 from .protocols import ModelRunnerLike
+from .routing import EagerReason, Route, RouteTable, check_padding_ratio
 from .static_buffers import StaticInputs
 from .stats import CaptureStats, ShapeCaptureStats
 
@@ -67,6 +80,12 @@ class StaticBucket:
         self.output = output
         self.output_rows = {rows: output[:rows] for rows in row_counts} if isinstance(output, torch.Tensor) else {}
 
+    def release(self) -> None:
+        """Forget the bound replay and output (the bucket's graph was released; its batches run eagerly)."""
+        self.replay = None
+        self.output = None
+        self.output_rows = {}
+
     def rows_of(self, logits: Any, rows: int) -> Any:
         """``logits[:rows]``, a view made at capture when ``logits`` is the static output (no allocation)."""
         if logits is self.output:
@@ -86,6 +105,10 @@ class BaseCudaGraphRunner(abc.ABC):
     or off. Buckets above the phase's ``max_size`` are not captured, so batches above it run eagerly.
     ``capture_barrier`` (the breakable backend's ``CaptureOptions.barrier``) is where the ranks of a
     tensor-parallel group meet before each eager break while capturing.
+
+    Every step is routed once (``route(batch)``: the bucket to replay, or why it runs eagerly, from a table built
+    after capture) and counted in ``metrics`` (pass a ``ReplayMetrics`` to keep counting into one that outlives
+    the runner).
     """
 
     phase: ClassVar[Phase]
@@ -101,6 +124,7 @@ class BaseCudaGraphRunner(abc.ABC):
         show_progress: bool = True,
         num_warmups: int | None = None,
         capture_barrier: Callable[[], None] | None = None,
+        metrics: ReplayMetrics | None = None,
     ) -> None:
         phase_config: PhaseConfig = config.for_phase(self.phase)
         buckets = tuple(bucket for bucket in phase_config.buckets if bucket <= phase_config.max_size)
@@ -146,8 +170,18 @@ class BaseCudaGraphRunner(abc.ABC):
         budget or an out-of-memory stopped it early; empty before capture and after ``shutdown``)."""
         self.skipped_buckets: dict[int, str] = {}
         """Buckets the latest ``capture()`` left without a graph, each with why (their batches run eagerly)."""
+        self.memory_budget: MemoryBudget | None = phase_config.memory_budget
+        """The most device memory this runner's graphs may take (``PhaseConfig.memory_budget``; ``None``: no cap)."""
+        self._memory_estimate: CaptureMemoryEstimate | None = None
+        self._backend_prepared = False
         # bucket_by_size[n]: the bucket a batch of n replays (n = 0 is an idle batch, which replays the smallest).
         self.bucket_by_size: list[int | None] = [self.pad_to_bucket(max(n, 1)) for n in range(self.max_size + 1)]
+        self.max_padding_ratio: float | None = check_padding_ratio(self.phase, phase_config.max_padding_ratio)
+        """A batch whose bucket is more than this multiple of its size runs eagerly (``None``: no limit)."""
+        self.metrics: ReplayMetrics = metrics if metrics is not None else ReplayMetrics(self.phase)
+        """Replays per bucket and eager steps by reason, of every step this runner routed."""
+        self.metrics.track_buckets(self.bucket_by_size)
+        self._close_routes()
         self._buffers_allocated = False
         self._allocate_static_buffers()
         self._buffers_allocated = True
@@ -189,12 +223,61 @@ class BaseCudaGraphRunner(abc.ABC):
         """Point the attention metadata at ``shape``'s static buffers and return the forward to capture."""
 
     @abc.abstractmethod
-    def can_run(self, batch: ForwardBatch) -> bool:
-        """Whether ``batch`` can replay a captured graph (otherwise the caller runs it eagerly)."""
+    def route(self, batch: ForwardBatch) -> Route:
+        """Where ``batch`` goes: the bucket whose graph replays it, or ``None`` and why it runs eagerly (a lookup in
+        the table built after capture; nothing is allocated)."""
 
     @abc.abstractmethod
+    def replay_routed(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
+        """Logits of ``batch`` sliced to its real rows, taking ``route`` (``route(batch)``, decided by the caller)
+        as given: its bucket's graph replays, or ``model_runner.forward`` runs eagerly. Either way it is counted in
+        ``metrics``."""
+
+    def can_run(self, batch: ForwardBatch) -> bool:
+        """Whether ``batch`` can replay a captured graph (otherwise the caller runs it eagerly)."""
+        return self.route(batch).bucket is not None
+
     def replay(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits of ``batch`` sliced to its real rows (eager forward when ``can_run`` is false)."""
+        """Logits of ``batch`` sliced to its real rows (eager forward when ``can_run`` is false): routed, then
+        ``replay_routed``."""
+        return self.replay_routed(batch, self.route(batch))
+
+    # -- routing ----------------------------------------------------------------------------------------------------
+
+    def _request_rows(self, bucket: int) -> int:
+        """Request rows of the graph of ``bucket`` (one request per token, unless a subclass says otherwise)."""
+        return bucket
+
+    def _build_routes(self) -> None:
+        """The route of every size, from the buckets the latest capture holds graphs of (end of ``capture``)."""
+        table = RouteTable.build(
+            self.buckets,
+            self.captured_buckets,
+            disable_padding=self.config.disable_padding,
+            max_padding_ratio=self.max_padding_ratio,
+            requests_of=self._request_rows,
+        )
+        self._set_routes(table)
+
+    def _close_routes(self) -> None:
+        """Every step eager: not captured (or fallen back to eager, when ``eager_reason`` says why)."""
+        reason = EagerReason.EAGER_FALLBACK if self.eager_reason is not None else EagerReason.NOT_CAPTURED
+        self._set_routes(RouteTable.closed(reason))
+
+    def _set_routes(self, table: RouteTable) -> None:
+        self.routes: RouteTable = table
+        """Every route this runner answers (see ``cudagraph.runner.routing``)."""
+        # Bound apart, so ``route`` reads three attributes and one list entry.
+        self._routes_by_size = table.by_size
+        self._route_beyond = table.beyond
+        self._route_wrong_mode = table.wrong_mode
+        self._debug_replay = bool(self.backend.options.debug)
+
+    def _run_eagerly(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
+        """The eager forward of a batch routed eagerly, counted under its reason."""
+        assert route.reason is not None, "an eager route always names its reason"
+        self.metrics.count_eager(route.reason, batch.num_tokens)
+        return self.model_runner.forward(batch)
 
     # -- shared -----------------------------------------------------------------------------------------------------
 
@@ -206,17 +289,68 @@ class BaseCudaGraphRunner(abc.ABC):
         return pad_to_bucket(self.buckets, size)
 
     def capture(self) -> CaptureStats:
-        """Capture every bucket, largest first, into one shared pool; log and return what it cost.
+        """Capture the buckets, largest first, into one shared pool; log and return what it cost.
+
+        With a memory budget (``memory_budget``) the buckets are planned from ``estimate_capture_memory()``: the
+        largest are dropped until the estimate fits, and the running capture is kept within the budget by what it
+        measures (``BudgetGuard`` states the rule). A capture that runs out of device memory frees the half-captured
+        graph, keeps the graphs it has and skips the failing bucket and the smaller ones. Buckets left without a
+        graph are in ``skipped_buckets``, named in one warning; their batches run eagerly. A capture never raises
+        for lack of memory, and ``shutdown`` gives back everything it took.
 
         After ``shutdown`` this allocates fresh static buffers and captures again.
         """
-        if self.captured:
+        if self.captured or self.eager_reason is not None:
             return self.stats
         if not self._buffers_allocated:
             self._allocate_static_buffers()
             self._buffers_allocated = True
-        per_shape: list[ShapeCaptureStats] = []
         started = time.perf_counter()
+        if not self._prepare_backend():
+            return self.stats
+        estimate = self._memory_estimate
+        if estimate is None and self.memory_budget is not None:
+            estimate = self.estimate_capture_memory()
+        free_at_start = self.backend.memory_reading().free_bytes
+        plan = plan_capture(self.buckets, estimate, self.memory_budget, free_at_start)
+        loop = CaptureLoop(
+            self.backend, plan, estimate, free_at_start, self._capture_shape, self._release_shape, self._progress
+        )
+        loop.run()
+        per_shape = loop.captured_stats()
+        self.captured = True
+        self.captured_buckets = tuple(sorted(stats.shape for stats in per_shape))
+        self.skipped_buckets = dict(sorted(loop.skipped.items()))
+        self._build_routes()
+        compile_stats = self.backend.compile_stats
+        self.stats = CaptureStats(
+            per_shape=per_shape,
+            seconds=time.perf_counter() - started,
+            bytes=max(0, free_at_start - self.backend.memory_reading().free_bytes),
+            compile_seconds=compile_stats.compile_seconds if compile_stats is not None else 0.0,
+            compilations=compile_stats.compilations if compile_stats is not None else 0,
+            estimate_bytes=estimate.total_bytes_for(plan.buckets) if estimate is not None and estimate.probes else None,
+            skipped=dict(self.skipped_buckets),
+        )
+        logger.info(
+            "captured %s %s graphs (%s): %s", len(per_shape), self.phase, self.backend_name, self.stats.summary()
+        )
+        if self.skipped_buckets:
+            logger.warning(
+                "%s CUDA graphs (%s): %d of %d buckets have no graph, their batches run eagerly: %s",
+                self.phase,
+                self.backend_name,
+                len(self.skipped_buckets),
+                len(self.buckets),
+                skipped_summary(self.skipped_buckets),
+            )
+        return self.stats
+
+    def _prepare_backend(self) -> bool:
+        """Prepare the backend once (tc_piecewise compiles the model here); False when the model does not trace, in
+        which case this runner has fallen back to eager (``eager_reason``) and says so once."""
+        if self._backend_prepared:
+            return True
         try:
             self.backend.prepare(self)
         except ModelTraceError as error:
@@ -224,29 +358,102 @@ class BaseCudaGraphRunner(abc.ABC):
             self.eager_reason = f"the model does not trace for {self.backend_name}: {error}"
             logger.warning("%s CUDA graphs are off, every %s step runs eagerly: %s", self.phase, self.phase, error)
             self.shutdown()
-            return self.stats
-        free_at_start = self.backend.memory_reading().free_bytes
-        with freeze_gc(enable_gc=not self.backend.options.freeze_gc), self.backend.capture_session():
-            for index, shape in enumerate(self._progress(sorted(self.buckets, reverse=True))):
-                if index == 0 and self.config.profile_capture:
-                    per_shape.append(self._profiled_capture(shape))
-                else:
-                    per_shape.append(self._capture_one_shape(shape))
-        self.captured = True
-        self.captured_buckets = tuple(sorted(stats.shape for stats in per_shape))
-        self.skipped_buckets = {}
-        compile_stats = self.backend.compile_stats
-        self.stats = CaptureStats(
-            per_shape=tuple(per_shape),
-            seconds=time.perf_counter() - started,
-            bytes=max(0, free_at_start - self.backend.memory_reading().free_bytes),
-            compile_seconds=compile_stats.compile_seconds if compile_stats is not None else 0.0,
-            compilations=compile_stats.compilations if compile_stats is not None else 0,
+            return False
+        self._backend_prepared = True
+        return True
+
+    def estimate_capture_memory(self, *, refresh: bool = False) -> CaptureMemoryEstimate:
+        """What capturing this runner's buckets will take from the free device memory, known before capturing
+        them (so an engine can size its KV cache first); see ``cudagraph.runner.memory_plan`` for how.
+
+        It captures the largest bucket and up to three smaller ones into a scratch pool of their own, reading the
+        device memory around each, and frees them all before returning: nothing stays allocated. The first call
+        measures (a few of the captures ``capture()`` makes, the backend's ``prepare`` included); later calls, and
+        ``capture()``, reuse its result unless ``refresh``. A bucket whose probe runs out of memory is not
+        estimated (``out_of_memory``), and ``capture()`` then skips it. For a model that does not trace, nothing is
+        measured (``note`` says why) and the runner falls back to eager.
+        """
+        if self._memory_estimate is not None and not refresh:
+            return self._memory_estimate
+        if self.eager_reason is not None:
+            return CaptureMemoryEstimate(note=self.eager_reason)
+        if not self._buffers_allocated:
+            self._allocate_static_buffers()
+            self._buffers_allocated = True
+        if not self._prepare_backend():
+            return CaptureMemoryEstimate(note=self.eager_reason or "the backend could not be prepared")
+        started = time.perf_counter()
+        probes, out_of_memory = self._probe_captures()
+        estimate = estimate_from_probes(
+            self.buckets, probes, out_of_memory=out_of_memory, seconds=time.perf_counter() - started
         )
-        logger.info(
-            "captured %s %s graphs (%s): %s", len(self.buckets), self.phase, self.backend_name, self.stats.summary()
-        )
-        return self.stats
+        self._memory_estimate = estimate
+        return estimate
+
+    def _probe_captures(self) -> tuple[list[ProbeCapture], list[int]]:
+        """Capture ``probe_shapes`` in a scratch session and read the memory around each; the probes that fit, and
+        the largest buckets that ran out of memory.
+
+        Every bucket is warmed up once first, and each probe again just before its reading: what a first run loads
+        for good (kernels loaded lazily, the capture stream's library workspaces) is then loaded before anything is
+        measured, as it is before ``capture()`` measures, since the estimate runs first."""
+        backend = self.backend
+        probes: list[ProbeCapture] = []
+        out_of_memory: list[int] = []
+        shapes = list(probe_shapes(self.buckets))
+        with freeze_gc(enable_gc=not backend.options.freeze_gc), backend.scratch_session():
+            self._warm_up_every_bucket()
+            while shapes:
+                shape = shapes.pop(0)
+                before, ran_out = out_of_memory_guarded(functools.partial(self._probe_capture, shape))
+                if ran_out or before is None:
+                    gc.collect()  # the failed forward's frames and tensors, now that the error is handled
+                    if probes:
+                        break  # a smaller probe did not fit beside the larger ones: estimate from those that did
+                    out_of_memory.append(shape)  # the largest does not fit now: probe the next largest instead
+                    shapes = list(probe_shapes([bucket for bucket in self.buckets if bucket < shape]))
+                    continue
+                after = backend.memory_reading()
+                probes.append(
+                    ProbeCapture(
+                        shape,
+                        bytes=before.free_bytes - after.free_bytes,
+                        peak_bytes=max(0, after.peak_allocated_bytes - before.allocated_bytes),
+                        kept_bytes=after.allocated_bytes - before.allocated_bytes,
+                    )
+                )
+        return probes, out_of_memory
+
+    def _probe_capture(self, shape: int) -> MemoryReading:
+        """Warm ``shape`` up, read the memory (the peak restarting), capture it; the reading before the capture."""
+        forward_fn = self._prepare_capture(shape)
+        self.backend.warm_up(shape, forward_fn)
+        before = self.backend.memory_reading(reset_peak=True)
+        self.backend.capture_one(shape, forward_fn)
+        return before
+
+    def _warm_up(self, shape: int) -> None:
+        self.backend.warm_up(shape, self._prepare_capture(shape))
+
+    def _warm_up_every_bucket(self) -> None:
+        """One warm-up forward of each bucket, largest first (one that runs out of memory is left to its probe)."""
+        ran_out = False
+        for shape in sorted(self.buckets, reverse=True):
+            _, failed = out_of_memory_guarded(functools.partial(self._warm_up, shape))
+            ran_out |= failed
+        if ran_out:
+            gc.collect()
+
+    def _capture_shape(self, shape: int, first: bool) -> ShapeCaptureStats:
+        """Capture one shape for the capture loop (the first under torch.profiler with ``profile_capture``)."""
+        if first and self.config.profile_capture:
+            return self._profiled_capture(shape)
+        return self._capture_one_shape(shape)
+
+    def _release_shape(self, shape: int) -> None:
+        """Free the graph of ``shape`` and what its static bucket bound to it (the capture loop's budget rule)."""
+        self.backend.discard(shape)
+        self.static_buckets[shape].release()
 
     def _profiled_capture(self, shape: int) -> ShapeCaptureStats:
         """Capture ``shape`` under torch.profiler (``--enable-profile-cuda-graph``) and log where the trace went."""
@@ -287,12 +494,16 @@ class BaseCudaGraphRunner(abc.ABC):
 
         The bound replay runs inside the bucket's forward context scope (eager breaks that replay through their op
         read the batch from it); debug mode goes through the backend's ``replay``, which first checks the static
-        buffer addresses."""
-        if self.backend.options.debug:
-            with self.backend.runtime_session(), static_bucket.context_scope:
+        buffer addresses. A bucket whose replay reads no context skips the ``with`` (a no-op block costs host time
+        on every step)."""
+        scope = static_bucket.context_scope
+        if self._debug_replay:
+            with self.backend.runtime_session(), scope:
                 logits = self.replay_graph(shape)
+        elif scope is _NO_CONTEXT:
+            logits = static_bucket.replay()  # type: ignore[misc]  # bound at capture
         else:
-            with static_bucket.context_scope:
+            with scope:
                 logits = static_bucket.replay()  # type: ignore[misc]  # bound at capture
         return static_bucket.rows_of(logits, rows)
 
@@ -334,13 +545,19 @@ class BaseCudaGraphRunner(abc.ABC):
         return str(self.config.backend(self.phase))
 
     def shutdown(self) -> None:
-        """Free graphs, static outputs, static buffers and the pool reference; ``capture`` starts over afterwards."""
-        self.backend.cleanup()
+        """Free graphs, static outputs, static buffers and the pool reference; ``capture`` starts over afterwards.
+
+        The static buffers go first, so that the backend's cleanup, which returns the allocator's cached blocks to
+        the device, returns theirs too: afterwards the device has back every byte the runner took (the estimate's
+        probes included; the engine's own state, and what a first run loads for the life of the process, aside).
+        """
         self._release_static_buffers()
+        self.backend.cleanup()
         self._buffers_allocated = False
         self.captured = False
         self.captured_buckets = ()
         self.skipped_buckets = {}
+        self._close_routes()
 
     def __repr__(self) -> str:
         return (

@@ -11,17 +11,20 @@ from cudagraph.config import Phase
 
 from .base import BaseCudaGraphRunner
 from .forward_batch import ForwardBatch, ForwardMode
+from .routing import Route
 from .static_buffers import DECODE_FIELDS, StaticInputs
 
+_DECODE = ForwardMode.DECODE
 _GRAPHED_MODES = frozenset({ForwardMode.DECODE, ForwardMode.IDLE})
 
 
 class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     """Replays decode (and idle) steps from graphs captured per batch size.
 
-    A step: copy the batch into the static buffers (one fused copy per dtype, padding re-applied only when the batch
-    shrank), let the attention backend refresh its static metadata, replay the padded bucket, return the logits view
-    of the real batch made at capture. Batches it cannot take are run eagerly through ``model_runner.forward``.
+    A step: routed once by batch size (``route``), copied into the static buffers (one fused copy per dtype,
+    padding re-applied only when the batch shrank), the attention backend refreshes its static metadata, the padded
+    bucket replays, and the logits view of the real batch made at capture comes back. Batches routed eagerly run
+    through ``model_runner.forward``.
     """
 
     phase: ClassVar[Phase] = Phase.DECODE
@@ -70,27 +73,31 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         forward = self.model_runner.forward
         return lambda: forward(batch)
 
+    def route(self, batch: ForwardBatch) -> Route:
+        """Decode or idle, by batch size: the bucket that holds it (exactly, when padding is disabled) unless it has
+        no graph or pads over ``max_padding_ratio``; larger batches and other modes run eagerly."""
+        if batch.forward_mode not in _GRAPHED_MODES:
+            return self._route_wrong_mode
+        size = batch.batch_size
+        routes = self._routes_by_size
+        return routes[size] if size < len(routes) else self._route_beyond
+
     def bucket_of(self, batch: ForwardBatch) -> int | None:
         """The bucket ``batch`` replays, or ``None`` when it must run eagerly."""
-        if not self.captured or batch.forward_mode not in _GRAPHED_MODES or batch.batch_size > self.max_size:
-            return None
-        return self.bucket_by_size[batch.batch_size]
+        return self.route(batch).bucket
 
-    def can_run(self, batch: ForwardBatch) -> bool:
-        """Decode or idle, with a batch size some bucket holds (exactly, when padding is disabled)."""
-        return self.bucket_of(batch) is not None
-
-    def replay(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits ``[batch_size, vocab]`` from the graph of the nearest bucket (eager when ``can_run`` is false).
+    def replay_routed(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
+        """Logits ``[batch_size, vocab]`` from the graph of ``route``'s bucket (eager when it has none).
 
         The returned tensor views the graph's static output: it is overwritten by the next replay.
         """
-        bucket = self.bucket_of(batch)
+        bucket = route.bucket
         if bucket is None:
-            return self.model_runner.forward(batch)
+            return self._run_eagerly(batch, route)
         batch_size = batch.batch_size
+        self.metrics.count_replay(batch_size)
         inputs = self.inputs
-        if batch.forward_mode is ForwardMode.DECODE:
+        if batch.forward_mode is _DECODE:
             inputs.load(batch, batch_size, batch_size)
         else:
             inputs.pad_from(0, 0)  # idle: every row is padding
@@ -107,7 +114,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             static_batch.req_pool_indices,
             static_batch.seq_lens,
             batch.seq_lens_sum + (bucket - batch_size) * inputs.seq_len_fill_value,
-            ForwardMode.DECODE,
+            _DECODE,
             seq_lens_cpu=host_seq_lens,
         )
         return self._replay_bucket(bucket, static_bucket, batch_size)

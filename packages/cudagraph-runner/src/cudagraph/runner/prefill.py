@@ -19,7 +19,11 @@ from cudagraph.config import Phase
 
 from .base import BaseCudaGraphRunner
 from .forward_batch import PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
+from .routing import EagerReason, Route
 from .static_buffers import EXTEND_FIELDS, StaticInputs
+
+_EXTEND = ForwardMode.EXTEND
+_TOO_MANY_REQUESTS = Route.eager(EagerReason.TOO_MANY_REQUESTS)
 
 
 class PrefillCudaGraphRunner(BaseCudaGraphRunner):
@@ -52,6 +56,8 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             seq_len_fill_value=attn_backend.get_cuda_graph_seq_len_fill_value(),
         )
         attn_backend.init_cuda_graph_state(self.max_requests, self.max_size)
+        self._replay_attn_metadata = attn_backend.init_forward_metadata_replay_cuda_graph
+        self._attention_in_graph = self.attention_in_graph
         self._index_static_buckets(attn_backend)
 
     def _output_row_counts(self, shape: int) -> Iterable[int]:
@@ -94,44 +100,52 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         forward = self.model_runner.forward
         return lambda: forward(batch)
 
-    def can_run(self, batch: ForwardBatch) -> bool:
-        """Extend mode, a token count some bucket holds, and no more requests than that graph has rows for."""
-        if not self.captured or not batch.forward_mode.is_extend():
-            return False
-        bucket = self.pad_to_bucket(batch.num_tokens)
-        return bucket is not None and batch.batch_size <= self.requests_per_graph(bucket)
+    def _request_rows(self, bucket: int) -> int:
+        return self.requests_per_graph(bucket)
 
-    def replay(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits ``[batch_size, vocab]`` (each request's last token) from the graph of the nearest token bucket.
+    def route(self, batch: ForwardBatch) -> Route:
+        """Extend mode, by token count: the bucket that holds it (see ``BaseCudaGraphRunner.route``), as long as the
+        batch has no more requests than that graph has rows for."""
+        if batch.forward_mode is not _EXTEND:
+            return self._route_wrong_mode
+        size = int(batch.input_ids.shape[0])
+        routes = self._routes_by_size
+        route = routes[size] if size < len(routes) else self._route_beyond
+        if batch.batch_size > route.requests and route.bucket is not None:
+            return _TOO_MANY_REQUESTS
+        return route
 
-        Eager when ``can_run`` is false. The returned tensor views the graph's static output.
+    def replay_routed(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
+        """Logits ``[batch_size, vocab]`` (each request's last token) from the graph of ``route``'s token bucket.
+
+        Eager when the route has no bucket. The returned tensor views the graph's static output.
         """
-        if not self.can_run(batch):
-            return self.model_runner.forward(batch)
-        num_tokens, batch_size = batch.num_tokens, batch.batch_size
-        bucket = self.pad_to_bucket(num_tokens)
-        assert bucket is not None  # can_run checked it
-        self.inputs.load(batch, num_tokens, batch_size)
+        bucket = route.bucket
+        if bucket is None:
+            return self._run_eagerly(batch, route)
+        num_tokens, batch_size = int(batch.input_ids.shape[0]), batch.batch_size
+        self.metrics.count_replay(num_tokens)
+        inputs = self.inputs
+        inputs.load(batch, num_tokens, batch_size)
         static_bucket = self.static_buckets[bucket]
         static_batch = static_bucket.batch
         # The captured forward and its eager breaks see this very batch object: its tensors stay the padded static
         # views, its host-side fields are updated in place to describe the real requests.
         static_batch.batch_size = batch_size
         static_batch.seq_lens_sum = batch.seq_lens_sum
-        static_batch.seq_lens_cpu = self.inputs.seq_lens_cpu[:batch_size] if batch.seq_lens_cpu is not None else None
+        static_batch.seq_lens_cpu = inputs.seq_lens_cpu[:batch_size] if batch.seq_lens_cpu is not None else None
         static_batch.extend_num_tokens = num_tokens
         static_batch.extend_seq_lens_cpu = batch.extend_seq_lens_cpu
         static_batch.extend_prefix_lens_cpu = batch.extend_prefix_lens_cpu
         static_batch.attn_metadata = None
-        attn_backend = self.model_runner.attn_backend
-        attn_backend.init_forward_metadata_replay_cuda_graph(
-            self.requests_per_graph(bucket),
+        self._replay_attn_metadata(
+            route.requests,
             static_batch.req_pool_indices,
             static_batch.seq_lens,
             batch.seq_lens_sum,
-            ForwardMode.EXTEND,
+            _EXTEND,
             seq_lens_cpu=static_batch.seq_lens_cpu,
             forward_batch=static_batch,
-            attention_in_graph=self.attention_in_graph,
+            attention_in_graph=self._attention_in_graph,
         )
         return self._replay_bucket(bucket, static_bucket, batch_size)

@@ -49,19 +49,23 @@ EXTEND_FIELDS = (
 
 @dataclass(frozen=True)
 class _LoadPlan:
-    """How a batch of one size is copied in: per dtype group, the target views and a reader of the batch's fields
-    (both in field order), and the view of the host ``seq_lens`` mirror its lengths go to."""
+    """How a batch of one size is copied in: one bound copy per dtype group, and the view of the host ``seq_lens``
+    mirror its lengths go to."""
 
-    copies: tuple[tuple[tuple[torch.Tensor, ...], Callable[[ForwardBatch], tuple[torch.Tensor, ...]]], ...]
+    copies: tuple[Callable[[ForwardBatch], object], ...]
     host_seq_lens: torch.Tensor
 
 
-def _field_reader(names: tuple[str, ...]) -> Callable[[ForwardBatch], tuple[torch.Tensor, ...]]:
-    """A callable returning the batch's fields ``names`` as a tuple (``attrgetter`` of one name returns no tuple)."""
+def _group_copy(targets: tuple[torch.Tensor, ...], names: tuple[str, ...]) -> Callable[[ForwardBatch], object]:
+    """Copy the batch's fields ``names`` into ``targets`` (same order): one fused ``_foreach_copy_`` for several,
+    a plain ``copy_`` for one (the multi-tensor path costs more host time than it saves on a single tensor)."""
     if len(names) == 1:
-        read_one = operator.attrgetter(names[0])
-        return lambda batch: (read_one(batch),)
-    return operator.attrgetter(*names)
+        (target,), read_one = targets, operator.attrgetter(names[0])
+        copy_one = target.copy_
+        return lambda batch: copy_one(read_one(batch))
+    read_all, foreach_copy = operator.attrgetter(*names), torch._foreach_copy_
+    target_list = list(targets)
+    return lambda batch: foreach_copy(target_list, read_all(batch))
 
 
 @dataclass
@@ -112,18 +116,17 @@ class StaticInputs:
         plan = self._load_plans.get((num_tokens, num_requests))
         if plan is None:
             plan = self._load_plans[(num_tokens, num_requests)] = self._plan_load(num_tokens, num_requests)
-        for targets, read_fields in plan.copies:
-            # Same-dtype lists take the fused multi-tensor path: one launch per group, not one per field.
-            torch._foreach_copy_(targets, read_fields(batch))
+        for copy in plan.copies:
+            copy(batch)  # same-dtype fields take the fused multi-tensor path: one launch per group
         if self.mirror_seq_lens_cpu and batch.seq_lens_cpu is not None:
             plan.host_seq_lens.copy_(batch.seq_lens_cpu)
         self.pad_from(num_tokens, num_requests)
 
     def _plan_load(self, num_tokens: int, num_requests: int) -> _LoadPlan:
         copies = tuple(
-            (
+            _group_copy(
                 tuple(self.view(spec.name, num_tokens if spec.per_token else num_requests) for spec in group),
-                _field_reader(tuple(spec.name for spec in group)),
+                tuple(spec.name for spec in group),
             )
             for group in self.dtype_groups
         )

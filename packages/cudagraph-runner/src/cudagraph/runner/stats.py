@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,11 @@ class CaptureStats:
     """Of ``seconds``, the time spent compiling the model forward (tc_piecewise, compiled small buckets)."""
     compilations: int = 0
     """Times the model forward was compiled (0 for a backend that compiles nothing, 1 for one graph)."""
+    estimate_bytes: int | None = None
+    """What ``estimate_capture_memory()`` predicted for the buckets this capture planned (``None``: no estimate was
+    made; ``capture()`` makes one when a memory budget needs it, or reuses one asked for before)."""
+    skipped: Mapping[int, str] = field(default_factory=dict)
+    """Buckets left without a graph, each with why (``runner.skipped_buckets``)."""
 
     @property
     def graphs(self) -> int:
@@ -36,6 +42,10 @@ class CaptureStats:
         return len(self.per_shape)
 
     def summary(self) -> str:
-        """One line for the log: how many graphs, how long, how much memory."""
+        """One line for the log: how many graphs, how long, how much memory (and the estimate, when one was made):
+        ``"9 graphs in 0.41 s, 0.092 GiB (estimate 0.088 GiB), 2 skipped"``."""
         compiled = f" (compile {self.compile_seconds:.2f} s)" if self.compilations else ""
-        return f"{self.graphs} graphs in {self.seconds:.2f} s{compiled}, {self.bytes / 2**30:.3f} GiB"
+        estimate = f" (estimate {self.estimate_bytes / 2**30:.3f} GiB)" if self.estimate_bytes is not None else ""
+        skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
+        memory = f"{self.bytes / 2**30:.3f} GiB{estimate}"
+        return f"{self.graphs} graphs in {self.seconds:.2f} s{compiled}, {memory}{skipped}"

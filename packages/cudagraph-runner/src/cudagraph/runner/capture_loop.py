@@ -1,0 +1,168 @@
+"""The capture loop: a runner's planned buckets, largest first, into one shared pool, within a memory budget and
+through the device running out of memory.
+
+1. Each planned bucket is captured in turn (``capture_shape``), largest first, so smaller graphs reuse the pool the
+   largest one grew.
+2. With a budget, ``BudgetGuard``'s rule runs around each shape: before it, the largest graphs held are released
+   until the shape fits, or it is skipped; after it, graphs are released until the memory used is within the
+   budget again. The buckets that keep graphs therefore stay a prefix of the ascending buckets.
+3. A capture that runs out of device memory is freed by the backend (nothing of it stays), the graphs captured
+   before it are kept, and it and every smaller bucket are skipped: the device has no room left, and trying each
+   would only fail again, slowly.
+
+What it does not do: choose buckets (``plan_capture`` did), or read memory anywhere but through the backend.
+"""
+
+from __future__ import annotations
+
+import gc
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from cudagraph.backend import BaseCudaGraphBackend
+from cudagraph.backend_utils import freeze_gc, is_out_of_memory
+
+from .memory_plan import OUT_OF_MEMORY_WHILE_CAPTURING, BudgetGuard, CaptureMemoryEstimate, CapturePlan
+from .stats import ShapeCaptureStats
+
+T = TypeVar("T")
+
+
+def drop_failed_frames(error: BaseException) -> None:
+    """Clear the local variables of every finished frame in ``error``'s tracebacks (its causes and contexts too).
+
+    An out-of-memory during a capture leaves the failed forward's frames in the traceback, holding its activations,
+    its logits and the half-captured graph (whose pool then cannot be freed). Whoever still holds the error (a
+    logger, a caller's ``except``) would keep them alive; cleared, they are freed with the next collection.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending += [current.__cause__, current.__context__]
+
+
+def out_of_memory_guarded(call: Callable[[], T]) -> tuple[T | None, bool]:
+    """``(call(), False)``, or ``(None, True)`` when the device ran out of memory in it (its failure's frames
+    cleared, so what they held goes with the next collection); any other error propagates."""
+    try:
+        return call(), False
+    except Exception as error:
+        if not is_out_of_memory(error):
+            raise
+        drop_failed_frames(error)
+        return None, True
+
+
+@dataclass
+class CaptureLoop:
+    """One run of the capture loop (see the module docstring): ``run()``, then read ``kept`` and ``skipped``.
+
+    ``capture_shape(shape, first)`` captures one shape and says what it cost (``first``: the first shape of the
+    run); ``release_shape(shape)`` frees a captured shape's graph and everything the runner bound to it;
+    ``progress`` wraps the shapes in the progress bar.
+    """
+
+    backend: BaseCudaGraphBackend
+    plan: CapturePlan
+    estimate: CaptureMemoryEstimate | None
+    free_at_start: int
+    capture_shape: Callable[[int, bool], ShapeCaptureStats]
+    release_shape: Callable[[int], None]
+    progress: Callable[[list[int]], Iterable[int]]
+    kept: dict[int, ShapeCaptureStats] = field(default_factory=dict)
+    """Captured shapes that hold graphs, by shape."""
+    skipped: dict[int, str] = field(default_factory=dict)
+    """Planned or captured shapes left without a graph, each with why."""
+    pool_held: bool = False
+    """Whether this run's captures hold pool memory (from the first capture until the pool is renewed)."""
+
+    @property
+    def guard(self) -> BudgetGuard | None:
+        """The budget's guard (``None`` without a budget)."""
+        return self._guard
+
+    def __post_init__(self) -> None:
+        self.skipped.update(self.plan.skipped)
+        plan = self.plan
+        self._guard = (
+            BudgetGuard(plan.limit_bytes, plan.budget, self.estimate)
+            if plan.budget is not None and plan.limit_bytes is not None
+            else None
+        )
+
+    def run(self) -> None:
+        """Capture the plan's buckets, largest first, in one capture session with the garbage collector frozen."""
+        shapes = sorted(self.plan.buckets, reverse=True)
+        ran_out = False
+        with freeze_gc(enable_gc=not self.backend.options.freeze_gc), self.backend.capture_session():
+            for index, shape in enumerate(self.progress(shapes)):
+                if not self._capture_within_budget(shape, first=index == 0):
+                    ran_out = True
+                    for smaller in shapes[index + 1 :]:
+                        self.skipped[smaller] = f"not tried after CUDA ran out of memory capturing {shape}"
+                    break
+        if ran_out:
+            # The failed forward's frames (and the tensors they held) are garbage now; free them before measuring.
+            gc.collect()
+        if not self.kept:
+            # No graph uses the pool (nor a pool a failed capture left behind): give its memory back now.
+            self.backend.renew_pool()
+            self.pool_held = False
+
+    def _capture_within_budget(self, shape: int, *, first: bool) -> bool:
+        """Capture ``shape`` under the budget's rule; False when the device ran out of memory capturing it."""
+        guard = self._guard
+        used_before = 0
+        if guard is not None:
+            used_before = self._release_while(lambda used: not guard.fits(used, shape, pool_held=self.pool_held))
+            if not guard.fits(used_before, shape, pool_held=self.pool_held):
+                self.skipped[shape] = guard.skip_reason(used_before, shape, pool_held=self.pool_held)
+                return True
+        estimated = guard.estimated_need(shape, pool_held=self.pool_held) if guard is not None else 0
+        try:
+            self.kept[shape] = self.capture_shape(shape, first)
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            drop_failed_frames(error)
+            self.skipped[shape] = OUT_OF_MEMORY_WHILE_CAPTURING
+            return False
+        self.pool_held = True
+        if guard is not None:
+            guard.observe(estimated, self._used_bytes() - used_before)
+            self._release_while(lambda used: used > guard.limit_bytes)
+        return True
+
+    def _used_bytes(self) -> int:
+        """Device memory this capture has taken so far (a settled reading)."""
+        return self.free_at_start - self.backend.memory_reading().free_bytes
+
+    def _release_while(self, over: Callable[[int], bool]) -> int:
+        """Release the largest graph held (then the pool) while ``over(used bytes)``; return the bytes used after."""
+        guard = self._guard
+        assert guard is not None
+        used = self._used_bytes()
+        while over(used):
+            if self.kept:
+                largest = max(self.kept)
+                self.release_shape(largest)
+                del self.kept[largest]
+                self.skipped[largest] = guard.release_reason(used)
+            elif self.pool_held:
+                self.backend.renew_pool()
+                self.pool_held = False
+            else:
+                break
+            used = self._used_bytes()
+        return used
+
+    def captured_stats(self) -> tuple[ShapeCaptureStats, ...]:
+        """What each kept shape cost, in capture order (largest first)."""
+        return tuple(self.kept[shape] for shape in sorted(self.kept, reverse=True))
