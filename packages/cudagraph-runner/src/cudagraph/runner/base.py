@@ -32,7 +32,6 @@ from cudagraph.backend import BaseCudaGraphBackend, ModelTraceError, make_backen
 from cudagraph.backend_utils import CaptureOptions, ForwardContext, ForwardContextScope, MemoryReading, freeze_gc
 from cudagraph.config import ConfigError, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
 
-from .buckets import pad_to_bucket
 from .capture_loop import CaptureLoop, out_of_memory_guarded
 from .forward_batch import ForwardBatch
 from .memory_plan import (
@@ -45,7 +44,7 @@ from .memory_plan import (
 )
 from .metrics import ReplayMetrics
 from .protocols import ModelRunnerLike
-from .routing import EagerReason, Route, RouteTable, check_padding_ratio
+from .routing import EagerReason, Route, RouteTable, check_padding_ratio, padded_bucket
 from .static_buffers import StaticInputs
 from .stats import CaptureStats, ShapeCaptureStats
 
@@ -284,9 +283,7 @@ class BaseCudaGraphRunner(abc.ABC):
     def pad_to_bucket(self, size: int) -> int | None:
         """The captured shape a batch of ``size`` replays: ``size`` itself when padding is disabled, else the
         smallest bucket that holds it; ``None`` when no bucket fits."""
-        if self.config.disable_padding:
-            return size if size in self.buckets else None
-        return pad_to_bucket(self.buckets, size)
+        return padded_bucket(self.buckets, size, disable_padding=self.config.disable_padding)
 
     def capture(self) -> CaptureStats:
         """Capture the buckets, largest first, into one shared pool; log and return what it cost.

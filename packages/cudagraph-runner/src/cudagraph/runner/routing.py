@@ -146,6 +146,14 @@ SIZE_RULES: tuple[tuple[EagerReason, Callable[[SizeCase], bool]], ...] = (
 """Why a size up to the largest configured bucket runs eagerly, in precedence order (first match wins)."""
 
 
+def padded_bucket(buckets: Sequence[int], size: int, *, disable_padding: bool = False) -> int | None:
+    """The configured bucket a batch of ``size`` pads to: the smallest that holds it, or exactly ``size`` with
+    ``disable_padding``; ``None`` when none does (``buckets`` ascending)."""
+    if disable_padding:
+        return size if size in buckets else None
+    return pad_to_bucket(buckets, size)
+
+
 def check_padding_ratio(phase: Phase | str, ratio: float | None) -> float | None:
     """``ratio`` when it is a valid ``max_padding_ratio`` (``None`` or at least 1), else one ``ConfigError``."""
     if ratio is not None and not ratio >= 1.0:  # `not >=` also rejects NaN
@@ -183,9 +191,8 @@ class RouteTable:
     ) -> RouteTable:
         """The routes of a runner configured for ``buckets`` (ascending) that holds graphs of ``captured``.
 
-        A size pads to the smallest bucket that holds it (exactly its own, with ``disable_padding``) and replays it
-        unless a rule of ``SIZE_RULES`` sends it eagerly. ``requests_of(bucket)`` is a graph's request rows (default:
-        the bucket, as in decode, one request per token).
+        A size pads to its ``padded_bucket`` and replays it unless a rule of ``SIZE_RULES`` sends it eagerly.
+        ``requests_of(bucket)`` is a graph's request rows (default: the bucket, as in decode, one request per token).
         """
         if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 1:
             raise ValueError(f"buckets must be ascending distinct positive sizes, got {list(buckets)}")
@@ -197,7 +204,7 @@ class RouteTable:
         by_size = []
         for size in range(buckets[-1] + 1):
             wanted = max(size, 1)  # an idle batch replays the bucket of one
-            bucket = (wanted if wanted in buckets else None) if disable_padding else pad_to_bucket(buckets, wanted)
+            bucket = padded_bucket(buckets, wanted, disable_padding=disable_padding)
             case = SizeCase(size, bucket, captured_set, max_padding_ratio)
             reason = next((reason for reason, applies in SIZE_RULES if applies(case)), None)
             if reason is not None:
