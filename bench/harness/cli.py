@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--attention-backend", default="torch", choices=("torch", "flashinfer", "triton"))
     parser.add_argument(
+        "--kernel-backend",
+        default="auto",
+        choices=("auto", "torch", "triton", "flashinfer"),
+        help="the engine's kernel set in the decode and prefill sections (default auto: the fastest that can run; "
+        "a forward torch.compile traces always runs torch's set, so 'torch' compares every row on the same kernels)",
+    )
+    parser.add_argument(
         "--kernel-counts",
         type=KernelCounts,
         default=KernelCounts.SEPARATE,
@@ -120,6 +127,7 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
         settings = DecodeSettings(
             presets, profile.batch_sizes, profile.context_len, profile.iterations, backend,
             select_configs(DECODE_CONFIGS, names), count_kernels=args.kernel_counts is KernelCounts.INLINE,
+            kernel_backend=args.kernel_backend,
         )  # fmt: skip
         run_decode(result, settings, models, bandwidth)
 
@@ -131,7 +139,12 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
         "prefill": lambda result: run_prefill(
             result,
             PrefillSettings(
-                presets, profile.prefill_shapes, profile.iterations, backend, select_configs(PREFILL_CONFIGS, names)
+                presets,
+                profile.prefill_shapes,
+                profile.iterations,
+                backend,
+                select_configs(PREFILL_CONFIGS, names),
+                kernel_backend=args.kernel_backend,
             ),
             models,
         ),
@@ -175,8 +188,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     result.settings["attention_backend"] = args.attention_backend
     from cudagraph.engine.model.kernel_backends import AUTO_ORDER
 
-    # Engines take the kernel set "auto" picks: the first of this order that can run (torch where a row compiles).
-    result.settings["kernel_backend"] = {"choice": "auto", "order": list(AUTO_ORDER)}
+    # Engines take the kernel set --kernel-backend names; "auto": the first of this order that can run (torch where a
+    # row compiles).
+    result.settings["kernel_backend"] = {"choice": args.kernel_backend, "order": list(AUTO_ORDER)}
     if args.presets:
         result.settings["presets"] = list(args.presets)
     if args.configs:

@@ -32,6 +32,8 @@ class DecodeSettings:
     configs: tuple[BenchConfig, ...] = DECODE_CONFIGS
     count_kernels: bool = True
     """Count device activities right after each row is timed (``kernel_pass`` says why a run usually does not)."""
+    kernel_backend: str = "auto"
+    """The engine's kernel set for the eager rows and the untraced graphs (``auto``, ``torch``, ``triton``, ...)."""
 
 
 def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache, bandwidth: float) -> None:
@@ -40,7 +42,7 @@ def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache
         model = models.get(preset)
         floor_ms = weight_bytes(model) / bandwidth * 1e3
         cache = CacheConfig(max_num_reqs=max(settings.batch_sizes), max_context_len=2 * settings.context_len)
-        model_runner = build_model_runner(preset, cache, settings.attention_backend, model)
+        model_runner = build_model_runner(preset, cache, settings.attention_backend, model, settings.kernel_backend)
         rows: list[DecodeRow] = []
         for config in measurement_order(settings.configs):
             what = f"{preset} {config.name}"

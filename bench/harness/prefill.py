@@ -31,6 +31,8 @@ class PrefillSettings:
     iterations: Iterations
     attention_backend: str = "torch"
     configs: tuple[BenchConfig, ...] = PREFILL_CONFIGS
+    kernel_backend: str = "auto"
+    """The engine's kernel set for the eager rows and the untraced graphs (``auto``, ``torch``, ``triton``, ...)."""
 
     @property
     def token_buckets(self) -> tuple[int, ...]:
@@ -44,7 +46,9 @@ def run_prefill(result: BenchResult, settings: PrefillSettings, models: ModelCac
     longest = max(tokens for _, tokens in settings.shapes)
     for preset in settings.presets:
         cache = CacheConfig(max_num_reqs=most_requests + 1, max_context_len=longest)
-        model_runner = build_model_runner(preset, cache, settings.attention_backend, models.get(preset))
+        model_runner = build_model_runner(
+            preset, cache, settings.attention_backend, models.get(preset), settings.kernel_backend
+        )
         rows: list[PrefillRow] = []
         for config in measurement_order(settings.configs):
             what = f"{preset} {config.name}"

@@ -40,12 +40,23 @@ whose tokens all survive but whose logits moved further computes something else.
 
 
 def build_model_runner(
-    preset: str, cache: CacheConfig, attention_backend: str, model: torch.nn.Module | None = None
+    preset: str,
+    cache: CacheConfig,
+    attention_backend: str,
+    model: torch.nn.Module | None = None,
+    kernel_backend: str = "auto",
 ) -> ModelRunner:
-    """An eager engine on CUDA over the preset's random bf16 weights (or ``model``'s, shared between engines)."""
+    """An eager engine on CUDA over the preset's random bf16 weights (or ``model``'s, shared between engines), with
+    the kernel set ``kernel_backend`` picks (``auto``: the fastest that can run; a traced forward gets torch's)."""
     if model is None:
         model = random_model(preset_config(preset), seed=0, dtype="bfloat16", device="cuda")
-    return ModelRunner(model, EAGER_CONFIG, cache_config=cache, attention_backend=attention_backend)  # type: ignore[arg-type]
+    return ModelRunner(
+        model,
+        EAGER_CONFIG,
+        cache_config=cache,
+        attention_backend=attention_backend,  # type: ignore[arg-type]
+        kernel_backend=kernel_backend,
+    )
 
 
 def rotations(batch: ForwardBatch, vocab_size: int, count: int = ROTATING_INPUTS, seed: int = 0) -> list[ForwardBatch]:

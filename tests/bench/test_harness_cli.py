@@ -34,6 +34,17 @@ def test_cuda_sections_skip_with_the_reason_and_the_json_is_written(tmp_path: Pa
     assert data["settings"]["kernel_backend"] == {"choice": "auto", "order": ["triton", "flashinfer", "torch"]}
 
 
+def test_the_kernel_set_asked_for_is_recorded_and_an_unknown_one_is_refused(
+    tmp_path: Path, no_cuda: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["--sections", "decode", "--kernel-backend", "torch", "--out-dir", str(tmp_path)]) == 0
+    [written] = tmp_path.glob("*-bench.json")
+    assert json.loads(written.read_text())["settings"]["kernel_backend"]["choice"] == "torch"
+    with pytest.raises(SystemExit):
+        cli.main(["--kernel-backend", "cutlass"])
+    assert "invalid choice: 'cutlass'" in capsys.readouterr().err
+
+
 def test_check_fails_when_targets_are_not_measured(tmp_path: Path, no_cuda: str) -> None:
     assert cli.main(["--quick", "--check", "--sections", "decode", "--out-dir", str(tmp_path)]) == 1
     assert list(tmp_path.glob("*-bench-quick.json"))
