@@ -232,6 +232,102 @@ def test_a_failed_capture_closes_its_recording_and_the_next_one_succeeds() -> No
     torch.testing.assert_close(output, forward(static_x))
 
 
+# -- a split op's capture prefix ---------------------------------------------------------------------------------------
+
+_LIBRARY.define("store_and_read(Tensor x, Tensor(a!) cache, Tensor(b!) out, *, bool stored=False) -> ()")
+PREFIX_STATE = {"prefix_runs": 0, "stores_in_op": 0, "op_calls": 0}
+"""What ran: the prefix (the store in the segment), the store inside the op, the op."""
+
+
+def _store_and_read(x: torch.Tensor, cache: torch.Tensor, out: torch.Tensor, *, stored: bool = False) -> None:
+    """A KV-store-then-attend stand-in: stores ``x`` into ``cache`` (unless ``stored``), then reads the cache with
+    per-step state."""
+    PREFIX_STATE["op_calls"] += 1
+    if not stored:
+        PREFIX_STATE["stores_in_op"] += 1
+        cache.copy_(x)
+    torch.mul(cache, STATE["scale"], out=out)
+
+
+_LIBRARY.impl("store_and_read", _store_and_read, "CompositeExplicitAutograd")
+_LIBRARY.impl("store_and_read", lambda x, cache, out, stored=False: None, "Meta")
+STORE_AND_READ = torch.ops.cudagraph_tc_sequence_test.store_and_read
+
+
+def store_first(
+    x: torch.Tensor, cache: torch.Tensor, out: torch.Tensor, *, stored: bool = False
+) -> dict[str, bool] | None:
+    if stored:
+        return None
+    PREFIX_STATE["prefix_runs"] += 1
+    cache.copy_(x)
+    return {"stored": True}
+
+
+def stored_forward(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    STORE_AND_READ(x * 2, cache, out)
+    return out + 1
+
+
+def capture_stored_forward(binder: object = None) -> tuple[object, torch.Tensor, torch.Tensor, torch.Tensor]:
+    register_split_op(STORE_AND_READ, replay_binder=binder, capture_prefix=store_first)  # type: ignore[arg-type]
+    recordings = Recordings()
+    compiler = PiecewiseCompiler(
+        "eager",
+        wrap_piece=lambda index, piece: PieceWrapper(index, piece, recordings),
+        wrap_split=lambda index, module: SplitCallWrapper(index, module, recordings, BindableOpCall.of(module)),
+    )
+    compiled = torch.compile(stored_forward, backend=compiler, fullgraph=True)
+    static_x, cache = torch.arange(4.0), torch.zeros(4)
+    compiled(static_x, cache)  # compile and warm up: the op stores, no prefix
+    sequence, output = record_shape(
+        ShapeDescriptor.decode(4), lambda: compiled(static_x, cache), EagerSegments(), recordings
+    )
+    return sequence, static_x, cache, output
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["op replayed", "bound call replayed"])
+def test_a_capture_prefix_runs_in_the_segment_before_the_split_and_the_op_skips_it(bound: bool) -> None:
+    calls = {"bound": 0}
+
+    def bind(x: torch.Tensor, cache: torch.Tensor, out: torch.Tensor, *, stored: bool = False) -> Callable[[], None]:
+        assert stored, "the bound call must be the op told to skip the store"
+
+        def attend_only() -> None:
+            calls["bound"] += 1
+            torch.mul(cache, STATE["scale"], out=out)
+
+        return attend_only
+
+    PREFIX_STATE.update(prefix_runs=0, stores_in_op=0, op_calls=0)
+    try:
+        sequence, static_x, cache, output = capture_stored_forward(bind if bound else None)
+        assert PREFIX_STATE["prefix_runs"] == 1 and sequence.prefixes == 1
+        assert sequence.launches == 3  # segment (piece + prefix), split call, segment
+        stores_before = PREFIX_STATE["stores_in_op"]
+        static_x.copy_(torch.tensor([1.0, -2.0, 0.5, 4.0]))
+        STATE["scale"] = -3.0
+        cache.zero_()
+        sequence.replay()
+        assert PREFIX_STATE["prefix_runs"] == 2  # replayed with its segment
+        assert PREFIX_STATE["stores_in_op"] == stores_before  # the op no longer stores
+        assert calls["bound"] == (1 if bound else 0)
+        torch.testing.assert_close(cache, static_x * 2)
+        torch.testing.assert_close(output, static_x * 2 * -3.0 + 1)
+    finally:
+        unregister_split_op(STORE_AND_READ)
+
+
+def test_a_capture_prefix_is_not_used_for_a_split_op_that_returns_a_tensor() -> None:
+    register_split_op(SHIFTED, capture_prefix=lambda x: pytest.fail("a prefix ran for an op that returns a tensor"))
+    recordings = Recordings()
+    sequence, static_x, output, _ = capture_at_4(recordings)
+    assert sequence.prefixes == 0
+    sequence.replay()
+    torch.testing.assert_close(output, forward(static_x))
+
+
 # -- compiling each distinct piece once --------------------------------------------------------------------------------
 
 

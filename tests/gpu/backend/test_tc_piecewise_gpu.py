@@ -147,6 +147,9 @@ def test_a_replay_launches_pieces_plus_split_calls_and_never_enters_dynamo(compi
             sequence = backend.sequence(bucket)
             assert (sequence.segments, len(sequence.split_calls)) == (stats.pieces, stats.split_ops)
             assert sequence.launches == stats.pieces + stats.split_ops
+            # Each attention split's KV store is in the graph segment before it; the split call only attends.
+            assert sequence.prefixes == stats.split_ops
+            assert all(call.kwargs.get("kv_stored") is True for call in sequence.split_calls)
         batch = synthetic_decode_batch(graphed, 7, context_len=40, seed=7)
         try:
             expected = graphed.forward(batch).clone()  # eager: no compiled forward outside a capture

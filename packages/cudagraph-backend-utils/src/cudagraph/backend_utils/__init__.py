@@ -7,6 +7,7 @@ Everything imports on a machine without CUDA; what needs a device (capturing, po
 
 from .break_ops import (
     BreakOptions,
+    CapturePrefix,
     ReplayBinder,
     break_options,
     is_split_op,
@@ -40,7 +41,7 @@ from .capture_state import (
     model_capture_mode,
     use_compiled_model_forward,
 )
-from .errors import BreakableCaptureError, CudaGraphsUnavailableError, require_cuda
+from .errors import BreakableCaptureError, CudaGraphsUnavailableError, exception_chain, require_cuda
 from .forward_context import ForwardContext, ForwardContextScope, get_forward_context, set_forward_context
 from .gc_control import freeze_gc
 from .graph_dispatch import GraphDispatch, GraphMode, ShapeDescriptor, get_graph_dispatch, graph_dispatch
@@ -72,6 +73,7 @@ __all__ = [
     "BreakableCUDAGraph",
     "BreakableCaptureError",
     "CaptureOptions",
+    "CapturePrefix",
     "CudaGraphsUnavailableError",
     "DeviceMemoryProbe",
     "EagerBreakFunction",
@@ -95,6 +97,7 @@ __all__ = [
     "eager_break",
     "enable_tc_piecewise_cuda_graph",
     "enable_torch_compile_warmup",
+    "exception_chain",
     "force_split",
     "free_device_memory",
     "freeze_gc",

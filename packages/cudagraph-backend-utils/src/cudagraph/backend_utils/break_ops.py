@@ -8,11 +8,15 @@ A break op may come with a ``ReplayBinder``: called once per break at capture, i
 a breakable replay runs in place of the op (the exact kernel call, with every view and lookup made once), so replay
 skips the dispatcher and whatever the op looks up per call. The owner of the op supplies it (the engine for its
 attention op); this module only carries it.
+
+A split op may also come with a ``CapturePrefix``: the part of its work a graph can hold (a KV-cache store before
+attention, say), which a ``tc_piecewise`` capture runs inside the graph segment before the split call, so that the
+eager call at every replay does only the rest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -38,6 +42,22 @@ class ReplayBinder(Protocol):
         ...
 
 
+class CapturePrefix(Protocol):
+    """Runs, inside the graph segment that ends at a split call, the part of the op's work a graph can hold.
+
+    A ``tc_piecewise`` capture calls it once per split call whose op writes its results in place, while the segment
+    before the call is still being captured, with the op's arguments. It launches that part (kernels on those tensors
+    only: no host read of device values, no per-step state other than what the tensors hold) and returns the keyword
+    arguments that make the op skip it (``{"kv_stored": True}``), or ``None`` when it did nothing. The op is then
+    called, captured and replayed with those keywords; the prefix's kernels replay as part of the graph segment.
+    Eager forwards and breakable captures never call it.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Mapping[str, Any] | None:
+        """Launch the graphable part of the op's work; the keywords that make the op skip it, or ``None``."""
+        ...
+
+
 @dataclass(frozen=True)
 class BreakOptions:
     """How one break point runs while capturing."""
@@ -47,6 +67,8 @@ class BreakOptions:
     function runs at every replay. Use it when the real one is slow or needs peers (a collective) at capture."""
     replay_binder: ReplayBinder | None = None
     """Binds each captured call for replay (see ``ReplayBinder``); ``None``: replay calls the op."""
+    capture_prefix: CapturePrefix | None = None
+    """Moves part of the op's work into the graph before it at a ``tc_piecewise`` capture (see ``CapturePrefix``)."""
 
 
 _BREAK_OVERLOADS: dict[torch._ops.OpOverload, BreakOptions] = {}
@@ -58,6 +80,7 @@ def register_break_op(
     *,
     capture_stub: Callable[..., Any] | None = None,
     replay_binder: ReplayBinder | None = None,
+    capture_prefix: CapturePrefix | None = None,
 ) -> None:
     """Make every call of ``op`` inside a breakable capture an eager break (run eagerly at capture and replay).
 
@@ -68,10 +91,11 @@ def register_break_op(
     name (``"my_lib::attention"``, ``"my_lib::attention.default"``) or as a ``torch.library.custom_op`` object.
 
     ``replay_binder`` (see ``ReplayBinder``) lets a breakable replay call a pre-bound callable instead of the op;
-    eager calls and compiled graphs always go through the op.
+    eager calls and compiled graphs always go through the op. ``capture_prefix`` (see ``CapturePrefix``) lets a
+    ``tc_piecewise`` capture graph part of the op's work before the split.
     """
     op = _resolve_op(op)
-    options = BreakOptions(capture_stub=capture_stub, replay_binder=replay_binder)
+    options = BreakOptions(capture_stub=capture_stub, replay_binder=replay_binder, capture_prefix=capture_prefix)
     if isinstance(op, torch._ops.OpOverloadPacket):
         _BREAK_PACKETS[op] = options
     elif isinstance(op, torch._ops.OpOverload):

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .errors import require_cuda
+from .errors import exception_chain, require_cuda
 
 
 def weak_ref_tensor(tensor: torch.Tensor) -> torch.Tensor:
@@ -90,9 +90,9 @@ allocator would have raised ``torch.OutOfMemoryError``."""
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` is, or was raised from, the device running out of memory (``torch.OutOfMemoryError``, or a
-    ``RuntimeError`` in which the driver says so), however many wrappers stand between (a ``CudaGraphCaptureError``
-    names its cause in ``__cause__``).
+    """Whether ``error`` is, or was raised from or while handling, the device running out of memory
+    (``torch.OutOfMemoryError``, or a ``RuntimeError`` in which the driver says so), however many wrappers stand
+    between (a ``CudaGraphCaptureError`` names its cause in ``__cause__``): any link of ``exception_chain(error)``.
 
     Example:
         >>> import torch
@@ -105,16 +105,14 @@ def is_out_of_memory(error: BaseException) -> bool:
         ...     is_out_of_memory(error), is_out_of_memory(ValueError("no"))
         (True, False)
     """
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, torch.OutOfMemoryError):
-            return True
-        if isinstance(current, RuntimeError) and any(text in str(current) for text in _OUT_OF_MEMORY_MESSAGES):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return any(_says_out_of_memory(link) for link in exception_chain(error))
+
+
+def _says_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` itself (not its chain) is the device running out of memory."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    return isinstance(error, RuntimeError) and any(text in str(error) for text in _OUT_OF_MEMORY_MESSAGES)
 
 
 def free_device_memory(device: torch.device | str | int | None = None) -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from cudagraph.backend import BaseCudaGraphBackend
-from cudagraph.backend_utils import freeze_gc, is_out_of_memory
+from cudagraph.backend_utils import exception_chain, freeze_gc, is_out_of_memory
 
 from .memory_plan import OUT_OF_MEMORY_WHILE_CAPTURING, BudgetGuard, CaptureMemoryEstimate, CapturePlan
 from .stats import ShapeCaptureStats
@@ -31,21 +31,15 @@ T = TypeVar("T")
 
 
 def drop_failed_frames(error: BaseException) -> None:
-    """Clear the local variables of every finished frame in ``error``'s tracebacks (its causes and contexts too).
+    """Clear the local variables of every finished frame in ``error``'s tracebacks (its causes and contexts too:
+    ``exception_chain``).
 
     An out-of-memory during a capture leaves the failed forward's frames in the traceback, holding its activations,
     its logits and the half-captured graph (whose pool then cannot be freed). Whoever still holds the error (a
     logger, a caller's ``except``) would keep them alive; cleared, they are freed with the next collection.
     """
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [error]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)
-        pending += [current.__cause__, current.__context__]
+    for link in exception_chain(error):
+        traceback.clear_frames(link.__traceback__)
 
 
 def out_of_memory_guarded(call: Callable[[], T]) -> tuple[T | None, bool]:

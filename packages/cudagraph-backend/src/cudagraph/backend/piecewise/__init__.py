@@ -16,7 +16,7 @@ from .compiler import (
     make_piece_compiler,
     piece_structure_key,
 )
-from .sequence import EagerSegments, GraphSegments, SegmentCapture, ShapeRecorder, ShapeSequence
+from .sequence import EagerSegments, GraphSegments, SegmentCapture, ShapeRecorder, ShapeSequence, SplitOpCall
 from .split import SplitGraph, split_at_split_ops, split_graph
 from .wrappers import BindableOpCall, PieceWrapper, Recordings, SplitCallWrapper
 
@@ -36,6 +36,7 @@ __all__ = [
     "ShapeSequence",
     "SplitCallWrapper",
     "SplitGraph",
+    "SplitOpCall",
     "make_piece_compiler",
     "piece_structure_key",
     "split_at_split_ops",

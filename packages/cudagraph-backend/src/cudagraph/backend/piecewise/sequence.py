@@ -5,11 +5,12 @@ Workflow of a capture (``ShapeRecorder``, driven by the wrappers of the compiled
 1. ``start()`` begins the first segment on the capture stream.
 2. Each piece wrapper runs its compiled piece inside the open segment (``piece``); on a machine without CUDA the
    ``EagerSegments`` stand-in records the call instead, so the same sequence runs its pieces eagerly.
-3. Each split wrapper ends the segment (``split``): the segment becomes one launch, and is replayed at once so the
-   split op sees real values, as it will at every replay; the split op runs eagerly and is recorded as an
-   ``EagerCall``: its op's bound kernel call where the op has a ``ReplayBinder`` and writes in place, else a call of
-   its submodule whose new results are copied into the tensors it returned at capture, which the next piece reads.
-   The next segment begins.
+3. Each split wrapper ends the segment (``split``): an op with a ``CapturePrefix`` that writes in place first runs
+   that part of its work (a KV store) inside the segment; the segment becomes one launch, and is replayed at once so
+   the split op sees real values, as it will at every replay; the split op (told by the prefix's keywords to skip
+   what the segment did) runs eagerly and is recorded as an ``EagerCall``: its op's bound kernel call where the op
+   has a ``ReplayBinder`` and writes in place, else a call of its submodule whose new results are copied into the
+   tensors it returned at capture, which the next piece reads. The next segment begins.
 4. ``finish()`` ends the last segment and returns the ``ShapeSequence``.
 
 Code around the compiled forward that runs in the same capture (the step's attention-metadata call, the LM head)
@@ -27,9 +28,16 @@ from typing import Any, Protocol
 
 import torch
 
-from cudagraph.backend_utils import EagerCall, GraphPool, ReplayBinder, ShapeDescriptor, graph_replay_fn
+from cudagraph.backend_utils import (
+    CapturePrefix,
+    EagerCall,
+    GraphPool,
+    ReplayBinder,
+    ShapeDescriptor,
+    graph_replay_fn,
+)
 
-__all__ = ["EagerSegments", "GraphSegments", "SegmentCapture", "ShapeRecorder", "ShapeSequence"]
+__all__ = ["EagerSegments", "GraphSegments", "SegmentCapture", "ShapeRecorder", "ShapeSequence", "SplitOpCall"]
 
 Step = Callable[[], object]
 
@@ -45,8 +53,8 @@ class SegmentCapture(Protocol):
         """Stop recording; the segment's replay (after running it once), or ``None`` when it recorded no work."""
         ...
 
-    def note_piece(self, runnable: Callable[..., Any], args: tuple[Any, ...], output: Any) -> None:
-        """A piece ran inside the open segment with ``args`` and returned ``output``."""
+    def note_call(self, name: str, runnable: Callable[..., Any], args: tuple[Any, ...], output: Any) -> None:
+        """``runnable(*args)`` (a piece, or a split op's prefix) ran inside the open segment and returned ``output``."""
         ...
 
     def abort(self) -> None:
@@ -87,9 +95,9 @@ class GraphSegments:
         graph.replay()  # capturing computes nothing: run it so the split op that follows sees real values
         return graph_replay_fn(graph)
 
-    def note_piece(self, runnable: Callable[..., Any], args: tuple[Any, ...], output: Any) -> None:
-        """A piece ran inside the open segment."""
-        return None  # the piece's kernels are in the open graph
+    def note_call(self, name: str, runnable: Callable[..., Any], args: tuple[Any, ...], output: Any) -> None:
+        """A call ran inside the open segment."""
+        return None  # its kernels are in the open graph
 
     def abort(self) -> None:
         """Free the open segment and every recorded one."""
@@ -109,9 +117,9 @@ class GraphSegments:
 class EagerSegments:
     """Segments as recorded piece calls, replayed eagerly (``SegmentCapture`` on any device, for CPU tests).
 
-    Each piece is recorded as an ``EagerCall``: it reruns on the arguments it was captured with and its results are
-    copied into the tensors it returned at capture, as a graph writes the memory it was captured writing. Code between
-    pieces (outside the compiled forward) is not recorded.
+    Each piece (and split-op prefix) is recorded as an ``EagerCall``: it reruns on the arguments it was captured with
+    and its results are copied into the tensors it returned at capture, as a graph writes the memory it was captured
+    writing. Code between pieces (outside the compiled forward) is not recorded.
     """
 
     current: list[Step] | None = None
@@ -129,10 +137,10 @@ class EagerSegments:
             return steps[0]
         return functools.partial(_run_all, tuple(steps))
 
-    def note_piece(self, runnable: Callable[..., Any], args: tuple[Any, ...], output: Any) -> None:
-        """A piece ran inside the open segment."""
+    def note_call(self, name: str, runnable: Callable[..., Any], args: tuple[Any, ...], output: Any) -> None:
+        """A call ran inside the open segment: recorded, to rerun at replay."""
         if self.current is not None:
-            self.current.append(EagerCall.record("tc_piecewise piece", runnable, args, {}, output).bind())
+            self.current.append(EagerCall.record(name, runnable, args, {}, output).bind())
 
     def abort(self) -> None:
         """Free the open segment and every recorded one."""
@@ -145,6 +153,20 @@ class EagerSegments:
 def _run_all(steps: tuple[Step, ...]) -> None:
     for step in steps:
         step()
+
+
+@dataclass(frozen=True)
+class SplitOpCall:
+    """The op call a split submodule makes, as the recorder needs it: the op, its arguments, and what the op
+    registered for captures (``cudagraph.backend_utils.register_split_op``)."""
+
+    op: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    binder: ReplayBinder | None
+    """Binds the call for replay (``None``: replay calls the op)."""
+    prefix: CapturePrefix | None
+    """Graphs part of the op's work before the split (``None``: the op does all of it eagerly)."""
 
 
 @dataclass
@@ -161,6 +183,8 @@ class ShapeSequence:
     """Compiled pieces that ran inside the segments at capture."""
     capture: SegmentCapture
     debug: bool = False
+    prefixes: int = 0
+    """Split calls whose op's capture prefix runs inside the segment before them."""
 
     @property
     def launches(self) -> int:
@@ -198,6 +222,7 @@ class ShapeRecorder:
     split_calls: list[EagerCall] = field(default_factory=list)
     pieces: int = 0
     segments: int = 0
+    prefixes: int = 0
 
     def start(self) -> None:
         """Begin the first segment."""
@@ -206,7 +231,7 @@ class ShapeRecorder:
     def piece(self, runnable: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """Run a compiled piece inside the open segment."""
         output = runnable(*args)
-        self.capture.note_piece(runnable, args, output)
+        self.capture.note_call("tc_piecewise piece", runnable, args, output)
         self.pieces += 1
         return output
 
@@ -215,25 +240,46 @@ class ShapeRecorder:
         name: str,
         module: Callable[..., Any],
         args: tuple[Any, ...],
-        op_call: Callable[[tuple[Any, ...]], tuple[Any, tuple[Any, ...], dict[str, Any], ReplayBinder]] | None = None,
+        op_call: Callable[[tuple[Any, ...]], SplitOpCall] | None = None,
     ) -> Any:
         """End the segment, run the split call ``module(*args)`` eagerly and record it, begin the next segment.
 
-        ``op_call(args)`` gives ``(op, op_args, op_kwargs, binder)`` for a split whose op has a ``ReplayBinder``: if
-        the op wrote its results in place, the replay runs the binder's callable instead of the submodule.
+        ``op_call(args)`` gives the op call the submodule makes, for a split whose op has a ``ReplayBinder`` or a
+        ``CapturePrefix``: the prefix runs inside the segment before it ends and the op (with the prefix's keywords)
+        stands for the submodule; if the op wrote its results in place, the replay runs the binder's callable.
         """
+        call_of_op = op_call(args) if op_call is not None and not self.debug else None
+        skip = self._run_prefix(name, call_of_op) if call_of_op is not None else None
         self._end_segment(f"split call {name}")
-        output = module(*args)
-        call = EagerCall.record(name, module, args, {}, output, debug=self.debug)
-        if op_call is not None and not call.copy_back and not self.debug:
-            op, op_args, op_kwargs, binder = op_call(args)
-            bound_call = EagerCall.record(name, op, op_args, op_kwargs, None, replay_binder=binder)
-            if bound_call.bound is not None:
-                call = bound_call
+        if call_of_op is not None and skip is not None:
+            kwargs = {**call_of_op.kwargs, **skip}
+            output = call_of_op.op(*call_of_op.args, **kwargs)
+            call = EagerCall.record(name, call_of_op.op, call_of_op.args, kwargs, None, replay_binder=call_of_op.binder)
+        else:
+            output = module(*args)
+            call = EagerCall.record(name, module, args, {}, output, debug=self.debug)
+            if call_of_op is not None and call_of_op.binder is not None and not call.copy_back:
+                bound_call = EagerCall.record(
+                    name, call_of_op.op, call_of_op.args, call_of_op.kwargs, None, replay_binder=call_of_op.binder
+                )
+                if bound_call.bound is not None:
+                    call = bound_call
         self.split_calls.append(call)
         self.steps.append(call.bind())
         self.capture.begin()
-        return output
+        return () if skip is not None else output
+
+    def _run_prefix(self, name: str, call_of_op: SplitOpCall) -> dict[str, Any] | None:
+        """Run the op's capture prefix inside the open segment; the keywords that make the op skip it, or ``None``."""
+        if call_of_op.prefix is None:
+            return None
+        skip = call_of_op.prefix(*call_of_op.args, **call_of_op.kwargs)
+        if skip is None:
+            return None
+        prefix = functools.partial(call_of_op.prefix, **call_of_op.kwargs)
+        self.capture.note_call(f"{name} prefix", prefix, call_of_op.args, None)
+        self.prefixes += 1
+        return dict(skip)
 
     def _end_segment(self, reason: str) -> None:
         step = self.capture.end(reason)
@@ -252,6 +298,7 @@ class ShapeRecorder:
             self.pieces,
             self.capture,
             self.debug,
+            self.prefixes,
         )
 
     def abort(self) -> None:

@@ -7,7 +7,7 @@ shape in the ``Recordings`` they were made with:
 
 1. no dispatch, or an eager one: the piece or the split submodule runs as compiled (warm-ups, shapes with no graph);
 2. ``GraphMode.CAPTURE``: the piece runs inside the shape's open segment, the split call ends it and is recorded
-   (see ``sequence``).
+   (see ``sequence``); a split op with a ``CapturePrefix`` first runs that part of its work inside the segment.
 
 A replay never calls a wrapper: it runs the shape's ``ShapeSequence``. Not here: what the backend does with a
 finished sequence, or splitting and compiling.
@@ -21,9 +21,16 @@ from typing import Any
 
 import torch.fx
 
-from cudagraph.backend_utils import GraphMode, ReplayBinder, ShapeDescriptor, break_options, get_graph_dispatch
+from cudagraph.backend_utils import (
+    CapturePrefix,
+    GraphMode,
+    ReplayBinder,
+    ShapeDescriptor,
+    break_options,
+    get_graph_dispatch,
+)
 
-from .sequence import ShapeRecorder
+from .sequence import ShapeRecorder, SplitOpCall
 
 __all__ = ["BindableOpCall", "PieceWrapper", "Recordings", "SplitCallWrapper"]
 
@@ -70,32 +77,46 @@ class PieceWrapper:
 
 @dataclass(frozen=True)
 class BindableOpCall:
-    """The one split-op call of a split submodule whose op has a ``ReplayBinder``: which submodule arguments it takes,
-    so the call can be bound at capture like a breakable break."""
+    """The one split-op call of a split submodule whose op has a ``ReplayBinder`` or a ``CapturePrefix``: which
+    submodule arguments it takes, so the call can be bound at capture like a breakable break."""
 
     op: Any
-    binder: ReplayBinder
+    binder: ReplayBinder | None
+    prefix: CapturePrefix | None
     node: torch.fx.Node
     placeholders: tuple[torch.fx.Node, ...]
+    returns_nothing: bool
+    """The submodule returns ``()``: the op writes its results in place, so the op can stand for the submodule."""
 
     @classmethod
     def of(cls, module: torch.fx.GraphModule) -> BindableOpCall | None:
-        """The call, if ``module`` is exactly one call of a split op with a replay binder (else ``None``)."""
+        """The call, if ``module`` is exactly one call of a split op with a replay binder or a capture prefix (else
+        ``None``)."""
         placeholders: list[torch.fx.Node] = []
         calls: list[torch.fx.Node] = []
+        returned: Any = None
         for node in module.graph.nodes:
             if node.op == "placeholder":
                 placeholders.append(node)
             elif node.op == "call_function":
                 calls.append(node)
-            elif node.op != "output":
+            elif node.op == "output":
+                returned = node.args[0]
+            else:
                 return None
         if len(calls) != 1:
             return None
         options = break_options(calls[0].target)  # type: ignore[arg-type]
-        if options is None or options.replay_binder is None:
+        if options is None or (options.replay_binder is None and options.capture_prefix is None):
             return None
-        return cls(calls[0].target, options.replay_binder, calls[0], tuple(placeholders))
+        return cls(
+            calls[0].target,
+            options.replay_binder,
+            options.capture_prefix,
+            calls[0],
+            tuple(placeholders),
+            returns_nothing=returned in ((), [], None),
+        )
 
     def arguments(self, module_args: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The op's arguments when the submodule is called with ``module_args``."""
@@ -104,10 +125,11 @@ class BindableOpCall:
         kwargs = torch.fx.node.map_arg(self.node.kwargs, values.__getitem__)
         return tuple(args), dict(kwargs)
 
-    def __call__(self, module_args: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...], dict[str, Any], ReplayBinder]:
-        """``(op, op_args, op_kwargs, binder)`` for ``ShapeRecorder.split``."""
+    def __call__(self, module_args: tuple[Any, ...]) -> SplitOpCall:
+        """The op call the submodule makes for ``module_args``, for ``ShapeRecorder.split``."""
         args, kwargs = self.arguments(module_args)
-        return self.op, args, kwargs, self.binder
+        prefix = self.prefix if self.returns_nothing else None  # only an in-place op can stand for its submodule
+        return SplitOpCall(self.op, args, kwargs, self.binder, prefix)
 
 
 @dataclass

@@ -10,6 +10,10 @@ anything and both mutate only tensors they are given or the cache, so a full gra
 the breakable backend breaks at ``unified_attention`` (a registered split op) and runs it again at replay with the
 same tensors, and ``tc_piecewise`` splits the compiled graph there.
 
+At a ``tc_piecewise`` capture (where the traced forward leaves the store to ``unified_attention``), the op's capture
+prefix (``store_before_unified_attention``) stores the keys and values inside the graph segment before the split, so
+only the attention kernel runs eagerly at replay, as at a breakable one.
+
 At a breakable capture each call is also bound (``bind_unified_attention``, the op's replay binder): the attention
 backend returns the exact kernel call for that layer and shape with its views made once, and replay calls it
 directly, with no dispatcher, no forward-context lookup and no branching. Eager and compiled forwards always call the
@@ -18,7 +22,8 @@ op.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -79,7 +84,22 @@ def bind_unified_attention(
     return context.attn_backend.bind_forward(q, k, v, output, layer_id, context.forward_batch, kv_stored=kv_stored)
 
 
-register_split_op(unified_attention, replay_binder=bind_unified_attention)
+def store_before_unified_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_id: int, *, kv_stored: bool = False
+) -> Mapping[str, Any] | None:
+    """The capture prefix of ``unified_attention``: at a ``tc_piecewise`` capture, store this step's keys and values
+    inside the graph segment before the split (the store's kernels then replay with the segment) and tell the op it
+    need not (``kv_stored=True``), so the eager call at every replay only attends. Nothing to do when the keys and
+    values are already stored."""
+    if kv_stored:
+        return None
+    store_kv(k, v, layer_id)
+    return {"kv_stored": True}
+
+
+register_split_op(
+    unified_attention, replay_binder=bind_unified_attention, capture_prefix=store_before_unified_attention
+)
 
 
 class EngineAttend:
