@@ -80,6 +80,18 @@ def test_rule_overruling_a_flag_logs_a_warning_but_a_default_only_info(caplog: p
     assert "flag --prefill-cuda-graph-backend" in caplog.records[1].getMessage()
 
 
+def test_a_rule_turning_both_phases_off_logs_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="cudagraph.config"):
+        resolve(environment=Environment(device_type="cpu"))
+    assert [(record.levelno, record.getMessage()) for record in caplog.records] == [
+        (
+            logging.INFO,
+            "decode and prefill CUDA graphs off (decode was full from default, prefill was breakable from default) "
+            "by rule non_cuda_device: CUDA graphs need a CUDA device, and the device type is 'cpu'",
+        )
+    ]
+
+
 def test_rules_only_check_their_own_phase() -> None:
     config = resolve(environment=Environment(lora=True, multimodal=True, pipeline_parallel_size=4, torch_compile=True))
     assert config.decode == resolve().decode

@@ -19,7 +19,7 @@ from cudagraph.config import (
     Phase,
     resolve,
 )
-from cudagraph.config.vllm import allowed_vllm_modes
+from cudagraph.config.vllm import COMPILATION_CONFIG_KEYS, VLLM_COMPILATION_CONFIG_FIELDS, allowed_vllm_modes
 
 ALLOWED_MODES = "NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE"
 
@@ -132,6 +132,88 @@ def test_compilation_config_unknown_keys_are_logged_at_debug(caplog: pytest.LogC
         "--compilation-config: 'level' is not a CUDA-graph setting; left to vLLM"
     ]
     assert caplog.records[0].levelno == logging.DEBUG
+
+
+@pytest.mark.parametrize(
+    ("key", "closest"),
+    [("cudagraph_mod", "cudagraph_mode"), ("cudagraph_capture_size", "cudagraph_capture_sizes"), ("levle", "level")],
+)
+def test_compilation_config_typo_warns_naming_the_closest_key(
+    key: str, closest: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="cudagraph.config"):
+        config = resolve_argv(["--compilation-config", json.dumps({key: "FULL"})])
+    assert config == resolve()  # skipped, as vLLM's own keys are
+    assert [(record.name, record.levelno, record.getMessage()) for record in caplog.records] == [
+        (
+            "cudagraph.config",
+            logging.WARNING,
+            f"--compilation-config: unknown key {key!r} ignored (neither a CUDA-graph key nor a field of vLLM's "
+            f"CompilationConfig); did you mean {closest!r}?",
+        )
+    ]
+
+
+def test_compilation_config_key_like_nothing_known_names_the_cuda_graph_keys(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="cudagraph.config"):
+        resolve(compilation_config={"zzz": 1})
+    assert [record.getMessage() for record in caplog.records] == [
+        "--compilation-config: unknown key 'zzz' ignored (neither a CUDA-graph key nor a field of vLLM's "
+        "CompilationConfig); the CUDA-graph keys are cudagraph_mode, cudagraph_capture_sizes, "
+        "max_cudagraph_capture_size"
+    ]
+
+
+def test_every_known_compilation_config_key_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
+    known = {key: None for key in VLLM_COMPILATION_CONFIG_FIELDS} | {"cudagraph_mode": "FULL", "level": 3}
+    with caplog.at_level(logging.INFO, logger="cudagraph.config"):
+        resolve(compilation_config=known)
+    assert caplog.records == []
+    assert {row.key for row in COMPILATION_CONFIG_KEYS} <= VLLM_COMPILATION_CONFIG_FIELDS
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["--enforce-eager", "--cuda-graph-max-bs", "64"],
+            "--cuda-graph-max-bs 64 is unused: decode CUDA graphs are off (flag --enforce-eager)",
+        ),
+        (
+            ["--enforce-eager", "--decode-cuda-graph-bs", "1,2", "--decode-cuda-graph-max-bs", "8"],
+            "--decode-cuda-graph-bs [1, 2] and --decode-cuda-graph-max-bs 8 are unused: decode CUDA graphs are off "
+            "(flag --enforce-eager)",
+        ),
+        (
+            ["--cudagraph-mode", "FULL_DECODE_ONLY", "--prefill-cuda-graph-max-padding-ratio", "2"],
+            "--prefill-cuda-graph-max-padding-ratio 2.0 is unused: prefill CUDA graphs are off (flag --cudagraph-mode)",
+        ),
+    ],
+)
+def test_settings_of_a_phase_the_user_turned_off_are_said_to_be_unused(
+    argv: list[str], line: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="cudagraph.config"), recorded_warnings():
+        resolve_argv(argv)
+    assert [(record.levelno, record.getMessage()) for record in caplog.records] == [(logging.WARNING, line)]
+
+
+def test_enforce_eager_alone_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="cudagraph.config"):
+        resolve_argv(["--enforce-eager"])
+    assert caplog.records == []
+
+
+def test_settings_of_a_phase_a_rule_turned_off_are_said_to_be_unused_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="cudagraph.config"):
+        resolve_argv(["--decode-cuda-graph-max-bs", "64"], environment=Environment(device_type="cpu"))
+    assert [(record.levelno, record.getMessage()) for record in caplog.records][1:] == [
+        (
+            logging.INFO,
+            "--decode-cuda-graph-max-bs 64 is unused: decode CUDA graphs are off (rule non_cuda_device: CUDA graphs "
+            "need a CUDA device, and the device type is 'cpu')",
+        )
+    ]
 
 
 def test_capture_sizes_keywords_and_flags(no_warnings: object) -> None:

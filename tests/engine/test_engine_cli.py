@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from cudagraph.engine.cli import main
 from cudagraph.engine.model import model_config_from_preset, random_model, reference_greedy, save_model
+from cudagraph.engine.model_runner import ModelRunner
 
 PROMPTS = [[1, 2, 3], [7, 300, 9, 11, 4], [42]]
 
@@ -28,6 +30,21 @@ def test_python_dash_m_prints_the_scripted_json_and_says_why_graphs_are_off() ->
     model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=0, device="cpu")
     assert payload == {"outputs": [{"output_token_ids": reference_greedy(model, p, 5)} for p in PROMPTS]}
     assert "CUDA graphs need a CUDA device" in result.stderr
+
+
+def test_a_cpu_run_says_once_at_info_why_graphs_are_off(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One INFO line (so -q silences it) naming the rule and both phases; the model runner only repeats it at DEBUG.
+    argv = ["generate", "--preset", "tiny-qwen3-random", "--prompt-token-ids", "1,2", "--max-new-tokens", "1"]
+    with caplog.at_level(logging.DEBUG):
+        assert main([*argv, "--device", "cpu"]) == 0
+    lines = [record for record in caplog.records if "graphs" in record.getMessage() and record.levelno > logging.DEBUG]
+    assert [(record.name, record.levelno) for record in lines] == [("cudagraph.config", logging.INFO)]
+    assert lines[0].getMessage().startswith("decode and prefill CUDA graphs off (")
+    assert (
+        "by rule non_cuda_device: CUDA graphs need a CUDA device, and the device type is 'cpu'" in lines[0].getMessage()
+    )
 
 
 def test_model_directory_in_its_own_dtype(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,6 +68,20 @@ def test_temperature_and_dtype_flags(capsys: pytest.CaptureFixture[str]) -> None
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out) == first
     assert [len(o["output_token_ids"]) for o in first["outputs"]] == [6, 6, 6]
+
+
+def test_the_graph_memory_estimate_is_made_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--estimate-cuda-graph-memory`` reaches the model runner; without it the start makes no probe captures."""
+    asked: list[bool] = []
+    monkeypatch.setattr(ModelRunner, "init_cuda_graphs", lambda self: asked.append(self.log_capture_estimate))
+    argv = ["generate", "--preset", "tiny-qwen3-random", *prompt_args(PROMPTS[:1]), "--max-new-tokens", "2"]
+    assert main([*argv, "--json", "--device", "cpu"]) == 0
+    plain = capsys.readouterr().out
+    assert main([*argv, "--json", "--device", "cpu", "--estimate-cuda-graph-memory"]) == 0
+    assert capsys.readouterr().out == plain
+    assert asked == [False, True]
 
 
 @pytest.mark.parametrize("bad", ["1,x,3", "", "-1"])

@@ -149,3 +149,59 @@ def test_bench_compile_mode_with_its_own_cuda_graphs_is_refused(mode: str, capsy
         f"cudagraph-engine bench: error: --torch-compile-mode: torch.compile mode {mode!r} captures its own CUDA "
         "graphs, which would be captured inside ours; allowed: default, max-autotune-no-cudagraphs, lite"
     )
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "x"])
+def test_max_new_tokens_must_be_positive(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["generate", "--preset", "tiny-qwen3-random", "--device", "cpu", "--prompt-token-ids", "1,2,3"]
+    line = _one_line_error([*argv, "--max-new-tokens", value], capsys)
+    assert f"--max-new-tokens: {value!r} is not a positive integer; allowed: 1, 2, 3, ..." in line
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_temperature_must_be_zero_or_positive(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--temperature", value], capsys)
+    assert f"--temperature: {value!r} is not a temperature; allowed: 0 (greedy) or a positive number" in line
+
+
+def test_prompt_token_id_outside_the_vocabulary(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["generate", "--preset", "tiny-qwen3-random", "--device", "cpu", "--max-new-tokens", "2"]
+    line = _one_line_error([*argv, "--prompt-token-ids", "1,2", "--prompt-token-ids", "3,512,4"], capsys)
+    assert line == (
+        "cudagraph-engine generate: error: prompt 1 has token id 512, outside the model's vocabulary of 512 tokens; "
+        "allowed token ids: 0 to 511"
+    )
+
+
+def _positions_512(directory: Path) -> None:
+    config = json.loads((directory / "config.json").read_text())
+    config["max_position_embeddings"] = 512
+    (directory / "config.json").write_text(json.dumps(config))
+
+
+def test_kv_cache_longer_than_the_model_positions_is_refused_at_load(saved_model: Path, tmp_path: Path) -> None:
+    # The default --max-context-len (1024) exceeds a 512-position model: refused before any weight is read, and in
+    # a fresh process, so nothing else (a rule's log line) reaches stderr first.
+    model = _copy(saved_model, tmp_path / "m", _positions_512)
+    command = [sys.executable, "-m", "cudagraph.engine", *GENERATE, "--model", str(model)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == EXIT_USAGE
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        "cudagraph-engine generate: error: --max-context-len 1024 exceeds the model's max_position_embeddings 512; "
+        "allowed: --max-context-len 512 or less"
+    ]
+
+
+def test_kv_cache_within_the_model_positions_generates(
+    saved_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = _copy(saved_model, tmp_path / "m", _positions_512)
+    assert main([*GENERATE, "--model", str(model), "--max-context-len", "512", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["outputs"][0]["output_token_ids"]) == 2
+
+
+def test_bench_checks_the_kv_cache_against_the_model_positions(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "--preset", "tiny-llama-random", "--device", "cpu", "--max-context-len", "4097"]
+    line = _one_line_error(argv, capsys)
+    assert "--max-context-len 4097 exceeds the model's max_position_embeddings 4096" in line

@@ -19,7 +19,10 @@ from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
 
 from cudagraph.backend.testing import CpuReplayBackend, SimulatedDeviceMemory
 from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, PhaseConfig
+from cudagraph.engine import model_runner as model_runner_module
 from cudagraph.engine.batch import make_decode_batch, make_extend_batch
+from cudagraph.engine.model import model_config_from_preset, random_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.runner import DecodeCudaGraphRunner, EagerReason, ForwardBatch, PrefillCudaGraphRunner
 from cudagraph.runner.capture_loop import drop_failed_frames
 
@@ -116,6 +119,52 @@ def test_without_a_budget_or_a_request_capture_estimates_nothing() -> None:
     stats = runner.capture()
     assert backend.probed == [] and stats.estimate_bytes is None
     assert "estimate" not in stats.summary()
+
+
+def started_engine(
+    monkeypatch: pytest.MonkeyPatch, budget: MemoryBudget | None = None, *, log_capture_estimate: bool = False
+) -> tuple[ModelRunner, CpuReplayBackend]:
+    """The engine's own start of its decode graphs (``init_decode_cuda_graph``), on the simulated device as if on
+    CUDA: its decode runner captures through the test double."""
+    backend = CpuReplayBackend(Backend.FULL, memory=MEMORY)
+
+    class SimulatedDecodeRunner(DecodeCudaGraphRunner):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, backend=backend, **kwargs)
+
+    model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=0, dtype="float32", device="cpu")
+    cache = CacheConfig(16, max_context_len=64)
+    engine = ModelRunner(model, decode_config(budget), cache_config=cache, log_capture_estimate=log_capture_estimate)
+    monkeypatch.setattr(engine, "graphs_unavailable_reason", lambda phase: None)
+    monkeypatch.setattr(model_runner_module, "DecodeCudaGraphRunner", SimulatedDecodeRunner)
+    assert engine.init_decode_cuda_graph() is not None
+    return engine, backend
+
+
+def test_a_plain_engine_start_makes_no_probe_captures(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="cudagraph"):
+        engine, backend = started_engine(monkeypatch)
+    runner = engine.decode_cuda_graph_runner
+    assert runner is not None and runner.captured_buckets == DECODE_BUCKETS
+    assert backend.probed == [] and runner.stats.estimate_bytes is None
+    assert "will take" not in caplog.text
+
+
+def test_an_engine_asked_for_the_estimate_logs_it_before_capturing(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="cudagraph"):
+        engine, backend = started_engine(monkeypatch, log_capture_estimate=True)
+    runner = engine.decode_cuda_graph_runner
+    assert runner is not None and backend.probed == [16, 8, 2, 1]
+    assert "decode CUDA graphs will take" in caplog.text
+    assert runner.stats.estimate_bytes == runner.stats.bytes  # the capture reused it, and says so in its line
+
+
+def test_an_engine_phase_with_a_budget_is_estimated_once_by_its_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capture plans a budget from the estimate itself: the engine need not (and does not) ask for it too."""
+    engine, backend = started_engine(monkeypatch, MemoryBudget(bytes=512 * MiB))
+    runner = engine.decode_cuda_graph_runner
+    assert runner is not None and backend.probed == [16, 8, 2, 1]
+    assert runner.stats.estimate_bytes == runner.stats.bytes
 
 
 def test_a_model_that_does_not_trace_is_not_estimated_and_falls_back_to_eager(caplog) -> None:

@@ -83,11 +83,18 @@ def test_a_table_of_impossible_buckets_is_refused(buckets: list[int], captured: 
 
 @pytest.mark.parametrize("ratio", [0.5, 0.999, math.nan, -1.0])
 def test_a_padding_ratio_below_one_is_one_clear_error(ratio: float) -> None:
-    with pytest.raises(ConfigError, match="must be at least 1"):
+    # The config's one rule (read_padding_ratio), with infinity admitted as no limit.
+    expected = f"decode max_padding_ratio: {ratio!r} is not allowed; allowed: a number >= 1, e.g. 1.5 .*, or inf"
+    with pytest.raises(ConfigError, match=expected):
         check_padding_ratio("decode", ratio)
     config = CudaGraphConfig(decode=PhaseConfig(Backend.FULL, (1, 2), 2, max_padding_ratio=ratio), prefill=DISABLED)
     with pytest.raises(ConfigError, match="decode max_padding_ratio"):
         DecodeCudaGraphRunner(StubModelRunner(), config, backend=CpuReplayBackend(), show_progress=False)
+
+
+@pytest.mark.parametrize(("ratio", "checked"), [(None, None), (1, 1.0), (1.5, 1.5), (math.inf, math.inf)])
+def test_no_limit_and_ratios_of_at_least_one_are_admitted(ratio: float | None, checked: float | None) -> None:
+    assert check_padding_ratio("decode", ratio) == checked
 
 
 def stub_runner(

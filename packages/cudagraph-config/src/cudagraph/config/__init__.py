@@ -23,7 +23,7 @@ from .renames import Rename, RenameKind, RenameTable, RenameTableError, load_ren
 from .resolve import resolve
 from .rules import COMPATIBILITY_RULES, CompatibilityRule, RuleContext
 from .types import CudaGraphConfig, PhaseConfig
-from .values import backend_for_phase, read_phase, read_torch_compile_mode
+from .values import backend_for_phase, read_padding_ratio, read_phase, read_torch_compile_mode
 from .vllm import VLLM_CUDAGRAPH_MODES
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
@@ -76,6 +76,7 @@ __all__ = [
     "default_buckets",
     "load_renames",
     "read_memory_budget",
+    "read_padding_ratio",
     "read_phase",
     "read_torch_compile_mode",
     "renames_path",

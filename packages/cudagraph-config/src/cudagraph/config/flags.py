@@ -532,7 +532,8 @@ VLLM_FLAGS: tuple[Flag, ...] = (
         OriginKind.FLAG,
         read_compilation_config,
         "vLLM's compilation config as JSON; its cudagraph_mode, cudagraph_capture_sizes (decode batch sizes) and "
-        "max_cudagraph_capture_size (largest decode batch) are read, other keys are left to vLLM",
+        "max_cudagraph_capture_size (largest decode batch) are read, vLLM's other fields are left to vLLM, and "
+        "an unknown key is ignored with a warning naming the closest known one",
         "JSON",
     ),
 )

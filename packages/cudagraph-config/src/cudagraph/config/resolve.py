@@ -3,7 +3,9 @@
 Pipeline: parse (flags or keywords -> claims) -> settle precedence (JSON > per-phase flags > legacy flags) ->
 defaults -> compatibility rules -> buckets (the max always the last one), padding ratios, memory budgets and
 validation. Warnings are collected while resolving and raised at the
-end, once per legacy flag and once per overridden setting, so a failed resolution warns about nothing.
+end, once per legacy flag and once per overridden setting, so a failed resolution warns about nothing. Log lines
+(a rule that turned phases off: one line per rule; settings left unused by a phase that is off: one line per phase)
+are collected the same way and logged under ``cudagraph.config`` at the end.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import dataclasses
 import logging
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import cast
 
@@ -35,7 +37,7 @@ from .legacy_values import legacy_value_message
 from .memory_budget import MemoryBudget
 from .origins import PRECEDENCE, Origin, OriginKind
 from .phase_config import PHASE_FIELDS
-from .rules import RuleContext, first_applicable_rule
+from .rules import CompatibilityRule, RuleContext, first_applicable_rule
 from .types import CudaGraphConfig, PhaseConfig
 from .values import Notes
 from .vocabulary import (
@@ -63,12 +65,34 @@ class Claim:
     origin: Origin
 
 
+@dataclass(frozen=True)
+class _FiredRule:
+    """A compatibility rule that turned ``phase`` off, and what the phase was before (for its log line)."""
+
+    rule: CompatibilityRule
+    phase: Phase
+    was: Backend
+    origin: Origin
+
+    @property
+    def level(self) -> int:
+        # Overruling something the user asked for deserves a warning; adjusting a default is routine.
+        return logging.WARNING if self.origin.user_given else logging.INFO
+
+    def before(self) -> str:
+        """``was full from default``."""
+        return f"was {self.was} from {self.origin}"
+
+
 @dataclass
 class _Resolution:
-    """The state one ``resolve`` call builds up: settled claims and the sources of values."""
+    """The state one ``resolve`` call builds up: settled claims, the sources of values, and what to log at the end."""
 
     settled: dict[str, Claim]
     sources: dict[str, str]
+    fired: list[_FiredRule] = field(default_factory=list)
+    logs: list[tuple[int, str]] = field(default_factory=list)
+    """Log lines other than the rules' (level, message)."""
 
     def value(self, key: str, default: object) -> object:
         claim = self.settled.get(key)
@@ -174,18 +198,49 @@ def _phase_backend(phase: Phase, resolution: _Resolution, environment: Environme
             backend,
         )
     elif rule is not None:
-        # Overruling something the user asked for deserves a warning; adjusting a default is routine.
-        logger.log(
-            logging.WARNING if origin.user_given else logging.INFO,
-            "%s CUDA graphs off (was %s from %s) by rule %s",
-            phase,
-            backend,
-            origin,
-            rule.explain(environment),
-        )
+        resolution.fired.append(_FiredRule(rule, phase, backend, origin))
         backend, origin = Backend.DISABLED, Origin(OriginKind.RULE, rule.explain(environment))
     resolution.sources[phase_key(phase, "backend")] = str(origin)
     return backend
+
+
+def _rule_lines(fired: list[_FiredRule], environment: Environment) -> list[tuple[int, str]]:
+    """One log line per rule and level: a rule that turns both phases off (no CUDA device) says so once."""
+    groups: dict[tuple[str, int], list[_FiredRule]] = {}
+    for entry in fired:
+        groups.setdefault((entry.rule.name, entry.level), []).append(entry)
+    lines = []
+    for (_, level), entries in groups.items():
+        phases = " and ".join(str(entry.phase) for entry in entries)
+        if len(entries) == 1:
+            before = entries[0].before()
+        else:
+            before = ", ".join(f"{entry.phase} {entry.before()}" for entry in entries)
+        lines.append((level, f"{phases} CUDA graphs off ({before}) by rule {entries[0].rule.explain(environment)}"))
+    return lines
+
+
+def _note_unused_settings(phase: Phase, resolution: _Resolution) -> None:
+    """One line when settings the user gave for ``phase`` go unused because the phase is off: a warning when the user
+    turned it off too (``--enforce-eager --cuda-graph-max-bs 64``), info when a compatibility rule did."""
+    given = [
+        claim
+        for name in PHASE_FIELDS
+        if name != "backend" and (claim := resolution.settled.get(phase_key(phase, name))) is not None
+    ]
+    if not given:
+        return
+    backend_claim = resolution.settled.get(phase_key(phase, "backend"))
+    off_by_user = backend_claim is not None and Backend(backend_claim.value) is Backend.DISABLED
+    settings = " and ".join(f"{claim.origin.detail} {_show(claim.value)}" for claim in given)
+    verb = "is" if len(given) == 1 else "are"
+    off = resolution.sources[phase_key(phase, "backend")]
+    resolution.logs.append(
+        (
+            logging.WARNING if off_by_user else logging.INFO,
+            f"{settings} {verb} unused: {phase} CUDA graphs are off ({off})",
+        )
+    )
 
 
 def _phase_config(phase: Phase, backend: Backend, resolution: _Resolution, environment: Environment) -> PhaseConfig:
@@ -194,6 +249,7 @@ def _phase_config(phase: Phase, backend: Backend, resolution: _Resolution, envir
     ratio_key, budget_key = phase_key(phase, "max_padding_ratio"), phase_key(phase, "memory_budget")
     if backend is Backend.DISABLED:
         resolution.sources[ratio_key] = resolution.sources[budget_key] = _disabled_source(phase)
+        _note_unused_settings(phase, resolution)
         return PhaseConfig(backend, buckets, max_size)
     # The readers in ``values`` and ``memory_budget`` produced these types; the casts only tell the type checker.
     ratio = cast("float | None", resolution.value(ratio_key, None))
@@ -359,6 +415,8 @@ def resolve(
         sources=MappingProxyType(dict(sorted(resolution.sources.items(), key=lambda item: _key_order(item[0])))),
         **switches,
     )
+    for level, line in [*_rule_lines(resolution.fired, environment), *resolution.logs]:
+        logger.log(level, line)
     for category, message in notices:
         warnings.warn(message, category, stacklevel=2)
     return config

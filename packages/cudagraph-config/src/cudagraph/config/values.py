@@ -166,10 +166,22 @@ def read_torch_compile_mode(label: str, raw: object) -> str:
 
 
 PADDING_RATIO_ALLOWED = "a number >= 1, e.g. 1.5 (a batch whose bucket is more than 1.5 times its size runs eagerly)"
+PADDING_RATIO_OR_INFINITY_ALLOWED = f"{PADDING_RATIO_ALLOWED}, or inf for no limit"
+"""What ``read_padding_ratio(..., allow_infinity=True)`` allows."""
 
 
-def read_padding_ratio(label: str, raw: object) -> float:
-    """``raw`` (a number, or a string of one) as a finite padding ratio of at least 1."""
+def read_padding_ratio(label: str, raw: object, *, allow_infinity: bool = False) -> float:
+    """``raw`` (a number, or a string of one) as a padding ratio of at least 1: the one rule for
+    ``max_padding_ratio``, wherever it is read (a bucket is never smaller than its batch, and 1 replays exact sizes
+    only). Finite, unless ``allow_infinity``: a ``PhaseConfig`` built in Python may say "no limit" as ``inf`` (as it
+    may as ``None``), where flags and JSON say it by leaving the ratio out.
+
+    Example:
+        >>> read_padding_ratio("--decode-cuda-graph-max-padding-ratio", "1.5")
+        1.5
+        >>> read_padding_ratio("decode max_padding_ratio", float("inf"), allow_infinity=True)
+        inf
+    """
     value: float | None = None
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         try:
@@ -181,10 +193,11 @@ def read_padding_ratio(label: str, raw: object) -> float:
             value = float(raw)
         except ValueError:
             value = None
+    allowed = PADDING_RATIO_OR_INFINITY_ALLOWED if allow_infinity else PADDING_RATIO_ALLOWED
     if value is None:
-        raise ConfigError(f"{label}: {raw!r} is not a number; allowed: {PADDING_RATIO_ALLOWED}")
-    if not (math.isfinite(value) and value >= 1):
-        raise ConfigError(f"{label}: {value!r} is not allowed; allowed: {PADDING_RATIO_ALLOWED}")
+        raise ConfigError(f"{label}: {raw!r} is not a number; allowed: {allowed}")
+    if not (value >= 1 and (allow_infinity or math.isfinite(value))):  # `not >=` also rejects NaN
+        raise ConfigError(f"{label}: {value!r} is not allowed; allowed: {allowed}")
     return value
 
 

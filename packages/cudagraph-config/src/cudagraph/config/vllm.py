@@ -3,11 +3,13 @@
 Each vLLM mode name stands for one backend per phase (``VLLM_CUDAGRAPH_MODES``, the design card's table). The readers
 here turn these spellings into claims like every other flag's; ``flags`` places them on the ladder at the level of the
 per-phase flags. Of vLLM's compilation config only the CUDA-graph keys are read (``COMPILATION_CONFIG_KEYS``); the
-rest of that object belongs to vLLM and is skipped with a debug log. Never imports torch.
+rest of vLLM's fields (``VLLM_COMPILATION_CONFIG_FIELDS``) belong to vLLM and are skipped with a debug log, and a key
+that is neither (a typo) is skipped with a warning naming the closest known key. Never imports torch.
 """
 
 from __future__ import annotations
 
+import difflib
 import enum
 import logging
 from collections.abc import Callable, Mapping
@@ -105,6 +107,54 @@ COMPILATION_CONFIG_KEYS: tuple[CompilationConfigKey, ...] = (
 """The keys of ``--compilation-config`` that are read; a ``null`` value counts as not given (vLLM's default)."""
 
 
+# The init fields of vLLM's ``CompilationConfig`` (vllm/config/compilation.py, vLLM 0.13.0 development line at
+# commit 002284db4c87): the keys vLLM's ``--compilation-config`` accepts. Fields declared ``init=False``
+# (``local_cache_dir``, ``enabled_custom_ops``, ...) are vLLM's runtime state and not accepted, so not listed.
+VLLM_COMPILATION_CONFIG_FIELDS: frozenset[str] = frozenset(
+    {
+        "level",
+        "mode",
+        "debug_dump_path",
+        "cache_dir",
+        "compile_cache_save_format",
+        "backend",
+        "custom_ops",
+        "splitting_ops",
+        "compile_mm_encoder",
+        "compile_sizes",
+        "compile_ranges_split_points",
+        "inductor_compile_config",
+        "inductor_passes",
+        "cudagraph_mode",
+        "cudagraph_num_of_warmups",
+        "cudagraph_capture_sizes",
+        "cudagraph_copy_inputs",
+        "cudagraph_specialize_lora",
+        "use_inductor_graph_partition",
+        "pass_config",
+        "max_cudagraph_capture_size",
+        "dynamic_shapes_config",
+    }
+)
+"""The keys of vLLM's compilation config that are vLLM's own: passed over without a warning."""
+
+
+def unknown_key_message(label: str, key: str) -> str:
+    """The warning for a ``--compilation-config`` key that is neither ours nor vLLM's, naming the closest known key.
+
+    Example:
+        >>> unknown_key_message("--compilation-config", "cudagraph_mod")  # doctest: +ELLIPSIS
+        "--compilation-config: unknown key 'cudagraph_mod' ignored (...); did you mean 'cudagraph_mode'?"
+    """
+    ours = [row.key for row in COMPILATION_CONFIG_KEYS]
+    close = difflib.get_close_matches(key, [*ours, *sorted(VLLM_COMPILATION_CONFIG_FIELDS - set(ours))], n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"the CUDA-graph keys are {', '.join(ours)}"
+    return (
+        f"{label}: unknown key {key!r} ignored (neither a CUDA-graph key nor a field of vLLM's CompilationConfig); "
+        f"{hint}"
+    )
+
+
 def read_compilation_config(label: str, raw: object, notes: Notes) -> Claims:
     """vLLM's ``--compilation-config`` (JSON text, or a mapping from Python): the claims of its CUDA-graph keys."""
     parsed = read_json_object(
@@ -114,8 +164,11 @@ def read_compilation_config(label: str, raw: object, notes: Notes) -> Claims:
     claims: Claims = {}
     for key, value in parsed.items():
         row = known.get(key)
-        if row is None:
+        if row is None and key in VLLM_COMPILATION_CONFIG_FIELDS:
             logger.debug("%s: %r is not a CUDA-graph setting; left to vLLM", label, key)
+            continue
+        if row is None:
+            logger.warning(unknown_key_message(label, key))
             continue
         if value is None:
             continue

@@ -9,6 +9,11 @@ real and padded tokens per bucket, eager steps by reason with the flag that woul
 the same as JSON, ``{"decode": {...}, "prefill": {...}}`` (``ReplayMetrics.to_dict()`` per phase), to PATH
 (``cuda_graph_metrics.json`` in the working directory by default); stdout is unchanged, ``--json`` included.
 
+``generate --estimate-cuda-graph-memory`` logs what each phase's graphs will take (``estimate_capture_memory()``)
+before capturing them. It is opt-in because the estimate captures a few probe graphs of its own (0.3-0.7 s a phase
+on a GPU); a phase with a memory budget estimates anyway, and every capture's log line shows the estimate when one
+was made.
+
 ``--tp-size N`` (or vLLM's ``--tensor-parallel-size N``) shards the model over N ranks: the command starts N
 processes itself (one GPU each on CUDA, gloo on CPU), or, started by ``torchrun``, runs as the rank it was given.
 Rank 0 drives the batch loop and prints the result; a rank that fails stops the others with one error.
@@ -19,9 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -108,6 +115,30 @@ def token_ids(text: str) -> list[int]:
     return ids
 
 
+def positive_int(text: str) -> int:
+    """Parse a count that must be at least 1 (argparse type: ``--max-new-tokens``, ``--max-context-len``...)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer; allowed: 1, 2, 3, ...")
+    return value
+
+
+def temperature(text: str) -> float:
+    """Parse ``--temperature`` (argparse type): 0 (greedy) or a positive finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a temperature; allowed: 0 (greedy) or a positive number, e.g. 0.7"
+        )
+    return value
+
+
 def page_size(text: str) -> int:
     """Parse ``--page-size`` (argparse type): a power of two up to ``MAX_PAGE_SIZE``."""
     try:
@@ -133,8 +164,13 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         help="the layers' norm/rotary/activation/projection kernels (auto: triton on CUDA without tc_piecewise, "
         "then flashinfer when installed and the model runs in float16/bfloat16, else torch)",
     )
-    parser.add_argument("--max-num-reqs", type=int, default=64, help="request rows in the KV cache")
-    parser.add_argument("--max-context-len", type=int, default=1024, help="tokens per request in the KV cache")
+    parser.add_argument("--max-num-reqs", type=positive_int, default=64, help="request rows in the KV cache")
+    parser.add_argument(
+        "--max-context-len",
+        type=positive_int,
+        default=1024,
+        help="tokens per request in the KV cache, at most the model's max_position_embeddings",
+    )
     parser.add_argument(
         "--page-size",
         type=page_size,
@@ -181,8 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="1,2,3",
         help="a prompt as comma-separated token ids; repeat for more prompts",
     )
-    gen.add_argument("--max-new-tokens", type=int, default=16)
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
+    gen.add_argument("--max-new-tokens", type=positive_int, default=16, help="tokens to generate per prompt (>= 1)")
+    gen.add_argument("--temperature", type=temperature, default=0.0, help="0 (default) is greedy, else > 0")
     gen.add_argument("--seed", type=int, default=0, help="sampling seed (with --temperature)")
     gen.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     gen.add_argument(
@@ -194,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="at exit, print each phase's CUDA-graph replay metrics (replays per bucket, eager steps by reason) to "
         f"stderr and write them as JSON to PATH (default {DEFAULT_METRICS_PATH})",
+    )
+    gen.add_argument(
+        "--estimate-cuda-graph-memory",
+        action="store_true",
+        help="log what each phase's CUDA graphs will take before capturing them (a few probe captures per phase; "
+        "a phase with a memory budget estimates anyway)",
     )
 
     bench = commands.add_parser("bench", help="time decode steps: eager against the configured decode graphs")
@@ -235,16 +277,20 @@ def tp_size_of(args: argparse.Namespace) -> int:
     return int(size)
 
 
+def model_config_of(args: argparse.Namespace) -> ModelConfig:
+    """The config of the model ``--model`` or ``--preset`` names (``config.json`` only, no weights)."""
+    if args.model is not None:
+        return ModelConfig.from_pretrained(args.model)
+    return model_config_from_preset(args.preset)
+
+
 def check_tp_size(args: argparse.Namespace, size: int, device: torch.device) -> None:
     """``size`` ranks must fit the devices (one GPU each on CUDA) and split the model's heads and MLP."""
     if device.type == "cuda" and size > torch.cuda.device_count():
         raise EngineInputError(
             f"--tp-size {size} needs {size} GPUs (one per rank) but {torch.cuda.device_count()} are visible"
         )
-    config = (
-        ModelConfig.from_pretrained(args.model) if args.model is not None else model_config_from_preset(args.preset)
-    )
-    ShardPlan(rank=0, size=size, group_name="tp").check(config)
+    ShardPlan(rank=0, size=size, group_name="tp").check(model_config_of(args))
 
 
 def check_prompts_fit(args: argparse.Namespace) -> None:
@@ -256,6 +302,51 @@ def check_prompts_fit(args: argparse.Namespace) -> None:
                 f"prompt {index} has {len(prompt)} tokens and asks for {args.max_new_tokens} more, {needed} in all, "
                 f"but the KV cache holds {args.max_context_len} per request: raise --max-context-len or shorten it"
             )
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """One check of the arguments against the model's config: ``problem`` says what is wrong and what is allowed,
+    or returns ``None``; it runs for the commands named in ``commands``."""
+
+    commands: frozenset[str]
+    problem: Callable[[argparse.Namespace, ModelConfig], str | None]
+
+
+def _context_beyond_positions(args: argparse.Namespace, model: ModelConfig) -> str | None:
+    # A position past the rotary table has no embedding: caught here rather than as an IndexError mid-generation.
+    if args.max_context_len <= model.max_position_embeddings:
+        return None
+    return (
+        f"--max-context-len {args.max_context_len} exceeds the model's max_position_embeddings "
+        f"{model.max_position_embeddings}; allowed: --max-context-len {model.max_position_embeddings} or less"
+    )
+
+
+def _token_ids_beyond_vocabulary(args: argparse.Namespace, model: ModelConfig) -> str | None:
+    for index, prompt in enumerate(args.prompt_token_ids):
+        outside = [token for token in prompt if token >= model.vocab_size]
+        if outside:
+            return (
+                f"prompt {index} has token id {outside[0]}, outside the model's vocabulary of {model.vocab_size} "
+                f"tokens; allowed token ids: 0 to {model.vocab_size - 1}"
+            )
+    return None
+
+
+MODEL_CHECKS: tuple[ModelCheck, ...] = (
+    ModelCheck(frozenset({"generate", "bench"}), _context_beyond_positions),
+    ModelCheck(frozenset({"generate"}), _token_ids_beyond_vocabulary),
+)
+"""What the arguments must agree on with the model, checked before any weight is loaded."""
+
+
+def check_against_model(args: argparse.Namespace, model: ModelConfig) -> None:
+    """Raise ``EngineInputError`` for the first of ``MODEL_CHECKS`` that ``args`` fail against ``model``."""
+    for check in MODEL_CHECKS:
+        problem = check.problem(args, model) if args.command in check.commands else None
+        if problem is not None:
+            raise EngineInputError(problem)
 
 
 def environment_of(device: torch.device) -> Environment:
@@ -314,8 +405,10 @@ def run_generate(
     """Generate for every prompt; the JSON-ready result. On a tensor-parallel group rank 0 schedules and sends
     every step, the other ranks follow (and return ``None``)."""
     check_prompts_fit(args)
+    # Every rank estimates or none does: the probe captures run the forward and its collectives, as capture does.
+    estimate = {"log_capture_estimate": args.estimate_cuda_graph_memory}
     if group is not None and group.rank != 0:
-        follower = build_model_runner(args, config, group=group)
+        follower = build_model_runner(args, config, group=group, **estimate)
         try:
             follow(follower, StepBroadcaster(group))
         finally:
@@ -323,9 +416,11 @@ def run_generate(
         return None
     broadcaster = StepBroadcaster(group) if group is not None else None
     model_runner = (
-        build_model_runner(args, config, group=group, runner_type=DrivingModelRunner, broadcaster=broadcaster)
+        build_model_runner(
+            args, config, group=group, runner_type=DrivingModelRunner, broadcaster=broadcaster, **estimate
+        )
         if broadcaster is not None
-        else build_model_runner(args, config)
+        else build_model_runner(args, config, **estimate)
     )
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     try:
@@ -438,10 +533,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+def _log_graphs_off(config: CudaGraphConfig) -> None:
+    """One info line when both phases are off by the user's flags; a compatibility rule (no CUDA device) that turned
+    a phase off has already said so, once, under ``cudagraph.config``."""
+    if any(config.backend(phase) is not Backend.DISABLED for phase in Phase):
+        return
+    sources = dict.fromkeys(config.sources.get(f"{phase}.backend", "config") for phase in Phase)
+    if not any(source.startswith("rule ") for source in sources):
+        logger.info("CUDA graphs are disabled for both phases (%s); every step runs eagerly", ", ".join(sources))
+
+
 def _run(args: argparse.Namespace) -> int:
-    config = resolve(args, environment=environment_of(_device(args)))
-    if config.backend(Phase.DECODE) is Backend.DISABLED and config.backend(Phase.PREFILL) is Backend.DISABLED:
-        logger.info("CUDA graphs are disabled for both phases; every step runs eagerly")
+    # Input checks come before anything logs, so bad input is the only line on stderr.
+    device = _device(args)
+    if args.command == "generate":
+        check_prompts_fit(args)
+    check_against_model(args, model_config_of(args))
+    config = resolve(args, environment=environment_of(device))
+    _log_graphs_off(config)
     tp_size = tp_size_of(args)
     under_torchrun = torchrun_rank()
     if (
@@ -461,8 +570,6 @@ def _run(args: argparse.Namespace) -> int:
             return 0  # rank 0 prints
     elif tp_size > 1:
         check_tp_size(args, tp_size, _device(args))
-        if args.command == "generate":
-            check_prompts_fit(args)
         result = launch(tensor_parallel_rank, (args, None), tp_size, exit_timeout_s=args.dist_timeout)
     else:
         result = COMMANDS[args.command](args, config)

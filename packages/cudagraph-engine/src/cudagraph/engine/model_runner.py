@@ -123,6 +123,11 @@ class ModelRunner:
     On a tensor-parallel rank the model is that rank's shard: the KV cache and attention hold its heads
     (``model.local_config``), and ``capture_barrier`` (a host-side barrier of the group) is where the ranks meet
     before each eager break of a breakable capture, so every rank captures the same shapes in lock-step.
+
+    ``log_capture_estimate`` logs each phase's ``estimate_capture_memory()`` before its capture (the CLI's
+    ``--estimate-cuda-graph-memory``). It is off by default: the estimate captures a few probe graphs of its own,
+    which a plain start need not pay for. A phase with a memory budget estimates anyway (its capture is planned
+    from the estimate) and its capture's log line compares the estimate with the bytes taken.
     """
 
     def __init__(
@@ -135,6 +140,7 @@ class ModelRunner:
         kernel_backend: str = "auto",
         show_progress: bool = False,
         capture_barrier: Callable[[], None] | None = None,
+        log_capture_estimate: bool = False,
     ) -> None:
         first_parameter = next(iter(model.parameters()))
         self.model = model
@@ -144,6 +150,8 @@ class ModelRunner:
         self.cache_config = cache_config or CacheConfig()
         self.show_progress = show_progress
         self.capture_barrier = capture_barrier
+        self.log_capture_estimate = log_capture_estimate
+        """Log each phase's graph memory estimate before capturing it (probe captures on every start)."""
         self.shape = ModelShape.of(model.local_config)
         page_size = self.cache_config.page_size
         self.req_to_token_pool = ReqToTokenPool(
@@ -233,7 +241,10 @@ class ModelRunner:
     def _init_runner(self, phase: Phase, runner_type: type[RunnerT]) -> RunnerT | None:
         reason = self.graphs_unavailable_reason(phase)
         if reason is not None:
-            logger.warning(reason)
+            # A phase the config turned off was explained where it was resolved (a rule's line, or the user's flag):
+            # only graphs the config asked for and this device cannot run deserve a warning here.
+            asked_for = self.cuda_graph_config.for_phase(phase).enabled
+            logger.log(logging.WARNING if asked_for else logging.DEBUG, reason)
             return None
         runner = runner_type(
             self,
@@ -245,12 +256,13 @@ class ModelRunner:
         self._capture_or_free(runner)
         return runner
 
-    @staticmethod
-    def _capture_or_free(runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner) -> None:
+    def _capture_or_free(self, runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner) -> None:
         try:
-            # Known before capture (the KV cache is sized by CacheConfig here; an engine that sizes it from free
-            # memory reads this first), and checked against the measured bytes in the capture's log line.
-            logger.info("%s CUDA graphs will take %s", runner.phase, runner.estimate_capture_memory())
+            if self.log_capture_estimate:
+                # Only when asked: its probe captures lengthen every start, and nothing here needs it otherwise (the
+                # KV cache is sized by CacheConfig, not from free memory; a phase with a budget has its capture make
+                # it). The capture reuses it, and its log line checks it against the bytes taken.
+                logger.info("%s CUDA graphs will take %s", runner.phase, runner.estimate_capture_memory())
             runner.capture()
         except BaseException:
             runner.shutdown()  # nothing half-captured stays behind (graphs, buffers, the pool reference)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from cudagraph.config import ConfigError, Phase
+from cudagraph.config import Phase, read_padding_ratio
 from cudagraph.config.flags import BUCKETS_OPTIONS, MAX_SIZE_OPTIONS, MEMORY_BUDGET_OPTIONS, PADDING_RATIO_OPTIONS
 from cudagraph.config.phase_config import exceeds_padding_ratio
 
@@ -155,13 +155,11 @@ def padded_bucket(buckets: Sequence[int], size: int, *, disable_padding: bool = 
 
 
 def check_padding_ratio(phase: Phase | str, ratio: float | None) -> float | None:
-    """``ratio`` when it is a valid ``max_padding_ratio`` (``None`` or at least 1), else one ``ConfigError``."""
-    if ratio is not None and not ratio >= 1.0:  # `not >=` also rejects NaN
-        raise ConfigError(
-            f"{phase} max_padding_ratio {ratio!r} is not allowed: a bucket is never smaller than its batch, so the "
-            f"ratio must be at least 1 (1 replays exact sizes only), or None for no limit"
-        )
-    return ratio
+    """``ratio`` as a valid ``max_padding_ratio``, else one ``ConfigError``: ``None`` (no limit) as it is, anything
+    else by the config's one rule (``read_padding_ratio``: at least 1), infinity (no limit either) admitted."""
+    if ratio is None:
+        return None
+    return read_padding_ratio(f"{phase} max_padding_ratio", ratio, allow_infinity=True)
 
 
 @dataclass(frozen=True)
