@@ -314,6 +314,32 @@ def test_extend_attends_like_the_torch_backend_over_prefixes_and_new_tokens(
     torch.testing.assert_close(output, have, rtol=0, atol=0)
 
 
+def test_a_bound_extend_launch_reads_the_rows_and_queries_refilled_after_binding() -> None:
+    """What a breakable or tc_piecewise prefill replays: the extend launch bound at capture to the batch's
+    ``ExtendRows`` (remade in place by the graph at each replay) and to static q and output."""
+    cache = Cache([3, 77, 1, 140, 290], 2, 32, torch.float32, seed=5)
+    shape = type("Shape", (), {"num_heads": 4, "num_kv_heads": 2, "head_dim": 32, "attention_scale": None})()
+    backend = make_attention_backend("triton", cache.req_pool, cache.kv_pool, shape)
+    captured = extend_batch(cache, [1, 1, 1, 1, 1], padded_tokens=3)  # the graph's batch at capture: 8 tokens
+    backend.init_forward_metadata(captured)
+    rows = captured.attn_metadata
+    assert isinstance(rows, ExtendRows)
+    q, output = torch.zeros(8, 4 * 32, device=DEVICE), torch.full((8, 4 * 32), float("nan"), device=DEVICE)
+    bound = backend.bind_forward(q, q, q, output, 0, captured, kv_stored=True)
+    assert bound is not None
+    # A later step of other lengths in the same 8 tokens: the graph remakes the rows and loads q in place.
+    step = extend_batch(cache, [2, 3, 0, 1, 0], padded_tokens=2)
+    fresh = backend.extend_kernel.rows_of(step)
+    for name in ("req_pool_indices", "seq_lens", "block_starts", "block_counts"):
+        getattr(rows, name).copy_(getattr(fresh, name))
+    q.copy_(torch.randn(8, 4 * 32, generator=torch.Generator().manual_seed(3)).to(DEVICE))
+    bound()
+    want = torch.full_like(output, float("nan"))
+    backend.forward(q, q[:, : 2 * 32], q[:, : 2 * 32], want, 0, step, kv_stored=True)
+    torch.testing.assert_close(output, want, rtol=0, atol=0)
+    assert backend.bind_forward(q, q, q, output, 0, extend_batch(cache, [1] * 5, 3), kv_stored=True) is None
+
+
 @pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 4), (6, 2), (16, 2)])
 def test_extend_kernel_blocks_of_many_tokens_match_attention_over_each_causal_prefix(
     num_heads: int, num_kv_heads: int

@@ -137,14 +137,19 @@ class TritonAttentionBackend(TorchAttentionBackend):
         batch: ForwardBatch,
         kv_stored: bool = False,
     ) -> Callable[[], None] | None:
-        """Decode: the layer's launch with every argument bound now, straight to the compiled kernel's launcher (a
-        breakable capture's batch tensors are the runner's static ones), after the KV store unless ``kv_stored``;
-        ``None`` for extend batches, which replay through the op."""
-        if not batch.forward_mode.is_decode():
+        """The layer's launch with every argument bound now, straight to the compiled kernel's launcher (a breakable
+        capture's batch tensors are the runner's static ones), after the KV store unless ``kv_stored``. Extend binds
+        the batch's ``ExtendRows`` made inside the capture (``init_forward_metadata`` in the graph segment before the
+        first layer, which remakes them at every replay); ``None`` where the batch has none, so replay calls the op."""
+        kv_buffer = self.kv_pool.kv_buffer[layer_id]
+        if batch.forward_mode.is_decode():
+            attend = self.decode_kernel.bind(
+                q, kv_buffer, output, self.req_to_token, batch.req_pool_indices, batch.seq_lens
+            )
+        elif isinstance(batch.attn_metadata, ExtendRows):
+            attend = self.extend_kernel.bind(q, kv_buffer, output, self.req_to_token, batch.attn_metadata)
+        else:
             return None
-        attend = self.decode_kernel.bind(
-            q, self.kv_pool.kv_buffer[layer_id], output, self.req_to_token, batch.req_pool_indices, batch.seq_lens
-        )
         if kv_stored:
             return attend
         return _in_order(*self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)

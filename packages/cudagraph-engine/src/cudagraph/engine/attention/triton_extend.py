@@ -14,7 +14,9 @@ shapes only, nothing is computed on the host, and a launch is captured inside a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
@@ -177,17 +179,46 @@ class PagedExtendKernel:
         blocks = rows.block_counts.shape[0]
         if not q.shape[0] or not blocks:
             return
-        _EXTEND_LAUNCHER(
-            (blocks, self.num_kv_heads),
-            (
-                q, q.stride(0), kv_buffer, kv_buffer.stride(0), kv_buffer.stride(1), output, output.stride(0),
-                req_to_token, req_to_token.stride(0), rows.req_pool_indices, rows.seq_lens, rows.block_starts,
-                rows.block_counts, self.scale_log2,
-            ),
-            {
-                "GROUP": self.group, "GROUP_BLOCK": self.group_block, "BLOCK_M": self.block_m,
-                "HEAD_DIM": self.head_dim, "BLOCK_N": self.block_n,
-                "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
-            },
-            self.num_warps,
+        _EXTEND_LAUNCHER(*self._launch_arguments(q, kv_buffer, output, req_to_token, rows), self.num_warps)
+
+    def bind(
+        self,
+        q: torch.Tensor,
+        kv_buffer: torch.Tensor,
+        output: torch.Tensor,
+        req_to_token: torch.Tensor,
+        rows: ExtendRows,
+    ) -> Callable[[], None]:
+        """The call ``self(q, kv_buffer, output, req_to_token, rows)`` as a zero-argument launch with every argument
+        taken now, straight to the compiled kernel's launcher on CUDA: for tensors that keep their shapes and
+        addresses (a graph's static buffers, and ``rows`` made inside the graph that replays before the launch)."""
+        if not q.shape[0] or not rows.block_counts.shape[0]:
+            return _nothing
+        grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, rows)
+        return _EXTEND_LAUNCHER.bind(grid, args, constexprs, self.num_warps)
+
+    def _launch_arguments(
+        self,
+        q: torch.Tensor,
+        kv_buffer: torch.Tensor,
+        output: torch.Tensor,
+        req_to_token: torch.Tensor,
+        rows: ExtendRows,
+    ) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
+        """The grid, the runtime arguments and the constexprs of a launch over ``rows``' blocks."""
+        grid = (rows.block_counts.shape[0], self.num_kv_heads)
+        args = (
+            q, q.stride(0), kv_buffer, kv_buffer.stride(0), kv_buffer.stride(1), output, output.stride(0),
+            req_to_token, req_to_token.stride(0), rows.req_pool_indices, rows.seq_lens, rows.block_starts,
+            rows.block_counts, self.scale_log2,
         )  # fmt: skip
+        constexprs = {
+            "GROUP": self.group, "GROUP_BLOCK": self.group_block, "BLOCK_M": self.block_m,
+            "HEAD_DIM": self.head_dim, "BLOCK_N": self.block_n,
+            "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
+        }  # fmt: skip
+        return grid, args, constexprs
+
+
+def _nothing() -> None:
+    """A bound launch with no work (no tokens)."""
