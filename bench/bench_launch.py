@@ -26,9 +26,9 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(path) for path in sorted(ROOT.glob("packages/*/src"))]
 
+from cudagraph.backend_utils import FastLauncher, through_jit  # noqa: E402
 from cudagraph.engine.benchmark import host_time_us  # noqa: E402
 from cudagraph.engine.model import triton_ops  # noqa: E402
-from cudagraph.engine.triton_launch import FastLauncher, through_jit  # noqa: E402
 
 
 @triton.jit

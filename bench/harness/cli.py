@@ -79,7 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure only these decode/prefill rows (eager and raw, the references, always run), e.g. "
         "tc_piecewise/inductor full",
     )
-    parser.add_argument("--attention-backend", default="torch", choices=("torch", "flashinfer", "triton"))
+    parser.add_argument(
+        "--attention-backend",
+        default="auto",
+        choices=("auto", "torch", "flashinfer", "triton"),
+        help="the engine's attention backend in every section (default auto: triton, then flashinfer, then torch, the "
+        "first that can run; 'torch' compares with results measured before auto was the default)",
+    )
     parser.add_argument(
         "--kernel-backend",
         default="auto",
@@ -185,9 +191,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         settings={"profile": "quick" if args.quick else "full", "sections": list(args.sections), **asdict(profile)},
     )
     result.settings["kernel_counts"] = "count pass" if args.count_only else args.kernel_counts.value
-    result.settings["attention_backend"] = args.attention_backend
+    from cudagraph.engine.attention.choice import AUTO_ORDER as ATTENTION_AUTO_ORDER
     from cudagraph.engine.model.kernel_backends import AUTO_ORDER
 
+    # Engines take the attention backend --attention-backend names; "auto": the first of this order that can run.
+    result.settings["attention_backend"] = {"choice": args.attention_backend, "order": list(ATTENTION_AUTO_ORDER)}
     # Engines take the kernel set --kernel-backend names; "auto": the first of this order that can run (torch where a
     # row compiles).
     result.settings["kernel_backend"] = {"choice": args.kernel_backend, "order": list(AUTO_ORDER)}

@@ -29,7 +29,7 @@ from cudagraph.backend_utils import (
 from cudagraph.config import ConfigError, CudaGraphConfig
 from cudagraph.engine.model import LayerKernels
 from cudagraph.engine.model_runner import ModelRunner
-from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner
+from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner, ReplayMetadata
 
 from .peers import Peer
 from .workload import StepFn
@@ -128,16 +128,17 @@ def prepare_graph_metadata(model_runner: ModelRunner, batch: ForwardBatch) -> No
 
 
 def refresh_graph_metadata(model_runner: ModelRunner, batch: ForwardBatch) -> None:
-    """Refresh the static attention state for ``batch`` before a replay (the replay hook)."""
-    extra: dict[str, Any] = {"forward_batch": batch} if batch.forward_mode.is_extend() else {}
+    """Refresh the static attention state for ``batch`` before a replay (the replay hook, one ``ReplayMetadata``)."""
     model_runner.attn_backend.init_forward_metadata_replay_cuda_graph(
-        batch.batch_size,
-        batch.req_pool_indices,
-        batch.seq_lens,
-        batch.seq_lens_sum,
-        batch.forward_mode,
-        seq_lens_cpu=batch.seq_lens_cpu,
-        **extra,
+        ReplayMetadata(
+            batch.batch_size,
+            batch.req_pool_indices,
+            batch.seq_lens,
+            batch.seq_lens_sum,
+            batch.forward_mode,
+            batch.seq_lens_cpu,
+            batch if batch.forward_mode.is_extend() else None,
+        )
     )
 
 

@@ -46,6 +46,48 @@ def test_packages_import_in_a_fresh_interpreter_without_cuda() -> None:
     assert result.stdout.split() == ["0.1.0", "0.1.0"]
 
 
+WITHOUT_TRITON = """
+import sys
+sys.modules["triton"] = None  # not installed, whether or not this machine has it
+import torch
+import cudagraph.backend_utils as utils
+
+launched = []
+
+
+class Kernel:
+    arg_names = ["x_ptr", "BLOCK"]
+
+    def warmup(self, *args, **kwargs):
+        raise AssertionError("compiled without Triton")
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: launched.append((grid, len(args), sorted(kwargs)))
+
+
+x = torch.zeros(4)
+launcher = utils.FastLauncher(Kernel())
+launcher((1,), (x,), {"BLOCK": 4})
+launcher.bind((2,), (x,), {"BLOCK": 4}, num_warps=2)()
+print(launcher.jit_only, utils.direct_launch(Kernel(), (1,), (x,), {"BLOCK": 4}, 4), utils.cdiv(9, 4), launched)
+"""
+
+
+def test_without_triton_backend_utils_imports_and_launches_through_the_jit_call() -> None:
+    result = subprocess.run([sys.executable, "-c", WITHOUT_TRITON], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    jit_calls = "[((1,), 1, ['BLOCK', 'num_warps']), ((2,), 1, ['BLOCK', 'num_warps'])]"
+    assert result.stdout.strip() == f"True None 3 {jit_calls}"
+
+
+def test_importing_backend_utils_does_not_import_triton() -> None:
+    """Triton reads TRITON_INTERPRET once, when first imported: importing the layer must leave that to the user."""
+    code = "import sys, cudagraph.backend_utils; print('triton' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
 @pytest.mark.parametrize(
     "make",
     [

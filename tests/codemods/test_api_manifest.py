@@ -50,7 +50,7 @@ def test_every_public_class_and_function_of_the_runner_is_covered() -> None:
 
 @pytest.mark.parametrize(("qualified", "api"), ENTRIES, ids=[qualified for qualified, _ in ENTRIES])
 def test_signatures_and_members_match_the_installed_packages(qualified: str, api: ClassApi | FunctionApi) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="imports the torch packages: pip install torch (`nox -s tests` does)")
     live = _import(qualified)
     if isinstance(api, FunctionApi):
         assert Signature.from_inspect(inspect.signature(live)) == api.signature
@@ -66,7 +66,7 @@ def test_signatures_and_members_match_the_installed_packages(qualified: str, api
 
 
 def test_a_runner_instance_has_only_members_the_manifest_lists() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="imports the torch packages: pip install torch (`nox -s tests` does)")
     from cudagraph.backend.testing import CpuReplayBackend
     from cudagraph.config import resolve
     from cudagraph.runner import DecodeCudaGraphRunner
@@ -100,6 +100,7 @@ def test_a_runner_instance_has_only_members_the_manifest_lists() -> None:
     assert set(vars(runner)) <= api.members, sorted(set(vars(runner)) - api.members)
 
 
+@pytest.mark.realtrees
 def test_the_legacy_api_data_is_what_sglang_0_5_13_says(capsys: pytest.CaptureFixture[str]) -> None:
     from realtrees.trees import TREES
 
@@ -107,7 +108,7 @@ def test_the_legacy_api_data_is_what_sglang_0_5_13_says(capsys: pytest.CaptureFi
 
     (tree,) = [tree for tree in TREES if tree.name == "sglang-0.5.13"]
     if not tree.ready():
-        pytest.skip(f"{tree.name} is not cached (offline?): python tests/realtrees/trees.py fetch")
+        pytest.skip(tree.unavailable_reason())
     assert legacy_api.main(["--sglang", str(tree.path() / "sglang"), "--check"]) == 0, capsys.readouterr().err
     data = legacy_api.load_legacy_api()
     runner = data.classes["sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner"]

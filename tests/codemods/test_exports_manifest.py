@@ -90,7 +90,7 @@ def test_the_manifest_file_holds_the_modules_and_their_api() -> None:
 
 @pytest.mark.parametrize("module", sorted(MODULE_SOURCES))
 def test_every_public_class_and_function_has_its_api_in_the_manifest(module: str) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="imports the torch packages: pip install torch (`nox -s tests` does)")
     imported = importlib.import_module(module)
     for name in imported.__all__:
         value = getattr(imported, name)
@@ -147,7 +147,7 @@ def _public_classes() -> dict[type, str]:
 
 def test_real_objects_have_only_members_the_manifest_lists() -> None:
     """The runners after capture on the CPU engine, the engine's model runner, and every public object they hold."""
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="imports the torch packages: pip install torch (`nox -s tests` does)")
     from cudagraph.backend.testing import CpuReplayBackend
     from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
     from cudagraph.engine import CacheConfig, ModelRunner

@@ -383,7 +383,10 @@ class Expectation:
     @classmethod
     def of(cls, plugin: Path) -> Expectation:
         """Read ``plugin/expected.toml``."""
-        tomllib = pytest.importorskip("tomllib", reason="reading expected.toml needs Python 3.11+")
+        tomllib = pytest.importorskip(
+            "tomllib" if sys.version_info >= (3, 11) else "tomli",
+            reason="reading expected.toml on Python 3.10 needs tomli: pip install tomli",
+        )
         data = tomllib.loads((plugin / "expected.toml").read_text())
         return cls(
             must_keep=tuple(data["must_keep"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +28,10 @@ from cudagraph.config import (
     resolve,
 )
 
-tomllib = pytest.importorskip("tomllib", reason="reading refactor/renames.toml needs Python 3.11+")
+tomllib = pytest.importorskip(
+    "tomllib" if sys.version_info >= (3, 11) else "tomli",
+    reason="reading refactor/renames.toml on Python 3.10 needs tomli: pip install tomli (cudagraph-config requires it)",
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_OPTIONS = [

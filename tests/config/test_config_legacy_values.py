@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,10 @@ from config_helpers import recorded_warnings, resolve_argv
 
 from cudagraph.config import LEGACY_BACKEND_VALUES, Backend, ConfigError, LegacyFlagWarning, resolve
 
-tomllib = pytest.importorskip("tomllib", reason="reading refactor/renames.toml needs Python 3.11+")
+tomllib = pytest.importorskip(
+    "tomllib" if sys.version_info >= (3, 11) else "tomli",
+    reason="reading refactor/renames.toml on Python 3.10 needs tomli: pip install tomli (cudagraph-config requires it)",
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SPELLINGS = sorted(LEGACY_BACKEND_VALUES)

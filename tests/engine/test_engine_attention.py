@@ -243,7 +243,7 @@ OPTIONAL_BACKENDS = [
     (
         "triton",
         "triton",
-        ("attention.triton_backend", "attention.triton_decode", "attention.triton_extend", "triton_launch"),
+        ("attention.triton_backend", "attention.triton_decode", "attention.triton_extend"),
     ),
 ]
 NEEDS = {

@@ -46,7 +46,12 @@ def _one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine without CUDA")
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason=(
+        "checks the error of a machine without CUDA, and this one has CUDA: `nox -s tests` on a CPU machine runs it"
+    ),
+)
 def test_cuda_asked_for_without_cuda(capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error(
         ["generate", "--preset", "tiny-qwen3-random", "--prompt-token-ids", "1", "--device", "cuda"], capsys
@@ -54,7 +59,10 @@ def test_cuda_asked_for_without_cuda(capsys: pytest.CaptureFixture[str]) -> None
     assert "--device cuda: CUDA is not available here" in line and "use --device cpu" in line
 
 
-@pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")
+@pytest.mark.skipif(
+    importlib.util.find_spec("flashinfer") is not None,
+    reason=("checks the error without flashinfer, which is installed here: `nox -s tests` (a venv without it) runs it"),
+)
 def test_flashinfer_asked_for_and_not_installed_names_the_extra(capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--attention-backend", "flashinfer"], capsys)
     assert "pip install 'cudagraph-engine[flashinfer]'" in line

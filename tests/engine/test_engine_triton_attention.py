@@ -11,7 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton", reason="the triton attention backend needs the triton package")
+pytest.importorskip(
+    "triton", reason=("the triton attention backend needs triton: pip install triton (CUDA builds of torch bring it)")
+)
 
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
@@ -184,7 +186,10 @@ def test_head_dims_the_kernel_cannot_tile_are_refused(head_dim: int) -> None:
         PagedDecodeKernel(4, 2, head_dim, 1.0, max_context=64, device=DEVICE)
 
 
-@pytest.mark.skipif(DEVICE.type == "cuda", reason="the refusal is for CPU tensors without Triton's interpreter")
+@pytest.mark.skipif(
+    DEVICE.type == "cuda",
+    reason=("checks the refusal of CPU tensors, and this machine has CUDA: `nox -s tests` on a CPU machine runs it"),
+)
 def test_the_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     cache = Cache([4], 2, 32, torch.float32, seed=0)

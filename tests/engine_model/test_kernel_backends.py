@@ -26,7 +26,7 @@ from cudagraph.engine.model import (
     select_kernels,
 )
 from cudagraph.engine.model.kernels import TORCH_KERNELS
-from cudagraph.engine.model_runner import CacheConfig, ModelRunner, compiles_model_forward
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
 CUDA = torch.device("cuda")  # only described: selecting never touches the device until a set is built
 QWEN3_0_6B = model_config_from_preset("qwen3-0.6b-random")
@@ -78,7 +78,7 @@ def triton_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def triton_installed(monkeypatch: pytest.MonkeyPatch) -> Warmed:
     """Triton (needed); its set's warm-up (which needs CUDA) records its target instead."""
-    pytest.importorskip("triton", reason="triton is not installed (the CUDA builds of torch ship it)")
+    pytest.importorskip("triton", reason="triton is not installed: pip install triton (CUDA builds of torch bring it)")
     module = importlib.import_module("cudagraph.engine.model.triton_kernels")
     warmed: Warmed = []
     monkeypatch.setattr(module, "warm_up", lambda kernels, config, dtype, device: warmed.append((config, dtype)))
@@ -200,7 +200,7 @@ def test_an_unknown_name_lists_the_choices() -> None:
 def test_asking_for_triton_where_it_cannot_run_is_one_error_naming_the_condition(
     changes: dict[str, object], needs: str, found: str
 ) -> None:
-    pytest.importorskip("triton", reason="triton is not installed (the CUDA builds of torch ship it)")
+    pytest.importorskip("triton", reason="triton is not installed: pip install triton (CUDA builds of torch bring it)")
     with pytest.raises(KernelBackendError) as error:
         select_kernels("triton", target(**changes))
     message = str(error.value)
@@ -233,7 +233,7 @@ def phase_config(decode: Backend, prefill: Backend) -> CudaGraphConfig:
     ],
 )
 def test_a_tc_piecewise_phase_makes_the_forward_traced(decode: Backend, prefill: Backend, compiled: bool) -> None:
-    assert compiles_model_forward(phase_config(decode, prefill)) is compiled
+    assert (phase_config(decode, prefill).model_forward_compiler is not None) is compiled
 
 
 def test_the_model_runner_sets_the_chosen_kernels_on_the_model(flashinfer_installed: Warmed) -> None:

@@ -20,7 +20,9 @@ from cudagraph.engine.model import (
     save_model,
 )
 
-transformers = pytest.importorskip("transformers", reason="needs transformers (pip install transformers)")
+transformers = pytest.importorskip(
+    "transformers", reason=("compares with transformers: pip install transformers (`nox -s tests` does)")
+)
 
 PROMPT = [11, 400, 3, 77, 250, 9, 9, 130, 61, 500, 2, 42]
 GREEDY_STEPS = 8

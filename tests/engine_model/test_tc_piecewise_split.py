@@ -181,7 +181,8 @@ def test_every_piece_between_two_attention_calls_is_the_same_graph() -> None:
 
 
 @pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None, reason="inductor needs a C++ compiler for CPU pieces"
+    shutil.which(os.environ.get("CXX", "g++")) is None,
+    reason=("inductor needs a C++ compiler for CPU pieces: install g++ (or point CXX at one)"),
 )
 def test_inductor_compiles_the_repeated_layer_piece_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))  # a cold cache

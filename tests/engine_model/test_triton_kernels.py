@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-pytest.importorskip("triton", reason="triton is not installed (it ships with CUDA builds of torch; pip install triton)")
+pytest.importorskip("triton", reason="triton is not installed: pip install triton (CUDA builds of torch bring it)")
 
 from cudagraph.engine.model import (
     ModelConfig,
@@ -36,7 +36,10 @@ TOLERANCE = {torch.float32: {"atol": 2e-5, "rtol": 2e-5}, torch.float16: {"atol"
 def ops() -> ModuleType:
     """``triton_ops``, on CPU tensors through the interpreter where there is no CUDA device."""
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no CUDA device and Triton's interpreter is off (tests/conftest.py turns it on without a GPU)")
+        pytest.skip(
+            "no CUDA device and Triton's interpreter is off: set TRITON_INTERPRET=1 before torch is imported "
+            "(tests/conftest.py does where /dev/nvidiactl is absent)"
+        )
     return triton_ops
 
 
@@ -195,7 +198,7 @@ def test_add_norm_gemv_is_the_fused_add_norm_then_the_projection_and_leaves_its_
 def test_aligned_and_unaligned_inputs_in_any_order_give_the_right_results(
     ops: ModuleType, dtype: torch.dtype, generator: torch.Generator
 ) -> None:
-    """On CUDA each launch reuses the kernel compiled for its specialization (``triton_launch.FastLauncher``): an
+    """On CUDA each launch reuses the kernel compiled for its specialization (``backend_utils.FastLauncher``): an
     input whose address is not a multiple of 16 bytes needs a kernel of its own, and an aligned one after it the
     first kernel again."""
     n, k = 64, 256

@@ -10,7 +10,7 @@ from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend
 from cudagraph.engine.batch import SamplingParams, make_decode_batch, make_extend_batch
 from cudagraph.engine.generate import generate
-from cudagraph.runner import DecodeCudaGraphRunner, PrefillCudaGraphRunner
+from cudagraph.runner import DecodeCudaGraphRunner, PrefillCudaGraphRunner, ReplayMetadata
 
 
 def captured_prefill_runner(model_runner) -> tuple[PrefillCudaGraphRunner, CpuReplayBackend]:
@@ -104,9 +104,9 @@ def test_the_attention_hooks_hear_whether_attention_is_inside_the_graph(backend:
         heard.append(("capture", kwargs.get("attention_in_graph"), kwargs.get("forward_batch")))
         return capture_hook(*args, **kwargs)
 
-    def on_replay(*args, **kwargs):
-        heard.append(("replay", kwargs.get("attention_in_graph"), kwargs.get("forward_batch")))
-        return replay_hook(*args, **kwargs)
+    def on_replay(metadata: ReplayMetadata) -> None:
+        heard.append(("replay", metadata.attention_in_graph, metadata.forward_batch))
+        return replay_hook(metadata)
 
     attn_backend.init_forward_metadata_capture_cuda_graph = on_capture
     attn_backend.init_forward_metadata_replay_cuda_graph = on_replay

@@ -241,3 +241,53 @@ def test_the_prefill_runner_routes_by_tokens_and_request_rows() -> None:
     assert runner.route(extend(16, too_many)).reason is EagerReason.TOO_MANY_REQUESTS
     decode = ForwardBatch(**{**vars(extend(4, 4)), "forward_mode": ForwardMode.DECODE})
     assert runner.route(decode).reason is EagerReason.MODE_NOT_GRAPHABLE
+
+
+def test_the_engine_takes_the_runners_route_once_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ModelRunner.run`` decides nothing itself: it asks the runner's ``route`` once and hands that route to
+    ``replay_routed`` (no ``can_run``, no second bucket lookup), whether the step replays or runs eagerly."""
+    model_runner = make_model_runner()
+    runner = DecodeCudaGraphRunner(
+        model_runner, model_runner.cuda_graph_config, backend=CpuReplayBackend(), show_progress=False
+    )
+    runner.capture()
+    model_runner.decode_cuda_graph_runner = runner
+    routed: list[Route] = []
+    taken: list[Route] = []
+    route, replay_routed = runner.route, runner.replay_routed
+
+    def counting_route(batch: ForwardBatch) -> Route:
+        routed.append(route(batch))
+        return routed[-1]
+
+    def counting_replay_routed(batch: ForwardBatch, given: Route) -> torch.Tensor:
+        taken.append(given)
+        return replay_routed(batch, given)
+
+    def no_second_decision(batch: ForwardBatch) -> bool:
+        raise AssertionError("the engine asked can_run besides route")
+
+    monkeypatch.setattr(runner, "route", counting_route)
+    monkeypatch.setattr(runner, "replay_routed", counting_replay_routed)
+    monkeypatch.setattr(runner, "can_run", no_second_decision)
+    for size in (3, 9):  # 3 replays bucket 4; 9 is larger than the largest bucket (8)
+        model_runner.run(stub_decode_batch_of(model_runner, size))
+    assert [r.bucket for r in routed] == [4, None] and taken == routed
+    assert runner.metrics.replays == 1 and runner.metrics.eager_count(EagerReason.TOO_LARGE) == 1
+
+
+def stub_decode_batch_of(model_runner, size: int) -> ForwardBatch:
+    """A decode batch of ``size`` requests over rows and slots the engine's cache has (contents arbitrary)."""
+    rows = torch.arange(1, size + 1)
+    seq_lens = torch.full((size,), 4, dtype=torch.int32)
+    return ForwardBatch(
+        ForwardMode.DECODE,
+        size,
+        torch.arange(size),
+        torch.full((size,), 3),
+        seq_lens,
+        rows,
+        rows + 1,
+        4 * size,
+        seq_lens,
+    )

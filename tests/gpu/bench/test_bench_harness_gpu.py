@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="GPU test: needs a CUDA build of torch; run `nox -s gpu` on a CUDA machine")
 
 from harness.breaks import BreakSettings, run_empty_breaks, run_model_breaks  # noqa: E402
 from harness.configs import DECODE_CONFIGS, PREFILL_CONFIGS, BenchConfig  # noqa: E402
@@ -68,8 +68,14 @@ def test_decode_graphs_of_ours_give_eager_tokens_and_ratios(models) -> None:  # 
 
 
 def test_decode_peers_give_eager_tokens(models) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("breakable_cuda_graphs", reason="the breakable-cuda-graphs wheel is not installed")
-    pytest.importorskip("piecewise_cuda_graphs", reason="the piecewise-cuda-graphs wheel is not installed")
+    pytest.importorskip(
+        "breakable_cuda_graphs",
+        reason=("compares with breakable-cuda-graphs: pip install breakable-cuda-graphs (or put its wheel in .whl/)"),
+    )
+    pytest.importorskip(
+        "piecewise_cuda_graphs",
+        reason=("compares with piecewise-cuda-graphs: put its wheel in .whl/, which `nox -s gpu` unpacks"),
+    )
     names = ("eager", "raw", "breakable-cuda-graphs", "piecewise-cuda-graphs")
     assert_rows_for_every_config(run_decode_rows(models, *names), names)
 
@@ -108,8 +114,14 @@ def test_the_token_gate_refuses_a_step_that_answers_for_another_batch(models) ->
 
 
 def test_breaks_of_ours_and_the_peers_on_the_16_layer_model(models) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("breakable_cuda_graphs", reason="the breakable-cuda-graphs wheel is not installed")
-    pytest.importorskip("piecewise_cuda_graphs", reason="the piecewise-cuda-graphs wheel is not installed")
+    pytest.importorskip(
+        "breakable_cuda_graphs",
+        reason=("compares with breakable-cuda-graphs: pip install breakable-cuda-graphs (or put its wheel in .whl/)"),
+    )
+    pytest.importorskip(
+        "piecewise_cuda_graphs",
+        reason=("compares with piecewise-cuda-graphs: put its wheel in .whl/, which `nox -s gpu` unpacks"),
+    )
     result = BenchResult()
     settings = BreakSettings(Iterations(warmup=5, timed=30), context_len=64)
     run_model_breaks(result, settings, models)
@@ -127,8 +139,14 @@ def test_breaks_of_ours_and_the_peers_on_the_16_layer_model(models) -> None:  # 
 
 
 def test_prefill_rows_give_eager_tokens(models) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("breakable_cuda_graphs", reason="the breakable-cuda-graphs wheel is not installed")
-    pytest.importorskip("piecewise_cuda_graphs", reason="the piecewise-cuda-graphs wheel is not installed")
+    pytest.importorskip(
+        "breakable_cuda_graphs",
+        reason=("compares with breakable-cuda-graphs: pip install breakable-cuda-graphs (or put its wheel in .whl/)"),
+    )
+    pytest.importorskip(
+        "piecewise_cuda_graphs",
+        reason=("compares with piecewise-cuda-graphs: put its wheel in .whl/, which `nox -s gpu` unpacks"),
+    )
     names = ("eager", "breakable", "breakable-cuda-graphs", "piecewise-cuda-graphs")
     result = BenchResult()
     settings = PrefillSettings((PRESET,), ((1, 16), (2, 32)), FEW, configs=configs(PREFILL_CONFIGS, *names))

@@ -229,7 +229,13 @@ def attention_output(
 
 def fused_attention_params() -> list:
     """The attention backends with their own decode kernels: FlashInfer's (when installed) and Triton's."""
-    skip = pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+    skip = pytest.mark.skipif(
+        NO_FLASHINFER,
+        reason=(
+            "flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or "
+            "put its wheels in .whl/, which `nox -s gpu` unpacks)"
+        ),
+    )
     return [pytest.param("flashinfer", marks=skip), pytest.param("triton")]
 
 

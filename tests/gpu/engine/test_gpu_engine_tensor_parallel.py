@@ -25,7 +25,8 @@ BF16_LOGITS = {"rtol": 5e-2, "atol": 5e-2}
 
 needs_two_gpus = pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-    reason=f"tensor-parallel GPU test: needs 2 CUDA devices, {torch.cuda.device_count()} visible",
+    reason=f"tensor-parallel GPU test: needs 2 CUDA devices, {torch.cuda.device_count()} visible; run `nox -s gpu` on "
+    "a machine with two GPUs",
 )
 pytestmark = [pytest.mark.gpu, needs_two_gpus]
 
@@ -60,7 +61,9 @@ def test_tp2_logits_match_tp1_within_bf16(preset: str) -> None:
 
 
 needs_flashinfer = pytest.mark.skipif(
-    importlib.util.find_spec("flashinfer") is None, reason="flashinfer is not installed (carry .whl)"
+    importlib.util.find_spec("flashinfer") is None,
+    reason="flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or put its wheels in "
+    ".whl/, which `nox -s gpu` unpacks)",
 )
 
 

@@ -36,7 +36,11 @@ from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
-        importlib.util.find_spec("flashinfer") is None, reason="flashinfer is not installed (carry .whl)"
+        importlib.util.find_spec("flashinfer") is None,
+        reason=(
+            "flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or "
+            "put its wheels in .whl/, which `nox -s gpu` unpacks)"
+        ),
     ),
 ]
 

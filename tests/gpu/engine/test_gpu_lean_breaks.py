@@ -26,6 +26,7 @@ from test_gpu_engine_graphs import (
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.benchmark import measure_host_costs, runner_replay_timeline
 from cudagraph.engine.testing import DispatchedOps, unbound_attention
+from cudagraph.runner import ReplayMetadata
 
 pytestmark = pytest.mark.gpu
 
@@ -44,7 +45,13 @@ ATTENTION = {
 
 
 def attention_params() -> list:
-    skip_flashinfer = pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+    skip_flashinfer = pytest.mark.skipif(
+        NO_FLASHINFER,
+        reason=(
+            "flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or "
+            "put its wheels in .whl/, which `nox -s gpu` unpacks)"
+        ),
+    )
     return [pytest.param("torch"), pytest.param("flashinfer", marks=skip_flashinfer), pytest.param("triton")]
 
 
@@ -106,7 +113,13 @@ def test_bound_and_dispatched_breakable_replays_agree_bit_for_bit(attention: str
         assert torch.equal(have, want)
 
 
-@pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+@pytest.mark.skipif(
+    NO_FLASHINFER,
+    reason=(
+        "flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or "
+        "put its wheels in .whl/, which `nox -s gpu` unpacks)"
+    ),
+)
 @pytest.mark.parametrize("batch_size", [1, 7, 32])
 def test_flashinfer_bound_launch_is_the_direct_kernel_call_and_equals_wrapper_run(batch_size: int) -> None:
     from cudagraph.engine.attention.flashinfer_kernel import _direct_launch, bind_decode_run
@@ -116,12 +129,14 @@ def test_flashinfer_bound_launch_is_the_direct_kernel_call_and_equals_wrapper_ru
         shape, attn_backend = flash.shape, flash.attn_backend
         batch = decode_batch_of_lengths(flash, context_lens(batch_size, 7), seed=batch_size)
         attn_backend.init_forward_metadata_replay_cuda_graph(
-            batch_size,
-            batch.req_pool_indices,
-            batch.seq_lens,
-            batch.seq_lens_sum,
-            batch.forward_mode,
-            seq_lens_cpu=batch.seq_lens_cpu,
+            ReplayMetadata(
+                batch_size,
+                batch.req_pool_indices,
+                batch.seq_lens,
+                batch.seq_lens_sum,
+                batch.forward_mode,
+                batch.seq_lens_cpu,
+            )
         )
         wrapper = attn_backend.decode_wrapper.wrapper
         q = torch.randn(batch_size, shape.num_heads * shape.head_dim, device="cuda").to(torch.bfloat16)
@@ -169,7 +184,13 @@ FULL_DECODE = CudaGraphConfig(
 )
 
 
-@pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+@pytest.mark.skipif(
+    NO_FLASHINFER,
+    reason=(
+        "flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or "
+        "put its wheels in .whl/, which `nox -s gpu` unpacks)"
+    ),
+)
 def test_flashinfer_replay_planning_launches_no_kernel_and_full_decode_matches_eager() -> None:
     """A decode graph lays its page table, indptr and last-page lengths out inside the graph, so re-planning it before
     a replay is host work and FlashInfer's one copy of its plan info: no gather or scatter kernel, no copy of the page
@@ -188,12 +209,14 @@ def test_flashinfer_replay_planning_launches_no_kernel_and_full_decode_matches_e
             activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
             with torch.profiler.profile(activities=activities) as profiler:
                 graphed.attn_backend.init_forward_metadata_replay_cuda_graph(
-                    bucket,
-                    static.req_pool_indices,
-                    static.seq_lens,
-                    batch.seq_lens_sum + (bucket - batch_size),
-                    batch.forward_mode,
-                    seq_lens_cpu=static.seq_lens_cpu,
+                    ReplayMetadata(
+                        bucket,
+                        static.req_pool_indices,
+                        static.seq_lens,
+                        batch.seq_lens_sum + (bucket - batch_size),
+                        batch.forward_mode,
+                        static.seq_lens_cpu,
+                    )
                 )
                 torch.cuda.synchronize()
             device_work = [e.name for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]

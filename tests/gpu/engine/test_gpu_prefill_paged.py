@@ -39,7 +39,13 @@ pytestmark = pytest.mark.gpu
 
 BF16_LOGITS = {"rtol": 2e-2, "atol": 2e-2}
 NO_FLASHINFER = importlib.util.find_spec("flashinfer") is None
-needs_flashinfer = pytest.mark.skipif(NO_FLASHINFER, reason="flashinfer is not installed (carry .whl)")
+needs_flashinfer = pytest.mark.skipif(
+    NO_FLASHINFER,
+    reason=(
+        "flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or "
+        "put its wheels in .whl/, which `nox -s gpu` unpacks)"
+    ),
+)
 # FlashInfer's kernels are built for head dims 64, 128 and 256; the tiny presets use 32.
 FLASHINFER_MODEL = model_config_from_preset("tiny-qwen3-random").with_overrides(head_dim=64)
 PAGE_SIZES = [1, 16]

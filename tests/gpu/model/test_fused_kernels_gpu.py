@@ -27,12 +27,19 @@ FUSED_SETS = [
     pytest.param(
         "flashinfer",
         marks=pytest.mark.skipif(
-            importlib.util.find_spec("flashinfer") is None, reason="flashinfer is not installed (carry .whl)"
+            importlib.util.find_spec("flashinfer") is None,
+            reason=(
+                "flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or "
+                "put its wheels in .whl/, which `nox -s gpu` unpacks)"
+            ),
         ),
     ),
     pytest.param(
         "triton",
-        marks=pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("triton") is None,
+            reason=("triton is not installed: pip install triton (CUDA builds of torch bring it)"),
+        ),
     ),
 ]
 

@@ -31,7 +31,9 @@ PROMPT = [7, 1021, 33, 480, 2900, 15, 15, 611, 3999, 204, 87, 1500]
 
 
 def _hf_config(name: str) -> object:
-    transformers = pytest.importorskip("transformers", reason="needs transformers on the GPU machine")
+    transformers = pytest.importorskip(
+        "transformers", reason=("compares with transformers: pip install transformers into the GPU interpreter")
+    )
     if name == "qwen3":
         return transformers.Qwen3Config(
             hidden_size=256,
@@ -82,7 +84,9 @@ def _hf_logits(hf_model: torch.nn.Module, token_ids: list[int]) -> torch.Tensor:
 
 def _checkpoints(directory: Path, name: str, dtype: torch.dtype) -> tuple[torch.nn.Module, CausalLM]:
     """A transformers model with random weights saved in ``dtype``, and the same checkpoint through our loader."""
-    transformers = pytest.importorskip("transformers", reason="needs transformers on the GPU machine")
+    transformers = pytest.importorskip(
+        "transformers", reason=("compares with transformers: pip install transformers into the GPU interpreter")
+    )
     torch.manual_seed(0)
     hf_model = transformers.AutoModelForCausalLM.from_config(_hf_config(name))
     _perturb_weights(hf_model, seed=1)

@@ -1,8 +1,9 @@
 """Primitives shared by every backend: breakable capture, capture-state flags, the forward context, the graph memory
-pool (``GraphPool``, the only owner of the allocator's pool hooks), capture options, gc freezing and weak references.
+pool (``GraphPool``, the only owner of the allocator's pool hooks), capture options, gc freezing, weak references,
+and bound Triton launches for eager breaks (``FastLauncher``, ``triton_launch``).
 
-Everything imports on a machine without CUDA; what needs a device (capturing, pools, memory readings) raises
-``CudaGraphsUnavailableError`` there.
+Everything imports on a machine without CUDA or Triton; what needs a device (capturing, pools, memory readings)
+raises ``CudaGraphsUnavailableError`` there, and without Triton a ``FastLauncher`` launches through the JIT call.
 """
 
 from .break_ops import (
@@ -64,11 +65,21 @@ from .memory import (
     weak_ref_tensors,
 )
 from .replay import graph_replay_fn
+from .triton_launch import (
+    NATIVE_LAUNCH_VERSIONS,
+    FastLauncher,
+    cdiv,
+    direct_launch,
+    launch_values_and_key,
+    next_power_of_2,
+    through_jit,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CAPTURE_ERROR_MODES",
+    "NATIVE_LAUNCH_VERSIONS",
     "BreakOptions",
     "BreakableCUDAGraph",
     "BreakableCaptureError",
@@ -78,6 +89,7 @@ __all__ = [
     "DeviceMemoryProbe",
     "EagerBreakFunction",
     "EagerCall",
+    "FastLauncher",
     "ForwardContext",
     "ForwardContextScope",
     "GraphDispatch",
@@ -92,8 +104,10 @@ __all__ = [
     "break_options",
     "breakable_capture",
     "capture_cuda_graph",
+    "cdiv",
     "compiled_model_forward",
     "default_capture_stream",
+    "direct_launch",
     "eager_break",
     "enable_tc_piecewise_cuda_graph",
     "enable_torch_compile_warmup",
@@ -112,8 +126,10 @@ __all__ = [
     "is_in_torch_compile_warmup",
     "is_out_of_memory",
     "is_split_op",
+    "launch_values_and_key",
     "model_capture_mode",
     "new_graph_pool",
+    "next_power_of_2",
     "read_device_memory",
     "register_break_op",
     "register_split_op",
@@ -123,6 +139,7 @@ __all__ = [
     "set_forward_context",
     "set_global_graph_memory_pool",
     "split_op",
+    "through_jit",
     "unregister_break_op",
     "unregister_split_op",
     "use_compiled_model_forward",

@@ -340,14 +340,6 @@ _UNUSED_COMPILE_SETTING = (
 )
 
 
-def _inductor_compiles(backends: Mapping[Phase, Backend], compiler: str, torch_compile_max_bs: int) -> bool:
-    """Whether some graph of the resolved config runs an inductor-compiled forward: full decode graphs with compiled
-    small buckets, or a tc_piecewise phase whose pieces inductor compiles."""
-    compiled_buckets = torch_compile_max_bs > 0 and backends[Phase.DECODE] is Backend.FULL
-    inductor_pieces = compiler == "inductor" and Backend.TC_PIECEWISE in backends.values()
-    return compiled_buckets or inductor_pieces
-
-
 def _compile_setting(key: str, resolution: _Resolution, compiles: bool) -> str | None:
     """A setting of the inductor-compiled forwards: ``torch_compile_mode`` (``None``: inductor's defaults) or
     ``compile_cache_dir`` (``None``: inductor's own).
@@ -400,20 +392,25 @@ def resolve(
     backends = {phase: _phase_backend(phase, resolution, environment, debug) for phase in Phase}
     decode, prefill = (_phase_config(phase, backends[phase], resolution, environment) for phase in Phase)
     compiler = str(resolution.value("tc_piecewise_compiler", TC_PIECEWISE_COMPILERS[0]))
-    torch_compile_max_bs = _torch_compile_max_bs(resolution)
-    compiles = _inductor_compiles(backends, compiler, torch_compile_max_bs)
-    torch_compile_mode = _compile_setting("torch_compile_mode", resolution, compiles)
-    compile_cache_dir = _compile_setting("compile_cache_dir", resolution, compiles)
     switches = {switch: bool(resolution.value(switch, False)) for switch in SWITCH_OPTIONS}
     config = CudaGraphConfig(
         decode=decode,
         prefill=prefill,
         tc_piecewise_compiler=compiler,
-        torch_compile_max_bs=torch_compile_max_bs,
-        torch_compile_mode=torch_compile_mode,
-        compile_cache_dir=compile_cache_dir,
-        sources=MappingProxyType(dict(sorted(resolution.sources.items(), key=lambda item: _key_order(item[0])))),
+        torch_compile_max_bs=_torch_compile_max_bs(resolution),
+        # Set below, once the config says whether anything compiles with inductor.
+        torch_compile_mode=None,
+        compile_cache_dir=None,
+        sources={},
         **switches,
+    )
+    # The compile settings are marked unused unless inductor compiles something: the config's own rule says whether.
+    compiles = config.model_forward_compiler == "inductor"
+    config = dataclasses.replace(
+        config,
+        torch_compile_mode=_compile_setting("torch_compile_mode", resolution, compiles),
+        compile_cache_dir=_compile_setting("compile_cache_dir", resolution, compiles),
+        sources=MappingProxyType(dict(sorted(resolution.sources.items(), key=lambda item: _key_order(item[0])))),
     )
     for level, line in [*_rule_lines(resolution.fired, environment), *resolution.logs]:
         logger.log(level, line)

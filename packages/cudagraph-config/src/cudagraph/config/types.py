@@ -95,6 +95,25 @@ class CudaGraphConfig:
         """The backend of ``phase``."""
         return self.for_phase(phase).backend
 
+    @property
+    def model_forward_compiler(self) -> str | None:
+        """The compiler the model forward goes through in some graph of this config, or ``None`` when every graph
+        captures the forward as written.
+
+        ``"inductor"``: full decode graphs with compiled small buckets (``torch_compile_max_bs`` above 0), or a
+        ``tc_piecewise`` phase whose pieces inductor compiles; ``"eager"``: a ``tc_piecewise`` phase with the eager
+        compiler (dynamo traces and splits the forward, inductor compiles nothing). Where both apply, inductor.
+
+        The one rule for two questions: whether dynamo traces the forward (not ``None``: an engine must then give it
+        kernels dynamo can trace) and whether inductor compiles anything (``"inductor"``: ``torch_compile_mode`` and
+        ``compile_cache_dir`` are used).
+        """
+        compiled_small_buckets = self.torch_compile_max_bs > 0 and self.decode.backend is Backend.FULL
+        tc_piecewise = any(self.backend(phase) is Backend.TC_PIECEWISE for phase in Phase)
+        if compiled_small_buckets or (tc_piecewise and self.tc_piecewise_compiler == "inductor"):
+            return "inductor"
+        return self.tc_piecewise_compiler if tc_piecewise else None
+
     def values(self) -> dict[str, object]:
         """Every value by its ``sources`` key, in display order: each phase's fields (``PHASE_FIELDS``), then the
         engine-wide settings."""

@@ -37,7 +37,7 @@ import torch
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Environment, Phase, add_cli_args, resolve
 from cudagraph.runner import ReplayMetrics
 
-from .attention import ATTENTION_BACKENDS, AttentionBackendUnavailableError
+from .attention import ATTENTION_BACKEND_CHOICES, AttentionBackendUnavailableError
 from .batch import SamplingParams
 from .benchmark import format_table, run_decode_bench
 from .distributed import (
@@ -156,7 +156,13 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto", help="compute dtype (auto: the checkpoint's)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--model-seed", type=int, default=0, help="seed of a preset's random weights")
-    parser.add_argument("--attention-backend", choices=sorted(ATTENTION_BACKENDS), default="torch")
+    parser.add_argument(
+        "--attention-backend",
+        choices=ATTENTION_BACKEND_CHOICES,
+        default="auto",
+        help="attention over the paged KV cache (auto: triton on CUDA with Triton and a power-of-two head_dim, then "
+        "flashinfer when installed and the model runs in float16/bfloat16, else torch; it logs which it took and why)",
+    )
     parser.add_argument(
         "--kernel-backend",
         choices=KERNEL_BACKEND_CHOICES,

@@ -97,17 +97,6 @@ class ModelShape:
         )
 
 
-COMPILING_BACKENDS = frozenset({Backend.TC_PIECEWISE})
-"""Graph backends that run the forward through ``torch.compile`` (its kernels must be traceable by dynamo)."""
-
-
-def compiles_model_forward(config: CudaGraphConfig) -> bool:
-    """Whether a phase of ``config`` runs ``ModelRunner.model_forward`` compiled (``COMPILING_BACKENDS``, or full
-    decode graphs with compiled small buckets)."""
-    compiled_small_buckets = config.torch_compile_max_bs > 0 and config.decode.backend is Backend.FULL
-    return compiled_small_buckets or any(config.backend(phase) in COMPILING_BACKENDS for phase in Phase)
-
-
 GRAPHS_NEED_CUDA = "CUDA graphs need a CUDA device; the model runs on {device}, so every {phase} step runs eagerly"
 
 
@@ -119,6 +108,8 @@ class ModelRunner:
 
     ``kernel_backend`` picks the model's kernel set (``model.kernel_backends``: ``auto``, ``torch``, ``flashinfer``)
     and sets it on the model; a forward a graph backend compiles (``tc_piecewise``) gets one dynamo can trace.
+    ``attention_backend`` is ``torch``, ``triton``, ``flashinfer`` or ``auto`` (the fastest that runs here,
+    ``attention.choice``; the CLI's default); ``attention_backend_name`` says which one is in use.
 
     On a tensor-parallel rank the model is that rank's shard: the KV cache and attention hold its heads
     (``model.local_config``), and ``capture_barrier`` (a host-side barrier of the group) is where the ranks meet
@@ -169,7 +160,8 @@ class ModelRunner:
         self.attn_backend = make_attention_backend(
             attention_backend, self.req_to_token_pool, self.token_to_kv_pool, self.shape
         )
-        self.attention_backend_name = attention_backend
+        self.attention_backend_name: str = getattr(self.attn_backend, "name", attention_backend)
+        """The attention backend in use (the one ``auto`` took, when asked for ``auto``)."""
         self.kernel_backend_name = kernel_backend
         self.check_graph_config(cuda_graph_config)
         self.kernels: LayerKernels = self.kernels_for(cuda_graph_config)
@@ -182,8 +174,9 @@ class ModelRunner:
 
     def kernels_for(self, config: CudaGraphConfig) -> LayerKernels:
         """The kernel set this engine's ``kernel_backend`` picks when its graphs follow ``config``: with ``auto``,
-        the torch set where a phase compiles the forward (dynamo cannot trace FlashInfer's functions)."""
-        return self._select_kernels(traced=compiles_model_forward(config))
+        the torch set where a graph compiles the forward (``config.model_forward_compiler``: dynamo cannot trace
+        FlashInfer's functions nor the Triton set's launches)."""
+        return self._select_kernels(traced=config.model_forward_compiler is not None)
 
     def traced_kernels(self) -> LayerKernels:
         """The kernel set this engine's ``kernel_backend`` picks for a forward that dynamo traces."""

@@ -2,8 +2,9 @@
 token count.
 
 A ``ForwardBatch`` enters a runner, is routed once (``route``: the bucket to replay, or why it runs eagerly), padded
-and copied into static buffers, the backend replays, and the logits come out sliced to the real batch; every step is
-counted in the runner's ``ReplayMetrics``. The engine-side contract is the ``Protocol``s in ``protocols``.
+and copied into static buffers, the attention backend's replay hook gets one ``ReplayMetadata``, the backend replays,
+and the logits come out sliced to the real batch; every step is counted in the runner's ``ReplayMetrics``. The
+engine-side contract is the ``Protocol``s in ``protocols``.
 """
 
 from .base import BaseCudaGraphRunner
@@ -14,6 +15,7 @@ from .memory_plan import CaptureMemoryEstimate, ProbeCapture
 from .metrics import BucketRow, EagerRow, ReplayMetrics
 from .prefill import PrefillCudaGraphRunner
 from .protocols import AttentionBackendLike, ModelRunnerLike, ReqToTokenPoolLike
+from .replay_metadata import ReplayMetadata, bind_replay_hook
 from .routing import EagerReason, Route, RouteTable
 from .stats import CaptureStats, ShapeCaptureStats
 
@@ -35,12 +37,14 @@ __all__ = [
     "ModelRunnerLike",
     "PrefillCudaGraphRunner",
     "ProbeCapture",
+    "ReplayMetadata",
     "ReplayMetrics",
     "ReqToTokenPoolLike",
     "Route",
     "RouteTable",
     "ShapeCaptureStats",
     "__version__",
+    "bind_replay_hook",
     "get_batch_sizes_to_capture",
     "pad_to_bucket",
 ]

@@ -44,6 +44,7 @@ from .memory_plan import (
 )
 from .metrics import ReplayMetrics
 from .protocols import ModelRunnerLike
+from .replay_metadata import ReplayHook, bind_replay_hook
 from .routing import EagerReason, Route, RouteTable, check_padding_ratio, padded_bucket
 from .static_buffers import StaticInputs
 from .stats import CaptureStats, ShapeCaptureStats
@@ -180,6 +181,9 @@ class BaseCudaGraphRunner(abc.ABC):
         self.metrics: ReplayMetrics = metrics if metrics is not None else ReplayMetrics(self.phase)
         """Replays per bucket and eager steps by reason, of every step this runner routed."""
         self.metrics.track_buckets(self.bucket_by_size)
+        self._replay_attn_metadata: ReplayHook = bind_replay_hook(model_runner.attn_backend)
+        """The attention backend's replay hook, taking one ``ReplayMetadata`` (a legacy positional hook adapted):
+        its signature is read here, once, never per step."""
         self._close_routes()
         self._buffers_allocated = False
         self._allocate_static_buffers()

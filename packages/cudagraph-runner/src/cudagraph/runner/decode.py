@@ -11,6 +11,7 @@ from cudagraph.config import Phase
 
 from .base import BaseCudaGraphRunner
 from .forward_batch import ForwardBatch, ForwardMode
+from .replay_metadata import ReplayMetadata
 from .routing import Route
 from .static_buffers import DECODE_FIELDS, StaticInputs
 
@@ -40,7 +41,6 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         )
         self.inputs.mirror_seq_lens_cpu = getattr(attn_backend, "needs_seq_lens_cpu", True)
         attn_backend.init_cuda_graph_state(self.max_size, self.max_size)
-        self._replay_attn_metadata = attn_backend.init_forward_metadata_replay_cuda_graph
         self._index_static_buckets(attn_backend)
 
     def _replay_reads_no_context(self) -> bool:
@@ -110,11 +110,13 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             else None
         )
         self._replay_attn_metadata(
-            bucket,
-            static_batch.req_pool_indices,
-            static_batch.seq_lens,
-            batch.seq_lens_sum + (bucket - batch_size) * inputs.seq_len_fill_value,
-            _DECODE,
-            seq_lens_cpu=host_seq_lens,
+            ReplayMetadata(
+                bucket,
+                static_batch.req_pool_indices,
+                static_batch.seq_lens,
+                batch.seq_lens_sum + (bucket - batch_size) * inputs.seq_len_fill_value,
+                _DECODE,
+                host_seq_lens,
+            )
         )
         return self._replay_bucket(bucket, static_bucket, batch_size)

@@ -19,6 +19,7 @@ from cudagraph.config import Phase
 
 from .base import BaseCudaGraphRunner
 from .forward_batch import PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
+from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
 from .static_buffers import EXTEND_FIELDS, StaticInputs
 
@@ -56,7 +57,6 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             seq_len_fill_value=attn_backend.get_cuda_graph_seq_len_fill_value(),
         )
         attn_backend.init_cuda_graph_state(self.max_requests, self.max_size)
-        self._replay_attn_metadata = attn_backend.init_forward_metadata_replay_cuda_graph
         self._attention_in_graph = self.attention_in_graph
         self._index_static_buckets(attn_backend)
 
@@ -139,13 +139,15 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         static_batch.extend_prefix_lens_cpu = batch.extend_prefix_lens_cpu
         static_batch.attn_metadata = None
         self._replay_attn_metadata(
-            route.requests,
-            static_batch.req_pool_indices,
-            static_batch.seq_lens,
-            batch.seq_lens_sum,
-            _EXTEND,
-            seq_lens_cpu=static_batch.seq_lens_cpu,
-            forward_batch=static_batch,
-            attention_in_graph=self._attention_in_graph,
+            ReplayMetadata(
+                route.requests,
+                static_batch.req_pool_indices,
+                static_batch.seq_lens,
+                batch.seq_lens_sum,
+                _EXTEND,
+                static_batch.seq_lens_cpu,
+                static_batch,
+                self._attention_in_graph,
+            )
         )
         return self._replay_bucket(bucket, static_bucket, batch_size)

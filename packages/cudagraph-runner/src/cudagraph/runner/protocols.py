@@ -7,6 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from .forward_batch import ForwardBatch, ForwardMode
+from .replay_metadata import ReplayMetadata
 
 
 @runtime_checkable
@@ -27,7 +28,8 @@ class AttentionBackendLike(Protocol):
     update state in place (static buffers sized by ``init_cuda_graph_state``): a graph keeps the addresses it saw.
 
     Optional attribute ``needs_seq_lens_cpu`` (default ``True``): ``False`` tells the decode runner the replay hook
-    never reads ``seq_lens_cpu``, so it skips keeping a padded host copy (one host copy less per step).
+    never reads ``ReplayMetadata.seq_lens_cpu``, so it skips keeping a padded host copy (one host copy less per
+    step).
     """
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
@@ -47,17 +49,15 @@ class AttentionBackendLike(Protocol):
     ) -> None:
         """Point the metadata at the static buffers of one shape about to be captured."""
 
-    def init_forward_metadata_replay_cuda_graph(
-        self,
-        batch_size: int,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_sum: int,
-        forward_mode: ForwardMode,
-        seq_lens_cpu: torch.Tensor | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Refresh the static metadata of one captured shape for the step about to be replayed."""
+    def init_forward_metadata_replay_cuda_graph(self, metadata: ReplayMetadata) -> None:
+        """Refresh the static metadata of one captured shape (``metadata.batch_size`` rows) for the step about to be
+        replayed.
+
+        Preferred: this one-argument form. A backend whose hook still takes the legacy positional arguments
+        ``(batch_size, req_pool_indices, seq_lens, seq_lens_sum, forward_mode, seq_lens_cpu=None, **kwargs)``, as
+        SGLang-style backends do, keeps working: the runner reads the hook's signature once, when it is built, and
+        calls it that way (``cudagraph.runner.replay_metadata.bind_replay_hook``).
+        """
 
     def get_cuda_graph_seq_len_fill_value(self) -> int:
         """The ``seq_len`` that makes a padded row harmless (it attends only to the scratch slot)."""

@@ -1,15 +1,19 @@
 """Attention backends over the paged KV cache and the registered attention operator the model calls.
 
 ``torch`` runs anywhere; ``flashinfer`` needs the optional ``flashinfer-python`` package and a CUDA device; ``triton``
-(decode and extend in one Triton kernel a layer each) needs Triton, which CUDA builds of torch ship with.
+(decode and extend in one Triton kernel a layer each) needs Triton, which CUDA builds of torch ship with. ``auto``
+(the CLI's default) takes the fastest that can run here: Triton, then FlashInfer, then torch (``choice``), and logs
+which one it took and why it passed over the others.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .choice import AUTO, AUTO_ORDER, AttentionTarget, choose_attention_backend
 from .op import attend, unified_attention
 from .torch_backend import DecodeMetadata, ExtendMetadata, TorchAttentionBackend
 
@@ -23,28 +27,36 @@ def _torch_backend(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, sh
     )
 
 
-def _optional_backend(
-    name: str, module_name: str, class_name: str, packages: tuple[str, ...], needs: str
-) -> Callable[..., Any]:
+@dataclass(frozen=True)
+class _OptionalBackend:
     """The factory of an attention backend on an optional dependency: ``module_name`` is imported only when the
-    backend is asked for, so the engine works without it; a missing module of ``packages`` is one
-    ``AttentionBackendUnavailableError`` saying what the backend ``needs`` (``{missing}``: the missing module)."""
+    backend is asked for (or ``auto`` considers it), so the engine works without it; a missing module of
+    ``packages`` is one ``AttentionBackendUnavailableError`` saying what the backend ``needs`` (``{missing}``: the
+    missing module)."""
 
-    def make(req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
+    name: str
+    module_name: str
+    class_name: str
+    packages: tuple[str, ...]
+    needs: str
+
+    def load(self) -> Any:
+        """The backend's class, its module imported now."""
         try:
-            module = importlib.import_module(module_name, __name__)
+            module = importlib.import_module(self.module_name, __name__)
         except ModuleNotFoundError as error:
-            if error.name is None or error.name.split(".")[0] not in packages:
+            if error.name is None or error.name.split(".")[0] not in self.packages:
                 raise
             raise AttentionBackendUnavailableError(
-                f"the {name} attention backend needs {needs.format(missing=error.name)}: "
-                f"pip install 'cudagraph-engine[{name}]', or use --attention-backend torch"
+                f"the {self.name} attention backend needs {self.needs.format(missing=error.name)}: "
+                f"pip install 'cudagraph-engine[{self.name}]', or use --attention-backend torch"
             ) from None
-        return getattr(module, class_name)(
+        return getattr(module, self.class_name)
+
+    def __call__(self, req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
+        return self.load()(
             req_to_token_pool, kv_pool, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.attention_scale
         )
-
-    return make
 
 
 class AttentionBackendUnavailableError(RuntimeError):
@@ -53,14 +65,14 @@ class AttentionBackendUnavailableError(RuntimeError):
 
 ATTENTION_BACKENDS: dict[str, Callable[..., Any]] = {
     "torch": _torch_backend,
-    "flashinfer": _optional_backend(
+    "flashinfer": _OptionalBackend(
         "flashinfer",
         ".flashinfer_backend",
         "FlashInferAttentionBackend",
         ("flashinfer", "tvm_ffi"),
         "the flashinfer-python package ({missing} is not installed)",
     ),
-    "triton": _optional_backend(
+    "triton": _OptionalBackend(
         "triton",
         ".triton_backend",
         "TritonAttentionBackend",
@@ -70,22 +82,46 @@ ATTENTION_BACKENDS: dict[str, Callable[..., Any]] = {
 }
 """Attention backend name -> factory ``(req_to_token_pool, kv_pool, model_shape)``."""
 
+ATTENTION_BACKEND_CHOICES = (AUTO, *ATTENTION_BACKENDS)
+"""Every accepted name (the CLI's ``--attention-backend`` choices)."""
+
+
+def attention_backend_installed(name: str) -> bool:
+    """Whether backend ``name``'s optional package imports here (its module is imported to find out)."""
+    factory = ATTENTION_BACKENDS[name]
+    if not isinstance(factory, _OptionalBackend):
+        return True
+    try:
+        factory.load()
+    except AttentionBackendUnavailableError:
+        return False
+    return True
+
 
 def make_attention_backend(name: str, req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
-    """The attention backend called ``name`` for this cache and model shape."""
+    """The attention backend called ``name`` for this cache and model shape; ``auto``: the first of ``AUTO_ORDER``
+    that can run here (``choice.choose_attention_backend``, which logs why)."""
+    if name == AUTO:
+        target = AttentionTarget(req_to_token_pool.req_to_token.device, kv_pool.dtype, shape.head_dim)
+        name = choose_attention_backend(target, attention_backend_installed)
     factory = ATTENTION_BACKENDS.get(name)
     if factory is None:
-        raise ValueError(f"unknown attention backend {name!r}; choose one of {sorted(ATTENTION_BACKENDS)}")
+        raise ValueError(f"unknown attention backend {name!r}; choose one of {list(ATTENTION_BACKEND_CHOICES)}")
     return factory(req_to_token_pool, kv_pool, shape)
 
 
 __all__ = [
     "ATTENTION_BACKENDS",
+    "ATTENTION_BACKEND_CHOICES",
+    "AUTO_ORDER",
     "AttentionBackendUnavailableError",
+    "AttentionTarget",
     "DecodeMetadata",
     "ExtendMetadata",
     "TorchAttentionBackend",
     "attend",
+    "attention_backend_installed",
+    "choose_attention_backend",
     "make_attention_backend",
     "unified_attention",
 ]

@@ -25,7 +25,9 @@ row as eager does (no partition that depends on the batch), ``fa2``'s CUDA-graph
 fixed per captured shape, and no wrapper allocates the 64 MiB of index scratch the ``fa3`` path asks for.
 
 A breakable capture binds each decode break to the graph wrapper's kernel launch (``flashinfer_kernel``), so a
-replayed break skips FlashInfer's Python ``run`` as well as the op's dispatch.
+replayed break skips FlashInfer's Python ``run`` as well as the op's dispatch. FlashInfer's private attributes are
+read (and its pinned workspace set) only through ``flashinfer_private``, which names the FlashInfer releases it was
+proven on.
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ import flashinfer
 import torch
 
 from cudagraph.backend_utils import is_capture_mode
-from cudagraph.runner import ForwardBatch, ForwardMode
+from cudagraph.runner import ForwardBatch, ForwardMode, ReplayMetadata
 
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
+from .choice import FLASHINFER_HEAD_DIMS
 from .flashinfer_kernel import bind_decode_run
+from .flashinfer_private import share_pinned_workspace
 from .paging import ExtendLengths, HostPages, lay_out_pages
 from .torch_backend import TorchAttentionBackend, _in_order
 
@@ -127,7 +131,7 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
     """Prefill ``full`` is refused for now: the per-bucket ``use_cuda_graph=True`` prefill wrappers below are built
     and planned, but replaying their capture faulted on the H100 (``cudaErrorInvalidAddressSpace``, FlashInfer 0.5.3,
     torch 2.11), so no engine takes that path until it is proven; eager and breakable extend use the same kernels."""
-    SUPPORTED_HEAD_DIMS = (64, 128, 256, 512)
+    SUPPORTED_HEAD_DIMS = FLASHINFER_HEAD_DIMS
     """Head sizes FlashInfer 0.5.3 can merge split attention for (its decode planner may split whatever we ask)."""
 
     def __init__(
@@ -207,12 +211,13 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
 
         The device buffers go through the public ``reset_workspace_buffer``. That method also gives the wrapper a
         fresh pinned host buffer, which plans stage their copies in; it is swapped for the shared one before any
-        plan has used it, the one place this module sets a FlashInfer attribute directly. Why: a pinned buffer that
-        async plan copies used must never be freed, as torch's pool-aware host allocator does not survive that when
-        a graph capture begins afterwards; per-wrapper buffers would be freed with their wrapper at shutdown.
+        plan has used it, through the adapter of FlashInfer's private attributes (``flashinfer_private``), which
+        fails plainly where the attribute is not FlashInfer 0.5's. Why: a pinned buffer that async plan copies used
+        must never be freed, as torch's pool-aware host allocator does not survive that when a graph capture begins
+        afterwards; per-wrapper buffers would be freed with their wrapper at shutdown.
         """
         wrapper.reset_workspace_buffer(self._workspaces.float_buffer, self._workspaces.int_buffer)
-        wrapper._pin_memory_int_workspace_buffer = self._workspaces.pinned_int_buffer
+        share_pinned_workspace(wrapper, self._workspaces.pinned_int_buffer)
         return wrapper
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
@@ -295,30 +300,23 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         self.decode_wrapper = self._graph_wrapper(batch_size)
         self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.pages_per_row, lay_out=False)
 
-    def init_forward_metadata_replay_cuda_graph(
-        self,
-        batch_size: int,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_sum: int,
-        forward_mode: ForwardMode,
-        seq_lens_cpu: torch.Tensor | None = None,
-        **kwargs: object,
-    ) -> None:
-        """Decode: re-plan the wrapper of ``batch_size`` for this step's lengths (host work, no device sync).
+    def init_forward_metadata_replay_cuda_graph(self, metadata: ReplayMetadata) -> None:
+        """Decode: re-plan the wrapper of ``metadata.batch_size`` rows for this step's lengths (host work, no device
+        sync).
 
-        Extend (``forward_batch`` is the runner's static batch, its host fields already this step's): with
-        ``attention_in_graph=True`` re-plan the bucket's graph wrapper for the real requests padded to
-        ``batch_size`` rows; otherwise plan the eager wrapper the attention break runs, for the real requests."""
+        Extend (``metadata.forward_batch`` is the runner's static batch, its host fields already this step's): with
+        ``attention_in_graph`` re-plan the bucket's graph wrapper for the real requests padded to ``batch_size``
+        rows; otherwise plan the eager wrapper the attention break runs, for the real requests."""
+        forward_mode, batch_size = metadata.forward_mode, metadata.batch_size
         if forward_mode.is_extend():
             self.decode_wrapper = None
-            batch = kwargs.get("forward_batch")
+            batch = metadata.forward_batch
             if not isinstance(batch, ForwardBatch):
-                raise TypeError("the extend replay hook needs forward_batch=<the static ForwardBatch>")
-            if kwargs.get("attention_in_graph"):
+                raise TypeError("the extend replay hook needs ReplayMetadata.forward_batch=<the static ForwardBatch>")
+            if metadata.attention_in_graph:
                 entry = self._graph_extend_wrapper(batch.num_tokens, batch_size)
                 lengths = ExtendLengths.of(batch, padded_rows=batch_size - batch.batch_size)
-                self._plan_extend(entry, req_pool_indices, seq_lens, lengths)
+                self._plan_extend(entry, metadata.req_pool_indices, metadata.seq_lens, lengths)
                 batch.attn_metadata = entry
             else:
                 batch.attn_metadata = self._plan_eager_extend(batch) if batch.batch_size else None
@@ -326,8 +324,9 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         if not forward_mode.is_decode():
             self.decode_wrapper = None
             return
+        seq_lens_cpu = metadata.seq_lens_cpu
         if seq_lens_cpu is None:
-            seq_lens_cpu = seq_lens.cpu()
+            seq_lens_cpu = metadata.seq_lens.cpu()
         self.decode_wrapper = self._graph_wrapper(batch_size)
         self._replan(self.decode_wrapper, seq_lens_cpu)
 

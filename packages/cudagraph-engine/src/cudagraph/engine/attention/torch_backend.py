@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from cudagraph.backend_utils import is_capture_mode
-from cudagraph.runner import ForwardBatch, ForwardMode
+from cudagraph.runner import ForwardBatch, ForwardMode, ReplayMetadata
 
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
 
@@ -170,18 +170,11 @@ class TorchAttentionBackend:
         """Decode: use the static view of ``batch_size`` rows (filled inside the captured forward)."""
         self.forward_metadata = self._graph_view(batch_size) if forward_mode.is_decode() else None
 
-    def init_forward_metadata_replay_cuda_graph(
-        self,
-        batch_size: int,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_sum: int,
-        forward_mode: ForwardMode,
-        seq_lens_cpu: torch.Tensor | None = None,
-        **kwargs: object,
-    ) -> None:
-        """Decode: point at the static view of ``batch_size`` rows; the graph refills it from the static inputs."""
-        self.forward_metadata = self._graph_view(batch_size) if forward_mode.is_decode() else None
+    def init_forward_metadata_replay_cuda_graph(self, metadata: ReplayMetadata) -> None:
+        """Decode: point at the static view of ``metadata.batch_size`` rows; the graph refills it from the static
+        inputs."""
+        decode = metadata.forward_mode.is_decode()
+        self.forward_metadata = self._graph_view(metadata.batch_size) if decode else None
 
     def get_cuda_graph_seq_len_fill_value(self) -> int:
         """1: a padded row attends to exactly one token, the scratch slot, so its softmax stays finite."""

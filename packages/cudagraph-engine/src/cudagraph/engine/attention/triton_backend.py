@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from cudagraph.runner import ForwardBatch, ForwardMode
+from cudagraph.runner import ForwardBatch, ForwardMode, ReplayMetadata
 
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
 from .torch_backend import TorchAttentionBackend, _in_order
@@ -89,16 +89,7 @@ class TritonAttentionBackend(TorchAttentionBackend):
         """Nothing: a captured decode reads the runner's static ``req_pool_indices`` and ``seq_lens``."""
         self.forward_metadata = None
 
-    def init_forward_metadata_replay_cuda_graph(
-        self,
-        batch_size: int,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_sum: int,
-        forward_mode: ForwardMode,
-        seq_lens_cpu: torch.Tensor | None = None,
-        **kwargs: object,
-    ) -> None:
+    def init_forward_metadata_replay_cuda_graph(self, metadata: ReplayMetadata) -> None:
         """Nothing: the runner has copied the step into the static tensors the captured launches read."""
         self.forward_metadata = None
 

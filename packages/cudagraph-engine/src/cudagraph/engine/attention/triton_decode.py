@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..triton_launch import FastLauncher, next_power_of_2
+from cudagraph.backend_utils import FastLauncher, next_power_of_2
 
 
 @triton.jit
@@ -257,8 +257,8 @@ class PagedDecodeKernel:
         seq_lens: torch.Tensor,
     ) -> Callable[[], None]:
         """The call ``self(q, kv_buffer, ...)`` as a zero-argument launch with every argument taken now, straight to
-        the compiled kernel's launcher on CUDA (``triton_launch.direct_launch``): for tensors that keep their shapes
-        and addresses, a graph's static buffers."""
+        the compiled kernel's launcher on CUDA (``cudagraph.backend_utils.direct_launch``): for tensors that keep
+        their shapes and addresses, a graph's static buffers."""
         if not q.shape[0]:
             return _nothing
         grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, req_pool_indices, seq_lens)

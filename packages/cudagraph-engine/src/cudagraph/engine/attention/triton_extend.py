@@ -22,9 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
+from cudagraph.backend_utils import FastLauncher, cdiv, next_power_of_2
 from cudagraph.runner import PADDING_REQ_POOL_INDEX, ForwardBatch
 
-from ..triton_launch import FastLauncher, cdiv, next_power_of_2
 from .triton_decode import online_softmax_step
 
 

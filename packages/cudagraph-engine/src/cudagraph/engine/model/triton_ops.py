@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..triton_launch import FastLauncher, cdiv, next_power_of_2
+from cudagraph.backend_utils import FastLauncher, cdiv, next_power_of_2
 
 
 @triton.jit
@@ -208,7 +208,8 @@ _LAUNCH_RMS_NORM = FastLauncher(_rms_norm_kernel)
 _LAUNCH_QK_NORM_ROPE = FastLauncher(_qk_norm_rope_kernel)
 _LAUNCH_GEMV = FastLauncher(_gemv_kernel)
 _LAUNCH_SILU_AND_MUL = FastLauncher(_silu_and_mul_kernel)
-"""Each kernel's launcher: Triton's JIT work done once per specialization, not once per launch (``triton_launch``)."""
+"""Each kernel's launcher: Triton's JIT work done once per specialization, not once per launch
+(``cudagraph.backend_utils.FastLauncher``)."""
 
 
 @dataclass(frozen=True)

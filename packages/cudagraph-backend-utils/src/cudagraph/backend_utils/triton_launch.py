@@ -1,17 +1,60 @@
-"""Launching Triton kernels without Triton's JIT call on the hot path.
+"""Bound Triton launches: a Triton kernel launched without Triton's JIT call on the hot path, for the eager breaks of
+a breakable graph and for eager steps.
 
 Triton's JIT call (``kernel[grid](*args)``) binds every argument, works out its specialization and looks the
-compiled kernel up on every launch: about 60 µs of host time a launch on the H100 machine's host, so 10 ms of host
-time for an eager batch-1 decode step of 174 launches against 1 ms of GPU time. ``FastLauncher`` keys the compiled
-kernels itself, on what Triton specializes a launch on (``launch_values_and_key``: each tensor's dtype and 16-byte
-alignment, each integer's equality to 1, divisibility by 16 and width, each other argument's type), compiles
-through the JIT once per key, and then calls the compiled kernel's C launcher. ``direct_launch`` goes further for
-arguments that keep their addresses (a breakable graph's static buffers): everything but the stream is taken once,
-at bind.
+compiled kernel up on every launch: about 60 µs of host time a launch on the H100 machine's host (10 ms for the
+reference engine's eager batch-1 decode step of 174 launches, against 1 ms of GPU time). Two ways around it, for
+any ``@triton.jit`` kernel whose constexprs are its trailing parameters:
 
-Where the shortcut is not known to hold, launches go through the JIT: under Triton's interpreter (the CPU tests),
-on a Triton outside ``NATIVE_LAUNCH_VERSIONS``, for a compiled kernel that needs scratch memory, and while Triton's
-launch hooks are set (a profiler reading them).
+- ``FastLauncher(kernel)(grid, args, constexprs, num_warps)`` keys the compiled kernels itself, on what Triton
+  specializes a launch on (``launch_values_and_key``: each tensor's dtype and 16-byte alignment, each integer's
+  equality to 1, divisibility by 16 and width, each other argument's type), compiles through the JIT once per key,
+  and then calls the compiled kernel's C launcher: for launches whose tensors change from call to call.
+- ``FastLauncher.bind(...)`` (or ``direct_launch``) takes every argument once and returns a zero-argument callable
+  that only asks for the current stream and calls the launcher: for tensors that keep their addresses, as a
+  breakable graph's static buffers do. A break op's ``ReplayBinder`` (``register_break_op(op, replay_binder=...)``)
+  returns it, so a replayed break is one C call.
+
+The shortcut calls the C entry point of Triton's compiled launcher with the argument layout of the Triton releases
+it was proven on (``NATIVE_LAUNCH_VERSIONS``: 3.6.x). Everywhere else a launch goes through Triton's own path, with
+the same result: the JIT call on any other Triton release, under Triton's interpreter (``TRITON_INTERPRET=1``, the
+CPU tests), for a compiled kernel that needs scratch memory, while Triton's launch hooks are set (a profiler reads
+them), inside ``through_jit()``, and for a kernel whose constexprs are not its trailing parameters.
+
+Without Triton this module imports all the same (it imports Triton on first use, never at import): ``cdiv``,
+``next_power_of_2``, ``through_jit`` and ``launch_values_and_key`` work, a ``FastLauncher`` launches every call
+through ``kernel[grid](...)`` and ``bind`` binds that call, and ``direct_launch`` returns None. It never allocates,
+synchronizes or captures anything itself.
+
+Example (the package README's, run on CPU under ``TRITON_INTERPRET=1`` by the tests and through the C launcher on a
+CUDA device by the GPU tests)::
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    from cudagraph.backend_utils import FastLauncher
+
+
+    @triton.jit
+    def scale_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
+
+
+    launch_scale = FastLauncher(scale_kernel)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: under TRITON_INTERPRET=1, through the JIT call
+    x = torch.randn(5000, device=device)
+    out = torch.empty_like(x)
+    grid = (triton.cdiv(x.numel(), 1024),)
+    launch_scale(grid, (x, out, x.numel(), 2.0), {"BLOCK": 1024}, num_warps=4)
+    torch.testing.assert_close(out, 2 * x)
+
+    # Bound once (what a break's replay binder returns): each call only reads the current stream and launches.
+    triple_x = launch_scale.bind(grid, (x, out, x.numel(), 3.0), {"BLOCK": 1024}, num_warps=4)
+    triple_x()
+    torch.testing.assert_close(out, 3 * x)
 """
 
 from __future__ import annotations
@@ -25,14 +68,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import triton
+
+__all__ = [
+    "NATIVE_LAUNCH_VERSIONS",
+    "FastLauncher",
+    "cdiv",
+    "direct_launch",
+    "launch_values_and_key",
+    "next_power_of_2",
+    "through_jit",
+]
 
 _LOG = logging.getLogger(__name__)
 
 NATIVE_LAUNCH_VERSIONS = ("3.6.",)
-"""Triton releases whose compiled launcher's C entry point takes the argument layout used here (grid, stream,
-function, cooperative and PDL flags, two scratch buffers, packed metadata, launch metadata, two hooks, then the
-kernel's arguments in signature order) and whose specialization ``launch_values_and_key`` mirrors."""
+"""Triton releases (version prefixes) whose compiled launcher's C entry point takes the argument layout used here
+(grid, stream, function, cooperative and PDL flags, two scratch buffers, packed metadata, launch metadata, two hooks,
+then the kernel's arguments in signature order) and whose specialization ``launch_values_and_key`` mirrors. Proven on
+Triton 3.6.0 (H100, torch 2.11); any other release launches through the JIT call."""
 
 _INT32 = range(-(2**31), 2**31)
 _UINT64_HIGH = range(2**63, 2**64)
@@ -71,19 +124,66 @@ def launch_values_and_key(args: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
     return values, key
 
 
-def launch_prefix(function: int, cooperative: int, pdl: int, metadata: Any) -> tuple[Any, ...]:
+@functools.cache
+def _triton() -> Any | None:
+    """The ``triton`` module, imported on first use (importing this package never imports Triton, which reads
+    ``TRITON_INTERPRET`` once, when it is first imported), or None where Triton is not installed."""
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton
+
+
+def _proven_triton() -> bool:
+    """Whether the installed Triton is one of ``NATIVE_LAUNCH_VERSIONS`` (read at each bind, not at import)."""
+    triton = _triton()
+    return triton is not None and str(getattr(triton, "__version__", "")).startswith(NATIVE_LAUNCH_VERSIONS)
+
+
+@functools.cache
+def _runtime_knobs() -> Any | None:
+    """Triton's runtime settings, where its launch hooks are set (None without Triton or on one without ``knobs``:
+    then hooks cannot be read, and launches go through the JIT call)."""
+    return getattr(getattr(_triton(), "knobs", None), "runtime", None)
+
+
+@functools.cache
+def _interpreted_types() -> tuple[type, ...]:
+    """The kernel type of Triton's interpreter (``TRITON_INTERPRET=1``): launched on CPU tensors, through its JIT
+    call."""
+    if _triton() is None:
+        return ()
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return ()
+    return (InterpretedFunction,)
+
+
+def _hooked(hook: object) -> bool:
+    """Whether a Triton launch hook is set: a callable, or a chain of them (Triton 3.5+) that is not empty."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _launch_hooks_set(runtime: Any) -> bool:
+    """Whether a launch must go through Triton's path because launch hooks are (or may be) set on ``runtime``."""
+    return runtime is None or _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
+
+
+def _launch_prefix(function: int, cooperative: int, pdl: int, metadata: Any) -> tuple[Any, ...]:
     """What the C launcher takes between the stream and the kernel's arguments: the function, the cooperative-grid
     and PDL flags, no global or profile scratch, the packed metadata, no launch metadata and no hooks."""
     return (function, cooperative, pdl, None, None, metadata, None, None, None)
 
 
 @dataclass(frozen=True)
-class CompiledLaunch:
+class _CompiledLaunch:
     """A compiled kernel's C launcher and what it takes besides the grid, the stream and the runtime arguments."""
 
     c_launch: Callable[..., None]
     prefix: tuple[Any, ...]
-    """``launch_prefix`` of the compiled kernel."""
+    """``_launch_prefix`` of the compiled kernel."""
     constexprs: tuple[Any, ...]
     """The constexpr values, in the kernel's signature order (after its runtime arguments)."""
 
@@ -97,7 +197,7 @@ def _native_launch(launcher: object) -> tuple[Callable[..., None], int, int] | N
     """The C entry point of a compiled kernel's launcher with its cooperative-grid and PDL flags, where calling it
     directly is what the launcher's Python ``__call__`` would do: a Triton of ``NATIVE_LAUNCH_VERSIONS`` and a
     kernel that needs no global or profile scratch (the ``__call__`` allocates those per launch). None otherwise."""
-    if not triton.__version__.startswith(NATIVE_LAUNCH_VERSIONS):
+    if not _proven_triton():
         return None
     c_launch = getattr(launcher, "launch", None)
     flags = (getattr(launcher, "launch_cooperative_grid", None), getattr(launcher, "launch_pdl", None))
@@ -115,20 +215,6 @@ def _compile(
     return compiled.result() if hasattr(compiled, "result") else compiled
 
 
-def _hooked(hook: object) -> bool:
-    """Whether a Triton launch hook is set: a callable, or a chain of them (Triton 3.5+) that is not empty."""
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
-_RUNTIME_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)
-"""Triton's runtime settings, where its launch hooks are set (None on a Triton without ``knobs``)."""
-
-
-def _launch_hooks_set() -> bool:
-    runtime = _RUNTIME_KNOBS
-    return runtime is None or _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
-
-
 def _current_stream_getter() -> Callable[[int], int]:
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is not None:
@@ -139,18 +225,6 @@ def _current_stream_getter() -> Callable[[int], int]:
 _current_raw_stream = _current_stream_getter()
 """CUDA device index -> the current stream's handle: torch's direct call where it has one (what Triton's own launch
 path uses), with no ``Stream`` object made per launch."""
-
-
-def _interpreted_types() -> tuple[type, ...]:
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-    except ImportError:
-        return ()
-    return (InterpretedFunction,)
-
-
-_INTERPRETED = _interpreted_types()
-"""The kernel type of Triton's interpreter (``TRITON_INTERPRET=1``): launched on CPU tensors, through its JIT call."""
 
 _current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 """The current CUDA device's index (the device Triton's JIT launches on)."""
@@ -166,7 +240,7 @@ _THROUGH_JIT = _JitSwitch()
 @contextlib.contextmanager
 def through_jit() -> Iterator[None]:
     """Inside the block, every ``FastLauncher`` call in this thread launches through Triton's JIT call (to compare
-    against Triton's own path, or to time it: ``bench/bench_launch.py``). Bound launches made before are unchanged."""
+    against Triton's own path, or to time it: ``bench/bench_launch.py``). Launches bound before are unchanged."""
     before, _THROUGH_JIT.on = _THROUGH_JIT.on, True
     try:
         yield
@@ -177,25 +251,30 @@ def through_jit() -> Iterator[None]:
 class FastLauncher:
     """``kernel[grid](*args, **constexprs, num_warps=...)`` without the JIT call's per-launch work (see the module).
 
-    Call it with the runtime arguments in the kernel's signature order and the constexprs by name; every
-    constexpr follows the runtime arguments in the kernel's signature (a kernel declared otherwise always launches
-    through the JIT)."""
+    Call it with the runtime arguments in the kernel's signature order and the constexprs by name; every constexpr
+    follows the runtime arguments in the kernel's signature (a kernel declared otherwise always launches through the
+    JIT). Compiled kernels are kept per specialization for the launcher's lifetime: make one launcher per kernel, at
+    import, not one per call. Launches on the current CUDA device and stream, as the JIT call does.
+    """
+
+    __slots__ = ("_compiled", "_runtime", "jit_only", "kernel")
 
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
-        self.jit_only = (
-            isinstance(kernel, _INTERPRETED)
-            or not hasattr(kernel, "warmup")
-            or not triton.__version__.startswith(NATIVE_LAUNCH_VERSIONS)
+        """The ``@triton.jit`` kernel (or anything launched as ``kernel[grid](*args, **kwargs)``)."""
+        self.jit_only: bool = (
+            isinstance(kernel, _interpreted_types()) or not hasattr(kernel, "warmup") or not _proven_triton()
         )
-        """Every launch goes through the JIT (Triton's interpreter, or a Triton this shortcut was not checked on)."""
-        self._compiled: dict[Hashable, CompiledLaunch | None] = {}
+        """Every launch goes through the JIT call: Triton's interpreter, no Triton, or a Triton release outside
+        ``NATIVE_LAUNCH_VERSIONS``."""
+        self._runtime = _runtime_knobs()
+        self._compiled: dict[Hashable, _CompiledLaunch | None] = {}
 
     def __call__(
         self, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int = 4
     ) -> None:
         """Launch ``kernel`` over ``grid`` on the current stream."""
-        if self.jit_only or _THROUGH_JIT.on or _launch_hooks_set():
+        if self.jit_only or _THROUGH_JIT.on or _launch_hooks_set(self._runtime):
             self.kernel[grid](*args, **constexprs, num_warps=num_warps)
             return
         device = _current_device()
@@ -212,7 +291,7 @@ class FastLauncher:
 
     def _native(
         self, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int
-    ) -> CompiledLaunch | None:
+    ) -> _CompiledLaunch | None:
         """The C launch of these arguments' compiled kernel, or None where it must go through the JIT."""
         names = list(self.kernel.arg_names)
         if sorted(names[len(args) :]) != sorted(constexprs):
@@ -224,15 +303,15 @@ class FastLauncher:
             return None
         c_launch, cooperative, pdl = native
         tail = tuple(constexprs[name] for name in names[len(args) :])
-        return CompiledLaunch(
-            c_launch, launch_prefix(compiled.function, cooperative, pdl, compiled.packed_metadata), tail
+        return _CompiledLaunch(
+            c_launch, _launch_prefix(compiled.function, cooperative, pdl, compiled.packed_metadata), tail
         )
 
     def bind(
         self, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int = 4
     ) -> Callable[[], None]:
-        """The launch with every argument taken now (``direct_launch``), or a JIT call with them bound where that
-        is unavailable: for tensors that keep their addresses."""
+        """The launch with every argument taken now (``direct_launch``), or the JIT call with them bound where that
+        is unavailable (``jit_only``, or ``direct_launch`` gave None): for tensors that keep their addresses."""
         if not self.jit_only:
             direct = direct_launch(self.kernel, grid, args, constexprs, num_warps)
             if direct is not None:
@@ -244,13 +323,18 @@ def direct_launch(
     kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int
 ) -> Callable[[], None] | None:
     """``kernel[grid](*args, **constexprs, num_warps=num_warps)`` compiled now and bound to its launcher, or None
-    where this Triton's compiled kernels lack the launch API used here (the caller then launches through the JIT).
+    where Triton is absent or this Triton's compiled kernels lack the launch API used here (the caller then
+    launches through the JIT call; ``FastLauncher.bind`` does).
 
     Each launch only asks for the current stream and calls the compiled kernel's launcher, with the tensors passed
-    as the device addresses they have now (no pointer check per launch either); where ``_native_launch`` allows, it
-    calls the launcher's C entry point itself, skipping the launcher's Python frame and its per-launch scratch
-    lookups. For tensors that stay where they are (a breakable graph's static buffers and views). Where Triton's
-    launch hooks are set (a profiler), launches go through the compiled kernel's own runner, which calls them."""
+    as the device addresses they have now (no pointer check per launch either): for tensors that stay where they are
+    (a breakable graph's static buffers and views). On a Triton of ``NATIVE_LAUNCH_VERSIONS`` and a kernel that
+    needs no scratch memory it calls the launcher's C entry point itself, skipping the launcher's Python frame and
+    its per-launch scratch lookups; otherwise it calls the launcher's Python ``__call__``. Where Triton's launch
+    hooks are set when it binds (a profiler), launches go through the compiled kernel's own runner, which calls
+    them."""
+    if _triton() is None:
+        return None
     try:
         compiled = _compile(kernel, grid, args, constexprs, num_warps)
         runner = compiled[grid]
@@ -260,7 +344,7 @@ def direct_launch(
         return None
     values = {**dict(zip(kernel.arg_names, args, strict=False)), **constexprs}
     bound = tuple(v.data_ptr() if isinstance(v, torch.Tensor) else v for v in (values[n] for n in kernel.arg_names))
-    if _launch_hooks_set():
+    if _launch_hooks_set(_runtime_knobs()):
         return functools.partial(runner, *bound)
     device = next(arg.device for arg in args if isinstance(arg, torch.Tensor))
     current_stream = functools.partial(_current_raw_stream, device.index)
@@ -268,7 +352,7 @@ def direct_launch(
     native = _native_launch(launcher)
     if native is not None:
         c_launch, cooperative, pdl = native
-        after_stream = (*launch_prefix(function, cooperative, pdl, metadata), *bound)
+        after_stream = (*_launch_prefix(function, cooperative, pdl, metadata), *bound)
 
         def launch_native() -> None:
             c_launch(grid_x, grid_y, grid_z, current_stream(), *after_stream)

@@ -1,18 +1,21 @@
-"""The Triton launchers without the JIT call, against fakes of Triton's compiled-kernel API: which compiled kernel
-a launch uses (one per specialization), the argument layout of the C launcher, and every way back to the JIT call.
-The GPU tests run the real kernels through them (``tests/engine_model/test_triton_kernels.py`` on a CUDA device)."""
+"""``cudagraph.backend_utils.triton_launch`` against fakes of Triton's compiled-kernel API: which compiled kernel a
+launch uses (one per specialization), the argument layout of the C launcher, and every way back to the JIT call.
+Real kernels run through it on CPU under Triton's interpreter (``test_backend_utils_readme.py``, the engine's kernel
+tests) and natively on a CUDA device (``tests/gpu/engine/test_gpu_triton_launch.py``); without Triton in
+``test_without_cuda.py``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-pytest.importorskip("triton", reason="the launchers drive Triton kernels")
+pytest.importorskip(
+    "triton", reason=("the launchers drive Triton kernels: pip install triton (CUDA builds of torch bring it)")
+)
 
 import triton
 
-from cudagraph.engine import triton_launch
-from cudagraph.engine.triton_launch import FastLauncher, direct_launch, launch_values_and_key
+from cudagraph.backend_utils import FastLauncher, direct_launch, launch_values_and_key, triton_launch
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,161 @@
+"""The adapter of FlashInfer's private attributes: its errors against stand-in wrappers (anywhere), and, where
+flashinfer is installed, that the installed release is the one it was proven on and still sets every attribute it
+reads (a FlashInfer that moves one fails here, naming it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from cudagraph.engine.attention.flashinfer_private import (
+    DECODE_WRAPPER_ATTRIBUTES,
+    PINNED_WORKSPACE,
+    PROVEN_ON,
+    PROVEN_RANGE,
+    FlashInferPrivateApiError,
+    direct_decode_launch,
+    in_proven_range,
+    read_private,
+    share_pinned_workspace,
+    utils_helpers,
+)
+
+INSTALL_HINT = "pip install flashinfer-python (or carry .whl) to check FlashInfer's private attributes"
+
+
+def _flashinfer_unavailable() -> str | None:
+    """Why flashinfer cannot be imported here (the skip reason), or None."""
+    if importlib.util.find_spec("flashinfer") is None:
+        return INSTALL_HINT
+    try:
+        importlib.import_module("flashinfer")
+    except Exception as error:  # installed for another interpreter or torch build: say so, and how to get one
+        return f"{INSTALL_HINT} (flashinfer does not import here: {type(error).__name__}: {error})"
+    return None
+
+
+_UNAVAILABLE = _flashinfer_unavailable()
+NEEDS_FLASHINFER = pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or "")
+
+
+class StandInWrapper:
+    """An object with the attributes a planned FlashInfer 0.5.3 CUDA-graph decode wrapper has, less ``without``."""
+
+    def __init__(self, *without: str) -> None:
+        for attr in DECODE_WRAPPER_ATTRIBUTES:
+            if attr.name not in without:
+                setattr(self, attr.name, None)
+
+
+def test_the_adapter_names_a_missing_plan_attribute_the_method_and_the_proven_range() -> None:
+    wrapper = StandInWrapper("_plan_info")
+    with pytest.raises(FlashInferPrivateApiError) as raised:
+        read_private(wrapper, [attr.name for attr in DECODE_WRAPPER_ATTRIBUTES])
+    message = str(raised.value)
+    assert message.startswith("FlashInfer's StandInWrapper has no _plan_info (set by plan(): plan the wrapper before")
+    assert PROVEN_RANGE in message and f"proven on {PROVEN_ON}" in message
+    assert "cudagraph.engine.attention.flashinfer_private" in message
+
+
+def test_every_missing_attribute_is_named_at_once() -> None:
+    with pytest.raises(FlashInferPrivateApiError, match=r"has no _kv_layout \(set by __init__;.*, _sm_scale \(set by"):
+        read_private(StandInWrapper("_kv_layout", "_sm_scale"), ["_kv_layout", "_backend", "_sm_scale"])
+
+
+def test_the_direct_launch_reads_through_the_adapter_before_anything_else() -> None:
+    """A wrapper of another FlashInfer is one clear error (which ``flashinfer_kernel`` turns into ``wrapper.run``),
+    raised before any FlashInfer helper is imported."""
+    tensor = torch.zeros(1, 2, 8)
+    with pytest.raises(FlashInferPrivateApiError, match="has no _cached_module"):
+        direct_decode_launch(StandInWrapper("_cached_module"), tensor, torch.zeros(1, 2, 1, 2, 8), tensor)
+
+
+def test_sharing_the_pinned_workspace_needs_the_attribute() -> None:
+    pinned = torch.zeros(4, dtype=torch.uint8)
+    wrapper = StandInWrapper()
+    share_pinned_workspace(wrapper, pinned)
+    assert vars(wrapper)[PINNED_WORKSPACE] is pinned
+    renamed = StandInWrapper(PINNED_WORKSPACE)
+    with pytest.raises(FlashInferPrivateApiError, match=f"has no {PINNED_WORKSPACE} \\(set by __init__"):
+        share_pinned_workspace(renamed, pinned)
+    assert PINNED_WORKSPACE not in vars(renamed), "nothing is set on a wrapper that would not read it"
+
+
+@pytest.mark.parametrize(
+    ("version", "inside"),
+    [
+        ("0.5.3", True),
+        ("0.5.9", True),
+        ("0.5.3+cu130", True),
+        ("0.5.2", False),
+        ("0.6.0", False),
+        ("0.6.0rc1", False),
+        ("1.0", False),
+        ("unknown", False),
+    ],
+)
+def test_the_proven_range_has_an_upper_bound(version: str, inside: bool) -> None:
+    assert PROVEN_RANGE == ">=0.5.3,<0.6"
+    assert in_proven_range(version) is inside
+
+
+# -- where flashinfer is installed ------------------------------------------------------------------------------------
+
+
+@NEEDS_FLASHINFER
+def test_the_installed_flashinfer_is_in_the_proven_range() -> None:
+    import flashinfer
+
+    version = str(getattr(flashinfer, "__version__", "unknown"))
+    assert in_proven_range(version), (
+        f"flashinfer {version} is outside {PROVEN_RANGE}, the releases whose private attributes "
+        "cudagraph.engine.attention.flashinfer_private was proven on: run this file and "
+        "tests/gpu/engine/test_gpu_flashinfer_private.py with it, then move PROVEN_RANGE"
+    )
+
+
+@NEEDS_FLASHINFER
+def test_the_private_helpers_are_in_flashinfer_utils() -> None:
+    helpers = utils_helpers()
+    assert isinstance(helpers, SimpleNamespace)
+    assert helpers.TensorLayout.NHD.value is not None
+
+
+def _assigns(source: str, name: str) -> bool:
+    return re.search(rf"self\.{re.escape(name)}\s*(:[^=\n]*)?=(?!=)", source) is not None
+
+
+@NEEDS_FLASHINFER
+@pytest.mark.parametrize("attr", DECODE_WRAPPER_ATTRIBUTES, ids=lambda attr: attr.name)
+def test_the_decode_wrapper_still_sets_each_attribute_the_adapter_reads(attr) -> None:
+    """Read from FlashInfer's source, so it needs no device: the method the table names still assigns the
+    attribute."""
+    import flashinfer
+
+    method = getattr(flashinfer.BatchDecodeWithPagedKVCacheWrapper, attr.set_by, None)
+    assert method is not None, (
+        f"flashinfer {flashinfer.__version__}: BatchDecodeWithPagedKVCacheWrapper has no {attr.set_by}, which set "
+        f"{attr.name} in {PROVEN_ON} ({attr.use}); update cudagraph.engine.attention.flashinfer_private"
+    )
+    assert _assigns(inspect.getsource(method), attr.name), (
+        f"flashinfer {flashinfer.__version__}: BatchDecodeWithPagedKVCacheWrapper.{attr.set_by} no longer sets "
+        f"{attr.name}, which the engine reads for {attr.use} (proven on {PROVEN_ON}, range {PROVEN_RANGE}); update "
+        "cudagraph.engine.attention.flashinfer_private"
+    )
+
+
+def test_the_source_check_tells_an_assignment_from_a_comparison_or_a_rename() -> None:
+    source = (
+        "def __init__(self):\n"
+        "    self._plan_info_v2 = None\n"
+        "    self._kv_layout: str = 'NHD'\n"
+        "    if self._backend == 'fa2':\n"
+        "        pass\n"
+    )
+    assert _assigns(source, "_kv_layout")
+    assert not _assigns(source, "_plan_info") and not _assigns(source, "_backend")
