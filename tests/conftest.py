@@ -1,8 +1,14 @@
-"""Shared test configuration: GPU tests skip with a reason where CUDA is absent; hypothesis profiles; Triton's
-interpreter on machines without an NVIDIA device (so the Triton kernels' tests run on CPU tensors)."""
+"""Shared test configuration: GPU tests skip with one reason where CUDA is absent; hypothesis profiles; Triton's
+interpreter on machines without an NVIDIA device (so the Triton kernels' tests run on CPU tensors).
+
+Hypothesis profiles: ``ci`` (the default, 200 examples), ``dev`` (50) and ``deep`` (5,000; what
+``nox -s property -- --hypothesis-profile=deep`` and ``.ci/run`` use). ``HYPOTHESIS_PROFILE=NAME`` or pytest's
+``--hypothesis-profile=NAME`` picks one; a test's own ``@settings(max_examples=...)`` takes precedence over it.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -21,9 +27,10 @@ settings.register_profile("dev", max_examples=50, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@functools.cache
 def _cuda_unavailable_reason() -> str | None:
     if importlib.util.find_spec("torch") is None:
-        return "GPU test: torch is not installed"
+        return "GPU test: torch is not installed here; run `nox -s gpu` on a CUDA machine with a CUDA build of torch"
     import torch
 
     if not torch.cuda.is_available():
@@ -31,13 +38,15 @@ def _cuda_unavailable_reason() -> str | None:
     return None
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark GPU tests skipped, with the reason, when this machine has no CUDA device."""
-    if not any(item.get_closest_marker("gpu") for item in items):
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a GPU test where CUDA is absent, before its own skip marks (flashinfer, two devices) are read.
+
+    Raised here rather than added as a mark so that pytest folds every such skip into one summary line (a mark's skip
+    is reported at each test's own line), and so that a CPU machine says "no CUDA" rather than "no flashinfer".
+    """
+    if item.get_closest_marker("gpu") is None:
         return
     reason = _cuda_unavailable_reason()
-    if reason is None:
-        return
-    for item in items:
-        if item.get_closest_marker("gpu"):
-            item.add_marker(pytest.mark.skip(reason=reason))
+    if reason is not None:
+        pytest.skip(reason)

@@ -7,6 +7,7 @@ The slow check (build every sdist and wheel, install each distribution alone, im
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 
@@ -15,6 +16,13 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from .workspace import ROOT, dunder_versions, load_distributions
+
+# The Pythons the distributions declare and CI runs: the noxfile's PYTHONS, read without importing nox.
+PYTHONS = next(
+    ast.literal_eval(node.value)
+    for node in ast.parse((ROOT / "noxfile.py").read_text()).body
+    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "PYTHONS"
+)
 
 DISTRIBUTIONS = load_distributions()
 MODULE_TO_DISTRIBUTION = {dist.module: name for name, dist in DISTRIBUTIONS.items()}
@@ -55,7 +63,8 @@ def test_version_has_one_source(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
 def test_metadata_a_wheel_needs(name: str) -> None:
-    """LICENSE (the repository's), README, classifiers, Requires-Python and project URLs, the same in all seven."""
+    """LICENSE (the repository's), README, classifiers and Requires-Python, the same in all seven; no project URLs
+    until the repository has a public home (README, "Where it lives"), never a placeholder."""
     dist = DISTRIBUTIONS[name]
     project = dist.pyproject["project"]
     assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
@@ -64,8 +73,10 @@ def test_metadata_a_wheel_needs(name: str) -> None:
     assert project["requires-python"] == ">=3.10"
     assert "Typing :: Typed" in project["classifiers"] and (dist.source / "py.typed").is_file()
     assert not [c for c in project["classifiers"] if c.startswith("License ::")], "license expression says it"
-    assert set(project["urls"]) == {"Homepage", "Source", "Changelog", "Issues"}
-    assert project["urls"]["Source"].endswith("/" + str(dist.directory.relative_to(ROOT)))
+    assert [c for c in project["classifiers"] if c.startswith("Programming Language :: Python :: 3.")] == [
+        f"Programming Language :: Python :: {version}" for version in PYTHONS
+    ], "the classifiers name the Pythons CI runs (PYTHONS in noxfile.py)"
+    assert "urls" not in project, "no public repository yet: README, 'Where it lives', says when to add the URLs"
 
 
 @pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
@@ -155,3 +166,12 @@ def test_imports_without_torch(module: str) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_the_github_matrices_run_the_declared_pythons() -> None:
+    """Every ``python:`` matrix in the CI workflow lists exactly the Pythons the distributions declare."""
+    workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    matrices = re.findall(r"^\s+python: \[(.*)\]$", workflow, re.M)
+    assert matrices, "ci.yml lost its python matrices"
+    for matrix in matrices:
+        assert [version.strip().strip('"') for version in matrix.split(",")] == list(PYTHONS)

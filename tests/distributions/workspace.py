@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
 from packaging.requirements import Requirement
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: cudagraph-config requires tomli there, and `nox -s packaging` installs it
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 

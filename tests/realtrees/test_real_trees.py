@@ -1,6 +1,7 @@
 """``cudagraph-migrate`` on released SGLang trees: what it writes imports, parses, leaves other programs alone, and
-is idempotent. The trees come from ``python tests/realtrees/trees.py fetch`` (``nox -s tests`` runs it); without
-them (offline) these tests skip, saying so.
+is idempotent. The trees come from ``python tests/realtrees/trees.py fetch``; ``nox -s realtrees`` fetches them and
+runs these tests (``nox -s tests`` leaves them out: they take minutes). Without a tree they skip, saying why and what
+to do.
 
 "Legacy references" below are from-imports of a legacy module and ``import legacy.module`` statements, split into
 those the packages can take over (a symbol row, or a name the new module exports) and those that must stay (a name
@@ -28,7 +29,7 @@ from cudagraph.migrate.verify import cudagraph_references
 
 from .trees import TREES, RealTree
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtrees]
 
 TABLE = load_renames()
 EXPORTS = load_exports()
@@ -119,7 +120,7 @@ class Migrated:
 def migrated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Migrated:
     tree: RealTree = request.param
     if not tree.ready():
-        pytest.skip(f"{tree.name} is not in {tree.path().parent} (offline?): python tests/realtrees/trees.py fetch")
+        pytest.skip(tree.unavailable_reason())
     copy = tmp_path_factory.mktemp(tree.name) / "tree"
     shutil.copytree(tree.path(), copy)
     result = subprocess.run([*MIGRATE, str(copy)], capture_output=True, text=True, timeout=1200)
@@ -198,16 +199,19 @@ def test_a_second_run_changes_nothing(migrated: Migrated) -> None:
     assert again.returncode == 0, again.stdout[-2000:]
 
 
-def test_an_already_migrated_tree_comes_out_unchanged(migrated: Migrated) -> None:
-    if not migrated.tree.already_migrated:
-        pytest.skip(f"{migrated.tree.name} still uses the legacy names")
-    assert migrated.changed_files() == []
+def test_an_already_migrated_tree_comes_out_unchanged_and_a_legacy_one_does_not(migrated: Migrated) -> None:
+    if migrated.tree.already_migrated:
+        assert migrated.changed_files() == []
+    else:
+        assert migrated.changed_files(), f"{migrated.tree.name} uses the legacy names: the migration must change it"
 
 
 def test_migrated_test_files_still_collect_where_they_did(migrated: Migrated) -> None:
     tests = [relative for relative in migrated.changed_files() if Path(relative).name.startswith("test_")]
     if not tests:
-        pytest.skip(f"the migration changed no test file of {migrated.tree.name}")
+        pytest.skip(
+            f"nothing to check (nothing to do): the migration changed no test_*.py file of {migrated.tree.name}"
+        )
     assert _collection_errors(migrated.copy, tests) <= _collection_errors(migrated.original, tests)
 
 
