@@ -129,17 +129,7 @@ def prepare_graph_metadata(model_runner: ModelRunner, batch: ForwardBatch) -> No
 
 def refresh_graph_metadata(model_runner: ModelRunner, batch: ForwardBatch) -> None:
     """Refresh the static attention state for ``batch`` before a replay (the replay hook, one ``ReplayMetadata``)."""
-    model_runner.attn_backend.init_forward_metadata_replay_cuda_graph(
-        ReplayMetadata(
-            batch.batch_size,
-            batch.req_pool_indices,
-            batch.seq_lens,
-            batch.seq_lens_sum,
-            batch.forward_mode,
-            batch.seq_lens_cpu,
-            batch if batch.forward_mode.is_extend() else None,
-        )
-    )
+    model_runner.attn_backend.init_forward_metadata_replay_cuda_graph(ReplayMetadata.of_batch(batch))
 
 
 def warm_up(model_runner: ModelRunner, batch: ForwardBatch, runs: int = 2) -> None:

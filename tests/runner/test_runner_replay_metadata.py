@@ -224,3 +224,20 @@ def test_the_hook_is_inspected_once_when_the_runner_is_built(monkeypatch: pytest
     for batch_size in (1, 3, 5):
         runner.replay(decode_batch(model_runner, batch_size))
     assert len(inspected) == 1 and len(heard.legacy) == 3
+
+
+def test_the_metadata_of_a_batch_names_its_own_rows_and_an_extend_batch_itself() -> None:
+    model_runner = make_model_runner()
+    decode = decode_batch(model_runner, 3)
+    metadata = ReplayMetadata.of_batch(decode)
+    assert (metadata.batch_size, metadata.seq_lens_sum, metadata.forward_mode) == (
+        3,
+        decode.seq_lens_sum,
+        decode.forward_mode,
+    )
+    assert metadata.seq_lens is decode.seq_lens and metadata.req_pool_indices is decode.req_pool_indices
+    assert metadata.forward_batch is None and metadata.attention_in_graph is False
+    requests = admit(model_runner, prompts_of([4, 2]))
+    extend = make_extend_batch(requests, model_runner.device)
+    metadata = ReplayMetadata.of_batch(extend, attention_in_graph=True)
+    assert metadata.forward_batch is extend and metadata.attention_in_graph and metadata.batch_size == 2

@@ -38,16 +38,7 @@ def test_a_planned_graph_wrapper_has_every_private_attribute_the_adapter_reads()
     with engine(FLASHINFER_MODEL, EAGER, attention="flashinfer", dtype="bfloat16") as flash:
         attn_backend = flash.attn_backend
         batch = decode_batch_of_lengths(flash, [5, 17, 33], seed=0)
-        attn_backend.init_forward_metadata_replay_cuda_graph(
-            ReplayMetadata(
-                batch.batch_size,
-                batch.req_pool_indices,
-                batch.seq_lens,
-                batch.seq_lens_sum,
-                batch.forward_mode,
-                batch.seq_lens_cpu,
-            )
-        )
+        attn_backend.init_forward_metadata_replay_cuda_graph(ReplayMetadata.of_batch(batch))
         wrapper = attn_backend.decode_wrapper.wrapper
         settings = read_private(wrapper, [attr.name for attr in DECODE_WRAPPER_ATTRIBUTES])  # raises naming any missing
         assert settings[PINNED_WORKSPACE] is attn_backend._workspaces.pinned_int_buffer

@@ -128,16 +128,7 @@ def test_flashinfer_bound_launch_is_the_direct_kernel_call_and_equals_wrapper_ru
         fill_cache(flash, seed=23)
         shape, attn_backend = flash.shape, flash.attn_backend
         batch = decode_batch_of_lengths(flash, context_lens(batch_size, 7), seed=batch_size)
-        attn_backend.init_forward_metadata_replay_cuda_graph(
-            ReplayMetadata(
-                batch_size,
-                batch.req_pool_indices,
-                batch.seq_lens,
-                batch.seq_lens_sum,
-                batch.forward_mode,
-                batch.seq_lens_cpu,
-            )
-        )
+        attn_backend.init_forward_metadata_replay_cuda_graph(ReplayMetadata.of_batch(batch))
         wrapper = attn_backend.decode_wrapper.wrapper
         q = torch.randn(batch_size, shape.num_heads * shape.head_dim, device="cuda").to(torch.bfloat16)
         want, have = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))

@@ -68,6 +68,22 @@ class ReplayMetadata:
     """Prefill: whether attention was captured inside the graph (``full``, which replays the backend's per-bucket
     state) or runs as an eager break (``breakable``, ``tc_piecewise``); always ``False`` for decode."""
 
+    @classmethod
+    def of_batch(cls, batch: ForwardBatch, *, attention_in_graph: bool = False) -> ReplayMetadata:
+        """The metadata of ``batch`` taken as it is (no padded rows added): its own size, tensors and lengths; an
+        extend batch is also the ``forward_batch``. For code that drives a backend's hook itself (benchmarks,
+        tests); runners build theirs from the bucket's static batch."""
+        return cls(
+            batch.batch_size,
+            batch.req_pool_indices,
+            batch.seq_lens,
+            batch.seq_lens_sum,
+            batch.forward_mode,
+            batch.seq_lens_cpu,
+            batch if batch.forward_mode.is_extend() else None,
+            attention_in_graph,
+        )
+
 
 ReplayHook = Callable[[ReplayMetadata], None]
 """What a runner calls before each replay: the backend's hook, or the adapter of a legacy one."""
