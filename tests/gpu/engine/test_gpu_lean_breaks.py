@@ -122,7 +122,8 @@ def test_bound_and_dispatched_breakable_replays_agree_bit_for_bit(attention: str
 )
 @pytest.mark.parametrize("batch_size", [1, 7, 32])
 def test_flashinfer_bound_launch_is_the_direct_kernel_call_and_equals_wrapper_run(batch_size: int) -> None:
-    from cudagraph.engine.attention.flashinfer_kernel import _direct_launch, bind_decode_run
+    from cudagraph.engine.attention.flashinfer_kernel import bind_decode_run
+    from cudagraph.engine.attention.flashinfer_private import direct_decode_launch
 
     with engine(FLASHINFER_MODEL, EAGER, attention="flashinfer", dtype="bfloat16") as flash:
         fill_cache(flash, seed=23)
@@ -135,7 +136,7 @@ def test_flashinfer_bound_launch_is_the_direct_kernel_call_and_equals_wrapper_ru
         query, paged_kv, out = attn_backend._decode_views(q, want, shape.num_layers - 1)
         wrapper.run(query, paged_kv, out=out)
         query, paged_kv, out = attn_backend._decode_views(q, have, shape.num_layers - 1)
-        assert _direct_launch(wrapper, query, paged_kv, out) is not None, "the graph wrapper binds the kernel itself"
+        assert direct_decode_launch(wrapper, query, paged_kv, out) is not None, "the graph wrapper binds the kernel itself"
         bind_decode_run(wrapper, query, paged_kv, out)()
         assert torch.equal(have, want)
         release_decode_batch(flash, batch)
