@@ -136,7 +136,8 @@ def test_flashinfer_bound_launch_is_the_direct_kernel_call_and_equals_wrapper_ru
         query, paged_kv, out = attn_backend._decode_views(q, want, shape.num_layers - 1)
         wrapper.run(query, paged_kv, out=out)
         query, paged_kv, out = attn_backend._decode_views(q, have, shape.num_layers - 1)
-        assert direct_decode_launch(wrapper, query, paged_kv, out) is not None, "the graph wrapper binds the kernel itself"
+        direct = direct_decode_launch(wrapper, query, paged_kv, out)
+        assert direct is not None, "the graph wrapper binds the kernel itself"
         bind_decode_run(wrapper, query, paged_kv, out)()
         assert torch.equal(have, want)
         release_decode_batch(flash, batch)
