@@ -7,10 +7,19 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import re
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: cudagraph-config requires tomli there
+    import tomli as tomllib
 
 from cudagraph.engine.attention.flashinfer_private import (
     DECODE_WRAPPER_ATTRIBUTES,
@@ -105,6 +114,17 @@ def test_the_proven_range_has_an_upper_bound(version: str, inside: bool) -> None
 
 
 # -- where flashinfer is installed ------------------------------------------------------------------------------------
+
+
+def test_the_engines_flashinfer_extra_asks_for_the_proven_range() -> None:
+    """The range users install (``cudagraph-engine[flashinfer]``) is the range the adapter was proven on."""
+    pyproject = Path(__file__).resolve().parents[2] / "packages" / "cudagraph-engine" / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["flashinfer"]
+    requirement = next(Requirement(text) for text in extras if Requirement(text).name == "flashinfer-python")
+    assert requirement.specifier == SpecifierSet(PROVEN_RANGE), (
+        f"cudagraph-engine[flashinfer] asks for flashinfer-python{requirement.specifier}, the adapter is proven on "
+        f"{PROVEN_RANGE}: move both together"
+    )
 
 
 @NEEDS_FLASHINFER
