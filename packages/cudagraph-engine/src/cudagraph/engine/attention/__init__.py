@@ -8,11 +8,11 @@ which one it took and why it passed over the others.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..optional_import import import_optional
 from .choice import AUTO, AUTO_ORDER, AttentionTarget, choose_attention_backend
 from .op import attend, unified_attention
 from .torch_backend import DecodeMetadata, ExtendMetadata, TorchAttentionBackend
@@ -42,16 +42,14 @@ class _OptionalBackend:
 
     def load(self) -> Any:
         """The backend's class, its module imported now."""
-        try:
-            module = importlib.import_module(self.module_name, __name__)
-        except ModuleNotFoundError as error:
-            if error.name is None or error.name.split(".")[0] not in self.packages:
-                raise
-            raise AttentionBackendUnavailableError(
-                f"the {self.name} attention backend needs {self.needs.format(missing=error.name)}: "
-                f"pip install 'cudagraph-engine[{self.name}]', or use --attention-backend torch"
-            ) from None
+        module = import_optional(self.module_name, __name__, provided_by=self.packages, unavailable=self._unavailable)
         return getattr(module, self.class_name)
+
+    def _unavailable(self, missing: str) -> AttentionBackendUnavailableError:
+        return AttentionBackendUnavailableError(
+            f"the {self.name} attention backend needs {self.needs.format(missing=missing)}: "
+            f"pip install 'cudagraph-engine[{self.name}]', or use --attention-backend torch"
+        )
 
     def __call__(self, req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
         return self.load()(

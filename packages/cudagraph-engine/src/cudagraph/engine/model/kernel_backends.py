@@ -11,7 +11,6 @@ that installs it), else the first condition that fails, and what to use instead.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from types import MappingProxyType
 
 import torch
 
+from ..optional_import import import_optional
 from .config import ModelConfig
 from .kernels import TORCH_KERNELS, LayerKernels
 
@@ -63,16 +63,14 @@ KernelFactory = Callable[[KernelTarget], LayerKernels]
 @dataclass(frozen=True)
 class KernelBackend:
     """A registry row: the set's name, its conditions, and ``load()``, which imports what the set needs (raising
-    ``ModuleNotFoundError`` when ``package`` is missing) and returns its factory."""
+    ``KernelBackendUnavailableError`` when ``package`` is missing: ``optional_import.import_optional``) and returns
+    its factory."""
 
     name: str
     requirements: tuple[Requirement, ...]
     load: Callable[[], KernelFactory]
     package: str | None = None
     """The optional distribution the set imports, named in the error when it is missing."""
-    modules: tuple[str, ...] = ()
-    """Top-level modules of ``package`` (and of what it needs): a ``ModuleNotFoundError`` for one of them means the
-    package is missing."""
 
     def unmet(self, target: KernelTarget) -> Requirement | None:
         """The first condition ``target`` fails, or ``None``."""
@@ -133,12 +131,21 @@ def _load_torch() -> KernelFactory:
     return lambda target: TORCH_KERNELS
 
 
-def _fused_set_loader(module_name: str, class_name: str) -> Callable[[], KernelFactory]:
-    """``load`` of a fused set: import ``module_name`` (an optional dependency, imported only when the set is
-    chosen, so the engine works without it) and build ``class_name`` from it, warmed up for the target."""
+def _fused_set_loader(
+    name: str, package: str, provided_by: tuple[str, ...], module_name: str, class_name: str
+) -> Callable[[], KernelFactory]:
+    """``load`` of a fused set: import ``module_name`` (on the optional ``package``, imported only when the set is
+    chosen, so the engine works without it; ``import_optional`` turns its absence into one
+    ``KernelBackendUnavailableError``) and build ``class_name`` from it, warmed up for the target."""
+
+    def unavailable(missing: str) -> KernelBackendUnavailableError:
+        return KernelBackendUnavailableError(
+            f"the {name} kernels need the {package} package ({missing} is not installed): "
+            f"pip install 'cudagraph-engine[{name}]', or use --kernel-backend torch"
+        )
 
     def load() -> KernelFactory:
-        module = importlib.import_module(module_name, __package__)
+        module = import_optional(module_name, __package__, provided_by=provided_by, unavailable=unavailable)
 
         def build(target: KernelTarget) -> LayerKernels:
             kernels = getattr(module, class_name)()
@@ -156,12 +163,16 @@ KERNEL_BACKENDS: Mapping[str, KernelBackend] = MappingProxyType(
         "flashinfer": KernelBackend(
             "flashinfer",
             FLASHINFER_REQUIREMENTS,
-            _fused_set_loader(".flashinfer_kernels", "FlashInferKernels"),
+            _fused_set_loader(
+                "flashinfer", "flashinfer-python", ("flashinfer", "tvm_ffi"), ".flashinfer_kernels", "FlashInferKernels"
+            ),
             "flashinfer-python",
-            ("flashinfer", "tvm_ffi"),
         ),
         "triton": KernelBackend(
-            "triton", TRITON_REQUIREMENTS, _fused_set_loader(".triton_kernels", "TritonKernels"), "triton", ("triton",)
+            "triton",
+            TRITON_REQUIREMENTS,
+            _fused_set_loader("triton", "triton", ("triton",), ".triton_kernels", "TritonKernels"),
+            "triton",
         ),
     }
 )
@@ -172,26 +183,6 @@ AUTO_ORDER = ("triton", "flashinfer", "torch")
 
 KERNEL_BACKEND_CHOICES = (AUTO, *KERNEL_BACKENDS)
 """Every accepted name (the CLI's ``--kernel-backend`` choices)."""
-
-
-def _missing_package(error: ModuleNotFoundError, backend: KernelBackend) -> KernelBackendUnavailableError | None:
-    """The one-line error for a missing optional package, or ``None`` when ``error`` is about something else."""
-    if backend.package is None or error.name is None or error.name.partition(".")[0] not in backend.modules:
-        return None
-    return KernelBackendUnavailableError(
-        f"the {backend.name} kernels need the {backend.package} package ({error.name} is not installed): "
-        f"pip install 'cudagraph-engine[{backend.name}]', or use --kernel-backend torch"
-    )
-
-
-def _load(backend: KernelBackend) -> KernelFactory:
-    try:
-        return backend.load()
-    except ModuleNotFoundError as error:
-        unavailable = _missing_package(error, backend)
-        if unavailable is None:
-            raise
-        raise unavailable from None
 
 
 def select_kernels(name: str, target: KernelTarget) -> LayerKernels:
@@ -205,7 +196,7 @@ def select_kernels(name: str, target: KernelTarget) -> LayerKernels:
     backend = KERNEL_BACKENDS.get(name)
     if backend is None:
         raise KernelBackendError(f"unknown kernel backend {name!r}; choose one of {', '.join(KERNEL_BACKEND_CHOICES)}")
-    factory = _load(backend)
+    factory = backend.load()
     unmet = backend.unmet(target)
     if unmet is not None:
         raise KernelBackendError(
@@ -223,7 +214,7 @@ def _select_auto(target: KernelTarget) -> LayerKernels:
             passed_over.append(f"{name} needs {unmet.needs}, but {unmet.found(target)}")
             continue
         try:
-            factory = _load(backend)
+            factory = backend.load()
         except KernelBackendUnavailableError:
             passed_over.append(f"{name} needs the {backend.package} package, which is not installed")
             continue
