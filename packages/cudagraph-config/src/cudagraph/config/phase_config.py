@@ -7,6 +7,7 @@ Never imports torch.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .memory_budget import MemoryBudget
@@ -14,6 +15,18 @@ from .vocabulary import Backend
 
 PHASE_FIELDS: tuple[str, ...] = ("backend", "buckets", "max_size", "max_padding_ratio", "memory_budget")
 """The fields of a ``PhaseConfig``, in display order; ``<phase>.<field>`` is each one's key in ``sources``."""
+
+
+def smallest_bucket_holding(buckets: Sequence[int], size: int) -> int | None:
+    """The smallest of ``buckets`` (ascending) that holds a batch of ``size``, or ``None`` when ``size`` exceeds
+    them all: the padding rule, here for ``PhaseConfig.bucket_for`` and the runners alike.
+
+    Example:
+        >>> smallest_bucket_holding((1, 2, 4, 8), 3), smallest_bucket_holding((1, 2, 4, 8), 9)
+        (4, None)
+    """
+    index = bisect.bisect_left(buckets, size)
+    return buckets[index] if index < len(buckets) else None
 
 
 def exceeds_padding_ratio(size: int, bucket: int, max_padding_ratio: float | None) -> bool:
@@ -63,8 +76,7 @@ class PhaseConfig:
         """
         if not self.enabled or size < 1:
             return None
-        index = bisect.bisect_left(self.buckets, size)
-        if index == len(self.buckets):
+        bucket = smallest_bucket_holding(self.buckets, size)
+        if bucket is None:
             return None
-        bucket = self.buckets[index]
         return None if exceeds_padding_ratio(size, bucket, self.max_padding_ratio) else bucket

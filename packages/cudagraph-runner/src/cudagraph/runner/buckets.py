@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 
 from cudagraph.config import CudaGraphConfig
+from cudagraph.config.phase_config import smallest_bucket_holding
 
 
 def pad_to_bucket(buckets: Sequence[int], size: int) -> int | None:
-    """The smallest bucket that holds ``size`` (``buckets`` ascending), or ``None`` when ``size`` exceeds them all."""
-    index = bisect.bisect_left(buckets, size)
-    return buckets[index] if index < len(buckets) else None
+    """The smallest bucket that holds ``size`` (``buckets`` ascending), or ``None`` when ``size`` exceeds them all
+    (the config's one padding rule, ``smallest_bucket_holding``)."""
+    return smallest_bucket_holding(buckets, size)
 
 
 def get_batch_sizes_to_capture(config: CudaGraphConfig) -> list[int]:
