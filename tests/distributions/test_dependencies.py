@@ -33,6 +33,13 @@ PACKAGE_TO_DISTRIBUTION = {f"cudagraph.{dist.module}": name for name, dist in DI
 IMPORT_NAMES = {"flashinfer-python": "flashinfer", "pyyaml": "yaml"}
 """Import names of third-party distributions where they differ from the distribution's name."""
 
+STDLIB_SINCE = {"tomllib": (3, 11)}
+"""Standard-library modules newer than the oldest Python the distributions support (3.10), with the version that
+added them: the source imports them behind a version check, so they are standard library on every interpreter this
+test runs on, even one where ``sys.stdlib_module_names`` does not list them yet."""
+
+STANDARD_LIBRARY = frozenset(sys.stdlib_module_names) | STDLIB_SINCE.keys()
+
 DECLARED_NOT_IMPORTED = {
     ("cudagraph-backend-utils", "numpy"): (
         "torch imports without numpy but warns 'Failed to initialize NumPy' (torch does not declare it); every "
@@ -137,7 +144,7 @@ def distribution_of(imported: str, dist: Distribution, owners: dict[str, str]) -
     """The distribution providing the module ``imported``: a workspace sibling, a declared third-party
     distribution, or (undeclared) the import's top-level name; None for the standard library and ``dist`` itself."""
     top = imported.split(".")[0]
-    if top == "__future__" or top in sys.stdlib_module_names:
+    if top == "__future__" or top in STANDARD_LIBRARY:
         return None
     if top == "cudagraph":
         package = ".".join(imported.split(".")[:2])
@@ -226,3 +233,11 @@ def test_an_undeclared_import_and_an_unused_declaration_are_named(tmp_path: Path
         "made-up does not declare numpy, which src/cudagraph/made_up/optional.py imports",
         "made-up does not declare yaml, which src/cudagraph/made_up/core.py imports",
     ]
+
+
+@pytest.mark.parametrize("module", sorted(STDLIB_SINCE))
+def test_each_newer_standard_library_module_is_standard_library_from_its_version(module: str) -> None:
+    if sys.version_info >= STDLIB_SINCE[module]:
+        assert module in sys.stdlib_module_names
+    else:
+        assert module not in sys.stdlib_module_names, f"{module} is standard library here: drop it from STDLIB_SINCE"
