@@ -25,7 +25,7 @@ from bench_kernels import graph_time_us
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(path) for path in sorted(ROOT.glob("packages/*/src"))]
 
-from cudagraph.engine.attention.triton_decode import DECODE_TILE, DecodeTile, PagedDecodeKernel  # noqa: E402
+from cudagraph.engine.kernels.triton.decode_attention import DECODE_TILE, DecodeTile, PagedDecodeKernel  # noqa: E402
 from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool  # noqa: E402
 from cudagraph.engine.model import model_config_from_preset  # noqa: E402
 

@@ -30,7 +30,8 @@ from cudagraph.engine.benchmark import (
     profile_runner_replay,
     runner_replay_timeline,
 )
-from cudagraph.engine.model import KERNEL_BACKEND_CHOICES, model_config_from_preset, random_model
+from cudagraph.engine.kernels import KERNEL_BACKEND_CHOICES
+from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
 TARGETS = {

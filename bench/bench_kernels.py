@@ -27,8 +27,8 @@ import triton
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(path) for path in sorted(ROOT.glob("packages/*/src"))]
 
+from cudagraph.engine.kernels.triton.ops import GemvTile, gemv, gemv_tile, silu_and_mul  # noqa: E402
 from cudagraph.engine.model import model_config_from_preset  # noqa: E402
-from cudagraph.engine.model.triton_ops import GemvTile, gemv, gemv_tile, silu_and_mul  # noqa: E402
 
 SWEEP_BLOCK_N = (2, 4, 8)
 SWEEP_BLOCK_K = (512, 1024, 2048, 4096)

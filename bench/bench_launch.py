@@ -6,7 +6,7 @@
 The kernel has the engine's projection's shape of argument list (tensors, integers, a float, constexprs last). Each
 figure is the median over ``--repeats`` of ``--launches`` back-to-back launches timed on the host while the device
 is kept busy by a sleep queued first (so no launch waits for the device), divided by the launches. The engine's own
-``triton_ops.gemv`` (a batch-1 projection with its output allocation) is timed the same way, through
+``kernels.triton.ops.gemv`` (a batch-1 projection with its output allocation) is timed the same way, through
 ``FastLauncher`` and forced through the JIT call. Prints the table and the ratios to the JIT call, writes JSON.
 Needs CUDA and Triton.
 """
@@ -28,7 +28,7 @@ sys.path[:0] = [str(path) for path in sorted(ROOT.glob("packages/*/src"))]
 
 from cudagraph.backend_utils import FastLauncher, through_jit  # noqa: E402
 from cudagraph.engine.benchmark import host_time_us  # noqa: E402
-from cudagraph.engine.model import triton_ops  # noqa: E402
+from cudagraph.engine.kernels.triton import ops as triton_ops  # noqa: E402
 
 
 @triton.jit

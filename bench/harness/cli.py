@@ -192,7 +192,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     )
     result.settings["kernel_counts"] = "count pass" if args.count_only else args.kernel_counts.value
     from cudagraph.engine.attention.choice import AUTO_ORDER as ATTENTION_AUTO_ORDER
-    from cudagraph.engine.model.kernel_backends import AUTO_ORDER
+    from cudagraph.engine.kernels import AUTO_ORDER
 
     # Engines take the attention backend --attention-backend names; "auto": the first of this order that can run.
     result.settings["attention_backend"] = {"choice": args.attention_backend, "order": list(ATTENTION_AUTO_ORDER)}

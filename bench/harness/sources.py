@@ -27,7 +27,7 @@ from cudagraph.backend_utils import (
     set_forward_context,
 )
 from cudagraph.config import ConfigError, CudaGraphConfig
-from cudagraph.engine.model import LayerKernels
+from cudagraph.engine.kernels import LayerKernels
 from cudagraph.engine.model_runner import ModelRunner
 from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGraphRunner, ReplayMetadata
 

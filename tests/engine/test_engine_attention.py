@@ -239,11 +239,11 @@ def test_nothing_is_bound_for_eager_metadata_or_extend_batches() -> None:
 
 
 OPTIONAL_BACKENDS = [
-    ("flashinfer", "flashinfer", ("attention.flashinfer_backend", "attention.flashinfer_kernel")),
+    ("flashinfer", "flashinfer", ("attention.flashinfer_backend", "kernels.flashinfer.decode_attention")),
     (
         "triton",
         "triton",
-        ("attention.triton_backend", "attention.triton_decode", "attention.triton_extend"),
+        ("attention.triton_backend", "kernels.triton.decode_attention", "kernels.triton.extend_attention"),
     ),
 ]
 NEEDS = {

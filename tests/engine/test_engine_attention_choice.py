@@ -133,8 +133,14 @@ def test_a_backend_without_its_package_is_not_installed(
     monkeypatch: pytest.MonkeyPatch, name: str, package: str
 ) -> None:
     monkeypatch.setitem(sys.modules, package, None)  # importing it now raises ModuleNotFoundError
-    for module in ("flashinfer_backend", "flashinfer_kernel", "triton_backend", "triton_decode", "triton_extend"):
-        monkeypatch.delitem(sys.modules, f"cudagraph.engine.attention.{module}", raising=False)
+    for module in (
+        "attention.flashinfer_backend",
+        "attention.triton_backend",
+        "kernels.flashinfer.decode_attention",
+        "kernels.triton.decode_attention",
+        "kernels.triton.extend_attention",
+    ):
+        monkeypatch.delitem(sys.modules, f"cudagraph.engine.{module}", raising=False)
     assert attention_backend_installed(name) is False
     assert attention_backend_installed("torch") is True
 

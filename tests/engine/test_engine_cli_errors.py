@@ -73,8 +73,8 @@ def test_flashinfer_kernels_asked_for_and_not_installed_name_the_extra(
 ) -> None:
     # Absent, whether or not this machine has it (and the fused kernel module imported afresh).
     monkeypatch.setitem(sys.modules, "flashinfer", None)
-    monkeypatch.setitem(sys.modules, "cudagraph.engine.model.flashinfer_kernels", None)
-    monkeypatch.delitem(sys.modules, "cudagraph.engine.model.flashinfer_kernels")
+    monkeypatch.setitem(sys.modules, "cudagraph.engine.kernels.flashinfer.layer_set", None)
+    monkeypatch.delitem(sys.modules, "cudagraph.engine.kernels.flashinfer.layer_set")
     line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--kernel-backend", "flashinfer"], capsys)
     assert "pip install 'cudagraph-engine[flashinfer]'" in line and "--kernel-backend torch" in line
 

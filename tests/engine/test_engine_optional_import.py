@@ -31,5 +31,5 @@ def test_a_missing_module_of_anything_else_propagates_as_it_is(monkeypatch: pyte
 
 
 def test_a_present_module_is_returned() -> None:
-    module = import_optional(".kernels", "cudagraph.engine.model", provided_by=("triton",), unavailable=Unavailable)
-    assert module.__name__ == "cudagraph.engine.model.kernels"
+    module = import_optional(".layer_set", "cudagraph.engine.kernels", provided_by=("triton",), unavailable=Unavailable)
+    assert module.__name__ == "cudagraph.engine.kernels.layer_set"

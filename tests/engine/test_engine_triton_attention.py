@@ -19,8 +19,8 @@ pytest.importorskip(
 from cudagraph.backend_utils import ForwardContext, set_forward_context
 from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, unified_attention
 from cudagraph.engine.attention.triton_backend import TritonAttentionBackend
-from cudagraph.engine.attention.triton_decode import PagedDecodeKernel
-from cudagraph.engine.attention.triton_extend import ExtendRows, PagedExtendKernel, extend_rows
+from cudagraph.engine.kernels.triton.decode_attention import PagedDecodeKernel
+from cudagraph.engine.kernels.triton.extend_attention import ExtendRows, PagedExtendKernel, extend_rows
 from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool
 from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-FLASHINFER_KERNELS_MODULE = "cudagraph.engine.model.flashinfer_kernels"
+FLASHINFER_KERNELS_MODULE = "cudagraph.engine.kernels.flashinfer.layer_set"
 
 
 def _check_last_dim_contiguous(*tensors: torch.Tensor) -> None:

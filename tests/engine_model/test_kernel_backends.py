@@ -14,18 +14,15 @@ import pytest
 import torch
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig, resolve
-from cudagraph.engine.model import (
+from cudagraph.engine.kernels import (
     KERNEL_BACKEND_CHOICES,
+    TORCH_KERNELS,
     KernelBackendError,
     KernelBackendUnavailableError,
     KernelTarget,
-    dense_attend,
-    model_config_from_preset,
-    random_model,
-    reference_logits,
     select_kernels,
 )
-from cudagraph.engine.model.kernels import TORCH_KERNELS
+from cudagraph.engine.model import dense_attend, model_config_from_preset, random_model, reference_logits
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
 CUDA = torch.device("cuda")  # only described: selecting never touches the device until a set is built
@@ -62,10 +59,10 @@ def flashinfer_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 def hide_triton(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make this process look like one without Triton (a CPU build of torch): importing it fails, and the Triton
     kernel modules are imported afresh."""
-    import cudagraph.engine.model as package
+    import cudagraph.engine.kernels.triton as package
 
     monkeypatch.setitem(sys.modules, "triton", None)  # an import of it now raises ModuleNotFoundError
-    for module in ("triton_kernels", "triton_ops"):
+    for module in ("layer_set", "ops"):
         monkeypatch.delitem(sys.modules, f"{package.__name__}.{module}", raising=False)
         monkeypatch.delattr(package, module, raising=False)
 
@@ -79,7 +76,7 @@ def triton_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 def triton_installed(monkeypatch: pytest.MonkeyPatch) -> Warmed:
     """Triton (needed); its set's warm-up (which needs CUDA) records its target instead."""
     pytest.importorskip("triton", reason="triton is not installed: pip install triton (CUDA builds of torch bring it)")
-    module = importlib.import_module("cudagraph.engine.model.triton_kernels")
+    module = importlib.import_module("cudagraph.engine.kernels.triton.layer_set")
     warmed: Warmed = []
     monkeypatch.setattr(module, "warm_up", lambda kernels, config, dtype, device: warmed.append((config, dtype)))
     return warmed
@@ -105,7 +102,7 @@ def test_auto_prefers_the_triton_kernels_wherever_they_run(
     for changes in ({}, {"dtype": torch.float32}, {"config": QWEN3_0_6B.with_overrides(head_dim=96)}):
         assert select_kernels("auto", target(**changes)).name == "triton"
     assert len(triton_installed) == 3 and flashinfer_installed == []
-    with caplog.at_level(logging.INFO, logger="cudagraph.engine.model.kernel_backends"):
+    with caplog.at_level(logging.INFO, logger="cudagraph.engine.kernels.registry"):
         assert select_kernels("auto", target(traced=True)) is TORCH_KERNELS
     assert "triton needs a forward that torch.compile does not trace" in caplog.text
 
@@ -136,7 +133,7 @@ def test_auto_falls_back_to_torch_and_says_why(
     triton_missing: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="cudagraph.engine.model.kernel_backends"):
+    with caplog.at_level(logging.INFO, logger="cudagraph.engine.kernels.registry"):
         assert select_kernels("auto", target(**changes)) is TORCH_KERNELS
     assert flashinfer_installed == [], "nothing fused was built"
     (record,) = caplog.records
@@ -146,7 +143,7 @@ def test_auto_falls_back_to_torch_and_says_why(
 def test_auto_without_the_packages_is_torch(
     flashinfer_missing: None, triton_missing: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="cudagraph.engine.model.kernel_backends"):
+    with caplog.at_level(logging.INFO, logger="cudagraph.engine.kernels.registry"):
         assert select_kernels("auto", target()) is TORCH_KERNELS
     assert "triton needs the triton package, which is not installed" in caplog.text
     assert "flashinfer needs the flashinfer-python package, which is not installed" in caplog.text

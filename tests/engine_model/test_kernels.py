@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cudagraph.engine.kernels.layer_set import TORCH_KERNELS
+from cudagraph.engine.kernels.out_views import compute_into
+from cudagraph.engine.kernels.rotary import apply_rotary, rotary_cos_sin_halves_table, rotary_cos_sin_table
 from cudagraph.engine.model import dense_attend, model_config_from_preset, random_model
-from cudagraph.engine.model.kernels import TORCH_KERNELS
-from cudagraph.engine.model.out_views import compute_into
-from cudagraph.engine.model.rotary import apply_rotary, rotary_cos_sin_halves_table, rotary_cos_sin_table
 
 EPS = 1e-6
 TOKENS = 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cudagraph.engine.kernels.rotary import apply_rotary, rope_inverse_frequencies, rotary_cos_sin_table
 from cudagraph.engine.model import (
     CausalLM,
     ModelConfig,
@@ -16,7 +17,6 @@ from cudagraph.engine.model import (
     reference_greedy,
     reference_logits,
 )
-from cudagraph.engine.model.rotary import apply_rotary, rope_inverse_frequencies, rotary_cos_sin_table
 
 PROMPT = [3, 141, 59, 26, 5, 358, 97, 9, 32, 384]
 

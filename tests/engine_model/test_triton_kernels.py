@@ -15,16 +15,12 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton", reason="triton is not installed: pip install triton (CUDA builds of torch bring it)")
 
-from cudagraph.engine.model import (
-    ModelConfig,
-    model_config_from_preset,
-    random_model,
-    triton_ops,
-)
-from cudagraph.engine.model import triton_kernels as triton_kernels_module
-from cudagraph.engine.model.kernels import TORCH_KERNELS
+from cudagraph.engine.kernels import TORCH_KERNELS
+from cudagraph.engine.kernels.rotary import rotary_cos_sin_halves_table
+from cudagraph.engine.kernels.triton import layer_set as triton_layer_set
+from cudagraph.engine.kernels.triton import ops as triton_ops
+from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
 from cudagraph.engine.model.reference import dense_attend
-from cudagraph.engine.model.rotary import rotary_cos_sin_halves_table
 
 EPS = 1e-6
 DTYPES = [torch.float32, torch.float16]
@@ -34,7 +30,7 @@ TOLERANCE = {torch.float32: {"atol": 2e-5, "rtol": 2e-5}, torch.float16: {"atol"
 
 @pytest.fixture(scope="module")
 def ops() -> ModuleType:
-    """``triton_ops``, on CPU tensors through the interpreter where there is no CUDA device."""
+    """``kernels.triton.ops``, on CPU tensors through the interpreter where there is no CUDA device."""
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip(
             "no CUDA device and Triton's interpreter is off: set TRITON_INTERPRET=1 before torch is imported "
@@ -280,13 +276,13 @@ def test_a_model_on_the_triton_set_computes_what_the_torch_set_computes(
 ) -> None:
     """Every layer's wiring: projections (with Qwen2's bias), head norms and rotary in place, the activation fused
     into the down projection (and unfused past the gemv tiles: 12 rows), float32 on the CPU."""
-    monkeypatch.setattr(triton_kernels_module, "triton_ops", ops)
+    monkeypatch.setattr(triton_layer_set, "ops", ops)
     model = random_model(FAMILIES[family], seed=5, dtype="float32", device=DEVICE)
     assert model.config.qkv_bias == (family == "qwen2") and model.config.qk_norm == (family == "qwen3")
     input_ids = torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(1))
     input_ids, positions = input_ids.to(DEVICE), torch.arange(tokens, device=DEVICE)
     want = model(input_ids, positions, dense_attend(model.config))
-    model.use_kernels(triton_kernels_module.TritonKernels())
+    model.use_kernels(triton_layer_set.TritonKernels())
     have = model(input_ids, positions, dense_attend(model.config))
     model.use_kernels(TORCH_KERNELS)
     torch.testing.assert_close(have, want, atol=1e-4, rtol=1e-4)
@@ -298,7 +294,7 @@ def test_the_triton_set_stores_keys_and_values_where_attend_says_and_attend_skip
 ) -> None:
     """With an ``attend`` that names a destination, every layer's rotary kernel stores its keys and values there
     (the torch set leaves the store to ``attend``), and the logits stay the torch set's."""
-    monkeypatch.setattr(triton_kernels_module, "triton_ops", ops)
+    monkeypatch.setattr(triton_layer_set, "ops", ops)
     model = random_model(FAMILIES[family], seed=5, dtype="float32", device=DEVICE)
     tokens = 3
     input_ids = torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(2))
@@ -306,7 +302,7 @@ def test_the_triton_set_stores_keys_and_values_where_attend_says_and_attend_skip
     plain = StoringAttend(model.config, tokens)
     want = model(input_ids, positions, plain)
     assert plain.stored == [False] * model.config.num_layers and not any(c.any() for c in plain.caches)
-    model.use_kernels(triton_kernels_module.TritonKernels())
+    model.use_kernels(triton_layer_set.TritonKernels())
     fused = StoringAttend(model.config, tokens)
     have = model(input_ids, positions, fused)
     model.use_kernels(TORCH_KERNELS)

@@ -8,12 +8,11 @@ import pytest
 import torch
 from test_gpu_engine_graphs import EAGER, FLASHINFER_MODEL, NO_FLASHINFER, decode_batch_of_lengths, engine
 
-# flashinfer_kernel imports FlashInfer itself: without it there is nothing to collect.
+# kernels.flashinfer.decode_attention imports FlashInfer itself: without it there is nothing to collect.
 pytest.importorskip(
     "flashinfer", reason="pip install flashinfer-python (or carry .whl) to check FlashInfer's private attributes"
 )
 
-from cudagraph.engine.attention.flashinfer_kernel import bind_decode_run
 from cudagraph.engine.attention.flashinfer_private import (
     DECODE_WRAPPER_ATTRIBUTES,
     PINNED_WORKSPACE,
@@ -23,6 +22,7 @@ from cudagraph.engine.attention.flashinfer_private import (
     installed_version,
     read_private,
 )
+from cudagraph.engine.kernels.flashinfer.decode_attention import bind_decode_run
 from cudagraph.runner import ReplayMetadata
 
 pytestmark = [

@@ -10,15 +10,14 @@ import importlib.util
 import pytest
 import torch
 
+from cudagraph.engine.kernels import KernelTarget, select_kernels
 from cudagraph.engine.model import (
     CausalLM,
-    KernelTarget,
     ModelConfig,
     RopeScaling,
     model_config_from_preset,
     random_model,
     reference_logits,
-    select_kernels,
 )
 
 pytestmark = pytest.mark.gpu

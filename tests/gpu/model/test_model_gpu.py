@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cudagraph.engine.kernels import TorchKernels
 from cudagraph.engine.model import (
     CausalLM,
     ModelConfig,
@@ -22,7 +23,6 @@ from cudagraph.engine.model import (
     reference_greedy,
     reference_logits,
 )
-from cudagraph.engine.model.kernels import TorchKernels
 
 pytestmark = pytest.mark.gpu
 

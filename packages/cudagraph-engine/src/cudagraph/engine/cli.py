@@ -55,13 +55,12 @@ from .distributed import (
     torchrun_rank,
 )
 from .generate import generate
+from .kernels import KERNEL_BACKEND_CHOICES, KernelBackendError
 from .kv_cache import MAX_PAGE_SIZE, check_page_size
 from .model import (
-    KERNEL_BACKEND_CHOICES,
     PRESETS,
     SINGLE_RANK,
     CausalLM,
-    KernelBackendError,
     ModelConfig,
     ModelLoadError,
     ShardPlan,

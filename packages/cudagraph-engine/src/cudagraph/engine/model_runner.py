@@ -22,8 +22,8 @@ from cudagraph.runner import DecodeCudaGraphRunner, EagerReason, ForwardBatch, P
 
 from .attention import make_attention_backend
 from .attention.op import attend
+from .kernels import KernelTarget, LayerKernels, select_kernels
 from .kv_cache import ReqToTokenPool, TokenToKVPool, check_page_size, pages_for
-from .model import KernelTarget, LayerKernels, select_kernels
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class ModelRunner:
     The graph runners are created by ``init_decode_cuda_graph()`` and ``init_prefill_cuda_graph()`` (or both by
     ``init_cuda_graphs()``); until then, and for batches they cannot take, steps run eagerly.
 
-    ``kernel_backend`` picks the model's kernel set (``model.kernel_backends``: ``auto``, ``torch``, ``flashinfer``)
+    ``kernel_backend`` picks the model's kernel set (``kernels.registry``: ``auto``, ``torch``, ``flashinfer``)
     and sets it on the model; a forward a graph backend compiles (``tc_piecewise``) gets one dynamo can trace.
     ``attention_backend`` is ``torch``, ``triton``, ``flashinfer`` or ``auto`` (the fastest that runs here,
     ``attention.choice``; the CLI's default); ``attention_backend_name`` says which one is in use.

@@ -4,7 +4,7 @@
 is 2.0x full with torch attention (~80 us of host time a break), 1.15x with Triton and 1.03x with FlashInfer, and
 Triton's extend attention is the one prefill ``full`` can capture. ``auto`` takes the first backend whose conditions
 hold and whose package imports, and logs one INFO line naming it and why it passed over the others; torch has no
-conditions, so ``auto`` always finds one (on a CPU it is torch). The ``kernel_backends`` module makes the same
+conditions, so ``auto`` always finds one (on a CPU it is torch). ``cudagraph.engine.kernels.registry`` makes the same
 kind of choice for the model's kernel set. Nothing here builds a backend or touches a device.
 """
 
@@ -50,8 +50,8 @@ class AttentionRequirement:
 
 
 def triton_head_dim_fits(head_dim: int) -> bool:
-    """Whether the Triton attention kernels take ``head_dim``: a power of two of at least 16 (``triton_decode``'s
-    and ``triton_extend``'s kernels tile the head dimension in one block)."""
+    """Whether the Triton attention kernels take ``head_dim``: a power of two of at least 16 (``kernels.triton``'s
+    decode and extend kernels tile the head dimension in one block)."""
     return head_dim >= 16 and head_dim & (head_dim - 1) == 0
 
 

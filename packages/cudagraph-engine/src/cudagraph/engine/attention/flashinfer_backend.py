@@ -24,8 +24,9 @@ Every wrapper uses FlashInfer's ``fa2`` kernels with split-kv disabled: a padded
 row as eager does (no partition that depends on the batch), ``fa2``'s CUDA-graph planner keeps the kernel's tiling
 fixed per captured shape, and no wrapper allocates the 64 MiB of index scratch the ``fa3`` path asks for.
 
-A breakable capture binds each decode break to the graph wrapper's kernel launch (``flashinfer_kernel``), so a
-replayed break skips FlashInfer's Python ``run`` as well as the op's dispatch. FlashInfer's private attributes are
+A breakable capture binds each decode break to the graph wrapper's kernel launch
+(``kernels.flashinfer.decode_attention``), so a replayed break skips FlashInfer's Python ``run`` as well as the op's
+dispatch. FlashInfer's private attributes are
 read (and its pinned workspace set) only through ``flashinfer_private``, which names the FlashInfer releases it was
 proven on.
 """
@@ -43,9 +44,9 @@ import torch
 from cudagraph.backend_utils import is_capture_mode
 from cudagraph.runner import ForwardBatch, ForwardMode, ReplayMetadata
 
+from ..kernels.flashinfer.decode_attention import bind_decode_run
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
 from .choice import FLASHINFER_HEAD_DIMS
-from .flashinfer_kernel import bind_decode_run
 from .flashinfer_private import share_pinned_workspace
 from .paging import ExtendLengths, HostPages, lay_out_pages
 from .torch_backend import TorchAttentionBackend, _in_order

@@ -1,9 +1,9 @@
 """Every read, and the one write, of FlashInfer's private attributes: one adapter, with the releases it was proven on.
 
 FlashInfer's public API has no way to launch a planned decode kernel without ``run``'s per-call work, nor to give a
-wrapper a pinned host workspace that outlives it. The engine needs both (``flashinfer_kernel``'s bound breaks, the
-FlashInfer backend's shared workspaces), so it reads a paged decode wrapper's private attributes and FlashInfer's
-private helpers, here and nowhere else.
+wrapper a pinned host workspace that outlives it. The engine needs both (the bound breaks of
+``kernels.flashinfer.decode_attention``, the FlashInfer backend's shared workspaces), so it reads a paged decode
+wrapper's private attributes and FlashInfer's private helpers, here and nowhere else.
 
 Proven on flashinfer-python ``PROVEN_ON`` (0.5.3); ``PROVEN_RANGE`` is ``>=0.5.3,<0.6``: FlashInfer renames private
 attributes between minor releases without notice, so a new minor release is outside the range until the tests below
@@ -16,7 +16,8 @@ method that sets it, and what the engine uses it for) and ``UTILS_HELPERS``.
   naming the attribute that moved.
 - At run time a missing attribute is one ``FlashInferPrivateApiError`` naming it, the method that should have set
   it, the installed release and the proven range. The bound decode launch then falls back to the public
-  ``wrapper.run`` (``flashinfer_kernel``); sharing the pinned workspace has no public fallback, so it fails.
+  ``wrapper.run`` (``kernels.flashinfer.decode_attention``); sharing the pinned workspace has no public fallback,
+  so it fails.
 
 This module never imports flashinfer at import time (``utils_helpers`` imports it on first use), so its checks run,
 and are tested with stand-in wrappers, on machines without it.

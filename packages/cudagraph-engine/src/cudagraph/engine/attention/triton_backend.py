@@ -1,5 +1,5 @@
-"""The ``triton`` attention backend: paged attention in one Triton kernel a layer (``triton_decode``), for decode and
-for extend (prefill).
+"""The ``triton`` attention backend: paged attention in one Triton kernel a layer, for decode and for extend (prefill);
+the kernels are ``cudagraph.engine.kernels.triton``'s, this module is their graph-facing side.
 
 Decode needs no metadata at all: the kernel reads each row's slots from the request-to-token table and its length
 from ``seq_lens`` on the device, so a step builds nothing before its first layer, a full graph captures one launch a
@@ -7,12 +7,12 @@ layer, and a replay has nothing to plan (FlashInfer re-plans its wrapper on the 
 fills three static tables on the device). A breakable capture binds each decode break to that one launch, through the
 compiled kernel's C launcher rather than Triton's JIT call.
 
-Extend is one Triton kernel a layer too (``triton_extend``): blocks of a request's new tokens, each token attending
-to its request's row of the table up to its own position (the table already holds the new tokens' slots, whose keys
-and values are stored before attention). The blocks are laid out on the device from the batch's fixed-size tensors
-(``triton_extend.extend_rows``), once a step, so extend needs no host metadata either and is captured inside a
-graph: prefill ``full``. Triton ships with
-every CUDA build of torch; the backend runs on CPU tensors only under ``TRITON_INTERPRET=1``.
+Extend is one Triton kernel a layer too (``extend_attention``): blocks of a request's new tokens, each token attending
+to its request's row of the table up to its own position (the table already holds the new tokens' slots, whose keys and
+values are stored before attention). The blocks are laid out on the device from the batch's fixed-size tensors
+(``extend_attention.extend_rows``), once a step, so extend needs no host metadata either and is captured inside a graph:
+prefill ``full``. Triton ships with every CUDA build of torch; the backend runs on CPU tensors only under
+``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import torch
 
 from cudagraph.runner import ForwardBatch, ForwardMode, ReplayMetadata
 
+from ..kernels.triton.decode_attention import PagedDecodeKernel
+from ..kernels.triton.extend_attention import ExtendRows, PagedExtendKernel
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
 from .torch_backend import TorchAttentionBackend, _in_order
-from .triton_decode import PagedDecodeKernel
-from .triton_extend import ExtendRows, PagedExtendKernel
 
 
 class TritonAttentionBackend(TorchAttentionBackend):
@@ -36,7 +36,7 @@ class TritonAttentionBackend(TorchAttentionBackend):
 
     name = "triton"
     captures_extend_attention = True
-    """Extend needs no host metadata (``triton_extend.extend_rows`` runs on the device), so prefill ``full`` can
+    """Extend needs no host metadata (``extend_attention.extend_rows`` runs on the device), so prefill ``full`` can
     capture it."""
 
     def __init__(

@@ -1,5 +1,5 @@
 """Llama / Qwen2 / Qwen3 decoder: config, model, Hugging Face checkpoint I/O, random weights, presets, a dense
-single-sequence reference, and the kernel sets a layer computes through (plain torch, or FlashInfer's fused kernels).
+single-sequence reference. The kernel sets a layer computes through are ``cudagraph.engine.kernels``.
 
 The model takes attention from its caller (``attend``), so the engine's paged backends, CUDA-graph capture and the
 dense reference all drive the same weights.
@@ -9,15 +9,6 @@ from .causal_lm import CausalLM, resolve_dtype
 from .checkpoint import TensorSlot, checkpoint_slots, load_model, save_model
 from .config import FAMILIES, ROPE_TYPES, SUPPORTED_DTYPES, ArchitectureFamily, ModelConfig, RopeScaling
 from .errors import ModelFileNotFoundError, ModelLoadError, TensorParallelError
-from .kernel_backends import (
-    KERNEL_BACKEND_CHOICES,
-    KERNEL_BACKENDS,
-    KernelBackendError,
-    KernelBackendUnavailableError,
-    KernelTarget,
-    select_kernels,
-)
-from .kernels import LayerKernels, TorchKernels
 from .layers import AttendFn
 from .parallel import SINGLE_RANK, RowRange, ShardPlan
 from .presets import PRESETS, model_config_from_preset
@@ -26,8 +17,6 @@ from .reference import dense_attend, dense_causal_attention, reference_greedy, r
 
 __all__ = [
     "FAMILIES",
-    "KERNEL_BACKENDS",
-    "KERNEL_BACKEND_CHOICES",
     "PRESETS",
     "ROPE_TYPES",
     "SINGLE_RANK",
@@ -35,10 +24,6 @@ __all__ = [
     "ArchitectureFamily",
     "AttendFn",
     "CausalLM",
-    "KernelBackendError",
-    "KernelBackendUnavailableError",
-    "KernelTarget",
-    "LayerKernels",
     "ModelConfig",
     "ModelFileNotFoundError",
     "ModelLoadError",
@@ -47,7 +32,6 @@ __all__ = [
     "ShardPlan",
     "TensorParallelError",
     "TensorSlot",
-    "TorchKernels",
     "checkpoint_slots",
     "dense_attend",
     "dense_causal_attention",
@@ -58,5 +42,4 @@ __all__ = [
     "reference_logits",
     "resolve_dtype",
     "save_model",
-    "select_kernels",
 ]

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels.layer_set import TORCH_KERNELS, LayerKernels
 from .collectives import gather_vocab_logits, vocab_parallel_embedding
 from .config import SUPPORTED_DTYPES, ModelConfig
 from .errors import ModelLoadError
-from .kernels import TORCH_KERNELS, LayerKernels
 from .layers import AttendFn, DecoderLayer, KernelModule, RMSNorm
 from .parallel import SINGLE_RANK, ShardPlan
 

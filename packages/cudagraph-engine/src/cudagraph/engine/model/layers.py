@@ -2,12 +2,12 @@
 in place in the projection, and the residual add fused into the next norm (a batch-1 decode step is bound by
 kernel count, not FLOPs).
 
-Everything besides attention goes through the module's kernel set (``kernels.LayerKernels``): plain torch by
-default, FlashInfer's or Triton's fused kernels where ``CausalLM.use_kernels`` picks them. A layer hands the residual
-stream on unnormed, SGLang-style: ``hidden, residual = norm(hidden, residual)`` adds the previous block's output to
-the stream and norms it in one step, so an output or down projection ends a block (a tensor-parallel all-reduce of
-its result goes right there). Nothing here syncs with the host or makes a shape depend on data: a forward is
-capturable in a CUDA graph.
+Everything besides attention goes through the module's kernel set (``cudagraph.engine.kernels.LayerKernels``): plain
+torch by default, FlashInfer's or Triton's fused kernels where ``CausalLM.use_kernels`` picks them. A layer hands the
+residual stream on unnormed, SGLang-style: ``hidden, residual = norm(hidden, residual)`` adds the previous block's
+output to the stream and norms it in one step, so an output or down projection ends a block (a tensor-parallel
+all-reduce of its result goes right there). Nothing here syncs with the host or makes a shape depend on data: a forward
+is capturable in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Protocol, cast
 import torch
 from torch import nn
 
+from ..kernels.layer_set import TORCH_KERNELS, LayerKernels, RotaryStep
 from .collectives import all_reduced
 from .config import ModelConfig
-from .kernels import TORCH_KERNELS, LayerKernels, RotaryStep
 
 
 class AttendFn(Protocol):

@@ -9,11 +9,14 @@ are out of range (an index error on the device), never silently wrapped.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
-from .config import ModelConfig, RopeScaling
 from .out_views import compute_into
+
+if TYPE_CHECKING:
+    from ..model.config import ModelConfig, RopeScaling
 
 
 def rope_inverse_frequencies(config: ModelConfig, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -15,12 +15,15 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..optional_import import import_optional
-from .config import ModelConfig
-from .kernels import TORCH_KERNELS, LayerKernels
+from .layer_set import TORCH_KERNELS, LayerKernels
+
+if TYPE_CHECKING:
+    from ..model.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -164,14 +167,18 @@ KERNEL_BACKENDS: Mapping[str, KernelBackend] = MappingProxyType(
             "flashinfer",
             FLASHINFER_REQUIREMENTS,
             _fused_set_loader(
-                "flashinfer", "flashinfer-python", ("flashinfer", "tvm_ffi"), ".flashinfer_kernels", "FlashInferKernels"
+                "flashinfer",
+                "flashinfer-python",
+                ("flashinfer", "tvm_ffi"),
+                ".flashinfer.layer_set",
+                "FlashInferKernels",
             ),
             "flashinfer-python",
         ),
         "triton": KernelBackend(
             "triton",
             TRITON_REQUIREMENTS,
-            _fused_set_loader("triton", "triton", ("triton",), ".triton_kernels", "TritonKernels"),
+            _fused_set_loader("triton", "triton", ("triton",), ".triton.layer_set", "TritonKernels"),
             "triton",
         ),
     }

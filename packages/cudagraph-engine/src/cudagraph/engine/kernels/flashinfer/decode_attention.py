@@ -23,7 +23,7 @@ from typing import Any
 import flashinfer
 import torch
 
-from .flashinfer_private import FlashInferPrivateApiError, direct_decode_launch
+from ...attention.flashinfer_private import FlashInferPrivateApiError, direct_decode_launch
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import triton.language as tl
 from cudagraph.backend_utils import FastLauncher, cdiv, next_power_of_2
 from cudagraph.runner import PADDING_REQ_POOL_INDEX, ForwardBatch
 
-from .triton_decode import online_softmax_step
+from .decode_attention import online_softmax_step
 
 
 @triton.jit
@@ -75,7 +75,7 @@ def _paged_extend_kernel(
         block_start = 0
         keys_pos = tl.arange(0, BLOCK_N)
         slots = tl.load(table_row + keys_pos, mask=keys_pos < end, other=0).to(tl.int64)
-        # A while loop for the interpreter's sake (see triton_decode); the next block's slots load before computing.
+        # A while loop for the interpreter's sake (see decode_attention); the next block's slots load before computing.
         while block_start < end:
             valid = keys_pos < end
             keys_at = kv_ptr + slots[:, None] * kv_slot_stride + kv_head * HEAD_DIM + dims[None, :]

@@ -1,4 +1,4 @@
-"""The decoder layer's fused operations as Triton kernels, and the launchers that size them (``triton_kernels`` wraps
+"""The decoder layer's fused operations as Triton kernels, and the launchers that size them (``layer_set`` wraps
 them into a kernel set).
 
 Five kernels, each one launch whatever the batch:

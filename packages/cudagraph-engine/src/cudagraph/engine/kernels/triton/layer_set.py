@@ -1,27 +1,31 @@
-"""The decoder layer's kernel set on Triton kernels (``triton_ops``): the fewest launches a layer can make here.
+"""The decoder layer's kernel set on Triton kernels (``ops``): the fewest launches a layer can make here.
 
 Per decoder layer of a decode step: the q/k/v projection with the residual add and the RMSNorm before it computed
 on its load, Qwen3's head norms and rotary of q and k with the KV store in one kernel (where the caller's ``attend``
 says where the keys and values go), the output projection, the gate/up projection (with its add and norm fused the
 same way), and the down projection with ``silu(gate) * up`` computed on its load: five launches besides attention
 (FlashInfer's set makes nine, a KV store besides, and cuBLAS adds a split-K reduction to some of its projections).
-Projections of steps wider than ``triton_ops.GEMV_TILES`` cover stay cuBLAS matmuls, with the add + norm and the
+Projections of steps wider than ``ops.GEMV_TILES`` cover stay cuBLAS matmuls, with the add + norm and the
 activation as kernels of their own.
 
 Triton ships with every CUDA build of torch; the set needs nothing else. Its launches are plain Python calls that
 dynamo does not trace as torch ops here, so a forward that ``torch.compile`` traces (``tc_piecewise``) uses the
-torch kernel set (``kernel_backends.select_kernels`` decides).
+torch kernel set (``registry.select_kernels`` decides).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
-from . import triton_ops
-from .config import ModelConfig
-from .kernels import RotaryStep
-from .rotary import rotary_cos_sin_halves_table
+from ..layer_set import RotaryStep
+from ..rotary import rotary_cos_sin_halves_table
+from . import ops
+
+if TYPE_CHECKING:
+    from ...model.config import ModelConfig
 
 
 class TritonKernels:
@@ -31,14 +35,14 @@ class TritonKernels:
     fuses_kv_store = True
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        """``triton_ops.rms_norm`` into a new tensor."""
-        return triton_ops.rms_norm(x, weight, eps)
+        """``ops.rms_norm`` into a new tensor."""
+        return ops.rms_norm(x, weight, eps)
 
     def add_rms_norm(
         self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``residual += x`` and ``x = norm(residual)`` in one kernel, both in place."""
-        return triton_ops.add_rms_norm(x, residual, weight, eps)
+        return ops.add_rms_norm(x, residual, weight, eps)
 
     def norm_and_rotate(
         self,
@@ -50,7 +54,7 @@ class TritonKernels:
         rotary: RotaryStep,
     ) -> torch.Tensor:
         """Head norms (when there is a weight) and rotary of the q and k heads in one kernel, in place."""
-        triton_ops.qk_norm_rope(heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions)
+        ops.qk_norm_rope(heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions)
         return heads[:, : num_q_heads + num_k_heads]
 
     def norm_rotate_and_store(
@@ -64,7 +68,7 @@ class TritonKernels:
         kv_destination: tuple[torch.Tensor, torch.Tensor],
     ) -> torch.Tensor:
         """Head norms, rotary and the KV store in one kernel: the keys are written rotated, the values as they are."""
-        triton_ops.qk_norm_rope(
+        ops.qk_norm_rope(
             heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions, kv_destination
         )
         return heads[:, : num_q_heads + num_k_heads]
@@ -78,18 +82,18 @@ class TritonKernels:
         return RotaryStep(table, positions)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """``triton_ops.gemv`` for the few rows of a decode step, a cuBLAS matmul for wider steps."""
-        tile = triton_ops.gemv_tile(x.shape[0])
+        """``ops.gemv`` for the few rows of a decode step, a cuBLAS matmul for wider steps."""
+        tile = ops.gemv_tile(x.shape[0])
         if tile is None:
             return F.linear(x, weight, bias)
-        return triton_ops.gemv(x, weight, bias, tile=tile)
+        return ops.gemv(x, weight, bias, tile=tile)
 
     def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The activation computed on the down projection's load; for wide steps, its own kernel then cuBLAS."""
-        tile = triton_ops.gemv_tile(gate_up.shape[0])
+        tile = ops.gemv_tile(gate_up.shape[0])
         if tile is None:
-            return F.linear(triton_ops.silu_and_mul(gate_up), weight)
-        return triton_ops.gemv(gate_up, weight, silu_mul=True, tile=tile)
+            return F.linear(ops.silu_and_mul(gate_up), weight)
+        return ops.gemv(gate_up, weight, silu_mul=True, tile=tile)
 
     def add_norm_linear(
         self,
@@ -102,11 +106,11 @@ class TritonKernels:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual add and the norm computed on the projection's load (the stream comes back as a new tensor);
         for wide steps, the fused add + norm kernel then cuBLAS."""
-        tile = triton_ops.gemv_tile(x.shape[0])
+        tile = ops.gemv_tile(x.shape[0])
         if tile is None:
-            normed, residual = triton_ops.add_rms_norm(x, residual, norm_weight, eps)
+            normed, residual = ops.add_rms_norm(x, residual, norm_weight, eps)
             return F.linear(normed, weight, bias), residual
-        return triton_ops.add_norm_gemv(x, residual, norm_weight, eps, weight, bias, tile=tile)
+        return ops.add_norm_gemv(x, residual, norm_weight, eps, weight, bias, tile=tile)
 
 
 def warm_up(kernels: TritonKernels, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:

@@ -3,10 +3,10 @@
 A kernel set is everything a layer computes besides attention: RMSNorm (alone and fused with the residual add),
 Qwen3's per-head q/k norm with rotary in place, the projections, and the down projection of ``silu(gate) * up``.
 ``TorchKernels`` keeps the reference numerics in plain torch and runs anywhere, including under ``torch.compile``;
-``flashinfer_kernels`` runs the norms, rotary and activation as FlashInfer's fused CUDA kernels (the projections stay
-cuBLAS matmuls, the compound operations compositions: ``ComposedKernels``), and ``triton_kernels`` fuses further
+``flashinfer.layer_set`` runs the norms, rotary and activation as FlashInfer's fused CUDA kernels (the projections stay
+cuBLAS matmuls, the compound operations compositions: ``ComposedKernels``), and ``triton.layer_set`` fuses further
 (head norms with rotary in one kernel, the activation into the down projection, decode projections without split-K).
-``kernel_backends`` chooses between them.
+``registry`` chooses between them.
 
 Every operation is capturable in a CUDA graph: no host syncs, no shape that depends on tensor values. The q/k head
 norm and rotary write their result back into the fused q/k/v projection wherever they can (always, but for torch
@@ -17,14 +17,16 @@ kernel.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
 
-from .config import ModelConfig
 from .out_views import compute_into
 from .rotary import apply_rotary, rotary_cos_sin_table
+
+if TYPE_CHECKING:
+    from ..model.config import ModelConfig
 
 
 class RotaryStep(NamedTuple):
@@ -41,7 +43,7 @@ class LayerKernels(Protocol):
     (intermediates of the forward, never parameters or caller inputs) and go on with the returned ones."""
 
     name: str
-    """The registry name (``kernel_backends.KERNEL_BACKENDS``)."""
+    """The registry name (``registry.KERNEL_BACKENDS``)."""
 
     fuses_kv_store: bool
     """Whether ``norm_rotate_and_store`` writes the keys and values in the same kernel as rotary (a layer then

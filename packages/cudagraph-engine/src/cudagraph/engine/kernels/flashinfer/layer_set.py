@@ -9,23 +9,27 @@ into the projection they are given, so keys and values stay side by side for the
 Numerics: every kernel computes in float32 and rounds once, where the torch reference rounds between steps (the
 residual sum before its norm, the normed heads before their scale, silu before the product, cos/sin to the model
 dtype); results agree within bfloat16 rounding. What it runs on (float16 or bfloat16 on CUDA, the head sizes its
-rotary kernel is built for) is checked before this module is imported: ``kernel_backends.FLASHINFER_REQUIREMENTS``.
+rotary kernel is built for) is checked before this module is imported: ``registry.FLASHINFER_REQUIREMENTS``.
 
 FlashInfer 0.5.3 does not register these functions as torch custom ops (its ``register_custom_op`` returns the
 function unchanged), so dynamo cannot trace them: a forward that ``torch.compile`` traces (``tc_piecewise``) uses
-the torch kernel set (``kernel_backends.select_kernels`` decides).
+the torch kernel set (``registry.select_kernels`` decides).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import flashinfer.activation
 import flashinfer.norm
 import flashinfer.rope
 import torch
 
-from .config import ModelConfig
-from .kernels import ComposedKernels, RotaryStep
-from .rotary import rotary_cos_sin_halves_table
+from ..layer_set import ComposedKernels, RotaryStep
+from ..rotary import rotary_cos_sin_halves_table
+
+if TYPE_CHECKING:
+    from ...model.config import ModelConfig
 
 
 class FlashInferKernels(ComposedKernels):
