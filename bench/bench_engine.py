@@ -19,9 +19,7 @@ import sys
 from pathlib import Path
 
 import torch
-
-from cudagraph.config import Backend, CudaGraphConfig, Phase, PhaseConfig, resolve
-from cudagraph.engine.benchmark import (
+from harness.engine_timing import (
     bench_capture,
     bench_decode,
     format_host_costs,
@@ -30,6 +28,8 @@ from cudagraph.engine.benchmark import (
     profile_runner_replay,
     runner_replay_timeline,
 )
+
+from cudagraph.config import Backend, CudaGraphConfig, Phase, PhaseConfig, resolve
 from cudagraph.engine.kernels import KERNEL_BACKEND_CHOICES
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner

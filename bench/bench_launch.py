@@ -26,8 +26,9 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(path) for path in sorted(ROOT.glob("packages/*/src"))]
 
+from harness.engine_timing import host_time_us  # noqa: E402
+
 from cudagraph.backend_utils import FastLauncher, through_jit  # noqa: E402
-from cudagraph.engine.benchmark import host_time_us  # noqa: E402
 from cudagraph.engine.kernels.triton import ops as triton_ops  # noqa: E402
 
 
@@ -48,8 +49,8 @@ def _scaled_sum_kernel(
 
 
 def host_us_per_launch(launch: Callable[[], object], launches: int, repeats: int, device: torch.device) -> float:
-    """Median host microseconds a launch: ``benchmark.host_time_us`` of ``launches`` back-to-back launches, behind a
-    device sleep long enough for all of them."""
+    """Median host microseconds a launch: ``harness.engine_timing.host_time_us`` of ``launches`` back-to-back
+    launches, behind a device sleep long enough for all of them."""
 
     def burst() -> None:
         for _ in range(launches):

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness.workload import build_model_runner
 
 from cudagraph.config import resolve
-from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.engine.model_runner import CacheConfig
+from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.runner import DecodeCudaGraphRunner
 
 ROWS = {

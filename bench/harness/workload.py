@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
-from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.engine.model import random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.runner import ForwardBatch, ForwardMode
 
 from .presets import preset_config

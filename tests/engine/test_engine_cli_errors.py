@@ -137,12 +137,6 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert "Traceback" in result.stderr and result.stderr.rstrip().splitlines()[-1].startswith("cudagraph-engine")
 
 
-def test_bench_batch_sizes_beyond_the_kv_cache(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["bench", "--preset", "tiny-llama-random", "--device", "cpu", "--max-num-reqs", "8"]
-    line = _one_line_error([*argv, "--batch-sizes", "1", "16"], capsys)
-    assert "--batch-sizes 16: each must be between 1 and --max-num-reqs (8)" in line
-
-
 @pytest.mark.parametrize("page_size", ["3", "256", "x"])
 def test_page_size_not_a_power_of_two_up_to_128(page_size: str, capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line_error([*GENERATE, "--preset", "tiny-qwen3-random", "--page-size", page_size], capsys)
@@ -150,11 +144,11 @@ def test_page_size_not_a_power_of_two_up_to_128(page_size: str, capsys: pytest.C
 
 
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
-def test_bench_compile_mode_with_its_own_cuda_graphs_is_refused(mode: str, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["bench", "--preset", "tiny-llama-random", "--device", "cpu", "--torch-compile-max-bs", "8"]
+def test_compile_mode_with_its_own_cuda_graphs_is_refused(mode: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*GENERATE, "--preset", "tiny-llama-random", "--torch-compile-max-bs", "8"]
     line = _one_line_error([*argv, "--torch-compile-mode", mode], capsys)
     assert line == (
-        f"cudagraph-engine bench: error: --torch-compile-mode: torch.compile mode {mode!r} captures its own CUDA "
+        f"cudagraph-engine generate: error: --torch-compile-mode: torch.compile mode {mode!r} captures its own CUDA "
         "graphs, which would be captured inside ours; allowed: default, max-autotune-no-cudagraphs, lite"
     )
 
@@ -209,7 +203,7 @@ def test_kv_cache_within_the_model_positions_generates(
     assert len(json.loads(capsys.readouterr().out)["outputs"][0]["output_token_ids"]) == 2
 
 
-def test_bench_checks_the_kv_cache_against_the_model_positions(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["bench", "--preset", "tiny-llama-random", "--device", "cpu", "--max-context-len", "4097"]
+def test_the_kv_cache_is_checked_against_the_model_positions(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*GENERATE, "--preset", "tiny-llama-random", "--max-context-len", "4097"]
     line = _one_line_error(argv, capsys)
     assert "--max-context-len 4097 exceeds the model's max_position_embeddings 4096" in line

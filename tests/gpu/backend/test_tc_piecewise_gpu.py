@@ -26,10 +26,10 @@ from torch._dynamo.utils import counters
 from cudagraph.backend import FullCudaGraphBackend, TcPiecewiseCudaGraphBackend
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
-from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
 
 DECODE_BUCKETS = (1, 2, 4, 8, 12, 16)
 PRESETS = ("tiny-qwen3-random", "tiny-llama-random")

@@ -25,9 +25,9 @@ import torch
 
 from cudagraph.backend_utils import read_device_memory
 from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, PhaseConfig
-from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.runner import (
     BaseCudaGraphRunner,
     DecodeCudaGraphRunner,

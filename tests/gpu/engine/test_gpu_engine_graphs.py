@@ -30,10 +30,10 @@ from cudagraph.backend_utils import ForwardContext, set_forward_context
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, unified_attention
 from cudagraph.engine.batch import Request, SamplingParams, make_extend_batch
-from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.runner import ForwardBatch, ForwardMode
 
 BF16_LOGITS = {"rtol": 2e-2, "atol": 2e-2}

@@ -29,9 +29,9 @@ from test_gpu_engine_graphs import (
 )
 
 from cudagraph.config import Backend, CudaGraphConfig
-from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
 
 pytestmark = [
     pytest.mark.gpu,

@@ -1,7 +1,7 @@
 """Lean breaks on a real GPU: a breakable decode replay calls each attention break's bound kernel call (no op
 dispatch, no ``backend.forward``), computes what the dispatched op computes bit for bit, and matches eager, with both
-attention backends; FlashInfer's bound launch is the direct kernel call and equals ``wrapper.run``; and the host-cost
-measurement of the benchmark runs end to end (torch, FlashInfer and Triton attention).
+attention backends; and FlashInfer's bound launch is the direct kernel call and equals ``wrapper.run``. The host-cost
+measurement and the device timeline of the engine's decode timing are the harness's: ``tests/gpu/bench``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from test_gpu_engine_graphs import (
 )
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
-from cudagraph.engine.benchmark import measure_host_costs, runner_replay_timeline
 from cudagraph.engine.testing import DispatchedOps, unbound_attention
 from cudagraph.runner import ReplayMetadata
 
@@ -141,35 +140,6 @@ def test_flashinfer_bound_launch_is_the_direct_kernel_call_and_equals_wrapper_ru
         bind_decode_run(wrapper, query, paged_kv, out)()
         assert torch.equal(have, want)
         release_decode_batch(flash, batch)
-
-
-@pytest.mark.parametrize("attention", attention_params())
-def test_host_costs_are_measured_for_every_batch_size(attention: str) -> None:
-    setup = ATTENTION[attention]
-    with engine(setup["preset"], EAGER, attention=attention, dtype=setup["dtype"]) as model_runner:
-        costs = measure_host_costs(model_runner, [1, 4], context_len=32, repeats=10)
-    assert [cost.batch_size for cost in costs] == [1, 4]
-    for cost in costs:
-        assert cost.breaks == model_runner.shape.num_layers
-        assert min(cost.raw_us, cost.full_us, cost.breakable_us) > 0
-        assert not cost.device_waited, "a host timing waited on the device: it measured GPU time, not host work"
-
-
-def test_a_breakable_replay_runs_what_a_full_replay_runs_with_each_attention_kernel_between_two_segments() -> None:
-    """The device timeline of back-to-back replays: the same activities a step in both (no kernel added by the
-    breaks), and one transition into the Triton decode kernel per layer; the printed transitions show what each
-    break costs on the device."""
-    setup = ATTENTION["triton"]
-    with engine(setup["preset"], EAGER, attention="triton", dtype=setup["dtype"]) as model_runner:
-        full = runner_replay_timeline(model_runner, "full", 1, context_len=32, steps=3)
-        breakable = runner_replay_timeline(model_runner, "breakable", 1, context_len=32, steps=3)
-        layers = model_runner.shape.num_layers
-    print(f"full:\n{full.format()}\nbreakable:\n{breakable.format()}")
-    assert breakable.activities == full.activities
-    for timeline in (full, breakable):
-        into_attention = sum(item.count for item in timeline.transitions if item.after == "_paged_decode_kernel")
-        assert into_attention == layers
-        assert timeline.busy_us > 0 and timeline.idle_us >= 0
 
 
 FULL_DECODE = CudaGraphConfig(

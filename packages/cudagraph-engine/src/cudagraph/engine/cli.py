@@ -1,4 +1,4 @@
-"""``cudagraph-engine``: generate tokens or time decode steps with a model directory or a random-weight preset.
+"""``cudagraph-engine``: generate tokens with a model directory or a random-weight preset.
 
 Scripts drive ``generate --json``: stdout then holds exactly one JSON object, ``{"outputs": [{"output_token_ids":
 [...]}, ...]}``, one entry per ``--prompt-token-ids`` in order; everything else (why graphs are off, capture
@@ -39,7 +39,6 @@ from cudagraph.runner import ReplayMetrics
 
 from .attention import ATTENTION_BACKEND_CHOICES, AttentionBackendUnavailableError
 from .batch import SamplingParams
-from .benchmark import format_table, run_decode_bench
 from .distributed import (
     ALL_REDUCE_CHOICES,
     DEFAULT_TIMEOUT_S,
@@ -208,7 +207,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``cudagraph-engine`` argument parser (``generate`` and ``bench``)."""
+    """The ``cudagraph-engine`` argument parser (``generate``)."""
     parser = _OneLineErrorParser(prog="cudagraph-engine", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineErrorParser)
 
@@ -242,14 +241,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="log what each phase's CUDA graphs will take before capturing them (a few probe captures per phase; "
         "a phase with a memory budget estimates anyway)",
     )
-
-    bench = commands.add_parser("bench", help="time decode steps: eager against the configured decode graphs")
-    _add_model_args(bench)
-    bench.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
-    bench.add_argument("--context-len", type=int, default=128, help="cached tokens per request")
-    bench.add_argument("--steps", type=int, default=30)
-    bench.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
-    bench.add_argument("--output", type=Path, default=None, help="also write the JSON result to this file")
     return parser
 
 
@@ -340,7 +331,7 @@ def _token_ids_beyond_vocabulary(args: argparse.Namespace, model: ModelConfig) -
 
 
 MODEL_CHECKS: tuple[ModelCheck, ...] = (
-    ModelCheck(frozenset({"generate", "bench"}), _context_beyond_positions),
+    ModelCheck(frozenset({"generate"}), _context_beyond_positions),
     ModelCheck(frozenset({"generate"}), _token_ids_beyond_vocabulary),
 )
 """What the arguments must agree on with the model, checked before any weight is loaded."""
@@ -386,7 +377,7 @@ def build_model_runner(
     device = group.device if group is not None else _device(args)
     model = load_engine_model(args, device, group.shard_plan() if group is not None else SINGLE_RANK)
     if group is not None:
-        largest_batch = max(config.decode.max_size, *getattr(args, "batch_sizes", [1]))
+        largest_batch = max(config.decode.max_size, 1)
         group.choose_all_reduce(args.tp_all_reduce, model.dtype, largest_batch * model.config.hidden_size)
     cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len, page_size=args.page_size)
     runner = runner_type(
@@ -450,51 +441,16 @@ def report_cuda_graph_metrics(metrics: Mapping[Phase, ReplayMetrics], path: Path
     logger.info("CUDA-graph metrics written to %s", path)
 
 
-def run_bench(
-    args: argparse.Namespace, config: CudaGraphConfig, group: TensorParallelGroup | None = None
-) -> dict[str, Any] | None:
-    """Time eager decode steps and, on CUDA, the configured decode backend; the JSON-ready result. On a
-    tensor-parallel group every rank runs the same steps; rank 0 returns the result with every rank's capture
-    cost, the others ``None``."""
-    # bench_decode captures exactly the batch sizes it times, with the configured decode backend.
-    too_many = [size for size in args.batch_sizes if size > args.max_num_reqs or size < 1]
-    if too_many:
-        raise EngineInputError(
-            f"--batch-sizes {' '.join(map(str, too_many))}: each must be between 1 and --max-num-reqs "
-            f"({args.max_num_reqs}), the KV cache's request rows"
-        )
-    model_runner = build_model_runner(args, config, capture=False, group=group)
-    modes = ["eager"]
-    reason = model_runner.graphs_unavailable_reason(Phase.DECODE)
-    if reason is None:
-        modes += ["raw", str(config.decode.backend)]
-    try:
-        bench = run_decode_bench(model_runner, args.batch_sizes, modes, context_len=args.context_len, steps=args.steps)
-    finally:
-        model_runner.shutdown()
-    captures = [capture.as_dict() for capture in bench.captures]
-    result: dict[str, Any] = {
-        "device": str(model_runner.device),
-        "dtype": str(model_runner.dtype).removeprefix("torch."),
-        "graphs": reason or f"decode {config.decode.backend}",
-        "kernels": model_runner.kernels.name,
-        "tp_size": 1,
-        "timings": [timing.as_dict() for timing in bench.timings],
-        "captures": captures,
-        "table": format_table(bench.timings),
-    }
-    if group is None:
-        return result
-    per_rank: list[Any] = [None] * group.world_size
-    torch.distributed.all_gather_object(per_rank, {"rank": group.rank, "captures": captures}, group=group.cpu_group)
-    if group.rank != 0:
-        return None
-    assert group.all_reduce is not None
-    all_reduce = {"kind": group.all_reduce.kind, "reason": group.all_reduce.reason}
-    return {**result, "tp_size": group.world_size, "all_reduce": all_reduce, "captures_per_rank": per_rank}
+COMMANDS = {"generate": run_generate}
+"""Command name -> what runs it (on one process, or on each rank of a tensor-parallel group)."""
 
-
-COMMANDS = {"generate": run_generate, "bench": run_bench}
+MOVED_COMMANDS = {
+    "bench": (
+        "decode-step timing moved to the benchmark harness, which lives in a source checkout of cudagraph: run "
+        "`nox -s bench` (or `python3 bench/run.py`; `python3 bench/bench_engine.py` for the engine's decode steps)"
+    ),
+}
+"""Commands this CLI had and no longer has -> where they went; asking for one is a usage error that says so."""
 
 
 def _configure_logging(args: argparse.Namespace, rank: int | None = None) -> None:
@@ -527,7 +483,11 @@ def tensor_parallel_rank(rank: int, world_size: int, init_method: str, payload: 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cudagraph-engine`` and ``python -m cudagraph.engine``."""
-    args = build_parser().parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments and arguments[0] in MOVED_COMMANDS:
+        print(f"cudagraph-engine {arguments[0]}: error: {MOVED_COMMANDS[arguments[0]]}", file=sys.stderr)
+        return EXIT_USAGE
+    args = build_parser().parse_args(arguments)
     _configure_logging(args)
     try:
         return _run(args)
@@ -579,22 +539,9 @@ def _run(args: argparse.Namespace) -> int:
     else:
         result = COMMANDS[args.command](args, config)
     assert result is not None
-    text = json.dumps(result)
-    if args.command == "bench":
-        if args.output is not None:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(json.dumps(result, indent=2) + "\n")
-        if not args.json:
-            kernels = f"{result['kernels']} kernels"
-            graphs = f"{result['graphs']}, TP={result['tp_size']}"
-            print(f"decode step on {result['device']} ({result['dtype']}, {kernels}, {graphs})")
-            for capture in result["captures"]:
-                print(f"capture {capture['backend']}: {capture['seconds']:.2f} s, {capture['bytes'] / 2**20:.1f} MiB")
-            print(result["table"])
-            return 0
-    elif not args.json:
+    if not args.json:
         for index, output in enumerate(result["outputs"]):
             print(f"prompt {index}: {output['output_token_ids']}")
         return 0
-    print(text)
+    print(json.dumps(result))
     return 0

@@ -1,5 +1,6 @@
-"""Test helpers for code built on the engine: record the aten ops a piece of code dispatches, and run the attention
-break unbound (as a replay that dispatches its op). For tests and benchmarks, never for production."""
+"""Test helpers for code built on the engine: record the aten ops a piece of code dispatches, run the attention
+break unbound (as a replay that dispatches its op), and make a synthetic decode batch over a model runner's KV cache
+(and give its rows and slots back). For tests and benchmarks, never for production."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .attention import op as attention_op
+from cudagraph.runner import ForwardBatch, ForwardMode
 
-__all__ = ["DispatchedOps", "unbound_attention"]
+from .attention import op as attention_op
+from .model_runner import ModelRunner
+
+__all__ = ["DispatchedOps", "release_synthetic_batch", "synthetic_decode_batch", "unbound_attention"]
 
 
 class DispatchedOps(TorchDispatchMode):
@@ -52,3 +57,38 @@ def unbound_attention() -> Iterator[None]:
         attention_op.register_split_op(
             attention_op.unified_attention, replay_binder=attention_op.bind_unified_attention
         )
+
+
+def synthetic_decode_batch(model_runner: ModelRunner, batch_size: int, context_len: int, seed: int = 0) -> ForwardBatch:
+    """``batch_size`` fresh requests of ``context_len`` cached tokens each (random ids, whatever KV is there),
+    decoding their next token. Their rows and slots stay allocated; ``release_synthetic_batch`` gives them back."""
+    device = model_runner.device
+    generator = torch.Generator().manual_seed(seed)
+    rows, slots = [], []
+    for _ in range(batch_size):
+        row = model_runner.req_to_token_pool.alloc()
+        request_slots = model_runner.token_to_kv_pool.alloc(context_len + 1)
+        model_runner.req_to_token_pool.write(row, 0, request_slots)
+        rows.append(row)
+        slots.append(request_slots[context_len])
+    vocab = model_runner.model.config.vocab_size
+    seq_lens_cpu = torch.full((batch_size,), context_len + 1, dtype=torch.int32)
+    return ForwardBatch(
+        forward_mode=ForwardMode.DECODE,
+        batch_size=batch_size,
+        input_ids=torch.randint(0, vocab, (batch_size,), generator=generator).to(device),
+        positions=torch.full((batch_size,), context_len, dtype=torch.int64, device=device),
+        seq_lens=seq_lens_cpu.to(device),
+        req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=device),
+        out_cache_loc=torch.stack(slots).to(device),
+        seq_lens_sum=int(seq_lens_cpu.sum()),
+        seq_lens_cpu=seq_lens_cpu,
+    )
+
+
+def release_synthetic_batch(model_runner: ModelRunner, batch: ForwardBatch, context_len: int) -> None:
+    """Give back the rows and slots ``synthetic_decode_batch`` took."""
+    for row in batch.req_pool_indices.tolist():
+        slots = model_runner.req_to_token_pool.req_to_token[row, : context_len + 1].to("cpu", torch.int64)
+        model_runner.token_to_kv_pool.free(slots)
+        model_runner.req_to_token_pool.free(row)

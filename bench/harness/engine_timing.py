@@ -1,6 +1,7 @@
-"""Decode-step timing: eager, a raw ``CUDAGraph.replay`` of the same forward, and the graph runners.
+"""Decode-step timing of the reference engine: eager, a raw ``CUDAGraph.replay`` of the same forward, and the graph
+runners.
 
-Used by ``cudagraph-engine bench`` and ``bench/bench_engine.py``. Every mode runs the same ``ForwardBatch`` (a
+Used by ``bench/bench_engine.py`` and the harness. Every mode runs the same ``ForwardBatch`` (a
 decode step over requests with ``context_len`` cached tokens), so the ratios compare like with like.
 
 Host cost (``measure_host_costs``) is the time the step call takes on the host while the device is kept busy by a
@@ -26,9 +27,10 @@ import torch
 
 from cudagraph.backend_utils import graph_replay_fn, model_capture_mode
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.model_runner import ModelRunner
+from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.runner import CaptureStats, DecodeCudaGraphRunner, ForwardBatch, ForwardMode
 
-from .model_runner import ModelRunner
 from .timeline import StepTimeline, record_timeline, sleep_cycles_per_ms
 
 
@@ -80,41 +82,6 @@ def decode_only_config(
     if settings is None:
         return CudaGraphConfig(decode=decode, prefill=disabled)
     return replace(settings, decode=decode, prefill=disabled)
-
-
-def synthetic_decode_batch(model_runner: ModelRunner, batch_size: int, context_len: int, seed: int = 0) -> ForwardBatch:
-    """``batch_size`` fresh requests of ``context_len`` cached tokens each (random ids, whatever KV is there),
-    decoding their next token. Their rows and slots stay allocated; ``release_synthetic_batch`` gives them back."""
-    device = model_runner.device
-    generator = torch.Generator().manual_seed(seed)
-    rows, slots = [], []
-    for _ in range(batch_size):
-        row = model_runner.req_to_token_pool.alloc()
-        request_slots = model_runner.token_to_kv_pool.alloc(context_len + 1)
-        model_runner.req_to_token_pool.write(row, 0, request_slots)
-        rows.append(row)
-        slots.append(request_slots[context_len])
-    vocab = model_runner.model.config.vocab_size
-    seq_lens_cpu = torch.full((batch_size,), context_len + 1, dtype=torch.int32)
-    return ForwardBatch(
-        forward_mode=ForwardMode.DECODE,
-        batch_size=batch_size,
-        input_ids=torch.randint(0, vocab, (batch_size,), generator=generator).to(device),
-        positions=torch.full((batch_size,), context_len, dtype=torch.int64, device=device),
-        seq_lens=seq_lens_cpu.to(device),
-        req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=device),
-        out_cache_loc=torch.stack(slots).to(device),
-        seq_lens_sum=int(seq_lens_cpu.sum()),
-        seq_lens_cpu=seq_lens_cpu,
-    )
-
-
-def release_synthetic_batch(model_runner: ModelRunner, batch: ForwardBatch, context_len: int) -> None:
-    """Give back the rows and slots ``synthetic_decode_batch`` took."""
-    for row in batch.req_pool_indices.tolist():
-        slots = model_runner.req_to_token_pool.req_to_token[row, : context_len + 1].to("cpu", torch.int64)
-        model_runner.token_to_kv_pool.free(slots)
-        model_runner.req_to_token_pool.free(row)
 
 
 def _synchronize(device: torch.device) -> None:

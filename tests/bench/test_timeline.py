@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from cudagraph.engine.timeline import DeviceActivity, StepTimeline, short_name, summarize
+from harness.timeline import DeviceActivity, StepTimeline, short_name, summarize
 
 
 @pytest.mark.parametrize(

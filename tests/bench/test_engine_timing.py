@@ -1,11 +1,24 @@
-"""The host-cost figures of the engine benchmark: what they derive, how they print, and the profile of a loop."""
+"""The engine's decode timing (``harness.engine_timing``): what the host-cost figures derive, how they print, the
+profile of a loop, and eager timings on a CPU."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from harness.engine_timing import (
+    HostCost,
+    format_host_costs,
+    format_table,
+    measure_host_costs,
+    profile_host,
+    run_decode_bench,
+)
 
-from cudagraph.engine.benchmark import HostCost, format_host_costs, measure_host_costs, profile_host
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.model import model_config_from_preset, random_model
+from cudagraph.engine.model_runner import ModelRunner
+
+EAGER = CudaGraphConfig(PhaseConfig(Backend.DISABLED, (), 0), PhaseConfig(Backend.DISABLED, (), 0))
 
 
 def test_per_break_cost_is_the_breakable_excess_over_full_per_break() -> None:
@@ -40,3 +53,17 @@ def test_profile_host_reports_the_functions_of_the_loop() -> None:
     report = profile_host(a_distinctively_named_step, torch.device("cpu"), steps=30, top=10)
     step_line = next(line for line in report.splitlines() if "a_distinctively_named_step" in line)
     assert step_line.split()[0] == "30", "the 30 profiled steps are counted, the warm-up calls are not"
+
+
+def test_eager_decode_steps_are_timed_on_a_cpu() -> None:
+    """What ``cudagraph-engine bench`` did on a CPU before it moved here: eager steps at each batch size, nothing
+    captured."""
+    model = random_model(model_config_from_preset("tiny-llama-random"), seed=0, device="cpu")
+    model_runner = ModelRunner(model, EAGER)
+    try:
+        bench = run_decode_bench(model_runner, [1, 3], ["eager"], context_len=8, steps=2)
+    finally:
+        model_runner.shutdown()
+    assert [(t.mode, t.batch_size) for t in bench.timings] == [("eager", 1), ("eager", 3)]
+    assert all(t.step_ms > 0 for t in bench.timings) and bench.captures == []
+    assert "eager ms" in format_table(bench.timings)
