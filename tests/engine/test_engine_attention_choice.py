@@ -20,7 +20,7 @@ from cudagraph.engine.attention import (
     choose_attention_backend,
     make_attention_backend,
 )
-from cudagraph.engine.cli import build_parser
+from cudagraph.engine.commands import build_parser
 from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner

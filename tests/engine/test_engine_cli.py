@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cudagraph.engine.cli import main
+from cudagraph.engine.commands import main
 from cudagraph.engine.model import model_config_from_preset, random_model, reference_greedy, save_model
 from cudagraph.engine.model_runner import ModelRunner
 

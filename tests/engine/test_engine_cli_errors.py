@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudagraph.engine.cli import EXIT_USAGE, main
+from cudagraph.engine.commands import EXIT_USAGE, main
 from cudagraph.engine.model import model_config_from_preset, random_model, save_model
 
 GENERATE = ["generate", "--prompt-token-ids", "1,2,3", "--max-new-tokens", "2", "--device", "cpu"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cudagraph.engine.cli import DEFAULT_METRICS_PATH, main
+from cudagraph.engine.commands import DEFAULT_METRICS_PATH, main
 from cudagraph.runner import EagerReason
 
 PROMPTS = [[1, 2, 3], [7, 300, 9, 11, 4], [42]]

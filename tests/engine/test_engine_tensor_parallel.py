@@ -17,7 +17,7 @@ import tp_workers
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cudagraph.engine import cli
+from cudagraph.engine import commands
 from cudagraph.engine.batch import Request, SamplingParams, make_decode_batch
 from cudagraph.engine.distributed import RankFailedError, StepMessage, launch
 from cudagraph.engine.generate import generate
@@ -252,15 +252,15 @@ GENERATE = ["generate", "--preset", "tiny-llama-random", "--device", "cpu", "--p
 def test_bad_tensor_parallel_flags_are_one_clear_error(
     flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main([*GENERATE, *flags]) == cli.EXIT_USAGE
+    assert commands.main([*GENERATE, *flags]) == commands.EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and "Traceback" not in "\n".join(err)
 
 
 @pytest.mark.parametrize("flag", ["--tp-size", "--tensor-parallel-size"])
 def test_both_spellings_parse_to_the_same_size(flag: str) -> None:
-    args = cli.build_parser().parse_args([*GENERATE, flag, "2"])
-    assert cli.tp_size_of(args) == 2
+    args = commands.build_parser().parse_args([*GENERATE, flag, "2"])
+    assert commands.tp_size_of(args) == 2
 
 
 @pytest.mark.parametrize("engine_flags", [[], ["--page-size", "16", "--kernel-backend", "torch"]])
@@ -268,9 +268,9 @@ def test_cli_generate_at_tp2_prints_the_single_rank_tokens(
     engine_flags: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     prompts = ["--prompt-token-ids", "5,6,7,8", "--max-new-tokens", "6", "--json", "-q", *engine_flags]
-    assert cli.main([*GENERATE, *prompts]) == 0
+    assert commands.main([*GENERATE, *prompts]) == 0
     single = json.loads(capsys.readouterr().out)
-    assert cli.main([*GENERATE, *prompts, "--tp-size", "2"]) == 0
+    assert commands.main([*GENERATE, *prompts, "--tp-size", "2"]) == 0
     assert json.loads(capsys.readouterr().out) == single
 
 

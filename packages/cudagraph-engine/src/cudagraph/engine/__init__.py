@@ -2,7 +2,7 @@
 real forwards.
 
 ``model_runner.ModelRunner`` runs steps (graphs where they apply), ``generate.generate`` batches requests
-continuously, and ``cudagraph-engine`` (``cli``) drives both from the command line.
+continuously, and ``cudagraph-engine`` (``commands``) drives both from the command line.
 """
 
 from .attention import ATTENTION_BACKENDS, TorchAttentionBackend, make_attention_backend, unified_attention

@@ -24,8 +24,8 @@ optional package is a subpackage named after that package, holding its layer set
     breakable replay's breaks).
 
 A plain ``import cudagraph.engine.kernels`` imports neither Triton nor FlashInfer. The kernels read a model's
-architecture (``model.config.ModelConfig``) only as a type; the model imports the kernels, never the other way round.
-An engine author copies none of this: the kernels are here so the graphs are worth measuring.
+architecture (``model.architecture.ModelConfig``) only as a type; the model imports the kernels, never the other way
+round. An engine author copies none of this: the kernels are here so the graphs are worth measuring.
 """
 
 from .layer_set import TORCH_KERNELS, ComposedKernels, LayerKernels, RotaryStep, TorchKernels

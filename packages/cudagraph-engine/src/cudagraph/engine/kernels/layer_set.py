@@ -26,7 +26,7 @@ from .out_views import compute_into
 from .rotary import apply_rotary, rotary_cos_sin_table
 
 if TYPE_CHECKING:
-    from ..model.config import ModelConfig
+    from ..model.architecture import ModelConfig
 
 
 class RotaryStep(NamedTuple):

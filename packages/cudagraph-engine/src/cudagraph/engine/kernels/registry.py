@@ -23,7 +23,7 @@ from ..optional_import import import_optional
 from .layer_set import TORCH_KERNELS, LayerKernels
 
 if TYPE_CHECKING:
-    from ..model.config import ModelConfig
+    from ..model.architecture import ModelConfig
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import torch
 from .out_views import compute_into
 
 if TYPE_CHECKING:
-    from ..model.config import ModelConfig, RopeScaling
+    from ..model.architecture import ModelConfig, RopeScaling
 
 
 def rope_inverse_frequencies(config: ModelConfig, device: torch.device | str = "cpu") -> torch.Tensor:

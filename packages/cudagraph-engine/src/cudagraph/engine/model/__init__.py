@@ -1,13 +1,14 @@
-"""Llama / Qwen2 / Qwen3 decoder: config, model, Hugging Face checkpoint I/O, random weights, presets, a dense
-single-sequence reference. The kernel sets a layer computes through are ``cudagraph.engine.kernels``.
+"""Llama / Qwen2 / Qwen3 decoder: its architecture (``ModelConfig``), the model, Hugging Face checkpoint I/O, random
+weights, presets and a dense single-sequence reference. The kernel sets a layer computes through are
+``cudagraph.engine.kernels``.
 
 The model takes attention from its caller (``attend``), so the engine's paged backends, CUDA-graph capture and the
 dense reference all drive the same weights.
 """
 
+from .architecture import FAMILIES, ROPE_TYPES, SUPPORTED_DTYPES, ArchitectureFamily, ModelConfig, RopeScaling
 from .causal_lm import CausalLM, resolve_dtype
 from .checkpoint import TensorSlot, checkpoint_slots, load_model, save_model
-from .config import FAMILIES, ROPE_TYPES, SUPPORTED_DTYPES, ArchitectureFamily, ModelConfig, RopeScaling
 from .errors import ModelFileNotFoundError, ModelLoadError, TensorParallelError
 from .layers import AttendFn
 from .parallel import SINGLE_RANK, RowRange, ShardPlan

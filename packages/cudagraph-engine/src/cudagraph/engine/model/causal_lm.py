@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kernels.layer_set import TORCH_KERNELS, LayerKernels
+from .architecture import SUPPORTED_DTYPES, ModelConfig
 from .collectives import gather_vocab_logits, vocab_parallel_embedding
-from .config import SUPPORTED_DTYPES, ModelConfig
 from .errors import ModelLoadError
 from .layers import AttendFn, DecoderLayer, KernelModule, RMSNorm
 from .parallel import SINGLE_RANK, ShardPlan

@@ -22,8 +22,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
+from .architecture import CONFIG_FILE, ModelConfig
 from .causal_lm import CausalLM
-from .config import CONFIG_FILE, ModelConfig
 from .errors import ModelFileNotFoundError, ModelLoadError, TensorParallelError
 from .parallel import SINGLE_RANK, RowRange, ShardPlan
 

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from ..kernels.layer_set import TORCH_KERNELS, LayerKernels, RotaryStep
+from .architecture import ModelConfig
 from .collectives import all_reduced
-from .config import ModelConfig
 
 
 class AttendFn(Protocol):

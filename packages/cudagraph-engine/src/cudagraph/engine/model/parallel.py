@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import ModelConfig
+from .architecture import ModelConfig
 from .errors import TensorParallelError
 
 

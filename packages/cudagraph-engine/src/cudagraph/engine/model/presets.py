@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from .config import ModelConfig, RopeScaling
+from .architecture import ModelConfig, RopeScaling
 from .errors import ModelLoadError
 
 PRESETS: Mapping[str, ModelConfig] = MappingProxyType(

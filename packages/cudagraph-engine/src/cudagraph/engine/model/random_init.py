@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .architecture import ModelConfig
 from .causal_lm import CausalLM
 from .checkpoint import checkpoint_slots
-from .config import ModelConfig
 from .parallel import SINGLE_RANK, ShardPlan
 
 

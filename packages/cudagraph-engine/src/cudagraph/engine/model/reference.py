@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .architecture import ModelConfig
 from .causal_lm import CausalLM
-from .config import ModelConfig
 from .layers import AttendFn
 
 

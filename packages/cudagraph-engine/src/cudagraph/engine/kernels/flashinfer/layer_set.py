@@ -29,7 +29,7 @@ from ..layer_set import ComposedKernels, RotaryStep
 from ..rotary import rotary_cos_sin_halves_table
 
 if TYPE_CHECKING:
-    from ...model.config import ModelConfig
+    from ...model.architecture import ModelConfig
 
 
 class FlashInferKernels(ComposedKernels):

@@ -25,7 +25,7 @@ from ..rotary import rotary_cos_sin_halves_table
 from . import ops
 
 if TYPE_CHECKING:
-    from ...model.config import ModelConfig
+    from ...model.architecture import ModelConfig
 
 
 class TritonKernels:

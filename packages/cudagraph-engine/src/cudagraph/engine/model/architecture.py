@@ -1,5 +1,6 @@
-"""``ModelConfig``: the shapes and switches of a Llama / Qwen2 / Qwen3 decoder, read from a Hugging Face
-``config.json`` and written back in the same format.
+"""The decoder's architecture, ``ModelConfig``: the shapes and switches of a Llama / Qwen2 / Qwen3 decoder, read from
+a Hugging Face ``config.json`` and written back in the same format (not to be confused with ``cudagraph.config``,
+the CUDA-graph settings).
 
 Pure data: never imports torch. Both the Transformers 4 spelling (``rope_theta`` + ``rope_scaling``, ``torch_dtype``)
 and the Transformers 5 spelling (``rope_parameters``, ``dtype``) are read; both are written.
