@@ -2,7 +2,10 @@
 real forwards.
 
 ``model_runner.ModelRunner`` runs steps (graphs where they apply), ``generate.generate`` batches requests
-continuously, and ``cudagraph-engine`` (``commands``) drives both from the command line.
+continuously, and ``cudagraph-engine`` (``commands``) drives both from the command line. ``attention`` is the
+attention backends' graph-facing side (what an engine author copies, with ``model_runner``'s shape and
+``kv_cache``'s padding convention); ``kernels`` and ``model`` compute the forwards that prove the layer. Measuring
+lives in ``bench/`` of a source checkout, not here.
 """
 
 from .attention import ATTENTION_BACKENDS, TorchAttentionBackend, make_attention_backend, unified_attention
