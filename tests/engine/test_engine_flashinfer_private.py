@@ -77,8 +77,8 @@ def test_every_missing_attribute_is_named_at_once() -> None:
 
 
 def test_the_direct_launch_reads_through_the_adapter_before_anything_else() -> None:
-    """A wrapper of another FlashInfer is one clear error (which ``flashinfer_kernel`` turns into ``wrapper.run``),
-    raised before any FlashInfer helper is imported."""
+    """A wrapper of another FlashInfer is one clear error (which ``kernels.flashinfer.decode_attention`` turns into
+    ``wrapper.run``), raised before any FlashInfer helper is imported."""
     tensor = torch.zeros(1, 2, 8)
     with pytest.raises(FlashInferPrivateApiError, match="has no _cached_module"):
         direct_decode_launch(StandInWrapper("_cached_module"), tensor, torch.zeros(1, 2, 1, 2, 8), tensor)
