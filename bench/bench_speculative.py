@@ -11,8 +11,8 @@ Rows:
   forward against the prefill runner's ``breakable`` graph.
 
 Each figure is the median of ``--repeats`` timings of ``--steps`` back-to-back steps (CUDA events), in ms a step; the
-ratio is eager over graphed, measured in the same run. Torch attention (the backend that runs verify steps). Prints
-a table and writes JSON. Needs CUDA.
+ratio is eager over graphed, measured in the same run. ``--attention-backend`` is ``triton`` (default) or ``torch``,
+the two that run verify steps. Prints a table and writes JSON. Needs CUDA.
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="qwen3-0.6b-random")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--attention-backend", choices=("triton", "torch"), default="triton")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--drafts", type=int, default=3)
     parser.add_argument("--context", type=int, default=128)
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     model = random_model(model_config_from_preset(args.preset), seed=0, dtype=args.dtype, device="cuda")
     cache = CacheConfig(max_num_reqs=max(decode_buckets) + 2, max_context_len=args.context + prefill_max + 32)
-    model_runner = ModelRunner(model, config, cache_config=cache, attention_backend="torch")
+    model_runner = ModelRunner(model, config, cache_config=cache, attention_backend=args.attention_backend)
     rows: list[Row] = []
     try:
         model_runner.init_cuda_graphs()

@@ -175,8 +175,8 @@ def test_speculation_refuses_sampling_and_mixing() -> None:
 def test_an_attention_backend_without_verify_steps_is_one_error_before_capture() -> None:
     model_runner = make_model_runner()
     model_runner.attn_backend.supports_verify = False
-    model_runner.attention_backend_name = "triton"
-    with pytest.raises(ConfigError, match="'triton' attention backend cannot yet"):
+    model_runner.attention_backend_name = "flashinfer"
+    with pytest.raises(ConfigError, match="'flashinfer' attention backend cannot yet"):
         model_runner.init_verify_cuda_graph(4)
     assert model_runner.verify_cuda_graph_runner is None
 

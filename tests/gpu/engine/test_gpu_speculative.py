@@ -38,10 +38,13 @@ def graphs(decode: Backend, prefill: Backend) -> CudaGraphConfig:
 
 
 @contextlib.contextmanager
-def engine(config: CudaGraphConfig, verify_query_len: int | None = None) -> Iterator[ModelRunner]:
-    """A CUDA engine (torch attention, float32, random weights) with its graphs captured; shut down on exit."""
+def engine(
+    config: CudaGraphConfig, verify_query_len: int | None = None, attention: str = "torch"
+) -> Iterator[ModelRunner]:
+    """A CUDA engine (float32, random weights) with its graphs captured; shut down on exit."""
     model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=3, dtype="float32", device="cuda")
-    runner = ModelRunner(model, config, cache_config=CacheConfig(max_num_reqs=64, max_context_len=160))
+    cache = CacheConfig(max_num_reqs=64, max_context_len=160)
+    runner = ModelRunner(model, config, cache_config=cache, attention_backend=attention)
     try:
         runner.init_cuda_graphs()
         if verify_query_len is not None:
@@ -81,9 +84,13 @@ def greedy_tokens() -> list[list[int]]:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("attention", ["torch", "triton"])
 @pytest.mark.parametrize("num_drafts", [1, 3])
-def test_verify_graphs_give_the_greedy_tokens_at_every_batch_size(greedy_tokens, num_drafts: int) -> None:
-    with engine(graphs(Backend.FULL, Backend.BREAKABLE), verify_query_len=num_drafts + 1) as graphed:
+def test_verify_graphs_give_the_greedy_tokens_at_every_batch_size(num_drafts: int, attention: str) -> None:
+    with engine(graphs(Backend.DISABLED, Backend.DISABLED), attention=attention) as eager:
+        greedy_tokens, _ = run(eager)  # plain greedy decoding on the same attention kernels
+    config = graphs(Backend.FULL, Backend.BREAKABLE)
+    with engine(config, verify_query_len=num_drafts + 1, attention=attention) as graphed:
         tokens, stats = run(graphed, StepPolicy(drafter=NgramDrafter(num_drafts)))
         verify = graphed.verify_cuda_graph_runner
         assert verify is not None and verify.stats.graphs == len(DECODE_BUCKETS)

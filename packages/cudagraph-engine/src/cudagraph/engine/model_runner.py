@@ -253,8 +253,8 @@ class ModelRunner:
             return
         raise ConfigError(
             f"speculative decoding runs verify steps (several tokens per request, logits of each), which the "
-            f"{self.attention_backend_name!r} attention backend cannot yet; use the 'torch' attention backend "
-            "(--attention-backend torch)"
+            f"{self.attention_backend_name!r} attention backend cannot yet; use the 'triton' or 'torch' attention "
+            "backend (--attention-backend triton)"
         )
 
     def init_prefill_cuda_graph(self) -> PrefillCudaGraphRunner | None:
