@@ -45,6 +45,24 @@ class ShapeDescriptor:
         return cls(tokens=batch_size, requests=batch_size, uniform_query_len=1)
 
     @classmethod
+    def uniform(cls, requests: int, query_len: int) -> ShapeDescriptor:
+        """A step of ``requests`` requests of ``query_len`` tokens each: decode (1) or a speculative verify (the
+        last token and ``query_len - 1`` draft tokens).
+
+        Example:
+            >>> ShapeDescriptor.uniform(8, 4)
+            ShapeDescriptor(tokens=32, requests=8, uniform_query_len=4)
+        """
+        if query_len < 1:
+            raise ValueError(f"a uniform step has at least one token per request; got query_len={query_len}")
+        return cls(tokens=requests * query_len, requests=requests, uniform_query_len=query_len)
+
+    @property
+    def is_uniform(self) -> bool:
+        """Whether every request has the same query length (a full graph keyed by request count serves it)."""
+        return self.uniform_query_len is not None
+
+    @classmethod
     def prefill(cls, tokens: int) -> ShapeDescriptor:
         """A prefill (extend) step of ``tokens`` tokens over any number of requests."""
         return cls(tokens=tokens)

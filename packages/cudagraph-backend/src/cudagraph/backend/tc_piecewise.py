@@ -119,6 +119,8 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         )
         self.model_forward: Callable[..., Any] | None = None
         """The compiled ``model_forward`` (set by ``prepare``; run at warm-up and capture only)."""
+        self._descriptor_of: Callable[[int], ShapeDescriptor] | None = None
+        """The prepared runner's ``shape_descriptor`` (``None`` before ``prepare``, or for a runner without one)."""
         self.compile_stats: PiecewiseStats = self.compiler.stats
         """Compilations, pieces, split ops, compile seconds, pieces shared and cache use."""
 
@@ -129,7 +131,10 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         return SplitCallWrapper(index, module, self.recordings, BindableOpCall.of(module))
 
     def descriptor(self, shape: int) -> ShapeDescriptor:
-        """The shape descriptor of bucket ``shape`` in this backend's phase (decode: requests; prefill: tokens)."""
+        """The shape descriptor of bucket ``shape``: the prepared runner's (``shape_descriptor``, which knows a verify
+        runner's tokens per request), else by this backend's phase (decode: requests; prefill: tokens)."""
+        if self._descriptor_of is not None:
+            return self._descriptor_of(shape)
         if self.phase is Phase.DECODE:
             return ShapeDescriptor.decode(shape)
         return ShapeDescriptor.prefill(shape)
@@ -151,6 +156,7 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
 
         Raises ``ModelTraceError`` (function, line, dynamo's reason) when the forward does not trace whole.
         """
+        self._descriptor_of = getattr(runner, "shape_descriptor", None)
         if self.model_forward is not None:
             return
         model_runner = getattr(runner, "model_runner", None)

@@ -1,4 +1,6 @@
-"""Requests and the ``ForwardBatch``es built from them: extend (new prompt tokens) and decode (one token each).
+"""Requests and the ``ForwardBatch``es built from them: extend (new prompt tokens, or a chunk of them, possibly with
+running requests' next tokens mixed in), decode (one token each) and verify (the last token and the drafts of
+speculative decoding).
 
 A request reserves its KV slots for its whole budget (prompt plus new tokens) when it is admitted, so a step never
 allocates; building a batch is host bookkeeping plus one host-to-device copy per field.
@@ -43,6 +45,8 @@ class Request:
     cached_len: int = 0
     """Tokens whose keys and values are in the cache."""
     generator: torch.Generator | None = None
+    lookahead: int = 0
+    """KV slots reserved past the last token for draft tokens (speculative decoding verifies them in the cache)."""
 
     @property
     def token_ids(self) -> list[int]:
@@ -51,8 +55,18 @@ class Request:
 
     @property
     def budget(self) -> int:
-        """KV slots the request can ever need (the last sampled token is never fed back)."""
-        return len(self.prompt_ids) + self.params.max_new_tokens - 1
+        """KV slots the request can ever need (the last sampled token is never fed back), drafts' included."""
+        return len(self.prompt_ids) + self.params.max_new_tokens - 1 + self.lookahead
+
+    @property
+    def uncached(self) -> int:
+        """Tokens not yet in the cache (a decoding request: its last token)."""
+        return len(self.token_ids) - self.cached_len
+
+    @property
+    def prefilled(self) -> bool:
+        """Whether its whole prompt is in the cache (what is left is decoding)."""
+        return self.cached_len >= len(self.prompt_ids)
 
     @property
     def finished(self) -> bool:
@@ -67,23 +81,25 @@ def _slots(request: Request, start: int, stop: int) -> torch.Tensor:
     return request.kv_slots[start:stop]
 
 
-def make_extend_batch(requests: list[Request], device: torch.device) -> ForwardBatch:
-    """Every uncached token of ``requests`` (a prompt, or what is left of it), one request after another."""
+def make_extend_batch(requests: list[Request], device: torch.device, limits: list[int] | None = None) -> ForwardBatch:
+    """Every uncached token of ``requests`` (a prompt, what is left of it, or a decoding request's last token), one
+    request after another; with ``limits``, at most ``limits[i]`` of request ``i``'s (a chunk of a long prompt)."""
     input_ids: list[int] = []
     positions: list[int] = []
     slots: list[torch.Tensor] = []
     extend_lens: list[int] = []
     prefix_lens: list[int] = []
     seq_lens: list[int] = []
-    for request in requests:
+    for index, request in enumerate(requests):
         tokens = request.token_ids
-        new = tokens[request.cached_len :]
+        end = len(tokens) if limits is None else min(len(tokens), request.cached_len + limits[index])
+        new = tokens[request.cached_len : end]
         input_ids += new
-        positions += range(request.cached_len, len(tokens))
-        slots.append(_slots(request, request.cached_len, len(tokens)))
+        positions += range(request.cached_len, end)
+        slots.append(_slots(request, request.cached_len, end))
         extend_lens.append(len(new))
         prefix_lens.append(request.cached_len)
-        seq_lens.append(len(tokens))
+        seq_lens.append(end)
     start_locs = [sum(extend_lens[:i]) for i in range(len(extend_lens))]
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
     return ForwardBatch(
@@ -119,5 +135,38 @@ def make_decode_batch(requests: list[Request], device: torch.device) -> ForwardB
         req_pool_indices=torch.tensor([r.req_pool_index for r in requests], dtype=torch.int64, device=device),
         out_cache_loc=torch.cat(slots).to(device),
         seq_lens_sum=int(seq_lens_cpu.sum()),
+        seq_lens_cpu=seq_lens_cpu,
+    )
+
+
+def make_verify_batch(requests: list[Request], drafts: list[list[int]], device: torch.device) -> ForwardBatch:
+    """A speculative verify step: each request's last token then its drafts (the same number for every request),
+    at the positions after its cached tokens, their keys and values written to its next slots."""
+    query_len = 1 + len(drafts[0]) if drafts else 1
+    if any(len(draft) != query_len - 1 for draft in drafts) or len(drafts) != len(requests):
+        raise ValueError(
+            f"a verify step needs one draft per request, all of one length; got {len(requests)} requests and drafts "
+            f"of lengths {[len(draft) for draft in drafts]}"
+        )
+    input_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[torch.Tensor] = []
+    seq_lens: list[int] = []
+    for request, draft in zip(requests, drafts, strict=True):
+        start = request.cached_len
+        input_ids += [request.token_ids[-1], *draft]
+        positions += range(start, start + query_len)
+        slots.append(_slots(request, start, start + query_len))
+        seq_lens.append(start + query_len)
+    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
+    return ForwardBatch(
+        forward_mode=ForwardMode.TARGET_VERIFY,
+        batch_size=len(requests),
+        input_ids=torch.tensor(input_ids, dtype=torch.int64, device=device),
+        positions=torch.tensor(positions, dtype=torch.int64, device=device),
+        seq_lens=seq_lens_cpu.to(device),
+        req_pool_indices=torch.tensor([r.req_pool_index for r in requests], dtype=torch.int64, device=device),
+        out_cache_loc=torch.cat(slots).to(device),
+        seq_lens_sum=sum(seq_lens),
         seq_lens_cpu=seq_lens_cpu,
     )

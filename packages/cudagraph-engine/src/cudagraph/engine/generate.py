@@ -3,6 +3,15 @@
 Each iteration either prefills the prompts that fit (request rows, KV slots, a token budget) or, when none is
 waiting or none fits, decodes one token for every running request. Finished requests give their row and slots back
 at once, so the next waiting prompt can join.
+
+Two step kinds change that loop (``StepPolicy``):
+
+- ``mixed``: one extend step a iteration carries every running request's next token and as much of the waiting
+  prompts as the token budget leaves (a long prompt in chunks): chunked prefill mixed with decodes, a non-uniform
+  step the prefill phase's graphs replay.
+- ``speculative``: decode steps become verify steps: an ``NgramDrafter`` drafts ``k`` tokens per request, one step
+  checks them all (``k + 1`` tokens a request, a uniform step the verify runner's full graphs replay), and
+  ``accept_greedy`` keeps what the target agrees with. Greedy requests only.
 """
 
 from __future__ import annotations
@@ -13,9 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .batch import Request, SamplingParams, make_decode_batch, make_extend_batch
+from .batch import Request, SamplingParams, make_decode_batch, make_extend_batch, make_verify_batch
 from .kv_cache import CacheFullError
 from .model_runner import ModelRunner
+from .speculative import NgramDrafter, accept_greedy
 
 
 @dataclass(frozen=True)
@@ -27,10 +37,37 @@ class GenerationOutput:
 
 @dataclass
 class GenerationStats:
-    """Steps the loop ran, by kind."""
+    """Steps the loop ran, by kind, and what speculation gained."""
 
     prefill_steps: int = 0
     decode_steps: int = 0
+    mixed_steps: int = 0
+    """Extend steps that carried running requests' next tokens beside prompt tokens."""
+    verify_steps: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    """Drafts the target agreed with (each saved a decode step)."""
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    """How the loop builds its steps: ``mixed`` (chunked prefill mixed with decodes in one extend step) and
+    ``drafter`` (speculative verify steps instead of decode steps). The two are exclusive."""
+
+    mixed: bool = False
+    drafter: NgramDrafter | None = None
+
+    def __post_init__(self) -> None:
+        if self.mixed and self.drafter is not None:
+            raise ValueError(
+                "mixed steps and speculative decoding are exclusive here: a verify step is uniform (every request "
+                "k + 1 tokens) and a mixed step is not; pick one"
+            )
+
+    @property
+    def lookahead(self) -> int:
+        """KV slots each request reserves past its budget for drafts."""
+        return self.drafter.num_tokens if self.drafter is not None else 0
 
 
 def sample(logits: torch.Tensor, requests: Sequence[Request]) -> list[int]:
@@ -47,8 +84,11 @@ def sample(logits: torch.Tensor, requests: Sequence[Request]) -> list[int]:
 class Scheduler:
     """Admits waiting requests into the KV cache, builds steps, and retires finished requests."""
 
-    def __init__(self, model_runner: ModelRunner, max_prefill_tokens: int | None = None) -> None:
+    def __init__(
+        self, model_runner: ModelRunner, max_prefill_tokens: int | None = None, policy: StepPolicy | None = None
+    ) -> None:
         self.model_runner = model_runner
+        self.policy = policy or StepPolicy()
         prefill_runner = model_runner.prefill_cuda_graph_runner
         # By default a prefill step is as large as the largest prefill graph, so prefill steps replay graphs.
         default = prefill_runner.max_size if prefill_runner is not None else model_runner.cache_config.max_context_len
@@ -58,7 +98,13 @@ class Scheduler:
         self.stats = GenerationStats()
 
     def add(self, request: Request) -> None:
-        """Queue ``request``; reject one that could never fit the cache."""
+        """Queue ``request``; reject one that could never fit the cache (or, speculating, one that samples)."""
+        if self.policy.drafter is not None and request.params.temperature > 0:
+            raise ValueError(
+                f"prompt {request.index} samples with temperature {request.params.temperature}, but speculative "
+                "decoding here is greedy only (temperature 0)"
+            )
+        request.lookahead = self.policy.lookahead
         max_context_len = self.model_runner.req_to_token_pool.max_context_len
         if request.budget > max_context_len:
             raise CacheFullError(
@@ -75,7 +121,10 @@ class Scheduler:
         tokens = 0
         while self.waiting:
             request = self.waiting[0]
-            fits_budget = not admitted or tokens + len(request.prompt_ids) <= self.max_prefill_tokens
+            # Mixed steps chunk a long prompt, so any prompt fits the budget; otherwise a prompt goes whole.
+            fits_budget = (
+                not admitted or self.policy.mixed or tokens + len(request.prompt_ids) <= self.max_prefill_tokens
+            )
             if not (fits_budget and req_pool.available and kv_pool.available >= request.budget):
                 break
             self.waiting.popleft()
@@ -97,20 +146,19 @@ class Scheduler:
         request.kv_slots, request.req_pool_index = None, -1
 
     def step(self) -> None:
-        """Prefill what can be admitted, else decode every running request; retire what finished."""
+        """One step of the policy's kind (see the module docstring); retire what finished."""
         admitted = self._admit()
-        if admitted:
-            batch_requests = admitted
-            batch = make_extend_batch(admitted, self.model_runner.device)
+        if self.policy.mixed:
+            self._mixed_step(admitted)
+        elif admitted:
+            self._extend_step(admitted)
             self.stats.prefill_steps += 1
+        elif self.policy.drafter is not None:
+            self._verify_step(self.policy.drafter)
         else:
-            batch_requests = self.running
             batch = make_decode_batch(self.running, self.model_runner.device)
+            self._sample_into(self.running, self.model_runner.run(batch))
             self.stats.decode_steps += 1
-        logits = self.model_runner.run(batch)
-        for request, token in zip(batch_requests, sample(logits, batch_requests), strict=True):
-            request.cached_len = len(request.token_ids)
-            request.output_ids.append(token)
         still_running = [r for r in self.running if r not in admitted] + admitted
         self.running = []
         for request in still_running:
@@ -118,6 +166,65 @@ class Scheduler:
                 self._retire(request)
             else:
                 self.running.append(request)
+
+    def _sample_into(self, requests: Sequence[Request], logits: torch.Tensor) -> None:
+        for request, token in zip(requests, sample(logits, requests), strict=True):
+            request.cached_len = len(request.token_ids)
+            request.output_ids.append(token)
+
+    def _extend_step(self, requests: list[Request], limits: list[int] | None = None) -> None:
+        """One extend step over ``requests`` (chunks of at most ``limits`` tokens); a request whose every token is
+        then cached samples its next one, a chunk of a longer prompt only fills the cache."""
+        logits = self.model_runner.run(make_extend_batch(requests, self.model_runner.device, limits))
+        if limits is None:
+            self._sample_into(requests, logits)
+            return
+        done = [row for row, request in enumerate(requests) if limits[row] >= request.uncached]
+        for request, limit in zip(requests, limits, strict=True):
+            if limit < request.uncached:
+                request.cached_len += limit
+        self._sample_into([requests[row] for row in done], logits[done])
+
+    def _mixed_step(self, admitted: list[Request]) -> None:
+        """Every decoding request's next token, then prompt tokens (oldest request first) up to the token budget, in
+        one extend step; a step with no prompt tokens left is a plain decode step (uniform: the decode graphs)."""
+        decoding = [r for r in self.running if r.prefilled]
+        prefilling = [r for r in self.running if not r.prefilled] + admitted
+        budget = max(self.max_prefill_tokens - len(decoding), 0)
+        chunks: list[int] = []
+        for request in prefilling:
+            chunks.append(min(request.uncached, budget))
+            budget -= chunks[-1]
+        taken = [(r, n) for r, n in zip(prefilling, chunks, strict=True) if n > 0]
+        if not taken:  # only decodes: a uniform step, for the decode graphs
+            self._sample_into(decoding, self.model_runner.run(make_decode_batch(decoding, self.model_runner.device)))
+            self.stats.decode_steps += 1
+            return
+        requests = decoding + [r for r, _ in taken]
+        self._extend_step(requests, [1] * len(decoding) + [n for _, n in taken])
+        if decoding:
+            self.stats.mixed_steps += 1
+        else:
+            self.stats.prefill_steps += 1
+
+    def _verify_step(self, drafter: NgramDrafter) -> None:
+        """Draft for every running request, verify all drafts in one step, keep what the target agrees with."""
+        requests = self.running
+        drafts = [drafter.propose(request.token_ids) for request in requests]
+        batch = make_verify_batch(requests, drafts, self.model_runner.device)
+        query_len = drafter.num_tokens + 1
+        target = self.model_runner.run(batch).argmax(dim=-1).view(len(requests), query_len).tolist()
+        for request, draft, target_tokens in zip(requests, drafts, target, strict=True):
+            new_tokens = accept_greedy(draft, target_tokens)
+            room = request.params.max_new_tokens - len(request.output_ids)
+            for token in new_tokens[:room]:
+                request.output_ids.append(token)
+                if token in request.params.stop_token_ids:
+                    break
+            request.cached_len = len(request.token_ids) - 1
+            self.stats.drafted_tokens += len(draft)
+            self.stats.accepted_tokens += len(new_tokens) - 1
+        self.stats.verify_steps += 1
 
     @property
     def done(self) -> bool:
@@ -135,12 +242,14 @@ def generate(
     params: SamplingParams | Sequence[SamplingParams] = GREEDY,
     *,
     max_prefill_tokens: int | None = None,
+    policy: StepPolicy | None = None,
 ) -> list[GenerationOutput]:
-    """Generate for every prompt (token ids), continuously batched; outputs in prompt order."""
+    """Generate for every prompt (token ids), continuously batched; outputs in prompt order. ``policy`` picks mixed
+    steps or speculative decoding (``StepPolicy``); greedy tokens are the same whichever it picks."""
     per_prompt = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
     if len(per_prompt) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(per_prompt)} sampling params")
-    scheduler = Scheduler(model_runner, max_prefill_tokens)
+    scheduler = Scheduler(model_runner, max_prefill_tokens, policy)
     requests = [Request(i, list(p), sp) for i, (p, sp) in enumerate(zip(prompts, per_prompt, strict=True))]
     for request in requests:
         scheduler.add(request)

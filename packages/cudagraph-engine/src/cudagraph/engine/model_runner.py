@@ -1,10 +1,14 @@
 """The reference model runner: owns the model, the KV cache, the attention backend, the model's kernel set and the
 two graph runners.
 
-``run(batch)`` is the one entry the engine calls per step: the phase's graph runner routes the batch once and
-replays it or runs it eagerly; without a runner the eager ``forward`` takes it. Either way the step is counted in
-``cuda_graph_metrics``. ``forward`` is also what the graph runners capture, so it must stay free of host
-syncs and value-dependent shapes whenever ``is_capture_mode()`` is on.
+``run(batch)`` is the one entry the engine calls per step: the graph runner of the batch's kind routes it once and
+replays it or runs it eagerly; without a runner the eager ``forward`` takes it. Uniform steps (every request the same
+number of tokens) go to the decode phase's runners: decode to ``decode_cuda_graph_runner``, a speculative verify step
+to ``verify_cuda_graph_runner`` (both ``full`` graphs by default); every other step (prefill, chunked prefill, a
+prefill mixed with decodes) to the prefill phase's runner (``breakable`` or ``tc_piecewise``). Either way the step
+is counted in ``cuda_graph_metrics`` (verify steps in ``verify_cuda_graph_metrics``). ``forward`` is also what the
+graph runners capture, so it must stay free of host syncs and value-dependent shapes whenever ``is_capture_mode()``
+is on.
 """
 
 from __future__ import annotations
@@ -167,10 +171,16 @@ class ModelRunner:
         self.kernels: LayerKernels = self.kernels_for(cuda_graph_config)
         model.use_kernels(self.kernels)
         self.decode_cuda_graph_runner: DecodeCudaGraphRunner | None = None
+        self.verify_cuda_graph_runner: DecodeCudaGraphRunner | None = None
+        """Graphs of speculative verify steps (``init_verify_cuda_graph``): the decode phase's backend and buckets,
+        ``query_len`` tokens per request."""
         self.prefill_cuda_graph_runner: PrefillCudaGraphRunner | None = None
         self.cuda_graph_metrics: dict[Phase, ReplayMetrics] = {phase: ReplayMetrics(phase) for phase in Phase}
         """Every step ``run`` took, per phase, for this engine's life: its graph runners count into these, and
         steps of a phase without a runner are counted here under why it has none."""
+        self.verify_cuda_graph_metrics = ReplayMetrics(Phase.DECODE)
+        """Every verify step ``run`` took (speculative decoding): kept apart from decode's, whose buckets count
+        one-token steps."""
 
     def kernels_for(self, config: CudaGraphConfig) -> LayerKernels:
         """The kernel set this engine's ``kernel_backend`` picks when its graphs follow ``config``: with ``auto``,
@@ -226,12 +236,40 @@ class ModelRunner:
         self.decode_cuda_graph_runner = self._init_runner(Phase.DECODE, DecodeCudaGraphRunner)
         return self.decode_cuda_graph_runner
 
+    def init_verify_cuda_graph(self, query_len: int) -> DecodeCudaGraphRunner | None:
+        """Create and capture the runner of speculative verify steps of ``query_len`` tokens per request (the last
+        token and ``query_len - 1`` drafts): the decode phase's backend and buckets (a bucket counts requests).
+        ``None``, with the reason logged, when decode runs eagerly. Needs an attention backend that runs verify steps
+        (``supports_verify``): otherwise one ``ConfigError`` before anything is captured."""
+        self.check_verify_support()
+        self.verify_cuda_graph_runner = self._init_runner(
+            Phase.DECODE, DecodeCudaGraphRunner, query_len=query_len, metrics=self.verify_cuda_graph_metrics
+        )
+        return self.verify_cuda_graph_runner
+
+    def check_verify_support(self) -> None:
+        """Raise ``ConfigError`` when this engine's attention backend cannot run speculative verify steps."""
+        if getattr(self.attn_backend, "supports_verify", False):
+            return
+        raise ConfigError(
+            f"speculative decoding runs verify steps (several tokens per request, logits of each), which the "
+            f"{self.attention_backend_name!r} attention backend cannot yet; use the 'triton' or 'torch' attention "
+            "backend (--attention-backend triton)"
+        )
+
     def init_prefill_cuda_graph(self) -> PrefillCudaGraphRunner | None:
         """Create and capture the prefill runner (``None``, with the reason logged, when prefill runs eagerly)."""
         self.prefill_cuda_graph_runner = self._init_runner(Phase.PREFILL, PrefillCudaGraphRunner)
         return self.prefill_cuda_graph_runner
 
-    def _init_runner(self, phase: Phase, runner_type: type[RunnerT]) -> RunnerT | None:
+    def _init_runner(
+        self,
+        phase: Phase,
+        runner_type: type[RunnerT],
+        *,
+        metrics: ReplayMetrics | None = None,
+        **runner_options: Any,
+    ) -> RunnerT | None:
         reason = self.graphs_unavailable_reason(phase)
         if reason is not None:
             # A phase the config turned off was explained where it was resolved (a rule's line, or the user's flag):
@@ -244,7 +282,8 @@ class ModelRunner:
             self.cuda_graph_config,
             show_progress=self.show_progress,
             capture_barrier=self.capture_barrier,
-            metrics=self.cuda_graph_metrics[phase],
+            metrics=metrics if metrics is not None else self.cuda_graph_metrics[phase],
+            **runner_options,
         )
         self._capture_or_free(runner)
         return runner
@@ -267,23 +306,31 @@ class ModelRunner:
         self.init_prefill_cuda_graph()
 
     def shutdown(self) -> None:
-        """Free both graph runners (the model and the KV cache stay)."""
-        for runner in (self.decode_cuda_graph_runner, self.prefill_cuda_graph_runner):
+        """Free every graph runner (the model and the KV cache stay)."""
+        for runner in (self.decode_cuda_graph_runner, self.verify_cuda_graph_runner, self.prefill_cuda_graph_runner):
             if runner is not None:
                 runner.shutdown()
-        self.decode_cuda_graph_runner = self.prefill_cuda_graph_runner = None
+        self.decode_cuda_graph_runner = self.verify_cuda_graph_runner = self.prefill_cuda_graph_runner = None
 
     # -- steps ------------------------------------------------------------------------------------------------------
 
     def run(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits of ``batch``: the phase's graph runner routes it once and replays it or runs it eagerly (counting
-        it either way); without a runner it runs eagerly, counted under ``runnerless_reason``."""
+        """Logits of ``batch``: the graph runner of its kind routes it once and replays it or runs it eagerly
+        (counting it either way); without a runner it runs eagerly, counted under ``runnerless_reason``.
+
+        Decode: a row per request; verify: a row per token; extend: a row per request (its last token)."""
         runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner | None
-        runner = self.prefill_cuda_graph_runner if batch.forward_mode.is_extend() else self.decode_cuda_graph_runner
+        mode = batch.forward_mode
+        if mode.is_extend():
+            runner, phase, metrics = self.prefill_cuda_graph_runner, Phase.PREFILL, None
+        elif mode.is_verify():
+            runner, phase, metrics = self.verify_cuda_graph_runner, Phase.DECODE, self.verify_cuda_graph_metrics
+        else:
+            runner, phase, metrics = self.decode_cuda_graph_runner, Phase.DECODE, None
         if runner is not None:
             return runner.replay_routed(batch, runner.route(batch))
-        phase = Phase.PREFILL if batch.forward_mode.is_extend() else Phase.DECODE
-        self.cuda_graph_metrics[phase].count_eager(self.runnerless_reason(phase), batch.num_tokens)
+        metrics = metrics if metrics is not None else self.cuda_graph_metrics[phase]
+        metrics.count_eager(self.runnerless_reason(phase), batch.num_tokens)
         return self.forward(batch)
 
     def runnerless_reason(self, phase: Phase) -> EagerReason:
@@ -306,7 +353,8 @@ class ModelRunner:
 
     @torch.no_grad()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        """Eager forward of ``batch`` (also what the graph runners capture): logits ``[B, vocab]``."""
+        """Eager forward of ``batch`` (also what the graph runners capture): logits ``[B, vocab]``, or in a verify
+        step ``[T, vocab]`` (every token's: each draft is checked against the logits of the token before it)."""
         if batch.forward_mode.is_idle():
             # Nothing to compute eagerly; a decode graph replays idle batches when it must keep ranks in step.
             return torch.empty((0, self.model.config.vocab_size), dtype=torch.float32, device=self.device)

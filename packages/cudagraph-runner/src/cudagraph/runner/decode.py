@@ -1,66 +1,101 @@
-"""Decode graphs keyed by batch size: one token per request, padded up to the nearest captured batch size."""
+"""Uniform-step graphs keyed by batch size: decode (one token per request) or a speculative verify (``query_len``
+tokens per request), padded up to the nearest captured batch size.
+
+A uniform step is one whose requests all bring the same number of tokens, so its graph is keyed by the request
+count alone: ``ShapeDescriptor.uniform(requests, query_len)``. A runner serves one query length: the engine keeps a
+decode runner (``query_len=1``) and, with speculative decoding, a verify runner (``query_len = draft tokens + 1``),
+both under the decode phase's backend and buckets (a bucket counts requests; its graph holds ``bucket * query_len``
+token rows).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-from cudagraph.config import Phase
+from cudagraph.backend_utils import ShapeDescriptor
+from cudagraph.config import ConfigError, CudaGraphConfig, Phase
 
 from .base import BaseCudaGraphRunner
 from .forward_batch import ForwardBatch, ForwardMode
+from .protocols import ModelRunnerLike
 from .replay_metadata import ReplayMetadata
-from .routing import Route
+from .routing import EagerReason, Route
 from .static_buffers import DECODE_FIELDS, StaticInputs
 
 _DECODE = ForwardMode.DECODE
-_GRAPHED_MODES = frozenset({ForwardMode.DECODE, ForwardMode.IDLE})
+_IDLE = ForwardMode.IDLE
+_WRONG_QUERY_LEN = Route.eager(EagerReason.QUERY_LEN_NOT_CAPTURED)
 
 
 class DecodeCudaGraphRunner(BaseCudaGraphRunner):
-    """Replays decode (and idle) steps from graphs captured per batch size.
+    """Replays uniform steps from graphs captured per batch size: decode (and idle) steps, or with ``query_len``
+    above 1 the verify steps of speculative decoding (``ForwardMode.TARGET_VERIFY``, ``query_len`` tokens a request).
 
     A step: routed once by batch size (``route``), copied into the static buffers (one fused copy per dtype,
     padding re-applied only when the batch shrank), the attention backend refreshes its static metadata, the padded
-    bucket replays, and the logits view of the real batch made at capture comes back. Batches routed eagerly run
-    through ``model_runner.forward``.
+    bucket replays, and the logits view of the real batch made at capture comes back (decode: a row per request;
+    verify: a row per token). Batches routed eagerly run through ``model_runner.forward``. A verify step with another
+    number of tokens per request runs eagerly (``EagerReason.QUERY_LEN_NOT_CAPTURED``).
     """
 
     phase: ClassVar[Phase] = Phase.DECODE
 
+    def __init__(
+        self, model_runner: ModelRunnerLike, config: CudaGraphConfig, *, query_len: int = 1, **options: Any
+    ) -> None:
+        if isinstance(query_len, bool) or not isinstance(query_len, int) or query_len < 1:
+            raise ConfigError(
+                f"query_len must be a whole number of tokens per request, at least 1 (1: decode; draft tokens + 1: "
+                f"speculative verify); got {query_len!r}"
+            )
+        self.query_len: int = query_len
+        """Tokens every request brings to a step this runner graphs (1: decode)."""
+        self.forward_mode: ForwardMode = _DECODE if query_len == 1 else ForwardMode.TARGET_VERIFY
+        """The forward mode its graphs are captured in (decode, or target verify)."""
+        self._graphed_modes = frozenset({self.forward_mode, _IDLE})
+        super().__init__(model_runner, config, **options)
+
+    def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
+        """The shape the graph of ``bucket`` requests serves."""
+        return ShapeDescriptor.uniform(bucket, self.query_len)
+
     def _allocate_static_buffers(self) -> None:
         attn_backend = self.model_runner.attn_backend
+        max_tokens = self.max_size * self.query_len
         self.inputs = StaticInputs.allocate(
             DECODE_FIELDS,
-            max_tokens=self.max_size,
+            max_tokens=max_tokens,
             max_requests=self.max_size,
             device=self.device,
             seq_len_fill_value=attn_backend.get_cuda_graph_seq_len_fill_value(),
         )
         self.inputs.mirror_seq_lens_cpu = getattr(attn_backend, "needs_seq_lens_cpu", True)
-        attn_backend.init_cuda_graph_state(self.max_size, self.max_size)
+        attn_backend.init_cuda_graph_state(self.max_size, max_tokens)
         self._index_static_buckets(attn_backend)
 
     def _replay_reads_no_context(self) -> bool:
         return self.backend.captures_attn_metadata
 
     def _output_row_counts(self, shape: int) -> Iterable[int]:
-        """Every batch size that pads to ``shape`` (0, an idle batch, pads to the smallest)."""
-        return [size for size, bucket in enumerate(self.bucket_by_size) if bucket == shape]
+        """The output rows of every batch size that pads to ``shape`` (0, an idle batch, pads to the smallest): a
+        row per request in decode, a row per token in verify."""
+        return [size * self.query_len for size, bucket in enumerate(self.bucket_by_size) if bucket == shape]
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
-        """A batch of ``bucket`` rows viewing the static buffers: what a graph of that size was captured with."""
+        """A batch of ``bucket`` requests viewing the static buffers: what a graph of that size was captured with."""
         view = self.inputs.view
+        tokens = bucket * self.query_len
         return ForwardBatch(
-            forward_mode=ForwardMode.DECODE,
+            forward_mode=self.forward_mode,
             batch_size=bucket,
-            input_ids=view("input_ids", bucket),
-            positions=view("positions", bucket),
+            input_ids=view("input_ids", tokens),
+            positions=view("positions", tokens),
             seq_lens=view("seq_lens", bucket),
             req_pool_indices=view("req_pool_indices", bucket),
-            out_cache_loc=view("out_cache_loc", bucket),
+            out_cache_loc=view("out_cache_loc", tokens),
             seq_lens_sum=bucket * self.inputs.seq_len_fill_value,
             seq_lens_cpu=self.inputs.seq_lens_cpu[:bucket],
         )
@@ -68,17 +103,20 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     def _prepare_capture(self, shape: int) -> Callable[[], torch.Tensor]:
         batch = self.static_buckets[shape].batch
         self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph(
-            shape, shape, batch.req_pool_indices, batch.seq_lens, ForwardMode.DECODE
+            shape, shape * self.query_len, batch.req_pool_indices, batch.seq_lens, self.forward_mode
         )
         forward = self.model_runner.forward
         return lambda: forward(batch)
 
     def route(self, batch: ForwardBatch) -> Route:
-        """Decode or idle, by batch size: the bucket that holds it (exactly, when padding is disabled) unless it has
-        no graph or pads over ``max_padding_ratio``; larger batches and other modes run eagerly."""
-        if batch.forward_mode not in _GRAPHED_MODES:
+        """A step of this runner's mode (or idle), by batch size: the bucket that holds it (exactly, when padding is
+        disabled) unless it has no graph or pads over ``max_padding_ratio``; larger batches and other modes run
+        eagerly, and so does a verify step whose tokens per request differ from ``query_len``."""
+        if batch.forward_mode not in self._graphed_modes:
             return self._route_wrong_mode
         size = batch.batch_size
+        if self.query_len != 1 and batch.forward_mode is not _IDLE and batch.num_tokens != size * self.query_len:
+            return _WRONG_QUERY_LEN
         routes = self._routes_by_size
         return routes[size] if size < len(routes) else self._route_beyond
 
@@ -87,7 +125,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         return self.route(batch).bucket
 
     def replay_routed(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
-        """Logits ``[batch_size, vocab]`` from the graph of ``route``'s bucket (eager when it has none).
+        """Logits from the graph of ``route``'s bucket (eager when it has none): ``[batch_size, vocab]`` in decode,
+        ``[batch_size * query_len, vocab]`` in verify.
 
         The returned tensor views the graph's static output: it is overwritten by the next replay.
         """
@@ -97,8 +136,9 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         batch_size = batch.batch_size
         self.metrics.count_replay(batch_size)
         inputs = self.inputs
-        if batch.forward_mode is _DECODE:
-            inputs.load(batch, batch_size, batch_size)
+        mode = self.forward_mode
+        if batch.forward_mode is mode:
+            inputs.load(batch, batch_size * self.query_len, batch_size)
         else:
             inputs.pad_from(0, 0)  # idle: every row is padding
         static_bucket = self.static_buckets[bucket]
@@ -115,8 +155,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
                 static_batch.req_pool_indices,
                 static_batch.seq_lens,
                 batch.seq_lens_sum + (bucket - batch_size) * inputs.seq_len_fill_value,
-                _DECODE,
+                mode,
                 host_seq_lens,
             )
         )
-        return self._replay_bucket(bucket, static_bucket, batch_size)
+        return self._replay_bucket(bucket, static_bucket, batch_size * self.query_len)

@@ -19,11 +19,16 @@ PADDING_KV_SLOT = 0
 
 
 class ForwardMode(enum.IntEnum):
-    """What kind of step a batch is: one new token per request, a run of new tokens per request, or nothing."""
+    """What kind of step a batch is: one new token per request, a run of new tokens per request, the same number of
+    new tokens per request (a speculative step's verify), or nothing."""
 
     DECODE = 1
     EXTEND = 2
     IDLE = 3
+    TARGET_VERIFY = 4
+    """Speculative decoding's verify step: every request feeds its last token and the same number of draft tokens
+    (``query_len`` tokens each, request after request), and the step returns the logits of every token. A uniform
+    step like decode: graphed by the decode phase's backend, keyed by request count and query length."""
 
     def is_decode(self) -> bool:
         """One token per request (decode graphs are keyed by batch size)."""
@@ -32,6 +37,15 @@ class ForwardMode(enum.IntEnum):
     def is_extend(self) -> bool:
         """Prefill or chunked prefill: any number of tokens per request (prefill graphs are keyed by token count)."""
         return self is ForwardMode.EXTEND
+
+    def is_verify(self) -> bool:
+        """A verify step: ``query_len`` tokens per request, logits of every token."""
+        return self is ForwardMode.TARGET_VERIFY
+
+    def is_uniform(self) -> bool:
+        """Every request brings the same number of tokens (decode, verify): a graph keyed by request count serves
+        it. Extend batches are not: their requests differ."""
+        return self is ForwardMode.DECODE or self is ForwardMode.TARGET_VERIFY
 
     def is_idle(self) -> bool:
         """No tokens at all: a rank with nothing to do still runs the graph so collectives stay aligned."""
@@ -42,8 +56,8 @@ class ForwardMode(enum.IntEnum):
 class ForwardBatch:
     """One step's inputs, all on the engine's device unless the name ends in ``_cpu``.
 
-    ``T`` is the number of tokens (decode: ``T == batch_size``), ``B`` the number of requests. The ``extend_*``
-    fields are ``None`` in decode and idle batches.
+    ``T`` is the number of tokens (decode: ``T == batch_size``; verify: ``T == batch_size * query_len``), ``B`` the
+    number of requests. The ``extend_*`` fields are ``None`` in decode, verify and idle batches.
     """
 
     forward_mode: ForwardMode

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 import torch
 
+from cudagraph.backend_utils import ShapeDescriptor
 from cudagraph.config import Phase
 
 from .base import BaseCudaGraphRunner
@@ -42,6 +43,11 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
     def attention_in_graph(self) -> bool:
         """Whether attention runs inside the graph (full) rather than as an eager break (breakable, tc_piecewise)."""
         return bool(self.backend.captures_attn_metadata)
+
+    def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
+        """The shape the graph of ``bucket`` tokens serves: any mix of requests (prefill, chunked prefill, decodes
+        mixed in), so no uniform query length."""
+        return ShapeDescriptor.prefill(bucket)
 
     def requests_per_graph(self, bucket: int) -> int:
         """Request rows of the graph of ``bucket`` tokens."""

@@ -55,6 +55,7 @@ class EagerReason(enum.Enum):
     OVER_BUDGET = "over_budget"
     OVER_PADDED = "over_padded"
     TOO_MANY_REQUESTS = "too_many_requests"
+    QUERY_LEN_NOT_CAPTURED = "query_len_not_captured"
 
     @property
     def text(self) -> str:
@@ -89,6 +90,9 @@ _REASONS: Mapping[EagerReason, _ReasonInfo] = MappingProxyType(
         EagerReason.OVER_BUDGET: _ReasonInfo("its bucket has no graph (memory budget)", MEMORY_BUDGET_OPTIONS),
         EagerReason.OVER_PADDED: _ReasonInfo("its bucket pads over max_padding_ratio", PADDING_RATIO_OPTIONS),
         EagerReason.TOO_MANY_REQUESTS: _ReasonInfo("more requests than the graph has request rows"),
+        EagerReason.QUERY_LEN_NOT_CAPTURED: _ReasonInfo(
+            "a uniform step whose tokens per request no graph was captured for (a verify runner serves one length)"
+        ),
     }
 )
 

@@ -7,6 +7,11 @@ the host; it runs eagerly, also inside breakable and piecewise graphs, where it 
 
 A breakable capture binds each decode break once (``bind_forward``): the gather, the fused attention and the copy
 into the output, on views made at capture, so a replayed break runs three kernel launches and no other Python.
+
+A verify step of speculative decoding (``query_len`` tokens per request: the last token and the drafts) is decode
+with a causal tail: token ``i`` of a request of ``seq_len`` tokens sees slots ``0 .. seq_len - query_len + i``. Its
+metadata is decode's plus a ``[B, query_len, L]`` mask, filled the same way (device-only ops into static views at
+capture), so a verify step is captured whole in a full graph.
 """
 
 from __future__ import annotations
@@ -39,6 +44,24 @@ class DecodeMetadata:
 
 
 @dataclass(frozen=True)
+class VerifyMetadata:
+    """Per verify row: its KV slots (as in decode) and, per query token, which of them it sees."""
+
+    kv_slots: torch.Tensor
+    """[B, L] int32 slot of token ``j`` of row ``b``."""
+    last_visible: torch.Tensor
+    """[B, Q] int64 the last slot index query token ``i`` sees (``seq_len - Q + i``, at least 0: a padded row's
+    queries see the scratch slot, so their softmax stays finite)."""
+    kv_bias: torch.Tensor
+    """[B, Q, L] float32: 0 where token ``i`` sees slot ``j``, ``-inf`` elsewhere."""
+
+    @property
+    def query_len(self) -> int:
+        """Tokens per request (``Q``)."""
+        return int(self.last_visible.shape[1])
+
+
+@dataclass(frozen=True)
 class ExtendRequest:
     """One request of an extend batch: where its new tokens sit and which KV slots it attends to."""
 
@@ -64,6 +87,8 @@ class TorchAttentionBackend:
     name = "torch"
     needs_seq_lens_cpu = False
     """The replay hook only picks static views; the graph derives everything else on the device."""
+    supports_verify = True
+    """Runs speculative verify steps (``ForwardMode.TARGET_VERIFY``), eagerly and inside full graphs."""
     captures_extend_attention = False
     """Extend attention loops over the requests on the host (shapes follow each request's length), so it cannot be
     captured inside a graph: prefill ``full`` needs an attention backend whose extend can (``triton``)."""
@@ -88,6 +113,10 @@ class TorchAttentionBackend:
         self.head_dim = head_dim
         self.scale = scale if scale is not None else 1.0 / math.sqrt(head_dim)
         self.forward_metadata: DecodeMetadata | None = None
+        self.verify_metadata: VerifyMetadata | None = None
+        """The metadata of the verify step being run (eager, captured or replayed)."""
+        self._verify_views: dict[int, VerifyMetadata] = {}
+        """Static verify metadata per batch size (made at capture, largest first: the smaller ones view its storage)."""
         self._graph_capacity = 0
         self._graph_views: dict[int, DecodeMetadata] = {}
         self._bound_gather: weakref.ref[torch.Tensor] | None = None
@@ -96,12 +125,17 @@ class TorchAttentionBackend:
         self._positions = torch.arange(self.graph_width, device=device)
         self._no_bias = torch.zeros((), dtype=kv_pool.dtype, device=device)
         self._masked_bias = torch.full((), float("-inf"), dtype=kv_pool.dtype, device=device)
+        self._no_bias_f32 = torch.zeros((), dtype=torch.float32, device=device)
+        self._masked_bias_f32 = torch.full((), float("-inf"), dtype=torch.float32, device=device)
 
     # -- metadata ---------------------------------------------------------------------------------------------------
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         """Prepare a step. Eager decode sizes the metadata to the longest request (one host sync); inside a capture
         the static metadata the capture hook chose is filled in place, so the fill becomes part of the graph."""
+        if batch.forward_mode.is_verify():
+            self._init_verify_metadata(batch)
+            return
         if not batch.forward_mode.is_decode():
             batch.attn_metadata = None  # extend metadata is built from the host-side lengths on first use
             return
@@ -116,6 +150,55 @@ class TorchAttentionBackend:
         metadata = self._empty_metadata(batch.batch_size, width)
         self._fill_decode_metadata(metadata, batch.req_pool_indices, batch.seq_lens)
         self.forward_metadata = metadata
+
+    def _init_verify_metadata(self, batch: ForwardBatch) -> None:
+        query_len = batch.num_tokens // max(batch.batch_size, 1)
+        metadata = self.verify_metadata
+        if is_capture_mode() and metadata is not None and metadata.kv_slots.shape[0] == batch.batch_size:
+            self._fill_verify_metadata(metadata, batch.req_pool_indices, batch.seq_lens)
+            return
+        lengths = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens
+        longest = int(lengths.max()) if batch.batch_size else 1
+        width = min(-(-longest // 16) * 16, self.graph_width)
+        metadata = self._empty_verify_metadata(batch.batch_size, query_len, width)
+        self._fill_verify_metadata(metadata, batch.req_pool_indices, batch.seq_lens)
+        self.verify_metadata = metadata
+
+    def _empty_verify_metadata(self, rows: int, query_len: int, width: int) -> VerifyMetadata:
+        device = self.req_to_token.device
+        return VerifyMetadata(
+            kv_slots=torch.zeros((rows, width), dtype=torch.int32, device=device),
+            last_visible=torch.zeros((rows, query_len), dtype=torch.int64, device=device),
+            kv_bias=torch.zeros((rows, query_len, width), dtype=torch.float32, device=device),
+        )
+
+    def _fill_verify_metadata(
+        self, metadata: VerifyMetadata, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor
+    ) -> None:
+        width = metadata.kv_slots.shape[1]
+        query_len = metadata.query_len
+        torch.index_select(self.req_to_token[:, :width], 0, req_pool_indices, out=metadata.kv_slots)
+        # Query token i of a row of seq_len tokens sits at position seq_len - query_len + i and sees up to itself.
+        offsets = self._positions[:query_len] - query_len
+        torch.add(seq_lens[:, None], offsets[None, :], out=metadata.last_visible)
+        metadata.last_visible.clamp_(min=0)
+        visible = self._positions[None, None, :width] <= metadata.last_visible[:, :, None]
+        torch.where(visible, self._no_bias_f32, self._masked_bias_f32, out=metadata.kv_bias)
+
+    def _verify_view(self, batch_size: int, query_len: int) -> VerifyMetadata:
+        """The static verify metadata of ``batch_size`` rows (a capture of a larger size first makes the storage)."""
+        view = self._verify_views.get(batch_size)
+        if view is not None and view.query_len == query_len:
+            return view
+        storage = max(self._verify_views.values(), key=lambda m: m.kv_slots.shape[0], default=None)
+        if storage is None or storage.kv_slots.shape[0] < batch_size or storage.query_len != query_len:
+            storage = self._empty_verify_metadata(batch_size, query_len, self.graph_width)
+            self._verify_views = {}
+        view = VerifyMetadata(
+            storage.kv_slots[:batch_size], storage.last_visible[:batch_size], storage.kv_bias[:batch_size]
+        )
+        self._verify_views[batch_size] = view
+        return view
 
     def _empty_metadata(self, rows: int, width: int) -> DecodeMetadata:
         device = self.req_to_token.device
@@ -167,12 +250,18 @@ class TorchAttentionBackend:
         forward_mode: ForwardMode,
         **kwargs: object,
     ) -> None:
-        """Decode: use the static view of ``batch_size`` rows (filled inside the captured forward)."""
+        """Decode and verify: use the static view of ``batch_size`` rows (filled inside the captured forward)."""
+        if forward_mode.is_verify():
+            self.verify_metadata = self._verify_view(batch_size, num_tokens // batch_size)
+            return
         self.forward_metadata = self._graph_view(batch_size) if forward_mode.is_decode() else None
 
     def init_forward_metadata_replay_cuda_graph(self, metadata: ReplayMetadata) -> None:
         """Decode: point at the static view of ``metadata.batch_size`` rows; the graph refills it from the static
         inputs."""
+        if metadata.forward_mode.is_verify():
+            self.verify_metadata = self._verify_views[metadata.batch_size]
+            return
         decode = metadata.forward_mode.is_decode()
         self.forward_metadata = self._graph_view(metadata.batch_size) if decode else None
 
@@ -198,6 +287,9 @@ class TorchAttentionBackend:
             self.store_kv(k, v, layer_id, batch.out_cache_loc)
         if batch.forward_mode.is_extend():
             self._extend(q, output, layer_id, batch)
+        elif batch.forward_mode.is_verify():
+            assert self.verify_metadata is not None, "init_forward_metadata was not called for this verify step"
+            self._verify(q, output, layer_id, self.verify_metadata)
         else:
             assert self.forward_metadata is not None, "init_forward_metadata was not called for this decode step"
             self._decode(q, output, layer_id, self.forward_metadata)
@@ -288,6 +380,23 @@ class TorchAttentionBackend:
             self.scale,
             output.view(grouped),
         )
+
+    def _verify(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, metadata: VerifyMetadata) -> None:
+        """Attention of ``query_len`` tokens per row over the row's slots, each token up to itself (in float32)."""
+        rows, width = metadata.kv_slots.shape
+        query_len = metadata.query_len
+        groups = self.num_heads // self.num_kv_heads
+        gathered = self.kv_pool.kv_buffer[layer_id].index_select(0, metadata.kv_slots.view(-1))
+        keys = gathered[:, 0].view(rows, width, self.num_kv_heads, self.head_dim).permute(0, 2, 3, 1).float()
+        values = gathered[:, 1].view(rows, width, self.num_kv_heads, self.head_dim).transpose(1, 2).float()
+        # [B, Q, Hkv, G, D] -> [B, Hkv, G*Q, D]: a kv head's query heads and tokens as its query rows.
+        queries = q.view(rows, query_len, self.num_kv_heads, groups, self.head_dim).permute(0, 2, 3, 1, 4)
+        queries = queries.reshape(rows, self.num_kv_heads, groups * query_len, self.head_dim).float()
+        scores = torch.matmul(queries, keys) * self.scale  # [B, Hkv, G*Q, L]
+        scores = scores.view(rows, self.num_kv_heads, groups, query_len, width) + metadata.kv_bias[:, None, None]
+        probs = torch.softmax(scores, dim=-1).view(rows, self.num_kv_heads, groups * query_len, width)
+        result = torch.matmul(probs, values).view(rows, self.num_kv_heads, groups, query_len, self.head_dim)
+        output.view(rows, query_len, self.num_kv_heads, groups, self.head_dim).copy_(result.permute(0, 3, 1, 2, 4))
 
     def _extend(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, batch: ForwardBatch) -> None:
         metadata = batch.attn_metadata

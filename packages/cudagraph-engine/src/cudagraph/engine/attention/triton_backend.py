@@ -13,6 +13,10 @@ values are stored before attention). The blocks are laid out on the device from 
 (``extend_attention.extend_rows``), once a step, so extend needs no host metadata either and is captured inside a graph:
 prefill ``full``. Triton ships with every CUDA build of torch; the backend runs on CPU tensors only under
 ``TRITON_INTERPRET=1``.
+
+A speculative verify step (``query_len`` tokens a request, each attending up to its own position) is an extend step
+whose requests all have ``query_len`` new tokens, so it runs the extend kernel on rows laid out from its shapes alone
+(``extend_attention.uniform_extend_batch``): captured inside the verify runner's full graphs like a decode step.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import torch
 from cudagraph.runner import ForwardBatch, ForwardMode, ReplayMetadata
 
 from ..kernels.triton.decode_attention import PagedDecodeKernel
-from ..kernels.triton.extend_attention import ExtendRows, PagedExtendKernel
+from ..kernels.triton.extend_attention import ExtendRows, PagedExtendKernel, uniform_extend_batch
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
 from .torch_backend import TorchAttentionBackend, _in_order
 
@@ -38,6 +42,8 @@ class TritonAttentionBackend(TorchAttentionBackend):
     captures_extend_attention = True
     """Extend needs no host metadata (``extend_attention.extend_rows`` runs on the device), so prefill ``full`` can
     capture it."""
+    supports_verify = True
+    """Verify steps run the extend kernel over rows made from the step's shapes (eager and inside full graphs)."""
 
     def __init__(
         self,
@@ -67,10 +73,14 @@ class TritonAttentionBackend(TorchAttentionBackend):
         self.extend_kernel = PagedExtendKernel(num_heads, num_kv_heads, head_dim, self.scale)
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
-        """Decode: nothing (the kernel reads the batch's tables on the device). Extend: the batch's ``ExtendRows``,
-        made on the device (inside a capture, part of the graph)."""
+        """Decode: nothing (the kernel reads the batch's tables on the device). Extend and verify: the batch's
+        ``ExtendRows``, made on the device (inside a capture, part of the graph)."""
         self.forward_metadata = None
-        batch.attn_metadata = None if batch.forward_mode.is_decode() else self.extend_kernel.rows_of(batch)
+        batch.attn_metadata = None if batch.forward_mode.is_decode() else self._rows_of(batch)
+
+    def _rows_of(self, batch: ForwardBatch) -> ExtendRows:
+        """The extend kernel's rows of an extend or verify batch."""
+        return self.extend_kernel.rows_of(uniform_extend_batch(batch) if batch.forward_mode.is_verify() else batch)
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
         """Room in the decode kernel's scratch for ``max_bs`` rows (captured launches cannot allocate; extend needs
@@ -104,8 +114,8 @@ class TritonAttentionBackend(TorchAttentionBackend):
         kv_stored: bool = False,
     ) -> None:
         """Store this step's keys and values (unless ``kv_stored``), then attend in one launch: a row per request
-        (decode) or per block of a request's new tokens (extend, its ``ExtendRows`` made on first use in the
-        step)."""
+        (decode) or per block of a request's new tokens (extend and verify, its ``ExtendRows`` made on first use in
+        the step)."""
         if not kv_stored:
             self.store_kv(k, v, layer_id, batch.out_cache_loc)
         kv_buffer = self.kv_pool.kv_buffer[layer_id]
@@ -115,7 +125,7 @@ class TritonAttentionBackend(TorchAttentionBackend):
         rows = batch.attn_metadata
         if not isinstance(rows, ExtendRows):
             # A breakable replay's eager breaks: the runner cleared the metadata its capture made.
-            rows = batch.attn_metadata = self.extend_kernel.rows_of(batch)
+            rows = batch.attn_metadata = self._rows_of(batch)
         self.extend_kernel(q, kv_buffer, output, self.req_to_token, rows)
 
     def bind_forward(

@@ -15,7 +15,7 @@ shapes only, nothing is computed on the host, and a launch is captured inside a 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -109,6 +109,18 @@ class ExtendRows:
     seq_lens: torch.Tensor
     block_starts: torch.Tensor
     block_counts: torch.Tensor
+
+
+def uniform_extend_batch(batch: ForwardBatch) -> ForwardBatch:
+    """``batch`` (a uniform step: the same number of tokens for every request, a verify step's ``query_len``) with
+    the extend fields that say so, made on the device from its shapes alone (capturable): request ``i``'s tokens
+    start at ``i * query_len``."""
+    requests = batch.req_pool_indices.shape[0]
+    query_len = batch.positions.shape[0] // max(requests, 1)
+    device = batch.positions.device
+    starts = torch.arange(requests, dtype=torch.int32, device=device) * query_len
+    counts = torch.full((requests,), query_len, dtype=torch.int32, device=device)
+    return replace(batch, extend_start_loc=starts, extend_seq_lens=counts)
 
 
 def extend_rows(batch: ForwardBatch, block_m: int) -> ExtendRows:

@@ -1,0 +1,131 @@
+"""Speculative decoding and mixed batches on a real GPU: the tokens plain greedy decoding gives, from real graphs.
+
+- Verify steps (the last token and ``k`` drafts a request, logits of every token) replay ``full`` graphs of the
+  verify runner at every captured batch size (48 requests shrinking to 1), for ``k`` in {1, 3}; the tokens equal
+  eager greedy decoding's.
+- Mixed steps (chunked prefill beside running decodes, one extend step) replay the prefill runner's ``breakable``
+  graphs, steps of decodes alone the decode runner's ``full`` graphs; the tokens equal eager greedy decoding's.
+
+Random-weight float32 models keep greedy ties out of the comparison. Every engine is shut down even when a test
+fails, so a failure never leaves a graph pool behind for the next test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from cudagraph.config import Backend, CudaGraphConfig, Phase, PhaseConfig
+from cudagraph.engine.batch import Request, SamplingParams
+from cudagraph.engine.generate import Scheduler, StepPolicy
+from cudagraph.engine.model import model_config_from_preset, random_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.speculative import NgramDrafter
+from cudagraph.runner import EagerReason
+
+DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48)
+PREFILL_BUCKETS = (16, 32, 64, 128)
+
+
+def graphs(decode: Backend, prefill: Backend) -> CudaGraphConfig:
+    return CudaGraphConfig(
+        decode=PhaseConfig(decode, () if decode is Backend.DISABLED else DECODE_BUCKETS, 48),
+        prefill=PhaseConfig(prefill, () if prefill is Backend.DISABLED else PREFILL_BUCKETS, 128),
+    )
+
+
+@contextlib.contextmanager
+def engine(
+    config: CudaGraphConfig, verify_query_len: int | None = None, attention: str = "torch"
+) -> Iterator[ModelRunner]:
+    """A CUDA engine (float32, random weights) with its graphs captured; shut down on exit."""
+    model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=3, dtype="float32", device="cuda")
+    cache = CacheConfig(max_num_reqs=64, max_context_len=160)
+    runner = ModelRunner(model, config, cache_config=cache, attention_backend=attention)
+    try:
+        runner.init_cuda_graphs()
+        if verify_query_len is not None:
+            runner.init_verify_cuda_graph(verify_query_len)
+        yield runner
+    finally:
+        runner.shutdown()
+
+
+def workload(count: int = 48, seed: int = 0) -> tuple[list[list[int]], list[SamplingParams]]:
+    """``count`` prompts, half of them repeating a short phrase (so n-gram drafts are accepted); prompt ``i`` wants
+    ``i + 1`` tokens, so the running batch walks down through every size."""
+    generator = torch.Generator().manual_seed(seed)
+    prompts = []
+    for index in range(count):
+        phrase = torch.randint(0, 512, (int(torch.randint(2, 6, (1,), generator=generator)),), generator=generator)
+        prompts.append(phrase.tolist() * 4 if index % 2 else torch.randint(0, 512, (12,), generator=generator).tolist())
+    return prompts, [SamplingParams(max_new_tokens=index + 2) for index in range(count)]
+
+
+def run(model_runner: ModelRunner, policy: StepPolicy | None = None, max_prefill_tokens: int | None = None):
+    prompts, params = workload()
+    scheduler = Scheduler(model_runner, max_prefill_tokens, policy)
+    requests = [Request(i, list(p), sp) for i, (p, sp) in enumerate(zip(prompts, params, strict=True))]
+    for request in requests:
+        scheduler.add(request)
+    while not scheduler.done:
+        scheduler.step()
+    return [list(request.output_ids) for request in requests], scheduler.stats
+
+
+@pytest.fixture(scope="module")
+def greedy_tokens() -> list[list[int]]:
+    with engine(graphs(Backend.DISABLED, Backend.DISABLED)) as eager:
+        tokens, _ = run(eager)
+    return tokens
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("attention", ["torch", "triton"])
+@pytest.mark.parametrize("num_drafts", [1, 3])
+def test_verify_graphs_give_the_greedy_tokens_at_every_batch_size(num_drafts: int, attention: str) -> None:
+    with engine(graphs(Backend.DISABLED, Backend.DISABLED), attention=attention) as eager:
+        greedy_tokens, _ = run(eager)  # plain greedy decoding on the same attention kernels
+    config = graphs(Backend.FULL, Backend.BREAKABLE)
+    with engine(config, verify_query_len=num_drafts + 1, attention=attention) as graphed:
+        tokens, stats = run(graphed, StepPolicy(drafter=NgramDrafter(num_drafts)))
+        verify = graphed.verify_cuda_graph_runner
+        assert verify is not None and verify.stats.graphs == len(DECODE_BUCKETS)
+        replayed = [size for size, count in enumerate(verify.metrics.replays_by_size) if count and size]
+        eager_steps = graphed.verify_cuda_graph_metrics.eager
+    for index, (want, have) in enumerate(zip(greedy_tokens, tokens, strict=True)):
+        assert have == want, f"prompt {index} diverged"
+    buckets = sorted({verify.pad_to_bucket(size) for size in replayed})
+    assert buckets == list(DECODE_BUCKETS), f"verify steps replayed buckets {buckets}, not every captured one"
+    assert eager_steps == 0 and stats.decode_steps == 0
+    assert stats.accepted_tokens > 0, "the repeating prompts' drafts should be accepted"
+    print(
+        f"k={num_drafts}: {stats.verify_steps} verify steps, {stats.accepted_tokens}/{stats.drafted_tokens} drafts "
+        "accepted"
+    )
+
+
+@pytest.mark.gpu
+def test_eager_verify_steps_give_the_greedy_tokens(greedy_tokens) -> None:
+    with engine(graphs(Backend.DISABLED, Backend.DISABLED)) as eager:
+        tokens, stats = run(eager, StepPolicy(drafter=NgramDrafter(3)))
+        counted = eager.verify_cuda_graph_metrics.eager_count(EagerReason.PHASE_DISABLED)
+    assert tokens == greedy_tokens
+    assert counted == stats.verify_steps
+
+
+@pytest.mark.gpu
+def test_mixed_steps_replay_prefill_graphs_and_decode_steps_full_graphs(greedy_tokens) -> None:
+    with engine(graphs(Backend.FULL, Backend.BREAKABLE)) as graphed:
+        tokens, stats = run(graphed, StepPolicy(mixed=True), max_prefill_tokens=64)
+        decode = graphed.cuda_graph_metrics[Phase.DECODE]
+        prefill_runner = graphed.prefill_cuda_graph_runner
+        assert prefill_runner is not None
+        prefill = prefill_runner.metrics
+    assert tokens == greedy_tokens
+    assert stats.mixed_steps > 0 and stats.decode_steps > 0
+    assert prefill.replays == stats.mixed_steps + stats.prefill_steps and prefill.eager == 0
+    assert decode.replays == stats.decode_steps and decode.eager == 0

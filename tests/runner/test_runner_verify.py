@@ -1,0 +1,185 @@
+"""Verify steps of speculative decoding (several tokens per request, logits of each) on the real engine on the CPU:
+eager attention against step-by-step decoding, graphs (full and breakable doubles) against eager, routing, and the
+generate loop's speculative and mixed steps against plain greedy decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
+
+from cudagraph.backend.testing import CpuReplayBackend
+from cudagraph.backend_utils import ShapeDescriptor
+from cudagraph.config import Backend, ConfigError
+from cudagraph.engine.batch import Request, SamplingParams, make_decode_batch, make_verify_batch
+from cudagraph.engine.generate import Scheduler, StepPolicy, generate
+from cudagraph.engine.speculative import NgramDrafter
+from cudagraph.runner import DecodeCudaGraphRunner, EagerReason, ForwardMode, PrefillCudaGraphRunner
+
+
+def verify_runner(model_runner, query_len: int, backend_kind: Backend = Backend.FULL):
+    backend = CpuReplayBackend(backend_kind)
+    runner = DecodeCudaGraphRunner(
+        model_runner, model_runner.cuda_graph_config, backend=backend, show_progress=False, query_len=query_len
+    )
+    runner.capture()
+    return runner, backend
+
+
+def drafts_for(requests, num_tokens: int, seed: int = 0) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 512, (num_tokens,), generator=generator).tolist() for _ in requests]
+
+
+def test_eager_verify_logits_equal_decoding_the_same_tokens_one_by_one() -> None:
+    """Token i of a verify step sees its request's cache and the drafts before it, nothing after: the causal tail."""
+    model_runner = make_model_runner()
+    requests = admit(model_runner, prompts_of([5, 9, 3], seed=2))
+    prefill_eagerly(model_runner, requests)
+    drafts = drafts_for(requests, 3, seed=4)
+    verified = model_runner.forward(make_verify_batch(requests, drafts, model_runner.device)).view(3, 4, -1).clone()
+    for step in range(4):
+        stepwise = model_runner.forward(make_decode_batch(requests, model_runner.device))
+        torch.testing.assert_close(verified[:, step], stepwise, rtol=1e-4, atol=1e-4)
+        for request, draft in zip(requests, drafts, strict=True):
+            request.cached_len = len(request.token_ids)
+            request.output_ids.append(draft[step] if step < 3 else 0)
+
+
+@pytest.mark.parametrize("backend_kind", [Backend.FULL, Backend.BREAKABLE])
+@pytest.mark.parametrize("num_drafts", [1, 3])
+@pytest.mark.parametrize("batch_size", [1, 3, 8])
+def test_a_verify_replay_matches_eager_at_its_padded_bucket(batch_size: int, num_drafts: int, backend_kind) -> None:
+    model_runner = make_model_runner()
+    runner, backend = verify_runner(model_runner, num_drafts + 1, backend_kind)
+    requests = admit(model_runner, prompts_of([3 + (i % 5) for i in range(batch_size)], seed=batch_size))
+    prefill_eagerly(model_runner, requests)
+    batch = make_verify_batch(requests, drafts_for(requests, num_drafts), model_runner.device)
+    eager = model_runner.forward(batch).clone()
+    replayed = runner.replay(batch)
+    assert backend.replayed == [runner.pad_to_bucket(batch_size)]
+    assert replayed.shape == eager.shape == (batch_size * (num_drafts + 1), model_runner.model.config.vocab_size)
+    torch.testing.assert_close(replayed, eager, rtol=1e-5, atol=1e-5)
+    assert runner.shape_descriptor(8) == ShapeDescriptor(
+        tokens=8 * (num_drafts + 1), requests=8, uniform_query_len=num_drafts + 1
+    )
+
+
+def test_a_verify_runner_sends_other_steps_eagerly_saying_why() -> None:
+    model_runner = make_model_runner()
+    runner, _ = verify_runner(model_runner, 4)
+    requests = admit(model_runner, prompts_of([4, 6], seed=1))
+    prefill_eagerly(model_runner, requests)
+    two_drafts = make_verify_batch(requests, drafts_for(requests, 2), model_runner.device)
+    assert runner.route(two_drafts).reason is EagerReason.QUERY_LEN_NOT_CAPTURED
+    assert runner.route(make_decode_batch(requests, model_runner.device)).reason is EagerReason.MODE_NOT_GRAPHABLE
+    eager = model_runner.forward(two_drafts).clone()
+    torch.testing.assert_close(runner.replay(two_drafts), eager)
+    assert runner.metrics.eager_count(EagerReason.QUERY_LEN_NOT_CAPTURED) == 1
+
+
+@pytest.mark.parametrize("query_len", [0, -1, 1.5, True])
+def test_a_query_len_that_is_not_a_count_of_tokens_is_one_error(query_len) -> None:
+    with pytest.raises(ConfigError, match="query_len must be a whole number"):
+        DecodeCudaGraphRunner(make_model_runner(), make_model_runner().cuda_graph_config, query_len=query_len)
+
+
+PROMPTS = [*prompts_of([3, 17, 8, 1, 25, 9], seed=7), [5, 6, 7, 8] * 4]
+PARAMS = [SamplingParams(max_new_tokens=n) for n in (2, 9, 4, 6, 12, 8, 10)]
+
+
+def graphed_model_runner(query_len: int) -> tuple:
+    """An engine with decode (full), verify (full) and prefill (breakable) graphs on the CPU doubles."""
+    model_runner = make_model_runner()
+    config = model_runner.cuda_graph_config
+    backends = CpuReplayBackend(Backend.FULL), CpuReplayBackend(Backend.FULL), CpuReplayBackend(Backend.BREAKABLE)
+    model_runner.decode_cuda_graph_runner = DecodeCudaGraphRunner(
+        model_runner, config, backend=backends[0], show_progress=False
+    )
+    model_runner.verify_cuda_graph_runner = DecodeCudaGraphRunner(
+        model_runner,
+        config,
+        backend=backends[1],
+        show_progress=False,
+        query_len=query_len,
+        metrics=model_runner.verify_cuda_graph_metrics,
+    )
+    model_runner.prefill_cuda_graph_runner = PrefillCudaGraphRunner(
+        model_runner, config, backend=backends[2], show_progress=False
+    )
+    for runner in (model_runner.decode_cuda_graph_runner, model_runner.verify_cuda_graph_runner):
+        runner.capture()
+    model_runner.prefill_cuda_graph_runner.capture()
+    return model_runner, backends
+
+
+@pytest.fixture(scope="module")
+def greedy_tokens() -> list[list[int]]:
+    return [out.output_token_ids for out in generate(make_model_runner(), PROMPTS, PARAMS)]
+
+
+@pytest.mark.parametrize("num_drafts", [1, 3])
+@pytest.mark.parametrize("graphed", [False, True], ids=["eager", "graphs"])
+def test_speculative_decoding_gives_exactly_the_greedy_tokens(greedy_tokens, num_drafts: int, graphed: bool) -> None:
+    if graphed:
+        model_runner, (decode_backend, verify_backend, _) = graphed_model_runner(num_drafts + 1)
+    else:
+        model_runner = make_model_runner()
+    scheduler = Scheduler(model_runner, policy=StepPolicy(drafter=NgramDrafter(num_drafts)))
+    got = run_to_end(scheduler)
+    assert got == greedy_tokens
+    stats = scheduler.stats
+    assert stats.verify_steps > 0 and stats.decode_steps == 0
+    assert stats.drafted_tokens >= stats.verify_steps * num_drafts
+    # The repeating prompt's continuation is drafted right at least once: speculation saved steps.
+    assert stats.accepted_tokens > 0
+    if graphed:
+        assert len(set(verify_backend.replayed)) > 1  # verify steps replayed graphs at several batch sizes
+        assert not decode_backend.replayed  # every decode step was a verify step
+        metrics = model_runner.verify_cuda_graph_metrics
+        assert metrics.replays == stats.verify_steps
+
+
+def run_to_end(scheduler: Scheduler) -> list[list[int]]:
+    requests = [Request(i, list(p), sp) for i, (p, sp) in enumerate(zip(PROMPTS, PARAMS, strict=True))]
+    for request in requests:
+        scheduler.add(request)
+    while not scheduler.done:
+        scheduler.step()
+    return [list(request.output_ids) for request in requests]
+
+
+@pytest.mark.parametrize("graphed", [False, True], ids=["eager", "graphs"])
+def test_mixed_steps_with_chunked_prefill_give_exactly_the_greedy_tokens(greedy_tokens, graphed: bool) -> None:
+    if graphed:
+        model_runner, (decode_backend, _, prefill_backend) = graphed_model_runner(2)
+    else:
+        model_runner = make_model_runner()
+    # A budget of 16 tokens: the 17- and 25-token prompts go in chunks, beside running requests' decode tokens.
+    scheduler = Scheduler(model_runner, max_prefill_tokens=16, policy=StepPolicy(mixed=True))
+    assert run_to_end(scheduler) == greedy_tokens
+    assert scheduler.stats.mixed_steps > 0 and scheduler.stats.decode_steps > 0
+    if graphed:
+        assert prefill_backend.replayed  # the non-uniform steps replayed the prefill runner's graphs
+        assert decode_backend.replayed  # steps of decodes alone are uniform: the decode graphs
+
+
+def test_speculation_refuses_sampling_and_mixing() -> None:
+    with pytest.raises(ValueError, match="exclusive"):
+        StepPolicy(mixed=True, drafter=NgramDrafter(2))
+    scheduler = Scheduler(make_model_runner(), policy=StepPolicy(drafter=NgramDrafter(2)))
+    with pytest.raises(ValueError, match="greedy only"):
+        scheduler.add(Request(0, [1, 2], SamplingParams(temperature=0.7)))
+
+
+def test_an_attention_backend_without_verify_steps_is_one_error_before_capture() -> None:
+    model_runner = make_model_runner()
+    model_runner.attn_backend.supports_verify = False
+    model_runner.attention_backend_name = "flashinfer"
+    with pytest.raises(ConfigError, match="'flashinfer' attention backend cannot yet"):
+        model_runner.init_verify_cuda_graph(4)
+    assert model_runner.verify_cuda_graph_runner is None
+
+
+def test_the_forward_mode_says_which_steps_are_uniform() -> None:
+    assert [mode.is_uniform() for mode in ForwardMode] == [True, False, False, True]
