@@ -53,7 +53,7 @@ from .distributed import (
     shutdown_tensor_parallel,
     torchrun_rank,
 )
-from .generate import generate
+from .generate import StepPolicy, generate
 from .kernels import KERNEL_BACKEND_CHOICES, KernelBackendError
 from .kv_cache import MAX_PAGE_SIZE, check_page_size
 from .model import (
@@ -68,6 +68,7 @@ from .model import (
     random_model,
 )
 from .model_runner import CacheConfig, ModelRunner
+from .speculative import NgramDrafter
 
 logger = logging.getLogger("cudagraph.engine")
 
@@ -235,6 +236,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="at exit, print each phase's CUDA-graph replay metrics (replays per bucket, eager steps by reason) to "
         f"stderr and write them as JSON to PATH (default {DEFAULT_METRICS_PATH})",
     )
+    steps = gen.add_argument_group("step kinds")
+    step_kind = steps.add_mutually_exclusive_group()
+    step_kind.add_argument(
+        "--speculative-ngram",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="greedy speculative decoding: draft K tokens per request by n-gram lookup in its own text, verify them "
+        "in one step (graphed by the decode phase's backend, K + 1 tokens a request); temperature 0 only",
+    )
+    step_kind.add_argument(
+        "--mixed-steps",
+        action="store_true",
+        help="chunked prefill mixed with running decodes in one extend step (graphed by the prefill phase's backend)",
+    )
     gen.add_argument(
         "--estimate-cuda-graph-memory",
         action="store_true",
@@ -289,13 +305,30 @@ def check_tp_size(args: argparse.Namespace, size: int, device: torch.device) -> 
     ShardPlan(rank=0, size=size, group_name="tp").check(model_config_of(args))
 
 
+def check_step_kinds(args: argparse.Namespace) -> None:
+    """Speculative decoding here is greedy and on one process: one error naming the flag that conflicts."""
+    if args.speculative_ngram is None:
+        return
+    if args.temperature > 0:
+        raise EngineInputError(
+            f"--speculative-ngram verifies drafts greedily; --temperature {args.temperature} samples: use "
+            "--temperature 0, or drop --speculative-ngram"
+        )
+    if tp_size_of(args) > 1:
+        raise EngineInputError("--speculative-ngram runs on one process; drop --tp-size (or --speculative-ngram)")
+
+
 def check_prompts_fit(args: argparse.Namespace) -> None:
-    """Every prompt plus its new tokens must fit a request's KV cache rows (``--max-context-len``)."""
+    """Every prompt plus its new tokens (and, speculating, the last step's drafts) must fit a request's KV cache rows
+    (``--max-context-len``)."""
+    lookahead = getattr(args, "speculative_ngram", None) or 0
     for index, prompt in enumerate(args.prompt_token_ids):
-        needed = len(prompt) + args.max_new_tokens
+        needed = len(prompt) + args.max_new_tokens + lookahead
         if needed > args.max_context_len:
             raise EngineInputError(
-                f"prompt {index} has {len(prompt)} tokens and asks for {args.max_new_tokens} more, {needed} in all, "
+                f"prompt {index} has {len(prompt)} tokens and asks for {args.max_new_tokens} more"
+                + (f" with {lookahead} drafts past them" if lookahead else "")
+                + f", {needed} in all, "
                 f"but the KV cache holds {args.max_context_len} per request: raise --max-context-len or shorten it"
             )
 
@@ -419,25 +452,37 @@ def run_generate(
         else build_model_runner(args, config, **estimate)
     )
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    drafter = NgramDrafter(args.speculative_ngram) if args.speculative_ngram is not None else None
+    policy = StepPolicy(mixed=args.mixed_steps, drafter=drafter)
     try:
-        outputs = generate(model_runner, args.prompt_token_ids, params)
+        if drafter is not None:
+            model_runner.check_verify_support()
+            if model_runner.decode_cuda_graph_runner is not None:
+                model_runner.init_verify_cuda_graph(drafter.num_tokens + 1)
+        outputs = generate(model_runner, args.prompt_token_ids, params, policy=policy)
     finally:
         if broadcaster is not None:
             broadcaster.stop()
         model_runner.shutdown()
     if args.cuda_graph_metrics is not None:
-        report_cuda_graph_metrics(model_runner.cuda_graph_metrics, args.cuda_graph_metrics)
+        metrics = dict(model_runner.cuda_graph_metrics)
+        report_cuda_graph_metrics(metrics, args.cuda_graph_metrics, verify=model_runner.verify_cuda_graph_metrics)
     return {"outputs": [{"output_token_ids": output.output_token_ids} for output in outputs]}
 
 
-def report_cuda_graph_metrics(metrics: Mapping[Phase, ReplayMetrics], path: Path) -> None:
+def report_cuda_graph_metrics(
+    metrics: Mapping[Phase, ReplayMetrics], path: Path, verify: ReplayMetrics | None = None
+) -> None:
     """End each phase's warning window, print its table to stderr and write every phase's metrics as JSON to
-    ``path`` (``{"decode": {...}, "prefill": {...}}``)."""
-    for phase_metrics in metrics.values():
-        phase_metrics.close_window()
-    print("\n\n".join(phase_metrics.table() for phase_metrics in metrics.values()), file=sys.stderr)
+    ``path`` (``{"decode": {...}, "prefill": {...}}``, and ``"verify"`` when speculative verify steps ran)."""
+    tables = dict(((str(phase), m) for phase, m in metrics.items()))
+    if verify is not None and verify.steps:
+        tables["verify"] = verify
+    for table_metrics in tables.values():
+        table_metrics.close_window()
+    print("\n\n".join(table_metrics.table() for table_metrics in tables.values()), file=sys.stderr)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({str(phase): m.to_dict() for phase, m in metrics.items()}, indent=2) + "\n")
+    path.write_text(json.dumps({name: m.to_dict() for name, m in tables.items()}, indent=2) + "\n")
     logger.info("CUDA-graph metrics written to %s", path)
 
 
@@ -512,6 +557,7 @@ def _run(args: argparse.Namespace) -> int:
     # Input checks come before anything logs, so bad input is the only line on stderr.
     device = _device(args)
     if args.command == "generate":
+        check_step_kinds(args)
         check_prompts_fit(args)
     check_against_model(args, model_config_of(args))
     config = resolve(args, environment=environment_of(device))

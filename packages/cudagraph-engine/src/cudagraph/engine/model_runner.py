@@ -178,7 +178,7 @@ class ModelRunner:
         self.cuda_graph_metrics: dict[Phase, ReplayMetrics] = {phase: ReplayMetrics(phase) for phase in Phase}
         """Every step ``run`` took, per phase, for this engine's life: its graph runners count into these, and
         steps of a phase without a runner are counted here under why it has none."""
-        self.verify_cuda_graph_metrics = ReplayMetrics(Phase.DECODE)
+        self.verify_cuda_graph_metrics = ReplayMetrics(Phase.DECODE, label="verify")
         """Every verify step ``run`` took (speculative decoding): kept apart from decode's, whose buckets count
         one-token steps."""
 

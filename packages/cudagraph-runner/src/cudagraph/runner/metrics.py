@@ -88,13 +88,20 @@ class ReplayMetrics:
     """
 
     def __init__(
-        self, phase: Phase | str, *, window: int = WINDOW_STEPS, eager_share: float = EAGER_SHARE_WARNING
+        self,
+        phase: Phase | str,
+        *,
+        window: int = WINDOW_STEPS,
+        eager_share: float = EAGER_SHARE_WARNING,
+        label: str | None = None,
     ) -> None:
         if window < 1:
             raise ValueError(f"window {window!r}: a warning window needs at least 1 step")
         if not 0.0 <= eager_share < 1.0:
             raise ValueError(f"eager_share {eager_share!r}: must be a share from 0 (inclusive) to 1 (exclusive)")
         self.phase = Phase(phase)
+        self.label: str = label if label is not None else str(self.phase)
+        """What the table and warnings call these steps (the phase, or e.g. ``"verify"`` for a verify runner's)."""
         self.window = window
         self.eager_share = eager_share
         self.bucket_by_size: tuple[int | None, ...] = ()
@@ -153,7 +160,7 @@ class ReplayMetrics:
                 parts.append(f"{steps} {reason.text} ({reason.hint(self.phase)})")
         logger.warning(
             "%s: %d of the last %d steps ran eagerly for a size reason, over %g %% of a %d-step window: %s",
-            self.phase,
+            self.label,
             self._window_eager,
             self._window_steps,
             100 * self.eager_share,
@@ -239,7 +246,7 @@ class ReplayMetrics:
 
     def table(self) -> str:
         """Plain text: a summary line, the bucket rows, then the eager reasons with their counts."""
-        lines = [f"{self.phase} CUDA graphs: steps {self.steps}, replayed {self.replays}, eager {self.eager}"]
+        lines = [f"{self.label} CUDA graphs: steps {self.steps}, replayed {self.replays}, eager {self.eager}"]
         bucket_rows = self.bucket_rows()
         if bucket_rows:
             header: tuple[str, ...] = ("bucket", "replays", "real tokens", "padded tokens", "padding %")
