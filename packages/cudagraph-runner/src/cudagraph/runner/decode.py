@@ -1,4 +1,5 @@
-"""Decode graphs keyed by batch size: one token per request, padded up to the nearest captured batch size."""
+"""Decode graphs keyed by batch size: one token per request, padded up to the nearest captured batch size; the
+batch sizes a config captures (``get_batch_sizes_to_capture``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import ClassVar
 
 import torch
 
-from cudagraph.config import Phase
+from cudagraph.config import CudaGraphConfig, Phase
 
 from .base import BaseCudaGraphRunner
 from .forward_batch import ForwardBatch, ForwardMode
@@ -17,6 +18,11 @@ from .static_buffers import DECODE_FIELDS, StaticInputs
 
 _DECODE = ForwardMode.DECODE
 _GRAPHED_MODES = frozenset({ForwardMode.DECODE, ForwardMode.IDLE})
+
+
+def get_batch_sizes_to_capture(config: CudaGraphConfig) -> list[int]:
+    """The decode batch sizes ``config`` captures, ascending (empty when decode graphs are disabled)."""
+    return list(config.decode.buckets) if config.decode.enabled else []
 
 
 class DecodeCudaGraphRunner(BaseCudaGraphRunner):
