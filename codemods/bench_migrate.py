@@ -209,7 +209,7 @@ def time_run(source: Path, jobs: int, scratch: Path) -> dict[str, object]:
     copy = scratch / f"run-j{jobs}"
     shutil.copytree(source, copy)
     files = sum(1 for _ in copy.rglob("*.py"))
-    command = [sys.executable, "-m", "cudagraph.migrate.cli", str(copy), "-j", str(jobs), "--no-progress", "-q"]
+    command = [sys.executable, "-m", "cudagraph.migrate.command", str(copy), "-j", str(jobs), "--no-progress", "-q"]
     started = time.perf_counter()
     migrated = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - started

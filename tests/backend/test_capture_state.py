@@ -141,7 +141,7 @@ def test_freeze_gc_collects_the_garbage_the_block_made() -> None:
 def test_breakable_capture_mode_is_not_wrapped_by_dynamo() -> None:
     # torch wraps a dispatch mode's __torch_dispatch__ in torch._disable_dynamo unless the mode opts out; the
     # wrapper imports dynamo on a process's first capture and adds a frame to every op captured.
-    from cudagraph.backend_utils.breakable import _BreakDispatchMode
+    from cudagraph.backend_utils.breakable_graph import _BreakDispatchMode
 
     dispatch = _BreakDispatchMode.__dict__["__torch_dispatch__"]
     assert dispatch.__qualname__ == "_BreakDispatchMode.__torch_dispatch__"

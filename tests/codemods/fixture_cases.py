@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudagraph.migrate.engine import SourceMigration, migrate_source
 from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import Rename, RenameKind, load_renames
 from cudagraph.migrate.rules import select_rules
+from cudagraph.migrate.source_migration import SourceMigration, migrate_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _HEADER = re.compile(r"#\s*migrate-fixture:(.*)")

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cudagraph.migrate.engine import SourceMigration, migrate_source
 from cudagraph.migrate.exports import ExportsManifest, load_exports
 from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import Rename, RenameKind, RenameTable, load_renames
 from cudagraph.migrate.rules import select_rules
+from cudagraph.migrate.source_migration import SourceMigration, migrate_source
 from cudagraph.migrate.todo_comments import GuideSection, todo_lines, todo_text
 
 STAYING_NAME = "_legacy_only_helper"

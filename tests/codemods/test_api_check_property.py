@@ -14,11 +14,11 @@ import ast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cudagraph.migrate.engine import migrate_source
 from cudagraph.migrate.exports import ClassApi, load_exports
 from cudagraph.migrate.renames import load_renames
 from cudagraph.migrate.rules import select_rules
 from cudagraph.migrate.signatures import Param, ParamKind, Signature
+from cudagraph.migrate.source_migration import migrate_source
 
 LEGACY = "sglang.srt.model_executor.cuda_graph_runner"
 NEW = load_exports().api("cudagraph.runner.DecodeCudaGraphRunner")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cudagraph.migrate.cli import (
+from cudagraph.migrate.batch_run import FileReport, RunReport
+from cudagraph.migrate.command import (
     EXIT_CHANGES,
     EXIT_ERROR,
     EXIT_OK,
@@ -23,11 +24,10 @@ from cudagraph.migrate.cli import (
     format_summary,
     main,
 )
-from cudagraph.migrate.engine import migrate_source
 from cudagraph.migrate.renames import load_renames
 from cudagraph.migrate.rules import RULES
 from cudagraph.migrate.rules.base import Finding, FindingKind
-from cudagraph.migrate.runner import FileReport, RunReport
+from cudagraph.migrate.source_migration import migrate_source
 
 from .fixture_cases import FIXTURES
 

@@ -15,14 +15,14 @@ import libcst as cst
 import pytest
 from libcst.codemod import CodemodContext
 
-from cudagraph.migrate.cli import main
-from cudagraph.migrate.engine import migrate_source
+from cudagraph.migrate.command import main
 from cudagraph.migrate.exports import load_exports
 from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import RenameKind, load_renames
 from cudagraph.migrate.rules import RULES, select_rules
 from cudagraph.migrate.rules.base import ORIGINAL_KEY, REWRITE_ENGINE_OPTIONS_KEY, FindingKind, QuickView
 from cudagraph.migrate.rules.cli_flags import REWRITE_ARGV_KEY
+from cudagraph.migrate.source_migration import migrate_source
 
 from .fixture_cases import FIXTURES
 

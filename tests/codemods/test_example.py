@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cudagraph.migrate import example
-from cudagraph.migrate.cli import EXIT_CHANGES, EXIT_OK, main
+from cudagraph.migrate.command import EXIT_CHANGES, EXIT_OK, main
 from cudagraph.migrate.example import DEFAULT_WORKDIR, PATCH_NAME, example_source, migrate_example
 from cudagraph.migrate.renames import RenameKind, load_renames
 

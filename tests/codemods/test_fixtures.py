@@ -10,11 +10,11 @@ import ast
 import libcst as cst
 import pytest
 
-from cudagraph.migrate.engine import migrate_source
 from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import Rename, RenameKind, load_renames
 from cudagraph.migrate.rules import RULES
 from cudagraph.migrate.rules.base import FindingKind
+from cudagraph.migrate.source_migration import migrate_source
 from cudagraph.migrate.todo_comments import TODO_MARKER, todo_comments_in
 
 from .fixture_cases import FIXTURES, FixtureCase, covers, discover_cases

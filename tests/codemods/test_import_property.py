@@ -9,11 +9,11 @@ import builtins
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cudagraph.migrate.engine import migrate_source
 from cudagraph.migrate.exports import load_exports
 from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import load_renames
 from cudagraph.migrate.rules import RULES
+from cudagraph.migrate.source_migration import migrate_source
 from cudagraph.migrate.verify import unresolved_references
 
 TABLE = load_renames()

@@ -428,7 +428,7 @@ def run_plugin_tests(plugin: Path) -> subprocess.CompletedProcess[str]:
 
 def migrate(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """``cudagraph-migrate PATH --no-progress -j 1``, as installed."""
-    command = [sys.executable, "-m", "cudagraph.migrate.cli", str(path), "--no-progress", "-j", "1", *extra]
+    command = [sys.executable, "-m", "cudagraph.migrate.command", str(path), "--no-progress", "-j", "1", *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 

@@ -7,10 +7,10 @@ import libcst as cst
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cudagraph.migrate.engine import migrate_source
 from cudagraph.migrate.renames import load_renames
 from cudagraph.migrate.rules import RULES
 from cudagraph.migrate.rules.base import FindingKind
+from cudagraph.migrate.source_migration import migrate_source
 from cudagraph.migrate.todo_comments import (
     CONTINUATION,
     TODO_MARKER,

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from cudagraph.config import resolve
-from cudagraph.config.cli import main
+from cudagraph.config.resolve_command import main
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

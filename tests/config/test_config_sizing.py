@@ -21,7 +21,7 @@ from cudagraph.config import (
     add_cli_args,
     resolve,
 )
-from cudagraph.config.cli import main
+from cudagraph.config.resolve_command import main
 
 GIB = 2**30
 

@@ -9,42 +9,47 @@ classes of the same tree (first definition wins, bases left to right); an ancest
 
 from __future__ import annotations
 
+import abc
 import ast
+import enum
 import functools
-import importlib
-from collections.abc import Iterator, Sequence
+import sys
+import typing
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from .signatures import Param, ParamKind, Signature
 
 __all__ = ["ClassSurface", "SourceTree", "ast_dotted_name", "signature_of_arguments"]
 
-CLOSED_BASES = frozenset(
-    {
-        "object",
-        "abc.ABC",
-        "typing.Protocol",
-        "typing.Generic",
-        "enum.Enum",
-        "enum.IntEnum",
-        "enum.StrEnum",
-        "str",
-        "int",
-        "Exception",
-        "ValueError",
-        "RuntimeError",
-        "TypeError",
-        "KeyError",
-        "ImportError",
-        "NotImplementedError",
-        "DeprecationWarning",
-        "UserWarning",
-        "FutureWarning",
-    }
-)
-"""Standard-library ancestors whose members are known (read from the running interpreter): a class whose ancestors
-outside the tree are all here is not ``open``."""
+_STANDARD_BASES: dict[str, object] = {
+    "object": object,
+    "abc.ABC": abc.ABC,
+    "typing.Protocol": typing.Protocol,
+    "typing.Generic": typing.Generic,
+    "enum.Enum": enum.Enum,
+    "enum.IntEnum": enum.IntEnum,
+    "str": str,
+    "int": int,
+    "Exception": Exception,
+    "ValueError": ValueError,
+    "RuntimeError": RuntimeError,
+    "TypeError": TypeError,
+    "KeyError": KeyError,
+    "ImportError": ImportError,
+    "NotImplementedError": NotImplementedError,
+    "DeprecationWarning": DeprecationWarning,
+    "UserWarning": UserWarning,
+    "FutureWarning": FutureWarning,
+}
+if sys.version_info >= (3, 11):
+    _STANDARD_BASES["enum.StrEnum"] = enum.StrEnum
+
+CLOSED_BASES: Mapping[str, object] = MappingProxyType(_STANDARD_BASES)
+"""Standard-library ancestors whose members are known (read from the running interpreter), by the name a class
+statement spells them with: a class whose ancestors outside the tree are all here is not ``open``."""
 
 
 @dataclass
@@ -210,11 +215,10 @@ class SourceTree:
 @functools.cache
 def _standard_members(qualified: str) -> frozenset[str]:
     """The public members a standard-library base gives its subclasses (``Exception.args``, ``Enum.value``)."""
-    if qualified not in CLOSED_BASES:
+    base = CLOSED_BASES.get(qualified)
+    if base is None:
         return frozenset()
-    module, _, name = qualified.rpartition(".")
-    holder = importlib.import_module(module or "builtins")
-    return frozenset(member for member in dir(getattr(holder, name)) if not member.startswith("__"))
+    return frozenset(member for member in dir(base) if not member.startswith("__"))
 
 
 def _name(node: ast.expr) -> str | None:

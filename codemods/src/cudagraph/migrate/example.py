@@ -27,12 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cli import EXIT_ERROR, format_finding, format_summary
+from .batch_run import MigrationOptions, RunReport, migrate_files, with_project_reexports
+from .command import EXIT_ERROR, format_finding, format_summary
 from .files import discover
 from .options import RunOptions
 from .rules import RULES
 from .rules.base import FindingKind
-from .runner import MigrationOptions, RunReport, migrate_files, with_project_reexports
 
 __all__ = ["DEFAULT_WORKDIR", "PATCH_NAME", "ExampleMigration", "example_source", "main", "migrate_example"]
 

@@ -20,7 +20,7 @@ from .break_ops import (
     unregister_break_op,
     unregister_split_op,
 )
-from .breakable import (
+from .breakable_graph import (
     BreakableCUDAGraph,
     EagerBreakFunction,
     EagerCall,

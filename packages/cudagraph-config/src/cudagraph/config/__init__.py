@@ -14,7 +14,7 @@ Example:
     ('full', 'tc_piecewise')
 """
 
-from .buckets import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, DEFAULT_MAX_SIZE, default_buckets
+from .bucket_schedules import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, DEFAULT_MAX_SIZE, default_buckets
 from .environment import Environment
 from .flags import ALIAS_FLAGS, LEGACY_FLAGS, MODERN_FLAGS, SGLANG_FLAGS, VLLM_FLAGS, add_cli_args
 from .legacy_values import LEGACY_BACKEND_VALUES

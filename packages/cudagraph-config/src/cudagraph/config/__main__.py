@@ -1,7 +1,7 @@
-"""``python -m cudagraph.config``: see ``cudagraph.config.cli``."""
+"""``python -m cudagraph.config``: see ``cudagraph.config.resolve_command``."""
 
 import sys
 
-from .cli import main
+from .resolve_command import main
 
 sys.exit(main())

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .buckets import DEFAULT_MAX_SIZE
+from .bucket_schedules import DEFAULT_MAX_SIZE
 from .memory_budget import BUDGET_EXAMPLES, read_memory_budget
 from .mode_json import PHASE_OBJECT_EXAMPLE, read_mode
 from .origins import OriginKind

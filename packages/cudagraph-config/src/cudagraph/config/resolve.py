@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import cast
 
-from .buckets import default_buckets, default_max_size
+from .bucket_schedules import default_buckets, default_max_size
 from .environment import Environment
 from .flags import (
     ALL_FLAGS,

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .buckets import default_buckets
+from .bucket_schedules import default_buckets
 from .flags import (
     BUCKETS_OPTIONS,
     COMPILE_CACHE_DIR_OPTION,

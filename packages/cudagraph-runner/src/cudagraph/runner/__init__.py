@@ -8,15 +8,14 @@ engine-side contract is the ``Protocol``s in ``protocols``.
 """
 
 from .base import BaseCudaGraphRunner
-from .buckets import get_batch_sizes_to_capture, pad_to_bucket
-from .decode import DecodeCudaGraphRunner
+from .decode import DecodeCudaGraphRunner, get_batch_sizes_to_capture
 from .forward_batch import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
 from .memory_plan import CaptureMemoryEstimate, ProbeCapture
 from .metrics import BucketRow, EagerRow, ReplayMetrics
 from .prefill import PrefillCudaGraphRunner
 from .protocols import AttentionBackendLike, ModelRunnerLike, ReqToTokenPoolLike
 from .replay_metadata import ReplayMetadata, bind_replay_hook
-from .routing import EagerReason, Route, RouteTable
+from .routing import EagerReason, Route, RouteTable, pad_to_bucket
 from .stats import CaptureStats, ShapeCaptureStats
 
 __version__ = "0.1.0"

@@ -6,6 +6,8 @@ count alone: ``ShapeDescriptor.uniform(requests, query_len)``. A runner serves o
 decode runner (``query_len=1``) and, with speculative decoding, a verify runner (``query_len = draft tokens + 1``),
 both under the decode phase's backend and buckets (a bucket counts requests; its graph holds ``bucket * query_len``
 token rows).
+
+``get_batch_sizes_to_capture`` says which batch sizes a config captures.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ from .static_buffers import DECODE_FIELDS, StaticInputs
 _DECODE = ForwardMode.DECODE
 _IDLE = ForwardMode.IDLE
 _WRONG_QUERY_LEN = Route.eager(EagerReason.QUERY_LEN_NOT_CAPTURED)
+
+
+def get_batch_sizes_to_capture(config: CudaGraphConfig) -> list[int]:
+    """The decode batch sizes ``config`` captures, ascending (empty when decode graphs are disabled)."""
+    return list(config.decode.buckets) if config.decode.enabled else []
 
 
 class DecodeCudaGraphRunner(BaseCudaGraphRunner):

@@ -16,7 +16,8 @@ A size's route is decided by ``SIZE_RULES``, first match wins:
 
 Sizes above the largest configured bucket are ``TOO_LARGE``. Size 0 (an idle batch: nothing to compute, but a
 graph replay keeps a tensor-parallel rank in step with the others) replays the bucket of size 1 and is never
-over-padded. This module decides only; it never touches a device.
+over-padded. A size pads to the smallest bucket that holds it (``pad_to_bucket``, the config's one padding rule).
+This module decides only; it never touches a device.
 """
 
 from __future__ import annotations
@@ -28,9 +29,7 @@ from types import MappingProxyType
 
 from cudagraph.config import Phase, read_padding_ratio
 from cudagraph.config.flags import BUCKETS_OPTIONS, MAX_SIZE_OPTIONS, MEMORY_BUDGET_OPTIONS, PADDING_RATIO_OPTIONS
-from cudagraph.config.phase_config import exceeds_padding_ratio
-
-from .buckets import pad_to_bucket
+from cudagraph.config.phase_config import exceeds_padding_ratio, smallest_bucket_holding
 
 
 @dataclass(frozen=True)
@@ -148,6 +147,12 @@ SIZE_RULES: tuple[tuple[EagerReason, Callable[[SizeCase], bool]], ...] = (
     (EagerReason.OVER_PADDED, lambda case: case.over_padded),
 )
 """Why a size up to the largest configured bucket runs eagerly, in precedence order (first match wins)."""
+
+
+def pad_to_bucket(buckets: Sequence[int], size: int) -> int | None:
+    """The smallest bucket that holds ``size`` (``buckets`` ascending), or ``None`` when ``size`` exceeds them all
+    (the config's one padding rule, ``smallest_bucket_holding``)."""
+    return smallest_bucket_holding(buckets, size)
 
 
 def padded_bucket(buckets: Sequence[int], size: int, *, disable_padding: bool = False) -> int | None:

@@ -17,7 +17,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .engine import MigrationError, SourceMigration, migrate_source, reexport_markers
 from .exports import load_exports
 from .files import atomic_write
 from .line_moves import moved_lines
@@ -26,6 +25,7 @@ from .reexports import collect_reexports
 from .renames import load_renames
 from .rules import Rule, select_rules
 from .rules.base import Finding, FindingKind
+from .source_migration import MigrationError, SourceMigration, migrate_source, reexport_markers
 
 __all__ = [
     "FileReport",

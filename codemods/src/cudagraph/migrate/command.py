@@ -34,13 +34,7 @@ from typing import TextIO
 from tqdm import tqdm
 
 from . import __version__
-from .engine import MigrationError
-from .files import discover
-from .options import RunOptions
-from .renames import RenameTableError, load_renames
-from .rules import RULES, RuleSelectionError, select_rules
-from .rules.base import Finding, FindingKind
-from .runner import (
+from .batch_run import (
     FileReport,
     MigrationOptions,
     RunReport,
@@ -50,6 +44,12 @@ from .runner import (
     usable_cpus,
     with_project_reexports,
 )
+from .files import discover
+from .options import RunOptions
+from .renames import RenameTableError, load_renames
+from .rules import RULES, RuleSelectionError, select_rules
+from .rules.base import Finding, FindingKind
+from .source_migration import MigrationError
 
 __all__ = [
     "EXIT_CHANGES",
