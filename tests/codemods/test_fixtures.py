@@ -131,7 +131,8 @@ def test_what_cannot_be_rewritten_safely_is_reported() -> None:
         "CG101 19: sglang.srt.model_executor.cuda_graph_runner.get_pcg_capture_stream: cudagraph.runner has no such "
         "name; left as written",
         "CG101 20: kept on the legacy CudaGraphRunner: DecodeCudaGraphRunner(model_runner, config, *, backend=..., "
-        "show_progress=..., num_warmups=..., capture_barrier=..., metrics=...) does not take this call: missing "
+        "show_progress=..., num_warmups=..., capture_barrier=..., metrics=..., query_len=...) does not take this "
+        "call: missing "
         "required argument 'config'",
         "CG101 20: bcg is used as a module object; the legacy import stays",
     ]

@@ -228,7 +228,7 @@ def test_the_legacy_call_of_the_decode_runner_lacks_its_config() -> None:
     constructor = _runner("DecodeCudaGraphRunner").methods["__init__"]
     assert constructor.spelled() == (
         "(self, model_runner, config, *, backend=..., show_progress=..., num_warmups=..., capture_barrier=..., "
-        "metrics=...)"
+        "metrics=..., query_len=...)"
     )
     call = constructor.without_first()
     assert call.bind_problem(1, ()) == "missing required argument 'config'"

@@ -13,15 +13,17 @@ token rows).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
+from cudagraph.backend import BaseCudaGraphBackend
 from cudagraph.backend_utils import ShapeDescriptor
 from cudagraph.config import ConfigError, CudaGraphConfig, Phase
 
 from .base import BaseCudaGraphRunner
 from .forward_batch import ForwardBatch, ForwardMode
+from .metrics import ReplayMetrics
 from .protocols import ModelRunnerLike
 from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
@@ -51,7 +53,16 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     phase: ClassVar[Phase] = Phase.DECODE
 
     def __init__(
-        self, model_runner: ModelRunnerLike, config: CudaGraphConfig, *, query_len: int = 1, **options: Any
+        self,
+        model_runner: ModelRunnerLike,
+        config: CudaGraphConfig,
+        *,
+        backend: BaseCudaGraphBackend | None = None,
+        show_progress: bool = True,
+        num_warmups: int | None = None,
+        capture_barrier: Callable[[], None] | None = None,
+        metrics: ReplayMetrics | None = None,
+        query_len: int = 1,
     ) -> None:
         if isinstance(query_len, bool) or not isinstance(query_len, int) or query_len < 1:
             raise ConfigError(
@@ -63,7 +74,15 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         self.forward_mode: ForwardMode = _DECODE if query_len == 1 else ForwardMode.TARGET_VERIFY
         """The forward mode its graphs are captured in (decode, or target verify)."""
         self._graphed_modes = frozenset({self.forward_mode, _IDLE})
-        super().__init__(model_runner, config, **options)
+        super().__init__(
+            model_runner,
+            config,
+            backend=backend,
+            show_progress=show_progress,
+            num_warmups=num_warmups,
+            capture_barrier=capture_barrier,
+            metrics=metrics,
+        )
 
     def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
         """The shape the graph of ``bucket`` requests serves."""
