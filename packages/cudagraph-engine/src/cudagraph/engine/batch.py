@@ -9,6 +9,7 @@ allocates; building a batch is host bookkeeping plus one host-to-device copy per
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -81,29 +82,24 @@ def _slots(request: Request, start: int, stop: int) -> torch.Tensor:
     return request.kv_slots[start:stop]
 
 
-def make_extend_batch(requests: list[Request], device: torch.device, limits: list[int] | None = None) -> ForwardBatch:
-    """Every uncached token of ``requests`` (a prompt, what is left of it, or a decoding request's last token), one
-    request after another; with ``limits``, at most ``limits[i]`` of request ``i``'s (a chunk of a long prompt)."""
+def _step_batch(
+    mode: ForwardMode, requests: list[Request], new_tokens: list[list[int]], device: torch.device, **extend: Any
+) -> ForwardBatch:
+    """The batch of ``mode`` feeding each request its ``new_tokens`` at the positions after its cached ones (their
+    keys and values going to its next slots), request after request; ``extend`` sets the extend fields."""
     input_ids: list[int] = []
     positions: list[int] = []
     slots: list[torch.Tensor] = []
-    extend_lens: list[int] = []
-    prefix_lens: list[int] = []
     seq_lens: list[int] = []
-    for index, request in enumerate(requests):
-        tokens = request.token_ids
-        end = len(tokens) if limits is None else min(len(tokens), request.cached_len + limits[index])
-        new = tokens[request.cached_len : end]
-        input_ids += new
-        positions += range(request.cached_len, end)
-        slots.append(_slots(request, request.cached_len, end))
-        extend_lens.append(len(new))
-        prefix_lens.append(request.cached_len)
+    for request, tokens in zip(requests, new_tokens, strict=True):
+        start, end = request.cached_len, request.cached_len + len(tokens)
+        input_ids += tokens
+        positions += range(start, end)
+        slots.append(_slots(request, start, end))
         seq_lens.append(end)
-    start_locs = [sum(extend_lens[:i]) for i in range(len(extend_lens))]
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
     return ForwardBatch(
-        forward_mode=ForwardMode.EXTEND,
+        forward_mode=mode,
         batch_size=len(requests),
         input_ids=torch.tensor(input_ids, dtype=torch.int64, device=device),
         positions=torch.tensor(positions, dtype=torch.int64, device=device),
@@ -112,10 +108,29 @@ def make_extend_batch(requests: list[Request], device: torch.device, limits: lis
         out_cache_loc=torch.cat(slots).to(device),
         seq_lens_sum=sum(seq_lens),
         seq_lens_cpu=seq_lens_cpu,
+        **extend,
+    )
+
+
+def make_extend_batch(requests: list[Request], device: torch.device, limits: list[int] | None = None) -> ForwardBatch:
+    """Every uncached token of ``requests`` (a prompt, what is left of it, or a decoding request's last token), one
+    request after another; with ``limits``, at most ``limits[i]`` of request ``i``'s (a chunk of a long prompt)."""
+    new_tokens = [
+        request.token_ids[request.cached_len :][: None if limits is None else limits[index]]
+        for index, request in enumerate(requests)
+    ]
+    extend_lens = [len(tokens) for tokens in new_tokens]
+    prefix_lens = [request.cached_len for request in requests]
+    start_locs = [sum(extend_lens[:i]) for i in range(len(extend_lens))]
+    return _step_batch(
+        ForwardMode.EXTEND,
+        requests,
+        new_tokens,
+        device,
         extend_seq_lens=torch.tensor(extend_lens, dtype=torch.int32, device=device),
         extend_prefix_lens=torch.tensor(prefix_lens, dtype=torch.int32, device=device),
         extend_start_loc=torch.tensor(start_locs, dtype=torch.int32, device=device),
-        extend_num_tokens=len(input_ids),
+        extend_num_tokens=sum(extend_lens),
         extend_seq_lens_cpu=extend_lens,
         extend_prefix_lens_cpu=prefix_lens,
     )
@@ -123,50 +138,16 @@ def make_extend_batch(requests: list[Request], device: torch.device, limits: lis
 
 def make_decode_batch(requests: list[Request], device: torch.device) -> ForwardBatch:
     """The last token of each request (all earlier tokens cached)."""
-    positions = [request.cached_len for request in requests]
-    seq_lens_cpu = torch.tensor([p + 1 for p in positions], dtype=torch.int32)
-    slots = [_slots(request, request.cached_len, request.cached_len + 1) for request in requests]
-    return ForwardBatch(
-        forward_mode=ForwardMode.DECODE,
-        batch_size=len(requests),
-        input_ids=torch.tensor([r.token_ids[-1] for r in requests], dtype=torch.int64, device=device),
-        positions=torch.tensor(positions, dtype=torch.int64, device=device),
-        seq_lens=seq_lens_cpu.to(device),
-        req_pool_indices=torch.tensor([r.req_pool_index for r in requests], dtype=torch.int64, device=device),
-        out_cache_loc=torch.cat(slots).to(device),
-        seq_lens_sum=int(seq_lens_cpu.sum()),
-        seq_lens_cpu=seq_lens_cpu,
-    )
+    return _step_batch(ForwardMode.DECODE, requests, [[request.token_ids[-1]] for request in requests], device)
 
 
 def make_verify_batch(requests: list[Request], drafts: list[list[int]], device: torch.device) -> ForwardBatch:
     """A speculative verify step: each request's last token then its drafts (the same number for every request),
     at the positions after its cached tokens, their keys and values written to its next slots."""
-    query_len = 1 + len(drafts[0]) if drafts else 1
-    if any(len(draft) != query_len - 1 for draft in drafts) or len(drafts) != len(requests):
+    if len(drafts) != len(requests) or len({len(draft) for draft in drafts}) > 1:
         raise ValueError(
             f"a verify step needs one draft per request, all of one length; got {len(requests)} requests and drafts "
             f"of lengths {[len(draft) for draft in drafts]}"
         )
-    input_ids: list[int] = []
-    positions: list[int] = []
-    slots: list[torch.Tensor] = []
-    seq_lens: list[int] = []
-    for request, draft in zip(requests, drafts, strict=True):
-        start = request.cached_len
-        input_ids += [request.token_ids[-1], *draft]
-        positions += range(start, start + query_len)
-        slots.append(_slots(request, start, start + query_len))
-        seq_lens.append(start + query_len)
-    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
-    return ForwardBatch(
-        forward_mode=ForwardMode.TARGET_VERIFY,
-        batch_size=len(requests),
-        input_ids=torch.tensor(input_ids, dtype=torch.int64, device=device),
-        positions=torch.tensor(positions, dtype=torch.int64, device=device),
-        seq_lens=seq_lens_cpu.to(device),
-        req_pool_indices=torch.tensor([r.req_pool_index for r in requests], dtype=torch.int64, device=device),
-        out_cache_loc=torch.cat(slots).to(device),
-        seq_lens_sum=sum(seq_lens),
-        seq_lens_cpu=seq_lens_cpu,
-    )
+    new_tokens = [[request.token_ids[-1], *draft] for request, draft in zip(requests, drafts, strict=True)]
+    return _step_batch(ForwardMode.TARGET_VERIFY, requests, new_tokens, device)
