@@ -61,19 +61,12 @@ def test_modern_bucket_flags_beat_legacy_ones() -> None:
     with recorded_warnings() as caught:
         config = resolve_argv(
             [
-                "--decode-cuda-graph-bs",
-                "1",
-                "2",
-                "--cuda-graph-bs",
-                "4",
-                "--prefill-cuda-graph-max-tokens",
-                "32",
-                "--piecewise-cuda-graph-max-tokens",
-                "64",
-                "--tc-piecewise-compiler",
-                "eager",
-                "--piecewise-cuda-graph-compiler",
-                "inductor",
+                *("--decode-cuda-graph-bs", "1", "2"),
+                *("--cuda-graph-bs", "4"),
+                *("--prefill-cuda-graph-max-tokens", "32"),
+                *("--piecewise-cuda-graph-max-tokens", "64"),
+                *("--tc-piecewise-compiler", "eager"),
+                *("--piecewise-cuda-graph-compiler", "inductor"),
             ]
         )
     assert config.decode.buckets == (1, 2) and config.prefill.buckets == (16, 32)
@@ -98,32 +91,86 @@ def test_flags_of_one_level_that_agree_are_fine() -> None:
     assert config.prefill.backend is Backend.DISABLED
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (
-            ["--decode-cuda-graph-backend", "full", "--decode-disable-cuda-graph"],
-            "decode.backend: --decode-cuda-graph-backend gives 'full' but "
-            "--decode-disable-cuda-graph gives 'disabled'; "
-            "both have the same precedence, so give only one",
-        ),
-        (
-            ["--enable-breakable-cuda-graph", "--enforce-piecewise-cuda-graph"],
-            "prefill.backend: --enable-breakable-cuda-graph gives 'breakable' but --enforce-piecewise-cuda-graph gives "
-            "'tc_piecewise'; both have the same precedence, so give only one",
-        ),
-        (
-            ["--disable-cuda-graph", "--enable-breakable-cuda-graph"],
-            "prefill.backend: --disable-cuda-graph gives 'disabled' but "
-            "--enable-breakable-cuda-graph gives 'breakable'; "
-            "both have the same precedence, so give only one",
-        ),
-    ],
-)
-def test_same_rank_disagreement_is_an_error(argv: list[str], message: str) -> None:
+SAME_RANK_CONFLICTS = [
+    pytest.param(
+        ["--decode-cuda-graph-backend", "full", "--decode-disable-cuda-graph"],
+        "decode.backend: --decode-cuda-graph-backend gives 'full' but --decode-disable-cuda-graph gives 'disabled'",
+        id="per-phase",
+    ),
+    pytest.param(
+        ["--enable-breakable-cuda-graph", "--enforce-piecewise-cuda-graph"],
+        "prefill.backend: --enable-breakable-cuda-graph gives 'breakable' but --enforce-piecewise-cuda-graph gives "
+        "'tc_piecewise'",
+        id="legacy",
+    ),
+    pytest.param(
+        ["--disable-cuda-graph", "--enable-breakable-cuda-graph"],
+        "prefill.backend: --disable-cuda-graph gives 'disabled' but --enable-breakable-cuda-graph gives 'breakable'",
+        id="legacy-disable",
+    ),
+    # SGLang's merged spellings rank with the per-phase flag they spell
+    pytest.param(
+        ["--decode-cuda-graph-backend", "full", "--cuda-graph-backend-decode", "breakable"],
+        "decode.backend: --decode-cuda-graph-backend gives 'full' but --cuda-graph-backend-decode gives 'breakable'",
+        id="sglang-backend",
+    ),
+    pytest.param(
+        ["--cuda-graph-backend-prefill", "tc_piecewise", "--disable-prefill-cuda-graph"],
+        "prefill.backend: --cuda-graph-backend-prefill gives 'tc_piecewise' but --disable-prefill-cuda-graph gives "
+        "'disabled'",
+        id="sglang-disable",
+    ),
+    pytest.param(
+        ["--cuda-graph-mode", '{"decode": "full"}', "--cuda-graph-config", '{"decode": "disabled"}'],
+        "decode.backend: --cuda-graph-mode gives 'full' but --cuda-graph-config gives 'disabled'",
+        id="sglang-json",
+    ),
+    pytest.param(
+        ["--cuda-graph-bs-prefill", "16", "--prefill-cuda-graph-tokens", "32"],
+        "prefill.buckets: --prefill-cuda-graph-tokens gives [32] but --cuda-graph-bs-prefill gives [16]",
+        id="sglang-buckets",
+    ),
+    pytest.param(
+        ["--cuda-graph-tc-compiler", "inductor", "--tc-piecewise-compiler", "eager"],
+        "tc_piecewise_compiler: --tc-piecewise-compiler gives 'eager' but --cuda-graph-tc-compiler gives 'inductor'",
+        id="sglang-compiler",
+    ),
+    # vLLM's spellings rank with the flags whose meaning they carry
+    pytest.param(
+        ["--cudagraph-mode", "PIECEWISE", "--decode-cuda-graph-backend", "breakable"],
+        "decode.backend: --decode-cuda-graph-backend gives 'breakable' but --cudagraph-mode gives 'tc_piecewise'",
+        id="vllm-mode",
+    ),
+    pytest.param(
+        ["--enforce-eager", "--cuda-graph-backend-prefill", "tc_piecewise"],
+        "prefill.backend: --cuda-graph-backend-prefill gives 'tc_piecewise' but --enforce-eager gives 'disabled'",
+        id="vllm-enforce-eager",
+    ),
+    pytest.param(
+        ["--cudagraph-mode", "FULL_DECODE_ONLY", "--compilation-config", '{"cudagraph_mode": "NONE"}'],
+        "decode.backend: --cudagraph-mode gives 'full' but --compilation-config gives 'disabled'",
+        id="vllm-compilation-config",
+    ),
+    pytest.param(
+        ["--compilation-config", '{"cudagraph_capture_sizes": [1, 2]}', "--decode-cuda-graph-bs", "4"],
+        "decode.buckets: --decode-cuda-graph-bs gives [4] but --compilation-config gives [1, 2]",
+        id="vllm-capture-sizes-json",
+    ),
+    pytest.param(
+        ["--cudagraph-capture-sizes", "8", "--cuda-graph-bs-decode", "16"],
+        "decode.buckets: --cuda-graph-bs-decode gives [16] but --cudagraph-capture-sizes gives [8]",
+        id="vllm-capture-sizes",
+    ),
+]
+"""Flags of one precedence rank that disagree, whichever spelling (ours, SGLang's, vLLM's) each uses, and the error
+they give up to its common ending."""
+
+
+@pytest.mark.parametrize(("argv", "conflict"), SAME_RANK_CONFLICTS)
+def test_same_rank_disagreement_is_an_error(argv: list[str], conflict: str) -> None:
     with recorded_warnings() as caught, pytest.raises(ConfigError) as error:
         resolve_argv(argv)
-    assert str(error.value) == message
+    assert str(error.value) == f"{conflict}; both have the same precedence, so give only one"
     assert caught == []  # a failed resolution warns about nothing
 
 
