@@ -33,7 +33,7 @@ from cudagraph.engine.batch import Request, SamplingParams, make_extend_batch
 from cudagraph.engine.benchmark import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
-from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner, ModelShape
 from cudagraph.runner import ForwardBatch, ForwardMode
 
 BF16_LOGITS = {"rtol": 2e-2, "atol": 2e-2}
@@ -209,6 +209,17 @@ def release_decode_batch(model_runner: ModelRunner, batch: ForwardBatch) -> None
         model_runner.req_to_token_pool.free(row)
 
 
+def random_qkv(shape: ModelShape, rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random bfloat16 query, key and value rows (``rows`` tokens) for an engine's attention ``shape``, drawn in that
+    order from one CUDA generator seeded with ``seed``."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+
+    def activations(heads: int) -> torch.Tensor:
+        return torch.randn(rows, heads * shape.head_dim, generator=generator, device="cuda").to(torch.bfloat16)
+
+    return activations(shape.num_heads), activations(shape.num_kv_heads), activations(shape.num_kv_heads)
+
+
 def attention_output(
     attn_backend: TorchAttentionBackend,
     q: torch.Tensor,
@@ -254,14 +265,7 @@ def test_fused_decode_attention_matches_the_torch_backend_on_one_layer(batch_siz
         generator = torch.Generator().manual_seed(batch_size)
         context_lens = [0, *torch.randint(1, 150, (batch_size - 1,), generator=generator).tolist()]
         batch = decode_batch_of_lengths(flash, context_lens, seed=batch_size)
-        device_generator = torch.Generator(device="cuda").manual_seed(batch_size)
-
-        def activations(width: int) -> torch.Tensor:
-            return torch.randn(batch_size, width, generator=device_generator, device="cuda").to(torch.bfloat16)
-
-        q = activations(shape.num_heads * shape.head_dim)
-        k = activations(shape.num_kv_heads * shape.head_dim)
-        v = activations(shape.num_kv_heads * shape.head_dim)
+        q, k, v = random_qkv(shape, batch_size, seed=batch_size)
         layer_id = shape.num_layers - 1
         torch_attention.store_kv(k, v, layer_id, batch.out_cache_loc)
         want = attention_output(torch_attention, q, k, v, layer_id, batch)

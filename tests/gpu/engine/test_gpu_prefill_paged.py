@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from test_gpu_engine_graphs import EAGER, config, replayed_batch_sizes
+from test_gpu_engine_graphs import EAGER, config, random_qkv, replayed_batch_sizes
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig
@@ -130,15 +130,7 @@ def test_extend_matches_torch_extend_on_one_layer(page_size: int, attention: str
         torch_attention = make_attention_backend("torch", flash.req_to_token_pool, flash.token_to_kv_pool, shape)
         requests = admit_extend(flash, MIXED_EXTENDS, seed=page_size)
         batch = make_extend_batch(requests, flash.device)
-        tokens = batch.num_tokens
-        generator = torch.Generator(device="cuda").manual_seed(page_size)
-
-        def activations(width: int) -> torch.Tensor:
-            return torch.randn(tokens, width, generator=generator, device="cuda").to(torch.bfloat16)
-
-        q = activations(shape.num_heads * shape.head_dim)
-        k = activations(shape.num_kv_heads * shape.head_dim)
-        v = activations(shape.num_kv_heads * shape.head_dim)
+        q, k, v = random_qkv(shape, batch.num_tokens, seed=page_size)
         layer_id = shape.num_layers - 1
         torch_attention.store_kv(k, v, layer_id, batch.out_cache_loc)
         want = attention_output(torch_attention, q, layer_id, batch)
