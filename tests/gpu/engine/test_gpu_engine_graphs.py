@@ -220,6 +220,28 @@ def random_qkv(shape: ModelShape, rows: int, seed: int) -> tuple[torch.Tensor, t
     return activations(shape.num_heads), activations(shape.num_kv_heads), activations(shape.num_kv_heads)
 
 
+def mixed_length_decode_batches(model_runner: ModelRunner, seed: int) -> Iterator[ForwardBatch]:
+    """A decode batch of every size 1..64 (padding included) over requests of random context lengths (0 to 149,
+    drawn from ``seed``), each released once the caller has taken its turn with it."""
+    generator = torch.Generator().manual_seed(seed)
+    for batch_size in range(1, 65):
+        context_lens = torch.randint(0, 150, (batch_size,), generator=generator).tolist()
+        batch = decode_batch_of_lengths(model_runner, context_lens, seed=batch_size)
+        yield batch
+        release_decode_batch(model_runner, batch)
+
+
+def assert_decode_replay_matches_eager(model_runner: ModelRunner, batch: ForwardBatch) -> None:
+    """``batch`` runs on the decode graphs, and their logits are eager's within ``BF16_LOGITS`` with the same greedy
+    tokens."""
+    runner = model_runner.decode_cuda_graph_runner
+    assert runner is not None and runner.can_run(batch)
+    have = runner.replay(batch).clone()
+    want = model_runner.forward(batch)
+    torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch.batch_size}")
+    assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch.batch_size}: greedy tokens differ"
+
+
 def attention_output(
     attn_backend: TorchAttentionBackend,
     q: torch.Tensor,
@@ -289,18 +311,8 @@ def test_fused_decode_graphs_match_their_eager_at_every_batch_size(backend: Back
     for that), and on an H100 every replay here was bitwise equal to eager."""
     with engine(FLASHINFER_MODEL, config(backend, Backend.DISABLED), attention=attention, dtype="bfloat16") as flash:
         fill_cache(flash, seed=11)
-        runner = flash.decode_cuda_graph_runner
-        assert runner is not None
-        generator = torch.Generator().manual_seed(11)
-        for batch_size in range(1, 65):
-            context_lens = torch.randint(0, 150, (batch_size,), generator=generator).tolist()
-            batch = decode_batch_of_lengths(flash, context_lens, seed=batch_size)
-            assert runner.can_run(batch)
-            have = runner.replay(batch).clone()
-            want = flash.forward(batch)
-            torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
-            assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
-            release_decode_batch(flash, batch)
+        for batch in mixed_length_decode_batches(flash, seed=11):
+            assert_decode_replay_matches_eager(flash, batch)
 
 
 @pytest.mark.gpu

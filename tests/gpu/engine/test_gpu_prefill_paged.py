@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from test_gpu_engine_graphs import EAGER, config, random_qkv, replayed_batch_sizes
+from test_gpu_engine_graphs import EAGER, assert_decode_replay_matches_eager, config, random_qkv, replayed_batch_sizes
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig
@@ -269,17 +269,11 @@ def test_flashinfer_decode_graphs_over_16_token_pages_match_eager_at_every_batch
     graphs = config(backend, Backend.DISABLED)
     with engine(FLASHINFER_MODEL, graphs, page_size=16, attention="flashinfer", dtype="bfloat16") as flash:
         fill_cache(flash, seed=12)
-        runner = flash.decode_cuda_graph_runner
-        assert runner is not None
         generator = torch.Generator().manual_seed(12)
         for batch_size in range(1, 65):
             cached = torch.randint(0, 150, (batch_size,), generator=generator).tolist()
             # Every token but the last is cached: a decode step over pages.
             requests = admit_extend(flash, [(n, 1) for n in cached], seed=batch_size)
             batch = make_decode_batch(requests, flash.device)
-            assert runner.can_run(batch)
-            have = runner.replay(batch).clone()
-            want = flash.forward(batch)
-            torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
-            assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
+            assert_decode_replay_matches_eager(flash, batch)
             release(flash, requests)
