@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from request_slots import hold_slots
 from test_gpu_engine_graphs import EAGER, assert_decode_replay_matches_eager, config, random_qkv, replayed_batch_sizes
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
@@ -87,11 +88,7 @@ def admit_extend(model_runner: ModelRunner, prefix_and_new: list[tuple[int, int]
     requests = []
     for index, (prefix, new) in enumerate(prefix_and_new):
         tokens = torch.randint(0, 512, (prefix + new,), generator=generator).tolist()
-        request = Request(index, tokens, SamplingParams(1), cached_len=prefix)
-        request.req_pool_index = model_runner.req_to_token_pool.alloc()
-        request.kv_slots = model_runner.token_to_kv_pool.alloc(request.budget)
-        model_runner.req_to_token_pool.write(request.req_pool_index, 0, request.kv_slots)
-        requests.append(request)
+        requests.append(hold_slots(model_runner, Request(index, tokens, SamplingParams(1), cached_len=prefix)))
     return requests
 
 
