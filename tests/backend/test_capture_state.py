@@ -11,6 +11,7 @@ import pytest
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudagraph.backend_utils import (
+    BreakableCUDAGraph,
     ForwardContext,
     enable_tc_piecewise_cuda_graph,
     enable_torch_compile_warmup,
@@ -146,11 +147,12 @@ def _subclasses(cls: type) -> Iterator[type]:
         yield from _subclasses(subclass)
 
 
-def test_the_dispatch_modes_of_a_capture_are_not_wrapped_by_dynamo() -> None:
+def test_the_breakable_captures_dispatch_modes_are_not_wrapped_by_dynamo() -> None:
     # torch wraps a dispatch mode's __torch_dispatch__ in torch._disable_dynamo unless the mode opts out; the
-    # wrapper imports dynamo on a process's first capture and adds a frame to every op captured. Every mode the
-    # layer defines (the breakable capture's among them) is found by its module, so no private name is named here.
-    modes = [mode for mode in _subclasses(TorchDispatchMode) if mode.__module__.startswith("cudagraph.")]
+    # wrapper imports dynamo on a process's first capture and adds a frame to every op captured. The breakable
+    # capture's modes are found by the module of its public class, so no private name is named here.
+    capture_module = BreakableCUDAGraph.__module__
+    modes = [mode for mode in _subclasses(TorchDispatchMode) if mode.__module__ == capture_module]
     assert modes, "the breakable capture's dispatch mode was not found"
     for mode in modes:
         dispatch = mode.__dict__["__torch_dispatch__"]
