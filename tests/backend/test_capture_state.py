@@ -5,10 +5,13 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
+from collections.abc import Iterator
 
 import pytest
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudagraph.backend_utils import (
+    BreakableCUDAGraph,
     ForwardContext,
     enable_tc_piecewise_cuda_graph,
     enable_torch_compile_warmup,
@@ -138,11 +141,20 @@ def test_freeze_gc_collects_the_garbage_the_block_made() -> None:
     assert alive() is None
 
 
-def test_breakable_capture_mode_is_not_wrapped_by_dynamo() -> None:
-    # torch wraps a dispatch mode's __torch_dispatch__ in torch._disable_dynamo unless the mode opts out; the
-    # wrapper imports dynamo on a process's first capture and adds a frame to every op captured.
-    from cudagraph.backend_utils.breakable_graph import _BreakDispatchMode
+def _subclasses(cls: type) -> Iterator[type]:
+    for subclass in cls.__subclasses__():
+        yield subclass
+        yield from _subclasses(subclass)
 
-    dispatch = _BreakDispatchMode.__dict__["__torch_dispatch__"]
-    assert dispatch.__qualname__ == "_BreakDispatchMode.__torch_dispatch__"
-    assert not hasattr(dispatch, "__wrapped__")
+
+def test_the_breakable_captures_dispatch_modes_are_not_wrapped_by_dynamo() -> None:
+    # torch wraps a dispatch mode's __torch_dispatch__ in torch._disable_dynamo unless the mode opts out; the
+    # wrapper imports dynamo on a process's first capture and adds a frame to every op captured. The breakable
+    # capture's modes are found by the module of its public class, so no private name is named here.
+    capture_module = BreakableCUDAGraph.__module__
+    modes = [mode for mode in _subclasses(TorchDispatchMode) if mode.__module__ == capture_module]
+    assert modes, "the breakable capture's dispatch mode was not found"
+    for mode in modes:
+        dispatch = mode.__dict__["__torch_dispatch__"]
+        assert dispatch.__qualname__ == f"{mode.__qualname__}.__torch_dispatch__"
+        assert not hasattr(dispatch, "__wrapped__"), mode.__qualname__

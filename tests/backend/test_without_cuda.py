@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -48,6 +49,7 @@ def test_packages_import_in_a_fresh_interpreter_without_cuda() -> None:
 
 WITHOUT_TRITON = """
 import sys
+import types
 sys.modules["triton"] = None  # not installed, whether or not this machine has it
 import torch
 import cudagraph.backend_utils as utils
@@ -168,50 +170,32 @@ def test_setting_the_published_handle_again_keeps_the_published_pool(no_global_p
     assert get_global_graph_memory_pool() is None
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "is_capture_mode",
-        "model_capture_mode",
-        "freeze_gc",
-        "get_global_graph_memory_pool",
-        "set_global_graph_memory_pool",
-        "is_in_tc_piecewise_cuda_graph",
-        "enable_tc_piecewise_cuda_graph",
-        "is_in_torch_compile_warmup",
-        "enable_torch_compile_warmup",
-        "is_in_breakable_cuda_graph",
-        "ForwardContext",
-        "set_forward_context",
-        "get_forward_context",
-        "BreakableCUDAGraph",
-        "weak_ref_tensor",
-        "add_eager",
-        "eager_break",
-        "register_break_op",
-        "free_device_memory",
-        "DeviceMemoryProbe",
-        "CudaGraphsUnavailableError",
-    ],
-)
-def test_backend_utils_exports_the_fixed_names(name: str) -> None:
-    assert name in utils_package.__all__
-    assert getattr(utils_package, name).__doc__
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "BaseCudaGraphBackend",
-        "FullCudaGraphBackend",
-        "BreakableCudaGraphBackend",
-        "make_backend",
+FIXED_NAMES = {
+    utils_package: (
+        *("is_capture_mode", "model_capture_mode", "freeze_gc"),
+        *("get_global_graph_memory_pool", "set_global_graph_memory_pool"),
+        *("is_in_tc_piecewise_cuda_graph", "enable_tc_piecewise_cuda_graph"),
+        *("is_in_torch_compile_warmup", "enable_torch_compile_warmup", "is_in_breakable_cuda_graph"),
+        *("ForwardContext", "set_forward_context", "get_forward_context"),
+        *("BreakableCUDAGraph", "weak_ref_tensor", "add_eager", "eager_break", "register_break_op"),
+        *("free_device_memory", "DeviceMemoryProbe", "CudaGraphsUnavailableError"),
+    ),
+    backend_package: (
+        *("BaseCudaGraphBackend", "FullCudaGraphBackend", "BreakableCudaGraphBackend", "make_backend"),
         "TC_PIECEWISE_CUDA_GRAPH_CAPTURE_FAILED_MSG",
-    ],
+    ),
+}
+"""The names design.md fixes, by the package that exports them at its top level."""
+
+
+@pytest.mark.parametrize(
+    ("package", "name"),
+    [(package, name) for package, names in FIXED_NAMES.items() for name in names],
+    ids=lambda value: value if isinstance(value, str) else value.__name__,
 )
-def test_backend_exports_the_fixed_names(name: str) -> None:
-    assert name in backend_package.__all__
-    assert getattr(backend_package, name)
+def test_each_package_exports_its_fixed_names(package: types.ModuleType, name: str) -> None:
+    assert name in package.__all__
+    assert getattr(package, name).__doc__
 
 
 def test_legacy_names_are_not_defined_here() -> None:

@@ -34,27 +34,20 @@ def test_cuda_sections_skip_with_the_reason_and_the_json_is_written(tmp_path: Pa
     assert data["settings"]["kernel_backend"] == {"choice": "auto", "order": ["triton", "flashinfer", "torch"]}
 
 
-def test_the_kernel_set_asked_for_is_recorded_and_an_unknown_one_is_refused(
-    tmp_path: Path, no_cuda: str, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("option", "unknown"), [("kernel-backend", "cutlass"), ("attention-backend", "xformers")], ids=lambda v: v
+)
+def test_the_backend_asked_for_defaults_to_auto_is_recorded_and_an_unknown_one_is_refused(
+    option: str, unknown: str, tmp_path: Path, no_cuda: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["--sections", "decode", "--kernel-backend", "torch", "--out-dir", str(tmp_path)]) == 0
+    setting = option.replace("-", "_")
+    assert getattr(cli.build_parser().parse_args([]), setting) == "auto"
+    assert cli.main(["--sections", "decode", f"--{option}", "torch", "--out-dir", str(tmp_path)]) == 0
     [written] = tmp_path.glob("*-bench.json")
-    assert json.loads(written.read_text())["settings"]["kernel_backend"]["choice"] == "torch"
+    assert json.loads(written.read_text())["settings"][setting]["choice"] == "torch"
     with pytest.raises(SystemExit):
-        cli.main(["--kernel-backend", "cutlass"])
-    assert "invalid choice: 'cutlass'" in capsys.readouterr().err
-
-
-def test_the_attention_backend_defaults_to_auto_and_one_asked_for_is_recorded(
-    tmp_path: Path, no_cuda: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert cli.build_parser().parse_args([]).attention_backend == "auto"
-    assert cli.main(["--sections", "decode", "--attention-backend", "torch", "--out-dir", str(tmp_path)]) == 0
-    [written] = tmp_path.glob("*-bench.json")
-    assert json.loads(written.read_text())["settings"]["attention_backend"]["choice"] == "torch"
-    with pytest.raises(SystemExit):
-        cli.main(["--attention-backend", "xformers"])
-    assert "invalid choice: 'xformers'" in capsys.readouterr().err
+        cli.main([f"--{option}", unknown])
+    assert f"invalid choice: '{unknown}'" in capsys.readouterr().err
 
 
 def test_check_fails_when_targets_are_not_measured(tmp_path: Path, no_cuda: str) -> None:

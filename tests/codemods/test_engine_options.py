@@ -1,8 +1,9 @@
 """Other engines' options and command lines (CG402, CG403): listed for review, rewritten only on an opt-in flag, never
 in an engine's own definitions; reported from the ``ast`` tree alone, with the findings the libcst pass would give.
 
-The fixture pairs (``engine_options_*``, ``cli_flags_command_strings*``) show the rewrites; these tests hold what a
-pair cannot: which findings each place gets, that reporting needs no libcst parse, and the manual steps.
+The fixtures ``engine_options`` and ``cli_flags_command_strings`` (listed as they are, rewritten with their switch)
+show the rewrites; these tests hold what a fixture cannot: which findings each place gets, that reporting needs no
+libcst parse, and the manual steps.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _listed(source: str, path: str = "plugin/module.py", **switches: bool) -> li
 
 
 def test_each_place_that_passes_or_reads_an_engines_option_is_listed_with_its_canonical_spelling() -> None:
-    listed = _listed((FIXTURES / "engine_options_listed.in.py").read_text())
+    listed = _listed((FIXTURES / "engine_options.in.py").read_text())
     assert listed == [
         "CG403 16: self.cuda_graph_max_bs: cudagraph.config spells it decode_cuda_graph_max_bs; "
         "--rewrite-engine-options rewrites it",
@@ -83,7 +84,7 @@ def test_each_place_that_passes_or_reads_an_engines_option_is_listed_with_its_ca
 
 
 def test_this_programs_own_options_of_the_same_names_are_not_listed() -> None:
-    source = (FIXTURES / "engine_options_listed.in.py").read_text()
+    source = (FIXTURES / "engine_options.in.py").read_text()
     own = source.index("@dataclasses.dataclass")
     first_own_line = source.count("\n", 0, own) + 1
     result = migrate_source(source, "plugin/module.py", RULES, TABLE, RunOptions(rewrite_engine_options=True))
@@ -93,7 +94,7 @@ def test_this_programs_own_options_of_the_same_names_are_not_listed() -> None:
 
 
 def test_what_the_opt_in_flag_cannot_rewrite_stays_listed() -> None:
-    listed = _listed((FIXTURES / "engine_options_rewritten.in.py").read_text(), rewrite_engine_options=True)
+    listed = _listed((FIXTURES / "engine_options.in.py").read_text(), rewrite_engine_options=True)
     assert [line.split(": ")[1] for line in listed] == [
         "server_args.disable_cuda_graph",
         "server_args.enable_breakable_cuda_graph",
@@ -105,7 +106,7 @@ def test_what_the_opt_in_flag_cannot_rewrite_stays_listed() -> None:
 
 
 def test_command_like_strings_are_listed_wherever_they_go_and_messages_are_not() -> None:
-    source = (FIXTURES / "cli_flags_command_strings_listed.in.py").read_text()
+    source = (FIXTURES / "cli_flags_command_strings.in.py").read_text()
     listed = _listed(source)
     assert listed == [
         "CG402 7: command string passes legacy flag(s) --enable-breakable-cuda-graph, "
@@ -126,12 +127,12 @@ def test_command_like_strings_are_listed_wherever_they_go_and_messages_are_not()
 def test_what_rewrite_argv_cannot_rewrite_stays_listed() -> None:
     listed = _listed((FIXTURES / "cli_flags_command_strings.in.py").read_text(), rewrite_argv=True)
     assert listed == [
-        "CG402 21: f-string passes legacy flag(s) --cuda-graph-max-bs: f-strings are listed, never rewritten",
-        "CG402 28: string passes legacy flag --enforce-piecewise-cuda-graph, which becomes "
+        "CG402 20: f-string passes legacy flag(s) --cuda-graph-max-bs: f-strings are listed, never rewritten",
+        "CG402 27: string passes legacy flag --enforce-piecewise-cuda-graph, which becomes "
         "--prefill-cuda-graph-backend tc_piecewise: more than one argument",
-        "CG402 30: command string passes legacy flag(s) --disable-cuda-graph=1 in a spelling with no rewrite; "
+        "CG402 29: command string passes legacy flag(s) --disable-cuda-graph=1 in a spelling with no rewrite; "
         "change it by hand",
-        "CG402 32: command string passes legacy flag(s) --piecewise-cuda-graph-tokens: it holds escape sequences; "
+        "CG402 31: command string passes legacy flag(s) --piecewise-cuda-graph-tokens: it holds escape sequences; "
         "change it by hand",
     ]
 
@@ -168,7 +169,7 @@ def test_listing_needs_no_libcst_parse(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("parsed with libcst")
 
     monkeypatch.setattr(cst, "parse_module", no_parse)
-    for name in ("engine_options_listed", "cli_flags_command_strings_listed"):
+    for name in ("engine_options", "cli_flags_command_strings"):
         source = (FIXTURES / f"{name}.in.py").read_text()
         result = migrate_source(source, "plugin/module.py", OPTION_RULES, TABLE, RunOptions())
         assert not result.changed and result.findings
@@ -286,15 +287,16 @@ def test_every_place_of_the_rl_driver_that_uses_sglangs_options_is_listed_and_no
 
 
 def test_the_opt_in_flags_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for name in ("engine_options_rewritten", "cli_flags_command_strings"):
+    switches = {"engine_options": "rewrite-engine-options", "cli_flags_command_strings": "rewrite-argv"}
+    for name in switches:
         shutil.copy(FIXTURES / f"{name}.in.py", tmp_path / f"{name}.py")
     assert main([str(tmp_path), "--no-progress"]) == 0
-    for name in ("engine_options_rewritten", "cli_flags_command_strings"):
+    for name in switches:
         assert (tmp_path / f"{name}.py").read_bytes() == (FIXTURES / f"{name}.in.py").read_bytes()
     summary = capsys.readouterr().err
     assert "migrated: 0 edit(s)" in summary and "listed for review: 25 candidate(s)" in summary
     assert main([str(tmp_path), "--no-progress", "--rewrite-argv", "--rewrite-engine-options"]) == 0
-    for name in ("engine_options_rewritten", "cli_flags_command_strings"):
-        assert (tmp_path / f"{name}.py").read_text() == (FIXTURES / f"{name}.out.py").read_text()
+    for name, switch in switches.items():
+        assert (tmp_path / f"{name}.py").read_text() == (FIXTURES / f"{name}.{switch}.out.py").read_text()
     summary = capsys.readouterr().err
     assert "CG403  legacy-engine-options        16" in summary

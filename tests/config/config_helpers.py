@@ -1,4 +1,4 @@
-"""Helpers of the cudagraph.config unit tests: a parser with the CUDA-graph flags, and recorded warnings."""
+"""Helpers of the cudagraph.config unit tests: a parser with the CUDA-graph flags, its help, recorded warnings."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_cli_args(parser)
     return parser.parse_args(list(argv))
+
+
+def help_text() -> str:
+    """The ``--help`` text of a parser with the CUDA-graph flags, its white space folded to single spaces."""
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+    return " ".join(parser.format_help().split())
 
 
 def resolve_argv(argv: Sequence[str], **kwargs: object) -> CudaGraphConfig:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
-from config_helpers import parse, recorded_warnings, resolve_argv
+from config_helpers import help_text, parse, recorded_warnings, resolve_argv
 
-from cudagraph.config import ALIAS_FLAGS, MODERN_FLAGS, Backend, ConfigError, Environment, add_cli_args, resolve
+from cudagraph.config import ALIAS_FLAGS, MODERN_FLAGS, Backend, ConfigError, Environment, resolve
 
 SGLANG_FLAGS = {
     "--cuda-graph-config": "--cuda-graph-mode",
@@ -63,9 +61,7 @@ def test_each_sglang_spelling_resolves_like_its_flag_and_is_named_by_explain(
 
 
 def test_help_lists_each_spelling_with_its_flag() -> None:
-    parser = argparse.ArgumentParser()
-    add_cli_args(parser)
-    text = " ".join(parser.format_help().split())
+    text = help_text()
     assert "--cuda-graph-backend-decode {full,breakable,tc_piecewise,disabled} SGLang's spelling of " in text
     assert "--disable-prefill-cuda-graph SGLang's spelling of --prefill-disable-cuda-graph" in text
 
@@ -92,43 +88,6 @@ def test_sglang_spelling_outranks_legacy_flags() -> None:
     assert "decode.max_size: --cuda-graph-max-bs-decode 16 overrides --cuda-graph-max-bs 32" in [
         str(w.message) for w in caught
     ]
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (
-            ["--decode-cuda-graph-backend", "full", "--cuda-graph-backend-decode", "breakable"],
-            "decode.backend: --decode-cuda-graph-backend gives 'full' but --cuda-graph-backend-decode gives "
-            "'breakable'; both have the same precedence, so give only one",
-        ),
-        (
-            ["--cuda-graph-backend-prefill", "tc_piecewise", "--disable-prefill-cuda-graph"],
-            "prefill.backend: --cuda-graph-backend-prefill gives 'tc_piecewise' but --disable-prefill-cuda-graph "
-            "gives 'disabled'; both have the same precedence, so give only one",
-        ),
-        (
-            ["--cuda-graph-mode", '{"decode": "full"}', "--cuda-graph-config", '{"decode": "disabled"}'],
-            "decode.backend: --cuda-graph-mode gives 'full' but --cuda-graph-config gives 'disabled'; "
-            "both have the same precedence, so give only one",
-        ),
-        (
-            ["--cuda-graph-bs-prefill", "16", "--prefill-cuda-graph-tokens", "32"],
-            "prefill.buckets: --prefill-cuda-graph-tokens gives [32] but --cuda-graph-bs-prefill gives [16]; "
-            "both have the same precedence, so give only one",
-        ),
-        (
-            ["--cuda-graph-tc-compiler", "inductor", "--tc-piecewise-compiler", "eager"],
-            "tc_piecewise_compiler: --tc-piecewise-compiler gives 'eager' but --cuda-graph-tc-compiler gives "
-            "'inductor'; both have the same precedence, so give only one",
-        ),
-    ],
-)
-def test_disagreeing_with_the_flag_it_spells_is_one_error(argv: list[str], message: str) -> None:
-    with recorded_warnings() as caught, pytest.raises(ConfigError) as error:
-        resolve_argv(argv)
-    assert str(error.value) == message
-    assert caught == []
 
 
 def test_agreeing_with_the_flag_it_spells_is_fine(no_warnings: object) -> None:

@@ -1,4 +1,5 @@
-"""Every ConfigError: the message names the flag or key, the bad value and what is allowed; both routes agree."""
+"""Every ConfigError (of our spellings and vLLM's): the message names the flag or key, the bad value and what is
+allowed; both routes agree."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ RATIO_ALLOWED = "a number >= 1, e.g. 1.5 (a batch whose bucket is more than 1.5 
 BUDGET_ALLOWED = (
     'a positive amount, "1.5GiB", "512MiB", "2" (GiB) or "20%" (of the free memory at capture), a share up to 100%'
 )
+ALLOWED_MODES = "NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE"
 PHASE_OBJECT = '{"decode": {"backend": "full", "max_padding_ratio": 1.5, "memory_budget": "2GiB"}}'
 
 # (argv, the same input as keywords, exact message)
@@ -235,6 +237,88 @@ CASES = [
         },
         "--cuda-graph-mode: unknown backend 'x' for prefill; allowed backends: full, breakable, tc_piecewise, disabled",
     ),
+    # vLLM's spellings
+    (
+        ["--cudagraph-mode", "EAGER"],
+        {"cudagraph_mode": "EAGER"},
+        f"--cudagraph-mode: unknown vLLM CUDA-graph mode 'EAGER'; allowed: {ALLOWED_MODES}",
+    ),
+    (
+        ["--cudagraph-mode", '{"decode": "full"}'],
+        {"cudagraph_mode": '{"decode": "full"}'},
+        '--cudagraph-mode: unknown vLLM CUDA-graph mode \'{"decode": "full"}\'; '
+        f"allowed: {ALLOWED_MODES}; a per-phase JSON object goes to --cuda-graph-mode",
+    ),
+    (
+        ["--compilation-config", '{"cudagraph_mode": 2}'],
+        {"compilation_config": '{"cudagraph_mode": 2}'},
+        "--compilation-config: cudagraph_mode must be a mode name string "
+        "(NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE), got number 2",
+    ),
+    (
+        ["--compilation-config", '{"cudagraph_mode": "fastest"}'],
+        {"compilation_config": {"cudagraph_mode": "fastest"}},
+        f"--compilation-config cudagraph_mode: unknown vLLM CUDA-graph mode 'fastest'; allowed: {ALLOWED_MODES}",
+    ),
+    (
+        ["--compilation-config", '{"cudagraph_capture_sizes": "1,2,4"}'],
+        {"compilation_config": '{"cudagraph_capture_sizes": "1,2,4"}'},
+        "--compilation-config: cudagraph_capture_sizes must be an array of integers, got string '1,2,4'",
+    ),
+    (
+        ["--compilation-config", '{"cudagraph_capture_sizes": [1, 2.5]}'],
+        {"compilation_config": '{"cudagraph_capture_sizes": [1, 2.5]}'},
+        "--compilation-config: cudagraph_capture_sizes must be an array of integers, got array [1, 2.5]",
+    ),
+    (
+        ["--compilation-config", '{"cudagraph_capture_sizes": [1, true]}'],
+        {"compilation_config": '{"cudagraph_capture_sizes": [1, true]}'},
+        "--compilation-config: cudagraph_capture_sizes must be an array of integers, got array [1, True]",
+    ),
+    (
+        ["--compilation-config", '{"cudagraph_capture_sizes": [0, 8]}'],
+        {"compilation_config": '{"cudagraph_capture_sizes": [0, 8]}'},
+        "--compilation-config cudagraph_capture_sizes: 0 is not positive; allowed: positive integers",
+    ),
+    (
+        ["--compilation-config", '{"cudagraph_capture_sizes": []}'],
+        {"compilation_config": '{"cudagraph_capture_sizes": []}'},
+        "--compilation-config cudagraph_capture_sizes: empty list; allowed: one or more positive integers",
+    ),
+    (
+        ["--compilation-config", '{"max_cudagraph_capture_size": "512"}'],
+        {"compilation_config": '{"max_cudagraph_capture_size": "512"}'},
+        "--compilation-config: max_cudagraph_capture_size must be an integer, got string '512'",
+    ),
+    (
+        ["--compilation-config", '{"cudagraph_capture_sizes": [8, 64], "max_cudagraph_capture_size": 32}'],
+        {"compilation_config": '{"cudagraph_capture_sizes": [8, 64], "max_cudagraph_capture_size": 32}'},
+        "--compilation-config: 64 exceeds the maximum 32 given by --compilation-config; "
+        "allowed: positive integers up to 32",
+    ),
+    (
+        ["--compilation-config", "[1, 2]"],
+        {"compilation_config": "[1, 2]"},
+        "--compilation-config: expected vLLM's compilation config as a JSON object, got array '[1, 2]'; "
+        'e.g. {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}',
+    ),
+    (
+        ["--compilation-config", "{level: 3}"],
+        {"compilation_config": "{level: 3}"},
+        "--compilation-config: malformed JSON '{level: 3}' (Expecting property name enclosed in double quotes at "
+        'char 1); expected an object like {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": '
+        "[1, 2, 4, 8]}",
+    ),
+    (
+        ["--compilation-config", '{"level": 3, "level": 2}'],
+        {"compilation_config": '{"level": 3, "level": 2}'},
+        "--compilation-config: key 'level' is given twice; give each key at most once",
+    ),
+    (
+        ["--cudagraph-capture-sizes", "1", "x"],
+        {"cudagraph_capture_sizes": [1, "x"]},
+        "--cudagraph-capture-sizes: 'x' is not an integer; allowed: positive integers",
+    ),
 ]
 
 
@@ -296,6 +380,18 @@ def test_error_message_is_exact_on_both_routes(argv: list[str], keywords: dict[s
             {"tc_piecewise_compile_cache_dir": b"/cache"},
             "--tc-piecewise-compile-cache-dir: b'/cache' is not allowed; allowed: a directory path (a non-empty "
             "string)",
+        ),
+        # vLLM's spellings
+        ({"enforce_eager": "yes"}, "--enforce-eager: expected True or False, got 'yes'"),
+        (
+            {"cudagraph_mode": {"decode": "full"}},
+            f"--cudagraph-mode: unknown vLLM CUDA-graph mode {{'decode': 'full'}}; allowed: {ALLOWED_MODES}; "
+            "a per-phase JSON object goes to --cuda-graph-mode",
+        ),
+        (
+            {"compilation_config": 3},
+            "--compilation-config: expected JSON text, got 3; "
+            'e.g. {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}',
         ),
     ],
 )

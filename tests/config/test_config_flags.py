@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from config_helpers import parse, recorded_warnings, resolve_argv
+from config_helpers import help_text, parse, recorded_warnings, resolve_argv
 
 from cudagraph.config import (
     ALIAS_FLAGS,
@@ -95,9 +95,7 @@ def test_unset_flags_are_none() -> None:
 
 
 def test_help_lists_legacy_replacements() -> None:
-    parser = argparse.ArgumentParser()
-    add_cli_args(parser)
-    text = " ".join(parser.format_help().split())
+    text = help_text()
     assert "deprecated alias of --decode-disable-cuda-graph --prefill-disable-cuda-graph" in text
     assert "deprecated alias of --prefill-cuda-graph-backend breakable" in text
 

@@ -101,12 +101,9 @@ def test_one_warning_per_spelling_naming_every_flag_that_used_it() -> None:
     with recorded_warnings() as caught:
         config = resolve_argv(
             [
-                "--cuda-graph-mode",
-                '{"decode": "tcpcg", "prefill": "tcpcg"}',
-                "--prefill-cuda-graph-backend",
-                "tcpcg",
-                "--decode-cuda-graph-backend",
-                "tcpiecewise",
+                *("--cuda-graph-mode", '{"decode": "tcpcg", "prefill": "tcpcg"}'),
+                *("--prefill-cuda-graph-backend", "tcpcg"),
+                *("--decode-cuda-graph-backend", "tcpiecewise"),
             ]
         )
     assert config.decode.backend is config.prefill.backend is Backend.TC_PIECEWISE

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 from config_helpers import recorded_warnings, resolve_argv
 
@@ -61,19 +63,12 @@ def test_modern_bucket_flags_beat_legacy_ones() -> None:
     with recorded_warnings() as caught:
         config = resolve_argv(
             [
-                "--decode-cuda-graph-bs",
-                "1",
-                "2",
-                "--cuda-graph-bs",
-                "4",
-                "--prefill-cuda-graph-max-tokens",
-                "32",
-                "--piecewise-cuda-graph-max-tokens",
-                "64",
-                "--tc-piecewise-compiler",
-                "eager",
-                "--piecewise-cuda-graph-compiler",
-                "inductor",
+                *("--decode-cuda-graph-bs", "1", "2"),
+                *("--cuda-graph-bs", "4"),
+                *("--prefill-cuda-graph-max-tokens", "32"),
+                *("--piecewise-cuda-graph-max-tokens", "64"),
+                *("--tc-piecewise-compiler", "eager"),
+                *("--piecewise-cuda-graph-compiler", "inductor"),
             ]
         )
     assert config.decode.buckets == (1, 2) and config.prefill.buckets == (16, 32)
@@ -98,32 +93,97 @@ def test_flags_of_one_level_that_agree_are_fine() -> None:
     assert config.prefill.backend is Backend.DISABLED
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (
-            ["--decode-cuda-graph-backend", "full", "--decode-disable-cuda-graph"],
-            "decode.backend: --decode-cuda-graph-backend gives 'full' but "
-            "--decode-disable-cuda-graph gives 'disabled'; "
-            "both have the same precedence, so give only one",
-        ),
-        (
-            ["--enable-breakable-cuda-graph", "--enforce-piecewise-cuda-graph"],
-            "prefill.backend: --enable-breakable-cuda-graph gives 'breakable' but --enforce-piecewise-cuda-graph gives "
-            "'tc_piecewise'; both have the same precedence, so give only one",
-        ),
-        (
-            ["--disable-cuda-graph", "--enable-breakable-cuda-graph"],
-            "prefill.backend: --disable-cuda-graph gives 'disabled' but "
-            "--enable-breakable-cuda-graph gives 'breakable'; "
-            "both have the same precedence, so give only one",
-        ),
-    ],
-)
-def test_same_rank_disagreement_is_an_error(argv: list[str], message: str) -> None:
+SAME_RANK_CONFLICTS = [
+    pytest.param(
+        "--decode-cuda-graph-backend full --decode-disable-cuda-graph",
+        "decode.backend: --decode-cuda-graph-backend gives 'full'",
+        "--decode-disable-cuda-graph gives 'disabled'",
+        id="per-phase",
+    ),
+    pytest.param(
+        "--enable-breakable-cuda-graph --enforce-piecewise-cuda-graph",
+        "prefill.backend: --enable-breakable-cuda-graph gives 'breakable'",
+        "--enforce-piecewise-cuda-graph gives 'tc_piecewise'",
+        id="legacy",
+    ),
+    pytest.param(
+        "--disable-cuda-graph --enable-breakable-cuda-graph",
+        "prefill.backend: --disable-cuda-graph gives 'disabled'",
+        "--enable-breakable-cuda-graph gives 'breakable'",
+        id="legacy-disable",
+    ),
+    # SGLang's merged spellings rank with the per-phase flag they spell
+    pytest.param(
+        "--decode-cuda-graph-backend full --cuda-graph-backend-decode breakable",
+        "decode.backend: --decode-cuda-graph-backend gives 'full'",
+        "--cuda-graph-backend-decode gives 'breakable'",
+        id="sglang-backend",
+    ),
+    pytest.param(
+        "--cuda-graph-backend-prefill tc_piecewise --disable-prefill-cuda-graph",
+        "prefill.backend: --cuda-graph-backend-prefill gives 'tc_piecewise'",
+        "--disable-prefill-cuda-graph gives 'disabled'",
+        id="sglang-disable",
+    ),
+    pytest.param(
+        """--cuda-graph-mode '{"decode": "full"}' --cuda-graph-config '{"decode": "disabled"}'""",
+        "decode.backend: --cuda-graph-mode gives 'full'",
+        "--cuda-graph-config gives 'disabled'",
+        id="sglang-json",
+    ),
+    pytest.param(
+        "--cuda-graph-bs-prefill 16 --prefill-cuda-graph-tokens 32",
+        "prefill.buckets: --prefill-cuda-graph-tokens gives [32]",
+        "--cuda-graph-bs-prefill gives [16]",
+        id="sglang-buckets",
+    ),
+    pytest.param(
+        "--cuda-graph-tc-compiler inductor --tc-piecewise-compiler eager",
+        "tc_piecewise_compiler: --tc-piecewise-compiler gives 'eager'",
+        "--cuda-graph-tc-compiler gives 'inductor'",
+        id="sglang-compiler",
+    ),
+    # vLLM's spellings rank with the flags whose meaning they carry
+    pytest.param(
+        "--cudagraph-mode PIECEWISE --decode-cuda-graph-backend breakable",
+        "decode.backend: --decode-cuda-graph-backend gives 'breakable'",
+        "--cudagraph-mode gives 'tc_piecewise'",
+        id="vllm-mode",
+    ),
+    pytest.param(
+        "--enforce-eager --cuda-graph-backend-prefill tc_piecewise",
+        "prefill.backend: --cuda-graph-backend-prefill gives 'tc_piecewise'",
+        "--enforce-eager gives 'disabled'",
+        id="vllm-enforce-eager",
+    ),
+    pytest.param(
+        """--cudagraph-mode FULL_DECODE_ONLY --compilation-config '{"cudagraph_mode": "NONE"}'""",
+        "decode.backend: --cudagraph-mode gives 'full'",
+        "--compilation-config gives 'disabled'",
+        id="vllm-compilation-config",
+    ),
+    pytest.param(
+        """--compilation-config '{"cudagraph_capture_sizes": [1, 2]}' --decode-cuda-graph-bs 4""",
+        "decode.buckets: --decode-cuda-graph-bs gives [4]",
+        "--compilation-config gives [1, 2]",
+        id="vllm-capture-sizes-json",
+    ),
+    pytest.param(
+        "--cudagraph-capture-sizes 8 --cuda-graph-bs-decode 16",
+        "decode.buckets: --cuda-graph-bs-decode gives [16]",
+        "--cudagraph-capture-sizes gives [8]",
+        id="vllm-capture-sizes",
+    ),
+]
+"""Flags of one precedence rank that disagree, whichever spelling (ours, SGLang's, vLLM's) each uses (a command line),
+and what the error says each gives."""
+
+
+@pytest.mark.parametrize(("command_line", "first", "second"), SAME_RANK_CONFLICTS)
+def test_same_rank_disagreement_is_an_error(command_line: str, first: str, second: str) -> None:
     with recorded_warnings() as caught, pytest.raises(ConfigError) as error:
-        resolve_argv(argv)
-    assert str(error.value) == message
+        resolve_argv(shlex.split(command_line))
+    assert str(error.value) == f"{first} but {second}; both have the same precedence, so give only one"
     assert caught == []  # a failed resolution warns about nothing
 
 

@@ -3,12 +3,11 @@ compile cache directory, and the largest size always captured."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import PurePosixPath
 
 import pytest
-from config_helpers import parse, recorded_warnings, resolve_argv
+from config_helpers import help_text, parse, recorded_warnings, resolve_argv
 
 from cudagraph.config import (
     Backend,
@@ -18,7 +17,6 @@ from cudagraph.config import (
     MemoryBudget,
     OverriddenSettingWarning,
     PhaseConfig,
-    add_cli_args,
     resolve,
 )
 from cudagraph.config.resolve_command import main
@@ -47,12 +45,9 @@ def test_the_phase_object_of_the_json(no_warnings: object) -> None:
     assert config == resolve(cuda_graph_mode=mode)  # a dict from Python
     assert config == resolve_argv(
         [
-            "--decode-cuda-graph-max-padding-ratio",
-            "1.5",
-            "--decode-cuda-graph-memory-budget",
-            "2GiB",
-            "--cuda-graph-mode",
-            '{"decode": "full", "prefill": "breakable"}',
+            *("--decode-cuda-graph-max-padding-ratio", "1.5"),
+            *("--decode-cuda-graph-memory-budget", "2GiB"),
+            *("--cuda-graph-mode", '{"decode": "full", "prefill": "breakable"}'),
         ]
     )
 
@@ -61,12 +56,9 @@ def test_a_json_value_outranks_the_per_phase_flag_and_warns_naming_both() -> Non
     with recorded_warnings() as caught:
         config = resolve_argv(
             [
-                "--cuda-graph-mode",
-                '{"decode": {"max_padding_ratio": 1.25}}',
-                "--decode-cuda-graph-max-padding-ratio",
-                "2",
-                "--decode-cuda-graph-memory-budget",
-                "10%",
+                *("--cuda-graph-mode", '{"decode": {"max_padding_ratio": 1.25}}'),
+                *("--decode-cuda-graph-max-padding-ratio", "2"),
+                *("--decode-cuda-graph-memory-budget", "10%"),
             ]
         )
     assert config.decode.max_padding_ratio == 1.25
@@ -225,9 +217,7 @@ def test_a_max_that_is_not_the_last_bucket_cannot_be_written() -> None:
 
 
 def test_help_shows_the_budget_spellings() -> None:
-    parser = argparse.ArgumentParser()
-    add_cli_args(parser)
-    text = " ".join(parser.format_help().split())
+    text = help_text()
     assert (
         '--decode-cuda-graph-memory-budget SIZE the most device memory the decode graphs may take: "1.5GiB", ' in text
     )

@@ -21,8 +21,6 @@ from cudagraph.config import (
 )
 from cudagraph.config.vllm import COMPILATION_CONFIG_KEYS, VLLM_COMPILATION_CONFIG_FIELDS, allowed_vllm_modes
 
-ALLOWED_MODES = "NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE"
-
 # The design card's table: vLLM name -> (decode, prefill).
 DESIGN_TABLE = {
     "NONE": ("disabled", "disabled"),
@@ -245,43 +243,6 @@ def test_vllm_mode_does_not_lock_phases_against_rules() -> None:
     assert config.prefill.backend is Backend.DISABLED and config.sources["prefill.backend"].startswith("rule lora")
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (
-            ["--cudagraph-mode", "PIECEWISE", "--decode-cuda-graph-backend", "breakable"],
-            "decode.backend: --decode-cuda-graph-backend gives 'breakable' but --cudagraph-mode gives 'tc_piecewise'; "
-            "both have the same precedence, so give only one",
-        ),
-        (
-            ["--enforce-eager", "--cuda-graph-backend-prefill", "tc_piecewise"],
-            "prefill.backend: --cuda-graph-backend-prefill gives 'tc_piecewise' but --enforce-eager gives 'disabled'; "
-            "both have the same precedence, so give only one",
-        ),
-        (
-            ["--cudagraph-mode", "FULL_DECODE_ONLY", "--compilation-config", '{"cudagraph_mode": "NONE"}'],
-            "decode.backend: --cudagraph-mode gives 'full' but --compilation-config gives 'disabled'; "
-            "both have the same precedence, so give only one",
-        ),
-        (
-            ["--compilation-config", '{"cudagraph_capture_sizes": [1, 2]}', "--decode-cuda-graph-bs", "4"],
-            "decode.buckets: --decode-cuda-graph-bs gives [4] but --compilation-config gives [1, 2]; "
-            "both have the same precedence, so give only one",
-        ),
-        (
-            ["--cudagraph-capture-sizes", "8", "--cuda-graph-bs-decode", "16"],
-            "decode.buckets: --cuda-graph-bs-decode gives [16] but --cudagraph-capture-sizes gives [8]; "
-            "both have the same precedence, so give only one",
-        ),
-    ],
-)
-def test_disagreeing_with_a_flag_of_the_same_level_is_one_error(argv: list[str], message: str) -> None:
-    with recorded_warnings() as caught, pytest.raises(ConfigError) as error:
-        resolve_argv(argv)
-    assert str(error.value) == message
-    assert caught == []
-
-
 def test_agreeing_with_a_flag_of_the_same_level_is_fine(no_warnings: object) -> None:
     config = resolve_argv(
         [
@@ -290,124 +251,3 @@ def test_agreeing_with_a_flag_of_the_same_level_is_fine(no_warnings: object) -> 
         ]
     )
     assert (config.decode.backend, config.prefill.backend) == (Backend.FULL, Backend.DISABLED)
-
-
-# (argv, the same as keywords, exact message)
-ERRORS = [
-    (
-        ["--cudagraph-mode", "EAGER"],
-        {"cudagraph_mode": "EAGER"},
-        f"--cudagraph-mode: unknown vLLM CUDA-graph mode 'EAGER'; allowed: {ALLOWED_MODES}",
-    ),
-    (
-        ["--cudagraph-mode", '{"decode": "full"}'],
-        {"cudagraph_mode": '{"decode": "full"}'},
-        '--cudagraph-mode: unknown vLLM CUDA-graph mode \'{"decode": "full"}\'; '
-        f"allowed: {ALLOWED_MODES}; a per-phase JSON object goes to --cuda-graph-mode",
-    ),
-    (
-        ["--compilation-config", '{"cudagraph_mode": 2}'],
-        {"compilation_config": '{"cudagraph_mode": 2}'},
-        "--compilation-config: cudagraph_mode must be a mode name string "
-        "(NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE), got number 2",
-    ),
-    (
-        ["--compilation-config", '{"cudagraph_mode": "fastest"}'],
-        {"compilation_config": {"cudagraph_mode": "fastest"}},
-        f"--compilation-config cudagraph_mode: unknown vLLM CUDA-graph mode 'fastest'; allowed: {ALLOWED_MODES}",
-    ),
-    (
-        ["--compilation-config", '{"cudagraph_capture_sizes": "1,2,4"}'],
-        {"compilation_config": '{"cudagraph_capture_sizes": "1,2,4"}'},
-        "--compilation-config: cudagraph_capture_sizes must be an array of integers, got string '1,2,4'",
-    ),
-    (
-        ["--compilation-config", '{"cudagraph_capture_sizes": [1, 2.5]}'],
-        {"compilation_config": '{"cudagraph_capture_sizes": [1, 2.5]}'},
-        "--compilation-config: cudagraph_capture_sizes must be an array of integers, got array [1, 2.5]",
-    ),
-    (
-        ["--compilation-config", '{"cudagraph_capture_sizes": [1, true]}'],
-        {"compilation_config": '{"cudagraph_capture_sizes": [1, true]}'},
-        "--compilation-config: cudagraph_capture_sizes must be an array of integers, got array [1, True]",
-    ),
-    (
-        ["--compilation-config", '{"cudagraph_capture_sizes": [0, 8]}'],
-        {"compilation_config": '{"cudagraph_capture_sizes": [0, 8]}'},
-        "--compilation-config cudagraph_capture_sizes: 0 is not positive; allowed: positive integers",
-    ),
-    (
-        ["--compilation-config", '{"cudagraph_capture_sizes": []}'],
-        {"compilation_config": '{"cudagraph_capture_sizes": []}'},
-        "--compilation-config cudagraph_capture_sizes: empty list; allowed: one or more positive integers",
-    ),
-    (
-        ["--compilation-config", '{"max_cudagraph_capture_size": "512"}'],
-        {"compilation_config": '{"max_cudagraph_capture_size": "512"}'},
-        "--compilation-config: max_cudagraph_capture_size must be an integer, got string '512'",
-    ),
-    (
-        ["--compilation-config", '{"cudagraph_capture_sizes": [8, 64], "max_cudagraph_capture_size": 32}'],
-        {"compilation_config": '{"cudagraph_capture_sizes": [8, 64], "max_cudagraph_capture_size": 32}'},
-        "--compilation-config: 64 exceeds the maximum 32 given by --compilation-config; "
-        "allowed: positive integers up to 32",
-    ),
-    (
-        ["--compilation-config", "[1, 2]"],
-        {"compilation_config": "[1, 2]"},
-        "--compilation-config: expected vLLM's compilation config as a JSON object, got array '[1, 2]'; "
-        'e.g. {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}',
-    ),
-    (
-        ["--compilation-config", "{level: 3}"],
-        {"compilation_config": "{level: 3}"},
-        "--compilation-config: malformed JSON '{level: 3}' (Expecting property name enclosed in double quotes at "
-        'char 1); expected an object like {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": '
-        "[1, 2, 4, 8]}",
-    ),
-    (
-        ["--compilation-config", '{"level": 3, "level": 2}'],
-        {"compilation_config": '{"level": 3, "level": 2}'},
-        "--compilation-config: key 'level' is given twice; give each key at most once",
-    ),
-    (
-        ["--cudagraph-capture-sizes", "1", "x"],
-        {"cudagraph_capture_sizes": [1, "x"]},
-        "--cudagraph-capture-sizes: 'x' is not an integer; allowed: positive integers",
-    ),
-]
-
-
-@pytest.mark.parametrize(("argv", "keywords", "message"), ERRORS, ids=[case[2][:70] for case in ERRORS])
-def test_errors_name_what_was_wrong_and_what_is_allowed(
-    argv: list[str], keywords: dict[str, object], message: str
-) -> None:
-    with recorded_warnings() as caught:
-        with pytest.raises(ConfigError) as from_flags:
-            resolve_argv(argv)
-        with pytest.raises(ConfigError) as from_keywords:
-            resolve(**keywords)
-    assert str(from_flags.value) == str(from_keywords.value) == message
-    assert caught == []
-
-
-@pytest.mark.parametrize(
-    ("keywords", "message"),
-    [
-        ({"enforce_eager": "yes"}, "--enforce-eager: expected True or False, got 'yes'"),
-        (
-            {"cudagraph_mode": {"decode": "full"}},
-            f"--cudagraph-mode: unknown vLLM CUDA-graph mode {{'decode': 'full'}}; allowed: {ALLOWED_MODES}; "
-            "a per-phase JSON object goes to --cuda-graph-mode",
-        ),
-        (
-            {"compilation_config": 3},
-            "--compilation-config: expected JSON text, got 3; "
-            'e.g. {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [1, 2, 4, 8]}',
-        ),
-    ],
-)
-def test_python_only_errors(keywords: dict[str, object], message: str) -> None:
-    with pytest.raises(ConfigError) as error:
-        resolve(**keywords)
-    assert str(error.value) == message

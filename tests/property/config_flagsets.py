@@ -415,6 +415,10 @@ def json_backends(flags: FlagSet) -> dict[str, str]:
     return backends
 
 
+flag_sets = st.one_of(valid_flag_sets(), any_flag_sets())
+"""Any flag set: mostly valid ones that meet and override each other, or any values at all."""
+
+
 PHASE_JSON_KEY_NAMES = [row.name for row in PHASE_JSON_KEYS]
 
 

@@ -17,11 +17,11 @@ from config_flagsets import (
     LEGACY_BACKEND_SPELLINGS,
     FlagSet,
     Outcome,
-    any_flag_sets,
     argv,
     canonical_option,
     dest,
     environments,
+    flag_sets,
     json_backends,
     json_mode,
     outcome,
@@ -52,8 +52,6 @@ from cudagraph.config import (
 )
 from cudagraph.config.flags import FLAGS_BY_DEST, MODE_OPTION, AliasFlag, LegacyFlag
 from cudagraph.config.phase_config import PHASE_FIELDS
-
-flag_sets = st.one_of(valid_flag_sets(), any_flag_sets())
 
 
 @given(flag_sets, st.one_of(st.none(), environments))

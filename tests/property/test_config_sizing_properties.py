@@ -14,9 +14,9 @@ from config_flagsets import (
     JUNK_BUDGETS,
     JUNK_RATIOS,
     FlagSet,
-    any_flag_sets,
     dest,
     environments,
+    flag_sets,
     json_mode,
     valid_budget,
     valid_directory,
@@ -45,8 +45,6 @@ from cudagraph.config.flags import (
     PADDING_RATIO_OPTIONS,
 )
 from cudagraph.config.values import read_padding_ratio
-
-flag_sets = st.one_of(valid_flag_sets(), any_flag_sets())
 
 
 @given(flag_sets, st.one_of(st.none(), environments))

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from request_slots import hold_slots
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import Request, SamplingParams, make_extend_batch
@@ -52,10 +53,7 @@ def admit(model_runner: ModelRunner, prompts: list[list[int]], max_new_tokens: i
     requests = []
     for index, prompt in enumerate(prompts):
         request = Request(index, list(prompt), SamplingParams(max_new_tokens=max_new_tokens))
-        request.req_pool_index = model_runner.req_to_token_pool.alloc()
-        request.kv_slots = model_runner.token_to_kv_pool.alloc(request.budget)
-        model_runner.req_to_token_pool.write(request.req_pool_index, 0, request.kv_slots)
-        requests.append(request)
+        requests.append(hold_slots(model_runner, request))
     return requests
 
 

@@ -5,6 +5,7 @@ computes."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,19 +36,55 @@ def metadata_hook_with_options(
 ) -> None: ...
 
 
-def legacy_hook(
-    self: object,
-    batch_size: int,
-    req_pool_indices: torch.Tensor,
-    seq_lens: torch.Tensor,
-    seq_lens_sum: int,
-    forward_mode: ForwardMode,
-    seq_lens_cpu: torch.Tensor | None = None,
-    **kwargs: Any,
-) -> None: ...
-
-
 def pass_through_hook(self: object, *args: Any, **kwargs: Any) -> None: ...
+
+
+class Heard:
+    """What a hook was called with: ``metadata`` calls (one ``ReplayMetadata``) or ``legacy`` calls (args, kwargs)."""
+
+    def __init__(self) -> None:
+        self.metadata: list[ReplayMetadata] = []
+        self.legacy: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+
+class LegacyHook:
+    """A replay hook written against the legacy positional signature (as SGLang-style attention backends are): it
+    hears the seven arguments and plans what ``plan`` (the engine's own hook, if given) plans."""
+
+    def __init__(self, plan: Callable[[ReplayMetadata], None] | None = None) -> None:
+        self.plan = plan
+        self.heard = Heard()
+
+    def __call__(
+        self,
+        batch_size: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_sum: int,
+        forward_mode: ForwardMode,
+        seq_lens_cpu: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.heard.legacy.append(
+            (
+                (batch_size, req_pool_indices, seq_lens, seq_lens_sum, forward_mode),
+                {"seq_lens_cpu": seq_lens_cpu, **kwargs},
+            )
+        )
+        if self.plan is not None:
+            forward_batch = kwargs.get("forward_batch")
+            in_graph = bool(kwargs.get("attention_in_graph", False))
+            metadata = ReplayMetadata(
+                batch_size,
+                req_pool_indices,
+                seq_lens,
+                seq_lens_sum,
+                forward_mode,
+                seq_lens_cpu,
+                forward_batch,
+                in_graph,
+            )
+            self.plan(metadata)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +92,7 @@ def pass_through_hook(self: object, *args: Any, **kwargs: Any) -> None: ...
     [
         (metadata_hook, True),
         (metadata_hook_with_options, True),
-        (legacy_hook, False),
+        (LegacyHook(), False),
         (pass_through_hook, False),
     ],
     ids=["metadata", "metadata-and-options", "legacy-positional", "args-kwargs"],
@@ -80,14 +117,6 @@ def test_replay_metadata_is_frozen_and_slotted() -> None:
     assert (metadata.seq_lens_cpu, metadata.forward_batch, metadata.attention_in_graph) == (None, None, False)
 
 
-class Heard:
-    """What a hook was called with: ``metadata`` calls (one ``ReplayMetadata``) or ``legacy`` calls (args, kwargs)."""
-
-    def __init__(self) -> None:
-        self.metadata: list[ReplayMetadata] = []
-        self.legacy: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-
-
 def listen_with_metadata(model_runner: ModelRunner) -> Heard:
     """Record the engine backend's own hook (the ``ReplayMetadata`` kind) as it runs."""
     attn_backend = model_runner.attn_backend
@@ -103,36 +132,11 @@ def listen_with_metadata(model_runner: ModelRunner) -> Heard:
 
 
 def make_legacy(model_runner: ModelRunner) -> Heard:
-    """Turn the engine's attention backend into a third-party one written against the legacy positional hook (as
-    SGLang-style backends are): it hears the seven arguments and plans what the engine's hook plans."""
+    """Turn the engine's attention backend into a third-party one written against the legacy positional hook."""
     attn_backend = model_runner.attn_backend
-    hook = attn_backend.init_forward_metadata_replay_cuda_graph
-    heard = Heard()
-
-    def legacy(
-        batch_size: int,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_sum: int,
-        forward_mode: ForwardMode,
-        seq_lens_cpu: torch.Tensor | None = None,
-        **kwargs: Any,
-    ) -> None:
-        heard.legacy.append(
-            (
-                (batch_size, req_pool_indices, seq_lens, seq_lens_sum, forward_mode),
-                {"seq_lens_cpu": seq_lens_cpu, **kwargs},
-            )
-        )
-        forward_batch = kwargs.get("forward_batch")
-        in_graph = bool(kwargs.get("attention_in_graph", False))
-        metadata = ReplayMetadata(
-            batch_size, req_pool_indices, seq_lens, seq_lens_sum, forward_mode, seq_lens_cpu, forward_batch, in_graph
-        )
-        hook(metadata)
-
+    legacy = LegacyHook(attn_backend.init_forward_metadata_replay_cuda_graph)
     attn_backend.init_forward_metadata_replay_cuda_graph = legacy  # type: ignore[method-assign]
-    return heard
+    return legacy.heard
 
 
 HOOK_KINDS = {"metadata": listen_with_metadata, "legacy": make_legacy}

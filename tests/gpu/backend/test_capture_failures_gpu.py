@@ -16,47 +16,43 @@ pytestmark = pytest.mark.gpu
 BACKENDS = ["full", "breakable"]
 
 
-def sync_while_capturing(forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
-    """``forward`` plus a host read-back, which is illegal only while a stream is being captured."""
-
-    def run() -> torch.Tensor:
-        logits = forward()
-        if torch.cuda.is_current_stream_capturing():
-            logits.sum().item()
-        return logits
-
-    return run
+Forward = Callable[[], torch.Tensor]
 
 
-def oom_while_capturing(forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
-    """``forward`` plus an allocation larger than the device, only while capturing."""
+def while_capturing(misstep: Callable[[torch.Tensor], None]) -> Callable[[Forward], Forward]:
+    """Wraps a ``forward`` so that ``misstep(logits)`` runs after it, only while a stream is being captured."""
 
-    def run() -> torch.Tensor:
-        logits = forward()
-        if torch.cuda.is_current_stream_capturing():
-            total = torch.cuda.get_device_properties(0).total_memory
-            torch.empty(2 * total, dtype=torch.uint8, device="cuda")
-        return logits
+    def wrap(forward: Forward) -> Forward:
+        def run() -> torch.Tensor:
+            logits = forward()
+            if torch.cuda.is_current_stream_capturing():
+                misstep(logits)
+            return logits
 
-    return run
+        return run
+
+    return wrap
 
 
-def raise_while_capturing(forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
-    """``forward`` that raises a plain Python error half-way through the capture."""
+def read_back(logits: torch.Tensor) -> None:
+    """A host read-back, which is illegal only while a stream is being captured."""
+    logits.sum().item()
 
-    def run() -> torch.Tensor:
-        logits = forward()
-        if torch.cuda.is_current_stream_capturing():
-            raise ValueError("model code failed mid-capture")
-        return logits
 
-    return run
+def allocate_more_than_the_device(logits: torch.Tensor) -> None:
+    """An allocation larger than the device."""
+    torch.empty(2 * torch.cuda.get_device_properties(0).total_memory, dtype=torch.uint8, device="cuda")
+
+
+def fail(logits: torch.Tensor) -> None:
+    """A plain Python error half-way through the capture."""
+    raise ValueError("model code failed mid-capture")
 
 
 FAILURES = {
-    "illegal-sync": (sync_while_capturing, RuntimeError),
-    "out-of-memory": (oom_while_capturing, torch.OutOfMemoryError),
-    "exception": (raise_while_capturing, ValueError),
+    "illegal-sync": (while_capturing(read_back), RuntimeError),
+    "out-of-memory": (while_capturing(allocate_more_than_the_device), torch.OutOfMemoryError),
+    "exception": (while_capturing(fail), ValueError),
 }
 
 

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import sys
 from collections.abc import Iterator
+from typing import TypeVar
 
 import pytest
 import torch
@@ -23,13 +24,14 @@ import torch._dynamo
 import torch._inductor.config
 from torch._dynamo.utils import counters
 
-from cudagraph.backend import FullCudaGraphBackend, TcPiecewiseCudaGraphBackend
+from cudagraph.backend import BaseCudaGraphBackend, FullCudaGraphBackend, TcPiecewiseCudaGraphBackend
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
+from cudagraph.runner import DecodeCudaGraphRunner
 
 DECODE_BUCKETS = (1, 2, 4, 8, 12, 16)
 PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
@@ -74,11 +76,15 @@ def tokens(model_runner: ModelRunner, prompts: list[list[int]], params: list[Sam
     return [output.output_token_ids for output in generate(model_runner, prompts, params)]
 
 
-def piecewise_backend(model_runner: ModelRunner) -> TcPiecewiseCudaGraphBackend:
+BackendT = TypeVar("BackendT", bound=BaseCudaGraphBackend)
+
+
+def decode_graphs(model_runner: ModelRunner, kind: type[BackendT]) -> tuple[DecodeCudaGraphRunner, BackendT]:
+    """The decode runner and the backend its graphs were captured with, checked to be a ``kind``."""
     runner = model_runner.decode_cuda_graph_runner
     assert runner is not None, "decode graphs were not captured"
-    assert isinstance(runner.backend, TcPiecewiseCudaGraphBackend)
-    return runner.backend
+    assert isinstance(runner.backend, kind)
+    return runner, runner.backend
 
 
 @pytest.mark.gpu
@@ -89,7 +95,7 @@ def test_tc_piecewise_decode_gives_eager_tokens_at_every_batch_size(preset: str,
     with engine(preset, graphs(Backend.DISABLED)) as eager:
         expected = tokens(eager, prompts, params)
     with engine(preset, graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
-        backend = piecewise_backend(graphed)
+        _, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
         num_layers = graphed.model.config.num_layers
         assert backend.compile_stats.pieces == backend.compile_stats.split_ops + 1 == num_layers + 1
         assert backend.shapes == DECODE_BUCKETS
@@ -106,7 +112,7 @@ def test_tc_piecewise_decode_gives_eager_tokens_at_every_batch_size(preset: str,
 def test_tc_piecewise_decodes_every_batch_size_on_one_compilation(preset: str, compiler: str) -> None:
     prompts, params = shrinking_workload()
     with engine(preset, graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
-        backend = piecewise_backend(graphed)
+        _, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
         tokens(graphed, prompts, params)
         assert backend.compile_stats.compilations == 1, "the forward recompiled while decoding"
 
@@ -115,9 +121,7 @@ def test_tc_piecewise_decodes_every_batch_size_on_one_compilation(preset: str, c
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(compiler: str) -> None:
     with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
-        backend = piecewise_backend(graphed)
-        runner = graphed.decode_cuda_graph_runner
-        assert runner is not None
+        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
         unique_graphs = counters["stats"]["unique_graphs"]
         for batch_size in range(1, 17):
             batch = synthetic_decode_batch(graphed, batch_size, context_len=40, seed=batch_size)
@@ -139,9 +143,7 @@ def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(compiler
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_a_replay_launches_pieces_plus_split_calls_and_never_enters_dynamo(compiler: str) -> None:
     with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
-        backend = piecewise_backend(graphed)
-        runner = graphed.decode_cuda_graph_runner
-        assert runner is not None
+        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
         stats = backend.compile_stats
         for bucket in DECODE_BUCKETS:
             sequence = backend.sequence(bucket)
@@ -180,9 +182,7 @@ def test_recapture_after_shutdown_reuses_the_compilation_and_gives_eager_tokens(
     with engine("tiny-llama-random", graphs(Backend.DISABLED)) as eager:
         expected = tokens(eager, prompts, params)
     with engine("tiny-llama-random", graphs(Backend.TC_PIECEWISE, "inductor")) as graphed:
-        runner = graphed.decode_cuda_graph_runner
-        assert runner is not None
-        backend = piecewise_backend(graphed)
+        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
         runner.shutdown()
         assert not runner.captured and backend.shapes == ()
         runner.capture()
@@ -222,13 +222,6 @@ def compiled_full(max_bs: int = COMPILE_MAX_BS) -> CudaGraphConfig:
     )
 
 
-def full_backend(model_runner: ModelRunner) -> FullCudaGraphBackend:
-    runner = model_runner.decode_cuda_graph_runner
-    assert runner is not None, "decode graphs were not captured"
-    assert isinstance(runner.backend, FullCudaGraphBackend)
-    return runner.backend
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("preset", PRESETS)
 def test_full_with_compiled_small_buckets_gives_eager_tokens_at_every_batch_size(preset: str) -> None:
@@ -237,7 +230,7 @@ def test_full_with_compiled_small_buckets_gives_eager_tokens_at_every_batch_size
     with engine(preset, graphs(Backend.DISABLED)) as eager:
         expected = tokens(eager, prompts, params)
     with engine(preset, compiled_full()) as graphed:
-        backend = full_backend(graphed)
+        _, backend = decode_graphs(graphed, FullCudaGraphBackend)
         assert backend.compiled_forward is not None and backend.compile_stats is not None
         assert backend.shapes == DECODE_BUCKETS
         got = tokens(graphed, prompts, params)
@@ -251,10 +244,8 @@ def test_full_with_compiled_small_buckets_gives_eager_tokens_at_every_batch_size
 @pytest.mark.gpu
 def test_compiled_small_buckets_compile_once_and_the_graph_runs_inductor_kernels() -> None:
     with engine("tiny-qwen3-random", compiled_full()) as graphed:
-        backend = full_backend(graphed)
+        runner, backend = decode_graphs(graphed, FullCudaGraphBackend)
         assert backend.compile_stats is not None and backend.compile_stats.compilations == 1
-        runner = graphed.decode_cuda_graph_runner
-        assert runner is not None
         batch = synthetic_decode_batch(graphed, 4, context_len=40, seed=4)
         try:
             expected = graphed.forward(batch).clone()

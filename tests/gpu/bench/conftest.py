@@ -1,4 +1,5 @@
-"""The harness lives under ``bench/``: put that folder on the path, and share one model cache per session."""
+"""The harness lives under ``bench/``: put that folder on the path, share one model cache per session, and skip
+the comparisons with the peer libraries where they are not installed."""
 
 from __future__ import annotations
 
@@ -18,3 +19,16 @@ def models():  # type: ignore[no-untyped-def]
     from harness.models import ModelCache
 
     return ModelCache()
+
+
+@pytest.fixture
+def peers() -> None:
+    """Skips a test that compares with the peer libraries unless both are installed."""
+    pytest.importorskip(
+        "breakable_cuda_graphs",
+        reason=("compares with breakable-cuda-graphs: pip install breakable-cuda-graphs (or put its wheel in .whl/)"),
+    )
+    pytest.importorskip(
+        "piecewise_cuda_graphs",
+        reason=("compares with piecewise-cuda-graphs: put its wheel in .whl/, which `nox -s gpu` unpacks"),
+    )

@@ -67,15 +67,7 @@ def test_decode_graphs_of_ours_give_eager_tokens_and_ratios(models) -> None:  # 
         assert 0 < rows[("full", size)].floor_fraction < 1.05
 
 
-def test_decode_peers_give_eager_tokens(models) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip(
-        "breakable_cuda_graphs",
-        reason=("compares with breakable-cuda-graphs: pip install breakable-cuda-graphs (or put its wheel in .whl/)"),
-    )
-    pytest.importorskip(
-        "piecewise_cuda_graphs",
-        reason=("compares with piecewise-cuda-graphs: put its wheel in .whl/, which `nox -s gpu` unpacks"),
-    )
+def test_decode_peers_give_eager_tokens(models, peers: None) -> None:  # type: ignore[no-untyped-def]
     names = ("eager", "raw", "breakable-cuda-graphs", "piecewise-cuda-graphs")
     assert_rows_for_every_config(run_decode_rows(models, *names), names)
 
@@ -113,15 +105,7 @@ def test_the_token_gate_refuses_a_step_that_answers_for_another_batch(models) ->
     assert wrong.what == "answers another batch" and "greedy tokens wrong" in wrong.detail
 
 
-def test_breaks_of_ours_and_the_peers_on_the_16_layer_model(models) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip(
-        "breakable_cuda_graphs",
-        reason=("compares with breakable-cuda-graphs: pip install breakable-cuda-graphs (or put its wheel in .whl/)"),
-    )
-    pytest.importorskip(
-        "piecewise_cuda_graphs",
-        reason=("compares with piecewise-cuda-graphs: put its wheel in .whl/, which `nox -s gpu` unpacks"),
-    )
+def test_breaks_of_ours_and_the_peers_on_the_16_layer_model(models, peers: None) -> None:  # type: ignore[no-untyped-def]
     result = BenchResult()
     settings = BreakSettings(Iterations(warmup=5, timed=30), context_len=64)
     run_model_breaks(result, settings, models)
@@ -138,15 +122,7 @@ def test_breaks_of_ours_and_the_peers_on_the_16_layer_model(models) -> None:  # 
     assert all(row.host_us_per_break > 0 for row in result.breaks)
 
 
-def test_prefill_rows_give_eager_tokens(models) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip(
-        "breakable_cuda_graphs",
-        reason=("compares with breakable-cuda-graphs: pip install breakable-cuda-graphs (or put its wheel in .whl/)"),
-    )
-    pytest.importorskip(
-        "piecewise_cuda_graphs",
-        reason=("compares with piecewise-cuda-graphs: put its wheel in .whl/, which `nox -s gpu` unpacks"),
-    )
+def test_prefill_rows_give_eager_tokens(models, peers: None) -> None:  # type: ignore[no-untyped-def]
     names = ("eager", "breakable", "breakable-cuda-graphs", "piecewise-cuda-graphs")
     result = BenchResult()
     settings = PrefillSettings((PRESET,), ((1, 16), (2, 32)), FEW, configs=configs(PREFILL_CONFIGS, *names))

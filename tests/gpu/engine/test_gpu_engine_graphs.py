@@ -32,7 +32,7 @@ from cudagraph.engine.attention import TorchAttentionBackend, make_attention_bac
 from cudagraph.engine.batch import Request, SamplingParams, make_extend_batch
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
-from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner, ModelShape
 from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.runner import ForwardBatch, ForwardMode
 
@@ -209,6 +209,39 @@ def release_decode_batch(model_runner: ModelRunner, batch: ForwardBatch) -> None
         model_runner.req_to_token_pool.free(row)
 
 
+def random_qkv(shape: ModelShape, rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random bfloat16 query, key and value rows (``rows`` tokens) for an engine's attention ``shape``, drawn in that
+    order from one CUDA generator seeded with ``seed``."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+
+    def activations(heads: int) -> torch.Tensor:
+        return torch.randn(rows, heads * shape.head_dim, generator=generator, device="cuda").to(torch.bfloat16)
+
+    return activations(shape.num_heads), activations(shape.num_kv_heads), activations(shape.num_kv_heads)
+
+
+def mixed_length_decode_batches(model_runner: ModelRunner, seed: int) -> Iterator[ForwardBatch]:
+    """A decode batch of every size 1..64 (padding included) over requests of random context lengths (0 to 149,
+    drawn from ``seed``), each released once the caller has taken its turn with it."""
+    generator = torch.Generator().manual_seed(seed)
+    for batch_size in range(1, 65):
+        context_lens = torch.randint(0, 150, (batch_size,), generator=generator).tolist()
+        batch = decode_batch_of_lengths(model_runner, context_lens, seed=batch_size)
+        yield batch
+        release_decode_batch(model_runner, batch)
+
+
+def assert_decode_replay_matches_eager(model_runner: ModelRunner, batch: ForwardBatch) -> None:
+    """``batch`` runs on the decode graphs, and their logits are eager's within ``BF16_LOGITS`` with the same greedy
+    tokens."""
+    runner = model_runner.decode_cuda_graph_runner
+    assert runner is not None and runner.can_run(batch)
+    have = runner.replay(batch).clone()
+    want = model_runner.forward(batch)
+    torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch.batch_size}")
+    assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch.batch_size}: greedy tokens differ"
+
+
 def attention_output(
     attn_backend: TorchAttentionBackend,
     q: torch.Tensor,
@@ -254,14 +287,7 @@ def test_fused_decode_attention_matches_the_torch_backend_on_one_layer(batch_siz
         generator = torch.Generator().manual_seed(batch_size)
         context_lens = [0, *torch.randint(1, 150, (batch_size - 1,), generator=generator).tolist()]
         batch = decode_batch_of_lengths(flash, context_lens, seed=batch_size)
-        device_generator = torch.Generator(device="cuda").manual_seed(batch_size)
-
-        def activations(width: int) -> torch.Tensor:
-            return torch.randn(batch_size, width, generator=device_generator, device="cuda").to(torch.bfloat16)
-
-        q = activations(shape.num_heads * shape.head_dim)
-        k = activations(shape.num_kv_heads * shape.head_dim)
-        v = activations(shape.num_kv_heads * shape.head_dim)
+        q, k, v = random_qkv(shape, batch_size, seed=batch_size)
         layer_id = shape.num_layers - 1
         torch_attention.store_kv(k, v, layer_id, batch.out_cache_loc)
         want = attention_output(torch_attention, q, k, v, layer_id, batch)
@@ -285,18 +311,8 @@ def test_fused_decode_graphs_match_their_eager_at_every_batch_size(backend: Back
     for that), and on an H100 every replay here was bitwise equal to eager."""
     with engine(FLASHINFER_MODEL, config(backend, Backend.DISABLED), attention=attention, dtype="bfloat16") as flash:
         fill_cache(flash, seed=11)
-        runner = flash.decode_cuda_graph_runner
-        assert runner is not None
-        generator = torch.Generator().manual_seed(11)
-        for batch_size in range(1, 65):
-            context_lens = torch.randint(0, 150, (batch_size,), generator=generator).tolist()
-            batch = decode_batch_of_lengths(flash, context_lens, seed=batch_size)
-            assert runner.can_run(batch)
-            have = runner.replay(batch).clone()
-            want = flash.forward(batch)
-            torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
-            assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
-            release_decode_batch(flash, batch)
+        for batch in mixed_length_decode_batches(flash, seed=11):
+            assert_decode_replay_matches_eager(flash, batch)
 
 
 @pytest.mark.gpu

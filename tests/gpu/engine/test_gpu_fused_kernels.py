@@ -17,12 +17,11 @@ from collections.abc import Iterator
 import pytest
 import torch
 from test_gpu_engine_graphs import (
-    BF16_LOGITS,
     EAGER,
+    assert_decode_replay_matches_eager,
     config,
-    decode_batch_of_lengths,
     fill_cache,
-    release_decode_batch,
+    mixed_length_decode_batches,
     replayed_batch_sizes,
     shrinking_workload,
     tokens,
@@ -109,17 +108,8 @@ def test_fused_decode_graph_logits_equal_eager_logits_at_every_batch_size(backen
     graphs = config(backend, Backend.DISABLED)
     with fused_engine(FUSED_MODELS["qwen3"], graphs, "flashinfer", kernels=kernels) as engine:
         fill_cache(engine, seed=11)
-        runner = engine.decode_cuda_graph_runner
-        assert runner is not None
-        generator = torch.Generator().manual_seed(11)
-        for batch_size in range(1, 65):
-            context_lens = torch.randint(0, 150, (batch_size,), generator=generator).tolist()
-            batch = decode_batch_of_lengths(engine, context_lens, seed=batch_size)
-            have = runner.replay(batch).clone()
-            want = engine.forward(batch)
-            torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
-            assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
-            release_decode_batch(engine, batch)
+        for batch in mixed_length_decode_batches(engine, seed=11):
+            assert_decode_replay_matches_eager(engine, batch)
 
 
 # -- kernels per decoder layer --------------------------------------------------------------------------------------

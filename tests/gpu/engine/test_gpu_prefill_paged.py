@@ -24,7 +24,8 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from test_gpu_engine_graphs import EAGER, config, replayed_batch_sizes
+from request_slots import hold_slots
+from test_gpu_engine_graphs import EAGER, assert_decode_replay_matches_eager, config, random_qkv, replayed_batch_sizes
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig
@@ -87,11 +88,7 @@ def admit_extend(model_runner: ModelRunner, prefix_and_new: list[tuple[int, int]
     requests = []
     for index, (prefix, new) in enumerate(prefix_and_new):
         tokens = torch.randint(0, 512, (prefix + new,), generator=generator).tolist()
-        request = Request(index, tokens, SamplingParams(1), cached_len=prefix)
-        request.req_pool_index = model_runner.req_to_token_pool.alloc()
-        request.kv_slots = model_runner.token_to_kv_pool.alloc(request.budget)
-        model_runner.req_to_token_pool.write(request.req_pool_index, 0, request.kv_slots)
-        requests.append(request)
+        requests.append(hold_slots(model_runner, Request(index, tokens, SamplingParams(1), cached_len=prefix)))
     return requests
 
 
@@ -130,15 +127,7 @@ def test_extend_matches_torch_extend_on_one_layer(page_size: int, attention: str
         torch_attention = make_attention_backend("torch", flash.req_to_token_pool, flash.token_to_kv_pool, shape)
         requests = admit_extend(flash, MIXED_EXTENDS, seed=page_size)
         batch = make_extend_batch(requests, flash.device)
-        tokens = batch.num_tokens
-        generator = torch.Generator(device="cuda").manual_seed(page_size)
-
-        def activations(width: int) -> torch.Tensor:
-            return torch.randn(tokens, width, generator=generator, device="cuda").to(torch.bfloat16)
-
-        q = activations(shape.num_heads * shape.head_dim)
-        k = activations(shape.num_kv_heads * shape.head_dim)
-        v = activations(shape.num_kv_heads * shape.head_dim)
+        q, k, v = random_qkv(shape, batch.num_tokens, seed=page_size)
         layer_id = shape.num_layers - 1
         torch_attention.store_kv(k, v, layer_id, batch.out_cache_loc)
         want = attention_output(torch_attention, q, layer_id, batch)
@@ -277,17 +266,11 @@ def test_flashinfer_decode_graphs_over_16_token_pages_match_eager_at_every_batch
     graphs = config(backend, Backend.DISABLED)
     with engine(FLASHINFER_MODEL, graphs, page_size=16, attention="flashinfer", dtype="bfloat16") as flash:
         fill_cache(flash, seed=12)
-        runner = flash.decode_cuda_graph_runner
-        assert runner is not None
         generator = torch.Generator().manual_seed(12)
         for batch_size in range(1, 65):
             cached = torch.randint(0, 150, (batch_size,), generator=generator).tolist()
             # Every token but the last is cached: a decode step over pages.
             requests = admit_extend(flash, [(n, 1) for n in cached], seed=batch_size)
             batch = make_decode_batch(requests, flash.device)
-            assert runner.can_run(batch)
-            have = runner.replay(batch).clone()
-            want = flash.forward(batch)
-            torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
-            assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
+            assert_decode_replay_matches_eager(flash, batch)
             release(flash, requests)

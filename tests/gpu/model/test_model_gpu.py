@@ -34,35 +34,25 @@ def _hf_config(name: str) -> object:
     transformers = pytest.importorskip(
         "transformers", reason=("compares with transformers: pip install transformers into the GPU interpreter")
     )
+    # What both shapes share; each call below adds what its family sets differently.
+    shape = {
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "intermediate_size": 512,
+        "vocab_size": 4096,
+        "max_position_embeddings": 1024,
+    }
     if name == "qwen3":
-        return transformers.Qwen3Config(
-            hidden_size=256,
-            num_hidden_layers=4,
-            num_attention_heads=8,
-            num_key_value_heads=4,
-            head_dim=64,
-            intermediate_size=512,
-            vocab_size=4096,
-            tie_word_embeddings=True,
-            max_position_embeddings=1024,
-        )
-    return transformers.LlamaConfig(
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        intermediate_size=512,
-        vocab_size=4096,
-        tie_word_embeddings=False,
-        max_position_embeddings=1024,
-        rope_scaling={
-            "rope_type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 128,
-        },
-    )
+        return transformers.Qwen3Config(**shape, num_key_value_heads=4, head_dim=64, tie_word_embeddings=True)
+    llama3_rope = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 128,
+    }
+    return transformers.LlamaConfig(**shape, num_key_value_heads=2, tie_word_embeddings=False, rope_scaling=llama3_rope)
 
 
 def _perturb_weights(hf_model: torch.nn.Module, seed: int) -> None:
