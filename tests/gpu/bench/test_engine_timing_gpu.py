@@ -5,10 +5,10 @@ kernel between two graph segments."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from collections.abc import Iterator
 
 import pytest
+from attention_params import attention_params
 
 pytestmark = pytest.mark.gpu
 
@@ -21,7 +21,6 @@ from cudagraph.engine.model import ModelConfig, model_config_from_preset, random
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner  # noqa: E402
 
 EAGER = CudaGraphConfig(PhaseConfig(Backend.DISABLED, (), 0), PhaseConfig(Backend.DISABLED, (), 0))
-NO_FLASHINFER = importlib.util.find_spec("flashinfer") is None
 # FlashInfer's decode kernels are built for head dims 64, 128 and 256; the tiny presets use 32.
 HEAD_DIM_64 = model_config_from_preset("tiny-qwen3-random").with_overrides(head_dim=64)
 ATTENTION: dict[str, tuple[str | ModelConfig, str]] = {
@@ -44,17 +43,6 @@ def engine(attention: str) -> Iterator[ModelRunner]:
         yield runner
     finally:
         runner.shutdown()
-
-
-def attention_params() -> list:
-    skip_flashinfer = pytest.mark.skipif(
-        NO_FLASHINFER,
-        reason=(
-            "flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or "
-            "put its wheels in .whl/, which `nox -s gpu` unpacks)"
-        ),
-    )
-    return [pytest.param("torch"), pytest.param("flashinfer", marks=skip_flashinfer), pytest.param("triton")]
 
 
 @pytest.mark.parametrize("attention", attention_params())

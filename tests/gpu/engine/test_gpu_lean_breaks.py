@@ -12,6 +12,7 @@ from unittest import mock
 
 import pytest
 import torch
+from attention_params import attention_params
 from test_gpu_engine_graphs import (
     BF16_LOGITS,
     EAGER,
@@ -41,17 +42,6 @@ ATTENTION = {
     "flashinfer": {"preset": FLASHINFER_MODEL, "dtype": "bfloat16"},
     "triton": {"preset": FLASHINFER_MODEL, "dtype": "bfloat16"},
 }
-
-
-def attention_params() -> list:
-    skip_flashinfer = pytest.mark.skipif(
-        NO_FLASHINFER,
-        reason=(
-            "flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or "
-            "put its wheels in .whl/, which `nox -s gpu` unpacks)"
-        ),
-    )
-    return [pytest.param("torch"), pytest.param("flashinfer", marks=skip_flashinfer), pytest.param("triton")]
 
 
 @pytest.fixture
