@@ -78,11 +78,15 @@ def test_explain_names_every_source_kind() -> None:
         "disable_padding",
         "profile_capture",
         "decode.captures",
+        "decode.steps",
         "decode.grid",
         "decode.padding",
         "decode.replays",
         "prefill.captures",  # prefill is off by the lora rule: no grid
+        "prefill.steps",
     ]
+    assert "uniform steps" in lines["decode.steps"] and "speculative verify" in lines["decode.steps"]
+    assert "prefill mixed with decodes" in lines["prefill.steps"]
     assert lines["decode.backend"].split() == ["decode.backend", "breakable", "json", "--cuda-graph-mode"]
     assert lines["decode.buckets"].split()[1:7] == ["1", "2", "4", "8", "16", "(5)"]
     assert lines["decode.max_size"].endswith("legacy flag --cuda-graph-max-bs")

@@ -29,6 +29,7 @@ from .phase_config import PHASE_FIELDS, PhaseConfig
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
     DEFAULT_CUDA_GRAPH_MODE,
+    STEPS_EACH_PHASE_GRAPHS,
     TC_PIECEWISE_COMPILERS,
     WHAT_EACH_BACKEND_CAPTURES,
     Backend,
@@ -160,7 +161,8 @@ class CudaGraphConfig:
 
     def explain(self) -> str:
         """One line per value: key, value, and where it came from (JSON, flag, legacy flag, default or rule); then per
-        phase a ``<phase>.captures`` line saying what its backend's graphs hold and, for an enabled phase, the
+        phase a ``<phase>.captures`` line saying what its backend's graphs hold, a ``<phase>.steps`` line saying which
+        steps they replay (uniform steps for decode, every other step for prefill) and, for an enabled phase, the
         ``<phase>.grid``, ``<phase>.padding`` and ``<phase>.replays`` lines of its bucket grid (see ``grid``)."""
         rows = [
             (key, _format_value(value), self.sources.get(key, "not recorded")) for key, value in self.values().items()
@@ -168,6 +170,7 @@ class CudaGraphConfig:
         notes: list[tuple[str, str]] = []
         for phase in Phase:
             notes.append((phase_key(phase, "captures"), WHAT_EACH_BACKEND_CAPTURES[phase][self.backend(phase)]))
+            notes.append((phase_key(phase, "steps"), STEPS_EACH_PHASE_GRAPHS[phase]))
             appended = MAX_APPENDED_NOTE in self.sources.get(phase_key(phase, "buckets"), "")
             notes += explain_grid(
                 phase, self.for_phase(phase), max_appended=appended, disable_padding=self.disable_padding

@@ -73,6 +73,16 @@ WHAT_EACH_BACKEND_CAPTURES: Mapping[Phase, Mapping[Backend, str]] = MappingProxy
 )
 """Phase -> backend -> one line saying what its graphs hold (``--explain`` prints it)."""
 
+STEPS_EACH_PHASE_GRAPHS: Mapping[Phase, str] = MappingProxyType(
+    {
+        Phase.DECODE: "uniform steps, keyed by request count: decode (1 token a request) and speculative verify "
+        "(k + 1 tokens a request, a runner of its own)",
+        Phase.PREFILL: "every other step, keyed by token count: prefill, chunked prefill, prefill mixed with decodes",
+    }
+)
+"""Phase -> which steps its graphs replay (``--explain`` prints it): there is no verify phase, since a verify step
+is uniform like decode and takes the decode phase's backend and buckets."""
+
 TC_PIECEWISE_COMPILERS: tuple[str, ...] = ("eager", "inductor")
 """What torch.compile uses for the pieces of a ``tc_piecewise`` graph; the first is the default."""
 
