@@ -58,6 +58,13 @@ def test_a_verify_replay_matches_eager_at_its_padded_bucket(batch_size: int, num
     eager = model_runner.forward(batch).clone()
     replayed = runner.replay(batch)
     assert backend.replayed == [runner.pad_to_bucket(batch_size)]
+    bucket = runner.pad_to_bucket(batch_size)
+    row = next(row for row in runner.metrics.bucket_rows() if row.bucket == bucket)
+    # The metrics count tokens, not requests: query_len of them per request, the padded requests' included.
+    assert (row.real_tokens, row.padded_tokens) == (
+        batch_size * (num_drafts + 1),
+        (bucket - batch_size) * (num_drafts + 1),
+    )
     assert replayed.shape == eager.shape == (batch_size * (num_drafts + 1), model_runner.model.config.vocab_size)
     torch.testing.assert_close(replayed, eager, rtol=1e-5, atol=1e-5)
     assert runner.shape_descriptor(8) == ShapeDescriptor(

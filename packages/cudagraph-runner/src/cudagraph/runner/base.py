@@ -180,7 +180,7 @@ class BaseCudaGraphRunner(abc.ABC):
         """A batch whose bucket is more than this multiple of its size runs eagerly (``None``: no limit)."""
         self.metrics: ReplayMetrics = metrics if metrics is not None else ReplayMetrics(self.phase)
         """Replays per bucket and eager steps by reason, of every step this runner routed."""
-        self.metrics.track_buckets(self.bucket_by_size)
+        self.metrics.track_buckets(self.bucket_by_size, tokens_per_size=self._tokens_per_size())
         self._replay_attn_metadata: ReplayHook = bind_replay_hook(model_runner.attn_backend)
         """The attention backend's replay hook, taking one ``ReplayMetadata`` (a legacy positional hook adapted):
         its signature is read here, once, never per step."""
@@ -246,6 +246,10 @@ class BaseCudaGraphRunner(abc.ABC):
         return self.replay_routed(batch, self.route(batch))
 
     # -- routing ----------------------------------------------------------------------------------------------------
+
+    def _tokens_per_size(self) -> int:
+        """Tokens a step of size 1 carries, for the metrics' token counts (a verify runner: its ``query_len``)."""
+        return 1
 
     def _request_rows(self, bucket: int) -> int:
         """Request rows of the graph of ``bucket`` (one request per token, unless a subclass says otherwise)."""

@@ -84,6 +84,9 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             metrics=metrics,
         )
 
+    def _tokens_per_size(self) -> int:
+        return self.query_len
+
     def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
         """The shape the graph of ``bucket`` requests serves."""
         return ShapeDescriptor.uniform(bucket, self.query_len)

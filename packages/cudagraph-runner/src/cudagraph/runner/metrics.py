@@ -105,6 +105,8 @@ class ReplayMetrics:
         self.window = window
         self.eager_share = eager_share
         self.bucket_by_size: tuple[int | None, ...] = ()
+        self.tokens_per_size = 1
+        """Tokens a step of size 1 carries (``track_buckets`` sets it: a verify runner's ``query_len``)."""
         """The bucket a batch of each size replays (``None``: no bucket holds it), from the runner."""
         self.replays_by_size: list[int] = []
         """Replays per real size (decode: batch size; prefill: token count)."""
@@ -172,12 +174,14 @@ class ReplayMetrics:
 
     # -- reading ----------------------------------------------------------------------------------------------------
 
-    def track_buckets(self, bucket_by_size: Sequence[int | None]) -> None:
-        """Count replays for a runner whose batch of size ``n`` replays bucket ``bucket_by_size[n]``.
+    def track_buckets(self, bucket_by_size: Sequence[int | None], tokens_per_size: int = 1) -> None:
+        """Count replays for a runner whose batch of size ``n`` replays bucket ``bucket_by_size[n]`` and carries
+        ``n * tokens_per_size`` tokens (a verify runner's sizes count requests of ``query_len`` tokens each).
 
         A second runner of the same buckets keeps counting into the same rows; one of other buckets needs its own
         ``ReplayMetrics`` once replays were counted (their rows would no longer add up)."""
         mapping = tuple(bucket_by_size)
+        self.tokens_per_size = tokens_per_size
         if mapping == self.bucket_by_size:
             return
         if any(self.replays_by_size):
@@ -219,8 +223,8 @@ class ReplayMetrics:
             if bucket is not None and count:
                 row = totals[bucket]
                 row[0] += count
-                row[1] += size * count
-                row[2] += (bucket - size) * count
+                row[1] += size * count * self.tokens_per_size
+                row[2] += (bucket - size) * count * self.tokens_per_size
         return [BucketRow(bucket, *row) for bucket, row in totals.items()]
 
     def eager_rows(self) -> list[EagerRow]:
