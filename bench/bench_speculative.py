@@ -75,23 +75,12 @@ def admitted(model_runner: ModelRunner, count: int, context: int, seed: int) -> 
     requests = []
     for index in range(count):
         prompt = torch.randint(0, vocab, (context,), generator=generator).tolist()
-        request = Request(index, prompt, SamplingParams(max_new_tokens=16), lookahead=8)
-        request.req_pool_index = model_runner.req_to_token_pool.alloc()
-        request.kv_slots = model_runner.token_to_kv_pool.alloc(request.budget)
-        model_runner.req_to_token_pool.write(request.req_pool_index, 0, request.kv_slots)
-        requests.append(request)
+        requests.append(model_runner.hold(Request(index, prompt, SamplingParams(max_new_tokens=16), lookahead=8)))
     logits = model_runner.forward(make_extend_batch(requests, model_runner.device))
     for request, token in zip(requests, logits.argmax(-1).tolist(), strict=True):
         request.cached_len = len(request.token_ids)
         request.output_ids.append(token)
     return requests
-
-
-def release(model_runner: ModelRunner, requests: list[Request]) -> None:
-    for request in requests:
-        assert request.kv_slots is not None
-        model_runner.token_to_kv_pool.free(request.kv_slots)
-        model_runner.req_to_token_pool.free(request.req_pool_index)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             eager = step_ms(lambda batch=batch: model_runner.forward(batch), args.steps, args.repeats)
             graph = step_ms(lambda batch=batch: verify.replay(batch), args.steps, args.repeats)
             rows.append(Row("verify", batch_size, batch.num_tokens, eager, graph))
-            release(model_runner, requests)
+            for request in requests:
+                model_runner.release(request)
         prefill = model_runner.prefill_cuda_graph_runner
         assert prefill is not None
         for running, chunk in mixed_cases:
@@ -144,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             eager = step_ms(lambda batch=batch: model_runner.forward(batch), args.steps, args.repeats)
             graph = step_ms(lambda batch=batch: prefill.replay(batch), args.steps, args.repeats)
             rows.append(Row("mixed", running + 1, batch.num_tokens, eager, graph))
-            release(model_runner, requests)
+            for request in requests:
+                model_runner.release(request)
     finally:
         model_runner.shutdown()
 

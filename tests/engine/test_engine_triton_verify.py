@@ -35,11 +35,7 @@ def verify_logits(model_runner: ModelRunner, replay: bool) -> torch.Tensor:
     requests = []
     for index, length in enumerate((5, 11, 2)):
         prompt = torch.randint(0, 512, (length,), generator=generator).tolist()
-        request = Request(index, prompt, SamplingParams(max_new_tokens=4), lookahead=3)
-        request.req_pool_index = model_runner.req_to_token_pool.alloc()
-        request.kv_slots = model_runner.token_to_kv_pool.alloc(request.budget)
-        model_runner.req_to_token_pool.write(request.req_pool_index, 0, request.kv_slots)
-        requests.append(request)
+        requests.append(model_runner.hold(Request(index, prompt, SamplingParams(max_new_tokens=4), lookahead=3)))
     first = model_runner.forward(make_extend_batch(requests, model_runner.device)).argmax(-1).tolist()
     for request, token in zip(requests, first, strict=True):
         request.cached_len = len(request.token_ids)

@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from request_slots import hold_slots
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import Request, SamplingParams, make_extend_batch
@@ -53,7 +52,7 @@ def admit(model_runner: ModelRunner, prompts: list[list[int]], max_new_tokens: i
     requests = []
     for index, prompt in enumerate(prompts):
         request = Request(index, list(prompt), SamplingParams(max_new_tokens=max_new_tokens))
-        requests.append(hold_slots(model_runner, request))
+        requests.append(model_runner.hold(request))
     return requests
 
 

@@ -13,6 +13,7 @@ from cudagraph.backend_utils import ShapeDescriptor
 from cudagraph.config import Backend, ConfigError
 from cudagraph.engine.batch import Request, SamplingParams, make_decode_batch, make_verify_batch
 from cudagraph.engine.generate import Scheduler, StepPolicy, generate
+from cudagraph.engine.kv_cache import CacheFullError
 from cudagraph.engine.speculative import NgramDrafter
 from cudagraph.runner import DecodeCudaGraphRunner, EagerReason, ForwardMode, PrefillCudaGraphRunner
 
@@ -190,3 +191,16 @@ def test_an_attention_backend_without_verify_steps_is_one_error_before_capture()
 
 def test_the_forward_mode_says_which_steps_are_uniform() -> None:
     assert [mode.is_uniform() for mode in ForwardMode] == [True, False, False, True]
+
+
+def test_holding_a_request_the_cache_has_no_room_for_takes_nothing() -> None:
+    model_runner = make_model_runner(max_num_reqs=4)
+    rows, slots = model_runner.req_to_token_pool.available, model_runner.token_to_kv_pool.available
+    too_long = Request(0, [1] * 10, SamplingParams(max_new_tokens=slots))
+    with pytest.raises(CacheFullError):
+        model_runner.hold(too_long)
+    assert (model_runner.req_to_token_pool.available, model_runner.token_to_kv_pool.available) == (rows, slots)
+    held = model_runner.hold(Request(1, [1, 2, 3], SamplingParams(max_new_tokens=2)))
+    assert model_runner.token_to_kv_pool.available == slots - held.budget
+    model_runner.release(held)
+    assert (model_runner.req_to_token_pool.available, model_runner.token_to_kv_pool.available) == (rows, slots)

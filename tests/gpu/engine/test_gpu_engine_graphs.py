@@ -128,11 +128,7 @@ def test_breakable_prefill_matches_eager_prefill(preset: str) -> None:
             requests = []
             for index, length in enumerate(lengths):
                 prompt = torch.randint(0, 512, (length,), generator=generator).tolist()
-                request = Request(index, prompt, SamplingParams(1))
-                request.req_pool_index = graphed.req_to_token_pool.alloc()
-                request.kv_slots = graphed.token_to_kv_pool.alloc(request.budget)
-                graphed.req_to_token_pool.write(request.req_pool_index, 0, request.kv_slots)
-                requests.append(request)
+                requests.append(graphed.hold(Request(index, prompt, SamplingParams(1))))
             batch = make_extend_batch(requests, graphed.device)
             assert runner.can_run(batch)
             replayed = runner.replay(batch).clone()

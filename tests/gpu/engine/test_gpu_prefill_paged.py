@@ -24,7 +24,6 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from request_slots import hold_slots
 from test_gpu_engine_graphs import EAGER, assert_decode_replay_matches_eager, config, random_qkv, replayed_batch_sizes
 
 from cudagraph.backend_utils import ForwardContext, set_forward_context
@@ -88,7 +87,7 @@ def admit_extend(model_runner: ModelRunner, prefix_and_new: list[tuple[int, int]
     requests = []
     for index, (prefix, new) in enumerate(prefix_and_new):
         tokens = torch.randint(0, 512, (prefix + new,), generator=generator).tolist()
-        requests.append(hold_slots(model_runner, Request(index, tokens, SamplingParams(1), cached_len=prefix)))
+        requests.append(model_runner.hold(Request(index, tokens, SamplingParams(1), cached_len=prefix)))
     return requests
 
 

@@ -128,9 +128,7 @@ class Scheduler:
             if not (fits_budget and req_pool.available and kv_pool.available >= request.budget):
                 break
             self.waiting.popleft()
-            request.req_pool_index = req_pool.alloc()
-            request.kv_slots = kv_pool.alloc(request.budget)
-            req_pool.write(request.req_pool_index, 0, request.kv_slots)
+            self.model_runner.hold(request)
             device = self.model_runner.device
             request.generator = torch.Generator(device=device).manual_seed(request.params.seed + request.index)
             admitted.append(request)
@@ -140,10 +138,7 @@ class Scheduler:
         return admitted
 
     def _retire(self, request: Request) -> None:
-        assert request.kv_slots is not None
-        self.model_runner.token_to_kv_pool.free(request.kv_slots)
-        self.model_runner.req_to_token_pool.free(request.req_pool_index)
-        request.kv_slots, request.req_pool_index = None, -1
+        self.model_runner.release(request)
 
     def step(self) -> None:
         """One step of the policy's kind (see the module docstring); retire what finished."""

@@ -26,6 +26,7 @@ from cudagraph.runner import DecodeCudaGraphRunner, EagerReason, ForwardBatch, P
 
 from .attention import make_attention_backend
 from .attention.op import attend
+from .batch import Request
 from .kernels import KernelTarget, LayerKernels, select_kernels
 from .kv_cache import ReqToTokenPool, TokenToKVPool, check_page_size, pages_for
 
@@ -218,6 +219,29 @@ class ModelRunner:
             "graph prefill wrappers are not proven); use the 'triton' attention backend (--attention-backend triton), "
             "or prefill 'breakable' or 'tc_piecewise' (--prefill-cuda-graph-backend breakable)"
         )
+
+    # -- requests ---------------------------------------------------------------------------------------------------
+
+    def hold(self, request: Request) -> Request:
+        """Give ``request`` its place in the KV cache, what admitting it takes: a request row and KV slots for its
+        whole budget (``Request.budget``), the row pointing at them. Returns it. ``CacheFullError`` when the cache
+        has no room, with nothing taken."""
+        row = self.req_to_token_pool.alloc()
+        try:
+            slots = self.token_to_kv_pool.alloc(request.budget)
+        except BaseException:
+            self.req_to_token_pool.free(row)
+            raise
+        request.req_pool_index, request.kv_slots = row, slots
+        self.req_to_token_pool.write(row, 0, slots)
+        return request
+
+    def release(self, request: Request) -> None:
+        """Give back ``request``'s row and KV slots (``hold`` undone)."""
+        assert request.kv_slots is not None, "release of a request that holds no KV slots"
+        self.token_to_kv_pool.free(request.kv_slots)
+        self.req_to_token_pool.free(request.req_pool_index)
+        request.kv_slots, request.req_pool_index = None, -1
 
     # -- graphs -----------------------------------------------------------------------------------------------------
 
