@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: cudagraph-config requires tomli there
     import tomli as tomllib
 
-from cudagraph.engine.attention.flashinfer_private import (
+from cudagraph.engine.kernels.flashinfer.private_api import (
     DECODE_WRAPPER_ATTRIBUTES,
     PINNED_WORKSPACE,
     PROVEN_ON,
@@ -68,7 +68,7 @@ def test_the_adapter_names_a_missing_plan_attribute_the_method_and_the_proven_ra
     message = str(raised.value)
     assert message.startswith("FlashInfer's StandInWrapper has no _plan_info (set by plan(): plan the wrapper before")
     assert PROVEN_RANGE in message and f"proven on {PROVEN_ON}" in message
-    assert "cudagraph.engine.attention.flashinfer_private" in message
+    assert "cudagraph.engine.kernels.flashinfer.private_api" in message
 
 
 def test_every_missing_attribute_is_named_at_once() -> None:
@@ -134,7 +134,7 @@ def test_the_installed_flashinfer_is_in_the_proven_range() -> None:
     version = str(getattr(flashinfer, "__version__", "unknown"))
     assert in_proven_range(version), (
         f"flashinfer {version} is outside {PROVEN_RANGE}, the releases whose private attributes "
-        "cudagraph.engine.attention.flashinfer_private was proven on: run this file and "
+        "cudagraph.engine.kernels.flashinfer.private_api was proven on: run this file and "
         "tests/gpu/engine/test_gpu_flashinfer_private.py with it, then move PROVEN_RANGE"
     )
 
@@ -160,12 +160,12 @@ def test_the_decode_wrapper_still_sets_each_attribute_the_adapter_reads(attr) ->
     method = getattr(flashinfer.BatchDecodeWithPagedKVCacheWrapper, attr.set_by, None)
     assert method is not None, (
         f"flashinfer {flashinfer.__version__}: BatchDecodeWithPagedKVCacheWrapper has no {attr.set_by}, which set "
-        f"{attr.name} in {PROVEN_ON} ({attr.use}); update cudagraph.engine.attention.flashinfer_private"
+        f"{attr.name} in {PROVEN_ON} ({attr.use}); update cudagraph.engine.kernels.flashinfer.private_api"
     )
     assert _assigns(inspect.getsource(method), attr.name), (
         f"flashinfer {flashinfer.__version__}: BatchDecodeWithPagedKVCacheWrapper.{attr.set_by} no longer sets "
         f"{attr.name}, which the engine reads for {attr.use} (proven on {PROVEN_ON}, range {PROVEN_RANGE}); update "
-        "cudagraph.engine.attention.flashinfer_private"
+        "cudagraph.engine.kernels.flashinfer.private_api"
     )
 
 

@@ -1,6 +1,6 @@
 """FlashInfer's private attributes on the device: a graph decode wrapper the FlashInfer backend made and planned has
-every attribute ``flashinfer_private`` reads, holds the shared pinned workspace the adapter gave it, and its bound
-launch is the direct kernel call (not ``wrapper.run``). A FlashInfer that moves one fails here, naming it."""
+every attribute ``kernels.flashinfer.private_api`` reads, holds the shared pinned workspace the adapter gave it, and
+its bound launch is the direct kernel call (not ``wrapper.run``). A FlashInfer that moves one fails here, naming it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ pytest.importorskip(
     "flashinfer", reason="pip install flashinfer-python (or carry .whl) to check FlashInfer's private attributes"
 )
 
-from cudagraph.engine.attention.flashinfer_private import (
+from cudagraph.engine.kernels.flashinfer.decode_attention import bind_decode_run
+from cudagraph.engine.kernels.flashinfer.private_api import (
     DECODE_WRAPPER_ATTRIBUTES,
     PINNED_WORKSPACE,
     PROVEN_RANGE,
@@ -22,7 +23,6 @@ from cudagraph.engine.attention.flashinfer_private import (
     installed_version,
     read_private,
 )
-from cudagraph.engine.kernels.flashinfer.decode_attention import bind_decode_run
 from cudagraph.runner import ReplayMetadata
 
 pytestmark = [

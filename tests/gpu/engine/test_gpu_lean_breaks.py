@@ -111,8 +111,8 @@ def test_bound_and_dispatched_breakable_replays_agree_bit_for_bit(attention: str
 )
 @pytest.mark.parametrize("batch_size", [1, 7, 32])
 def test_flashinfer_bound_launch_is_the_direct_kernel_call_and_equals_wrapper_run(batch_size: int) -> None:
-    from cudagraph.engine.attention.flashinfer_private import direct_decode_launch
     from cudagraph.engine.kernels.flashinfer.decode_attention import bind_decode_run
+    from cudagraph.engine.kernels.flashinfer.private_api import direct_decode_launch
 
     with engine(FLASHINFER_MODEL, EAGER, attention="flashinfer", dtype="bfloat16") as flash:
         fill_cache(flash, seed=23)

@@ -26,9 +26,8 @@ fixed per captured shape, and no wrapper allocates the 64 MiB of index scratch t
 
 A breakable capture binds each decode break to the graph wrapper's kernel launch
 (``kernels.flashinfer.decode_attention``), so a replayed break skips FlashInfer's Python ``run`` as well as the op's
-dispatch. FlashInfer's private attributes are
-read (and its pinned workspace set) only through ``flashinfer_private``, which names the FlashInfer releases it was
-proven on.
+dispatch. FlashInfer's private attributes are read (and its pinned workspace set) only through
+``kernels.flashinfer.private_api``, which names the FlashInfer releases it was proven on.
 """
 
 from __future__ import annotations
@@ -45,9 +44,9 @@ from cudagraph.backend_utils import is_capture_mode
 from cudagraph.runner import ForwardBatch, ForwardMode, ReplayMetadata
 
 from ..kernels.flashinfer.decode_attention import bind_decode_run
+from ..kernels.flashinfer.private_api import share_pinned_workspace
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
 from .choice import FLASHINFER_HEAD_DIMS
-from .flashinfer_private import share_pinned_workspace
 from .paging import ExtendLengths, HostPages, lay_out_pages
 from .torch_backend import TorchAttentionBackend, _in_order
 
@@ -212,10 +211,11 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
 
         The device buffers go through the public ``reset_workspace_buffer``. That method also gives the wrapper a
         fresh pinned host buffer, which plans stage their copies in; it is swapped for the shared one before any
-        plan has used it, through the adapter of FlashInfer's private attributes (``flashinfer_private``), which
-        fails plainly where the attribute is not FlashInfer 0.5's. Why: a pinned buffer that async plan copies used
-        must never be freed, as torch's pool-aware host allocator does not survive that when a graph capture begins
-        afterwards; per-wrapper buffers would be freed with their wrapper at shutdown.
+        plan has used it, through the adapter of FlashInfer's private attributes
+        (``kernels.flashinfer.private_api``), which fails plainly where the attribute is not FlashInfer 0.5's. Why:
+        a pinned buffer that async plan copies used must never be freed, as torch's pool-aware host allocator does
+        not survive that when a graph capture begins afterwards; per-wrapper buffers would be freed with their
+        wrapper at shutdown.
         """
         wrapper.reset_workspace_buffer(self._workspaces.float_buffer, self._workspaces.int_buffer)
         share_pinned_workspace(wrapper, self._workspaces.pinned_int_buffer)

@@ -6,8 +6,8 @@ support, the ALiBi slope buffer. ``bind_decode_run`` works it out once and retur
 kernel, passing the wrapper's current plan info (``plan`` replaces it before every replay; the index buffers it fills
 are the wrapper's fixed ones).
 
-That launch reads FlashInfer's private attributes, which only ``flashinfer_private`` does (with the FlashInfer
-releases it was proven on). Wherever the wrapper is set up in a way the launch does not cover (tensor cores, the
+That launch reads FlashInfer's private attributes, which only ``private_api`` does (with the FlashInfer releases it
+was proven on). Wherever the wrapper is set up in a way the launch does not cover (tensor cores, the
 trtllm-gen backend, a custom JIT module, no CUDA-graph buffers), it binds ``wrapper.run`` instead, which computes the
 same thing with its per-call checks; so it does where an installed FlashInfer lacks an attribute the launch reads,
 and says so once, in a warning naming the attribute.
@@ -23,7 +23,7 @@ from typing import Any
 import flashinfer
 import torch
 
-from ...attention.flashinfer_private import FlashInferPrivateApiError, direct_decode_launch
+from .private_api import FlashInferPrivateApiError, direct_decode_launch
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def _direct_launch(
     paged_kv_cache: torch.Tensor,
     out: torch.Tensor,
 ) -> Callable[[], None] | None:
-    """The kernel launch with everything but the plan info bound (``flashinfer_private.direct_decode_launch``), or
+    """The kernel launch with everything but the plan info bound (``private_api.direct_decode_launch``), or
     ``None`` when the wrapper is not the plain CUDA-core, NHD, CUDA-graph configuration whose ``run`` it mirrors, or
     when this FlashInfer lacks a private attribute it reads (warned once)."""
     try:

@@ -147,7 +147,7 @@ def _release_note() -> str:
     where = "inside" if in_proven_range(version) else "outside"
     return (
         f"flashinfer {version} is installed, {where} the range these reads were proven on ({PROVEN_RANGE}, proven on "
-        f"{PROVEN_ON}); see cudagraph.engine.attention.flashinfer_private"
+        f"{PROVEN_ON}); see cudagraph.engine.kernels.flashinfer.private_api"
     )
 
 
