@@ -13,15 +13,17 @@ fails, so a failure never leaves a graph pool behind for the next test.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Iterator
 
 import pytest
 import torch
+from test_gpu_engine_graphs import FLASHINFER_MODEL
 
-from cudagraph.config import Backend, CudaGraphConfig, Phase, PhaseConfig
+from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Phase, PhaseConfig
 from cudagraph.engine.batch import Request, SamplingParams
 from cudagraph.engine.generate import Scheduler, StepPolicy
-from cudagraph.engine.model import model_config_from_preset, random_model
+from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.engine.speculative import NgramDrafter
 from cudagraph.runner import EagerReason
@@ -39,10 +41,15 @@ def graphs(decode: Backend, prefill: Backend) -> CudaGraphConfig:
 
 @contextlib.contextmanager
 def engine(
-    config: CudaGraphConfig, verify_query_len: int | None = None, attention: str = "torch"
+    config: CudaGraphConfig,
+    verify_query_len: int | None = None,
+    attention: str = "torch",
+    preset: str | ModelConfig = "tiny-qwen3-random",
+    dtype: str = "float32",
 ) -> Iterator[ModelRunner]:
-    """A CUDA engine (float32, random weights) with its graphs captured; shut down on exit."""
-    model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=3, dtype="float32", device="cuda")
+    """A CUDA engine with random weights and its graphs captured; shut down on exit."""
+    model_config = model_config_from_preset(preset) if isinstance(preset, str) else preset
+    model = random_model(model_config, seed=3, dtype=dtype, device="cuda")
     cache = CacheConfig(max_num_reqs=64, max_context_len=160)
     runner = ModelRunner(model, config, cache_config=cache, attention_backend=attention)
     try:
@@ -129,3 +136,15 @@ def test_mixed_steps_replay_prefill_graphs_and_decode_steps_full_graphs(greedy_t
     assert stats.mixed_steps > 0 and stats.decode_steps > 0
     assert prefill.replays == stats.mixed_steps + stats.prefill_steps and prefill.eager == 0
     assert decode.replays == stats.decode_steps and decode.eager == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="flashinfer is not installed")
+def test_flashinfer_attention_refuses_verify_steps_in_one_error() -> None:
+    flashinfer_engine = engine(
+        graphs(Backend.FULL, Backend.BREAKABLE), attention="flashinfer", preset=FLASHINFER_MODEL, dtype="bfloat16"
+    )
+    with flashinfer_engine as flash:
+        with pytest.raises(ConfigError, match="'flashinfer' attention backend cannot yet"):
+            flash.init_verify_cuda_graph(4)
+        assert flash.verify_cuda_graph_runner is None

@@ -131,6 +131,9 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
     """Prefill ``full`` is refused for now: the per-bucket ``use_cuda_graph=True`` prefill wrappers below are built
     and planned, but replaying their capture faulted on the H100 (``cudaErrorInvalidAddressSpace``, FlashInfer 0.5.3,
     torch 2.11), so no engine takes that path until it is proven; eager and breakable extend use the same kernels."""
+    supports_verify = False
+    """Speculative verify steps are refused (one ``ConfigError`` from the model runner): they would need a prefill
+    wrapper planned per step with each request's causal tail, not built yet; the torch and Triton backends run them."""
     SUPPORTED_HEAD_DIMS = FLASHINFER_HEAD_DIMS
     """Head sizes FlashInfer 0.5.3 can merge split attention for (its decode planner may split whatever we ask)."""
 
