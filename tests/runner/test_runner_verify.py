@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
+from conftest import admit, graph_config, make_model_runner, prefill_eagerly, prompts_of
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.backend_utils import ShapeDescriptor
@@ -14,7 +14,9 @@ from cudagraph.config import Backend, ConfigError
 from cudagraph.engine.batch import Request, SamplingParams, make_decode_batch, make_verify_batch
 from cudagraph.engine.generate import Scheduler, StepPolicy, generate
 from cudagraph.engine.kv_cache import CacheFullError
-from cudagraph.engine.speculative import NgramDrafter
+from cudagraph.engine.model import model_config_from_preset, random_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.speculative import DraftModelDrafter, NgramDrafter
 from cudagraph.runner import DecodeCudaGraphRunner, EagerReason, ForwardMode, PrefillCudaGraphRunner
 
 
@@ -204,3 +206,48 @@ def test_holding_a_request_the_cache_has_no_room_for_takes_nothing() -> None:
     assert model_runner.token_to_kv_pool.available == slots - held.budget
     model_runner.release(held)
     assert (model_runner.req_to_token_pool.available, model_runner.token_to_kv_pool.available) == (rows, slots)
+
+
+def draft_engine(seed: int, with_graphs: bool) -> tuple:
+    """A draft engine of the target's shape (``seed`` 0: the target's own weights), with decode (full) and prefill
+    (breakable) graphs on the CPU doubles when asked."""
+    model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=seed, dtype="float32", device="cpu")
+    draft = ModelRunner(model, graph_config(), cache_config=CacheConfig(16, max_context_len=64))
+    backends = CpuReplayBackend(Backend.FULL), CpuReplayBackend(Backend.BREAKABLE)
+    if with_graphs:
+        config = draft.cuda_graph_config
+        draft.decode_cuda_graph_runner = DecodeCudaGraphRunner(draft, config, backend=backends[0], show_progress=False)
+        draft.prefill_cuda_graph_runner = PrefillCudaGraphRunner(
+            draft, config, backend=backends[1], show_progress=False
+        )
+        draft.decode_cuda_graph_runner.capture()
+        draft.prefill_cuda_graph_runner.capture()
+    return draft, backends
+
+
+@pytest.mark.parametrize(("seed", "graphed"), [(0, False), (0, True), (5, True)], ids=["same-eager", "same", "other"])
+def test_a_draft_model_gives_exactly_the_greedy_tokens(greedy_tokens, seed: int, graphed: bool) -> None:
+    """With the target's own weights every draft is right (all accepted); with other weights few are, and the tokens
+    are the greedy ones either way. The draft engine's steps replay its own graphs."""
+    model_runner = graphed_model_runner(4)[0] if graphed else make_model_runner()
+    draft, (draft_decode, draft_prefill) = draft_engine(seed, graphed)
+    drafter = DraftModelDrafter(draft, num_tokens=3)
+    free_slots = draft.token_to_kv_pool.available
+    scheduler = Scheduler(model_runner, policy=StepPolicy(drafter=drafter))
+    assert run_to_end(scheduler) == greedy_tokens
+    stats = scheduler.stats
+    if seed == 0:
+        # Every draft agrees until a request has fewer than k + 1 tokens left to make.
+        assert stats.accepted_tokens >= stats.drafted_tokens - 3 * len(PROMPTS)
+    if graphed:
+        assert draft_decode.replayed and draft_prefill.replayed
+    assert not drafter.mirrors  # every finished request gave its draft rows and slots back
+    assert draft.token_to_kv_pool.available == free_slots
+
+
+def test_a_draft_model_of_another_vocabulary_is_one_error() -> None:
+    config = model_config_from_preset("tiny-qwen3-random").with_overrides(vocab_size=300)
+    model = random_model(config, seed=0, dtype="float32", device="cpu")
+    draft = ModelRunner(model, graph_config(), cache_config=CacheConfig(4, max_context_len=32))
+    with pytest.raises(ValueError, match="a draft model must share the target's tokenizer"):
+        Scheduler(make_model_runner(), policy=StepPolicy(drafter=DraftModelDrafter(draft, num_tokens=2)))

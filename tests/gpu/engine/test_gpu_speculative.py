@@ -25,7 +25,7 @@ from cudagraph.engine.batch import Request, SamplingParams
 from cudagraph.engine.generate import Scheduler, StepPolicy
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
-from cudagraph.engine.speculative import NgramDrafter
+from cudagraph.engine.speculative import DraftModelDrafter, NgramDrafter
 from cudagraph.runner import EagerReason
 
 DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48)
@@ -148,3 +148,19 @@ def test_flashinfer_attention_refuses_verify_steps_in_one_error() -> None:
         with pytest.raises(ConfigError, match="'flashinfer' attention backend cannot yet"):
             flash.init_verify_cuda_graph(4)
         assert flash.verify_cuda_graph_runner is None
+
+
+@pytest.mark.gpu
+def test_a_draft_model_drafts_from_its_own_graphs_and_gives_the_greedy_tokens(greedy_tokens) -> None:
+    """The draft engine has the target's weights, so its drafts are right until a request runs out of tokens to make:
+    its catch-up extend steps replay its prefill graphs, its draft steps its decode graphs."""
+    config = graphs(Backend.FULL, Backend.BREAKABLE)
+    with engine(config, verify_query_len=4) as target, engine(config) as draft:
+        drafter = DraftModelDrafter(draft, num_tokens=3)
+        tokens, stats = run(target, StepPolicy(drafter=drafter))
+        draft_decode = draft.cuda_graph_metrics[Phase.DECODE]
+        draft_prefill = draft.cuda_graph_metrics[Phase.PREFILL]
+    assert tokens == greedy_tokens
+    assert stats.accepted_tokens >= stats.drafted_tokens - 3 * len(tokens)
+    assert draft_decode.replays > 0 and draft_decode.eager == 0
+    assert draft_prefill.replays > 0

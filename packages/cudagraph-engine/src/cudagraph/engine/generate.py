@@ -9,7 +9,8 @@ Two step kinds change that loop (``StepPolicy``):
 - ``mixed``: one extend step a iteration carries every running request's next token and as much of the waiting
   prompts as the token budget leaves (a long prompt in chunks): chunked prefill mixed with decodes, a non-uniform
   step the prefill phase's graphs replay.
-- ``speculative``: decode steps become verify steps: an ``NgramDrafter`` drafts ``k`` tokens per request, one step
+- ``speculative``: decode steps become verify steps: a drafter (``NgramDrafter``, or ``DraftModelDrafter`` with a
+  smaller model) drafts ``k`` tokens per request, one step
   checks them all (``k + 1`` tokens a request, a uniform step the verify runner's full graphs replay), and
   ``accept_greedy`` keeps what the target agrees with. Greedy requests only.
 """
@@ -25,7 +26,7 @@ import torch
 from .batch import Request, SamplingParams, make_decode_batch, make_extend_batch, make_verify_batch
 from .kv_cache import CacheFullError
 from .model_runner import ModelRunner
-from .speculative import NgramDrafter, accept_greedy
+from .speculative import Drafter, accept_greedy
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class StepPolicy:
     ``drafter`` (speculative verify steps instead of decode steps). The two are exclusive."""
 
     mixed: bool = False
-    drafter: NgramDrafter | None = None
+    drafter: Drafter | None = None
 
     def __post_init__(self) -> None:
         if self.mixed and self.drafter is not None:
@@ -89,6 +90,9 @@ class Scheduler:
     ) -> None:
         self.model_runner = model_runner
         self.policy = policy or StepPolicy()
+        check_target = getattr(self.policy.drafter, "check_target", None)
+        if check_target is not None:  # a draft model must share the target's vocabulary
+            check_target(model_runner)
         prefill_runner = model_runner.prefill_cuda_graph_runner
         # By default a prefill step is as large as the largest prefill graph, so prefill steps replay graphs.
         default = prefill_runner.max_size if prefill_runner is not None else model_runner.cache_config.max_context_len
@@ -139,6 +143,8 @@ class Scheduler:
 
     def _retire(self, request: Request) -> None:
         self.model_runner.release(request)
+        if self.policy.drafter is not None:
+            self.policy.drafter.release(request)
 
     def step(self) -> None:
         """One step of the policy's kind (see the module docstring); retire what finished."""
@@ -202,10 +208,10 @@ class Scheduler:
         else:
             self.stats.prefill_steps += 1
 
-    def _verify_step(self, drafter: NgramDrafter) -> None:
+    def _verify_step(self, drafter: Drafter) -> None:
         """Draft for every running request, verify all drafts in one step, keep what the target agrees with."""
         requests = self.running
-        drafts = [drafter.propose(request.token_ids) for request in requests]
+        drafts = drafter.propose_batch(requests)
         batch = make_verify_batch(requests, drafts, self.model_runner.device)
         query_len = drafter.num_tokens + 1
         target = self.model_runner.run(batch).argmax(dim=-1).view(len(requests), query_len).tolist()
