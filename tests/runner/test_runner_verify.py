@@ -151,12 +151,7 @@ def test_speculative_decoding_gives_exactly_the_greedy_tokens(greedy_tokens, num
 
 
 def run_to_end(scheduler: Scheduler) -> list[list[int]]:
-    requests = [Request(i, list(p), sp) for i, (p, sp) in enumerate(zip(PROMPTS, PARAMS, strict=True))]
-    for request in requests:
-        scheduler.add(request)
-    while not scheduler.done:
-        scheduler.step()
-    return [list(request.output_ids) for request in requests]
+    return [output.output_token_ids for output in scheduler.run(PROMPTS, PARAMS)]
 
 
 @pytest.mark.parametrize("graphed", [False, True], ids=["eager", "graphs"])

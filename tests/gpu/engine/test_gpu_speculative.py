@@ -21,7 +21,7 @@ import torch
 from test_gpu_engine_graphs import FLASHINFER_MODEL
 
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Phase, PhaseConfig
-from cudagraph.engine.batch import Request, SamplingParams
+from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.generate import Scheduler, StepPolicy
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
@@ -73,14 +73,9 @@ def workload(count: int = 48, seed: int = 0) -> tuple[list[list[int]], list[Samp
 
 
 def run(model_runner: ModelRunner, policy: StepPolicy | None = None, max_prefill_tokens: int | None = None):
-    prompts, params = workload()
     scheduler = Scheduler(model_runner, max_prefill_tokens, policy)
-    requests = [Request(i, list(p), sp) for i, (p, sp) in enumerate(zip(prompts, params, strict=True))]
-    for request in requests:
-        scheduler.add(request)
-    while not scheduler.done:
-        scheduler.step()
-    return [list(request.output_ids) for request in requests], scheduler.stats
+    outputs = scheduler.run(*workload())
+    return [output.output_token_ids for output in outputs], scheduler.stats
 
 
 @pytest.fixture(scope="module")

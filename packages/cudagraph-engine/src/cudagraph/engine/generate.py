@@ -82,6 +82,10 @@ def sample(logits: torch.Tensor, requests: Sequence[Request]) -> list[int]:
     return tokens
 
 
+GREEDY = SamplingParams()
+"""Greedy decoding of 16 new tokens."""
+
+
 class Scheduler:
     """Admits waiting requests into the KV cache, builds steps, and retires finished requests."""
 
@@ -227,14 +231,25 @@ class Scheduler:
             self.stats.accepted_tokens += len(new_tokens) - 1
         self.stats.verify_steps += 1
 
+    def run(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams] = GREEDY
+    ) -> list[GenerationOutput]:
+        """Queue a request per prompt and step until everything finished; outputs in prompt order (``stats`` then
+        counts the steps it took)."""
+        per_prompt = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(per_prompt) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(per_prompt)} sampling params")
+        requests = [Request(i, list(p), sp) for i, (p, sp) in enumerate(zip(prompts, per_prompt, strict=True))]
+        for request in requests:
+            self.add(request)
+        while not self.done:
+            self.step()
+        return [GenerationOutput(list(request.output_ids)) for request in requests]
+
     @property
     def done(self) -> bool:
         """Whether nothing is waiting or running."""
         return not self.waiting and not self.running
-
-
-GREEDY = SamplingParams()
-"""Greedy decoding of 16 new tokens."""
 
 
 def generate(
@@ -247,13 +262,4 @@ def generate(
 ) -> list[GenerationOutput]:
     """Generate for every prompt (token ids), continuously batched; outputs in prompt order. ``policy`` picks mixed
     steps or speculative decoding (``StepPolicy``); greedy tokens are the same whichever it picks."""
-    per_prompt = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
-    if len(per_prompt) != len(prompts):
-        raise ValueError(f"{len(prompts)} prompts but {len(per_prompt)} sampling params")
-    scheduler = Scheduler(model_runner, max_prefill_tokens, policy)
-    requests = [Request(i, list(p), sp) for i, (p, sp) in enumerate(zip(prompts, per_prompt, strict=True))]
-    for request in requests:
-        scheduler.add(request)
-    while not scheduler.done:
-        scheduler.step()
-    return [GenerationOutput(list(request.output_ids)) for request in requests]
+    return Scheduler(model_runner, max_prefill_tokens, policy).run(prompts, params)
