@@ -1,5 +1,5 @@
-"""``cudagraph-engine generate --speculative-ngram K`` and ``--mixed-steps`` on the CPU: the tokens plain greedy
-decoding gives, and one error for a flag they cannot go with."""
+"""``cudagraph-engine generate --speculative-tokens K [--speculative-draft SOURCE]`` and ``--mixed-steps`` on the CPU:
+the tokens plain greedy decoding gives, and one error for a flag they cannot go with."""
 
 from __future__ import annotations
 
@@ -21,8 +21,14 @@ def prompt_args() -> list[str]:
 
 @pytest.mark.parametrize(
     "step_kind",
-    [["--speculative-ngram", "1"], ["--speculative-ngram", "3"], ["--mixed-steps"]],
-    ids=["ngram-1", "ngram-3", "mixed"],
+    [
+        ["--speculative-tokens", "1"],
+        ["--speculative-tokens", "3", "--speculative-draft", "ngram"],
+        ["--speculative-tokens", "2", "--speculative-draft", "tiny-qwen3-random"],  # the target's own weights
+        ["--speculative-tokens", "2", "--speculative-draft", "tiny-llama-random"],
+        ["--mixed-steps"],
+    ],
+    ids=["ngram-1", "ngram-3", "draft-same", "draft-other", "mixed"],
 )
 def test_step_kinds_give_the_greedy_tokens(
     step_kind: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -33,9 +39,11 @@ def test_step_kinds_give_the_greedy_tokens(
     model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=0, device="cpu")
     assert [output["output_token_ids"] for output in outputs] == [reference_greedy(model, p, 9) for p in PROMPTS]
     metrics = json.loads(metrics_path.read_text())
-    if "--speculative-ngram" in step_kind:
+    if "--speculative-tokens" in step_kind:
         # Verify steps ran instead of decode steps (eagerly on the CPU), at most one per token after the first.
         assert 0 < metrics["verify"]["steps"] <= 8 and metrics["decode"]["steps"] == 0
+        if "tiny-qwen3-random" in step_kind:  # the target's own weights: every draft right, k + 1 tokens a step
+            assert metrics["verify"]["steps"] == 3
     else:
         assert "verify" not in metrics and metrics["decode"]["steps"] == 8
 
@@ -43,9 +51,15 @@ def test_step_kinds_give_the_greedy_tokens(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--speculative-ngram", "2", "--temperature", "0.5"], "--speculative-ngram verifies drafts greedily"),
-        (["--speculative-ngram", "2", "--mixed-steps"], "not allowed with argument --speculative-ngram"),
-        (["--speculative-ngram", "0"], "--speculative-ngram"),
+        (["--speculative-tokens", "2", "--temperature", "0.5"], "--speculative-tokens verifies drafts greedily"),
+        (["--speculative-tokens", "2", "--mixed-steps"], "not allowed with argument --speculative-tokens"),
+        (["--speculative-tokens", "0"], "--speculative-tokens"),
+        (["--speculative-draft", "ngram"], "add --speculative-tokens K"),
+        (["--speculative-tokens", "2", "--speculative-draft", "./nowhere"], "not 'ngram', a preset ("),
+        (
+            ["--speculative-tokens", "2", "--speculative-draft", "qwen3-0.6b-random"],
+            "must share the target's tokenizer",
+        ),
     ],
 )
 def test_a_step_kind_with_a_flag_it_cannot_go_with_is_one_error(

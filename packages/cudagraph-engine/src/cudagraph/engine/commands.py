@@ -68,7 +68,7 @@ from .model import (
     random_model,
 )
 from .model_runner import CacheConfig, ModelRunner
-from .speculative import NgramDrafter
+from .speculative import Drafter, DraftModelDrafter, NgramDrafter
 
 logger = logging.getLogger("cudagraph.engine")
 
@@ -239,12 +239,20 @@ def build_parser() -> argparse.ArgumentParser:
     steps = gen.add_argument_group("step kinds")
     step_kind = steps.add_mutually_exclusive_group()
     step_kind.add_argument(
-        "--speculative-ngram",
+        "--speculative-tokens",
         type=positive_int,
         default=None,
         metavar="K",
-        help="greedy speculative decoding: draft K tokens per request by n-gram lookup in its own text, verify them "
-        "in one step (graphed by the decode phase's backend, K + 1 tokens a request); temperature 0 only",
+        help="greedy speculative decoding: draft K tokens per request (--speculative-draft), verify them in one step "
+        "(graphed by the decode phase's backend, K + 1 tokens a request); temperature 0 only",
+    )
+    steps.add_argument(
+        "--speculative-draft",
+        default=None,
+        metavar="SOURCE",
+        help="what drafts, with --speculative-tokens: 'ngram' (default: lookup in the request's own text), a preset "
+        f"({', '.join(sorted(PRESETS))}; random weights from --model-seed) or a model directory of the target's "
+        "vocabulary, run in an engine of its own with its own graphs",
     )
     step_kind.add_argument(
         "--mixed-steps",
@@ -305,23 +313,77 @@ def check_tp_size(args: argparse.Namespace, size: int, device: torch.device) -> 
     ShardPlan(rank=0, size=size, group_name="tp").check(model_config_of(args))
 
 
+NGRAM_DRAFT = "ngram"
+"""``--speculative-draft``'s default: drafts by n-gram lookup in the request's own text."""
+
+
 def check_step_kinds(args: argparse.Namespace) -> None:
-    """Speculative decoding here is greedy and on one process: one error naming the flag that conflicts."""
-    if args.speculative_ngram is None:
+    """Speculative decoding here is greedy, on one process, with a draft source that exists and speaks the target's
+    vocabulary: one error naming the flag that conflicts."""
+    if args.speculative_tokens is None:
+        if args.speculative_draft is not None:
+            raise EngineInputError("--speculative-draft says what drafts; add --speculative-tokens K to speculate")
         return
     if args.temperature > 0:
         raise EngineInputError(
-            f"--speculative-ngram verifies drafts greedily; --temperature {args.temperature} samples: use "
-            "--temperature 0, or drop --speculative-ngram"
+            f"--speculative-tokens verifies drafts greedily; --temperature {args.temperature} samples: use "
+            "--temperature 0, or drop --speculative-tokens"
         )
     if tp_size_of(args) > 1:
-        raise EngineInputError("--speculative-ngram runs on one process; drop --tp-size (or --speculative-ngram)")
+        raise EngineInputError("--speculative-tokens runs on one process; drop --tp-size (or --speculative-tokens)")
+    draft = args.speculative_draft or NGRAM_DRAFT
+    if draft == NGRAM_DRAFT:
+        return
+    draft_vocab = draft_model_config(draft).vocab_size
+    target_vocab = model_config_of(args).vocab_size
+    if draft_vocab != target_vocab:
+        raise EngineInputError(
+            f"--speculative-draft {draft}: its vocabulary has {draft_vocab} tokens and the target's {target_vocab}; "
+            "a draft model must share the target's tokenizer"
+        )
+
+
+def draft_model_config(draft: str) -> ModelConfig:
+    """The config of the ``--speculative-draft`` model: a preset, or a directory holding ``config.json``."""
+    if draft in PRESETS:
+        return model_config_from_preset(draft)
+    if not (Path(draft) / "config.json").is_file():
+        raise EngineInputError(
+            f"--speculative-draft {draft}: not {NGRAM_DRAFT!r}, a preset ({', '.join(sorted(PRESETS))}), or a model "
+            "directory with a config.json"
+        )
+    return ModelConfig.from_pretrained(Path(draft))
+
+
+def build_drafter(args: argparse.Namespace, config: CudaGraphConfig, device: torch.device) -> Drafter | None:
+    """The drafter ``--speculative-tokens`` and ``--speculative-draft`` ask for (``None``: no speculation). A draft
+    model gets an engine of its own on ``device``, with the target's cache sizes, kernels and graphs."""
+    if args.speculative_tokens is None:
+        return None
+    draft = args.speculative_draft or NGRAM_DRAFT
+    if draft == NGRAM_DRAFT:
+        return NgramDrafter(args.speculative_tokens)
+    if draft in PRESETS:
+        model = random_model(model_config_from_preset(draft), seed=args.model_seed, dtype=args.dtype, device=device)
+    else:
+        model = load_model(Path(draft), dtype=args.dtype, device=device)
+    cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len, page_size=args.page_size)
+    draft_runner = ModelRunner(
+        model,
+        config,
+        cache_config=cache,
+        attention_backend=args.attention_backend,
+        kernel_backend=args.kernel_backend,
+        show_progress=not args.quiet,
+    )
+    draft_runner.init_cuda_graphs()
+    return DraftModelDrafter(draft_runner, args.speculative_tokens)
 
 
 def check_prompts_fit(args: argparse.Namespace) -> None:
     """Every prompt plus its new tokens (and, speculating, the last step's drafts) must fit a request's KV cache rows
     (``--max-context-len``)."""
-    lookahead = getattr(args, "speculative_ngram", None) or 0
+    lookahead = getattr(args, "speculative_tokens", None) or 0
     for index, prompt in enumerate(args.prompt_token_ids):
         needed = len(prompt) + args.max_new_tokens + lookahead
         if needed > args.max_context_len:
@@ -452,18 +514,21 @@ def run_generate(
         else build_model_runner(args, config, **estimate)
     )
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
-    drafter = NgramDrafter(args.speculative_ngram) if args.speculative_ngram is not None else None
-    policy = StepPolicy(mixed=args.mixed_steps, drafter=drafter)
+    drafter: Drafter | None = None
     try:
-        if drafter is not None:
+        if args.speculative_tokens is not None:
             model_runner.check_verify_support()
+            drafter = build_drafter(args, config, model_runner.device)
             if model_runner.decode_cuda_graph_runner is not None:
-                model_runner.init_verify_cuda_graph(drafter.num_tokens + 1)
+                model_runner.init_verify_cuda_graph(args.speculative_tokens + 1)
+        policy = StepPolicy(mixed=args.mixed_steps, drafter=drafter)
         outputs = generate(model_runner, args.prompt_token_ids, params, policy=policy)
     finally:
         if broadcaster is not None:
             broadcaster.stop()
         model_runner.shutdown()
+        if isinstance(drafter, DraftModelDrafter):
+            drafter.model_runner.shutdown()
     if args.cuda_graph_metrics is not None:
         metrics = dict(model_runner.cuda_graph_metrics)
         report_cuda_graph_metrics(metrics, args.cuda_graph_metrics, verify=model_runner.verify_cuda_graph_metrics)
