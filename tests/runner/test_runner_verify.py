@@ -246,3 +246,16 @@ def test_a_draft_model_of_another_vocabulary_is_one_error() -> None:
     draft = ModelRunner(model, graph_config(), cache_config=CacheConfig(4, max_context_len=32))
     with pytest.raises(ValueError, match="a draft model must share the target's tokenizer"):
         Scheduler(make_model_runner(), policy=StepPolicy(drafter=DraftModelDrafter(draft, num_tokens=2)))
+
+
+def test_two_verify_runners_of_different_lengths_share_an_engine() -> None:
+    """Each length keeps its own static metadata in the attention backend: replays of both, interleaved, equal eager
+    (the graphs of one length never read the other's)."""
+    model_runner = make_model_runner()
+    runners = {drafts: verify_runner(model_runner, drafts + 1)[0] for drafts in (1, 3)}
+    requests = admit(model_runner, prompts_of([4, 9, 6], seed=3))
+    prefill_eagerly(model_runner, requests)
+    for drafts in (1, 3, 1, 3):
+        batch = make_verify_batch(requests, drafts_for(requests, drafts, seed=drafts), model_runner.device)
+        eager = model_runner.forward(batch).clone()
+        torch.testing.assert_close(runners[drafts].replay(batch), eager, rtol=1e-5, atol=1e-5)

@@ -186,6 +186,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
                 batch.seq_lens_sum + (bucket - batch_size) * inputs.seq_len_fill_value,
                 mode,
                 host_seq_lens,
+                query_len=self.query_len,
             )
         )
         return self._replay_bucket(bucket, static_bucket, batch_size * self.query_len)

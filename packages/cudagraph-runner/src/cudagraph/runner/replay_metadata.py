@@ -56,7 +56,8 @@ class ReplayMetadata:
     """The sum of ``seq_lens`` over every row the graph holds (decode: padded rows at their fill value included;
     prefill: the real requests')."""
     forward_mode: ForwardMode
-    """The mode the graph was captured for: ``DECODE`` (an idle step replays a decode graph too) or ``EXTEND``."""
+    """The mode the graph was captured for: ``DECODE`` (an idle step replays a decode graph too), ``TARGET_VERIFY``
+    or ``EXTEND``."""
     seq_lens_cpu: torch.Tensor | None = None
     """``seq_lens`` on the host, when the runner keeps a host copy current (a backend that plans on the host
     reads it; decode skips it for a backend whose ``needs_seq_lens_cpu`` is ``False``). ``None``: read
@@ -67,6 +68,9 @@ class ReplayMetadata:
     attention_in_graph: bool = False
     """Prefill: whether attention was captured inside the graph (``full``, which replays the backend's per-bucket
     state) or runs as an eager break (``breakable``, ``tc_piecewise``); always ``False`` for decode."""
+    query_len: int = 1
+    """Tokens each request brings to a uniform step: 1 in decode, ``k + 1`` in a verify step (the graph holds
+    ``batch_size * query_len`` token rows)."""
 
     @classmethod
     def of_batch(cls, batch: ForwardBatch, *, attention_in_graph: bool = False) -> ReplayMetadata:

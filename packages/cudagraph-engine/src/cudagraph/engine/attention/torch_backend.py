@@ -115,8 +115,9 @@ class TorchAttentionBackend:
         self.forward_metadata: DecodeMetadata | None = None
         self.verify_metadata: VerifyMetadata | None = None
         """The metadata of the verify step being run (eager, captured or replayed)."""
-        self._verify_views: dict[int, VerifyMetadata] = {}
-        """Static verify metadata per batch size (made at capture, largest first: the smaller ones view its storage)."""
+        self._verify_views: dict[tuple[int, int], VerifyMetadata] = {}
+        """Static verify metadata per (batch size, query length), made at capture, largest first: the smaller ones
+        view its storage. Never dropped while the backend lives, since captured graphs read it."""
         self._graph_capacity = 0
         self._graph_views: dict[int, DecodeMetadata] = {}
         self._bound_gather: weakref.ref[torch.Tensor] | None = None
@@ -154,7 +155,12 @@ class TorchAttentionBackend:
     def _init_verify_metadata(self, batch: ForwardBatch) -> None:
         query_len = batch.num_tokens // max(batch.batch_size, 1)
         metadata = self.verify_metadata
-        if is_capture_mode() and metadata is not None and metadata.kv_slots.shape[0] == batch.batch_size:
+        if (
+            is_capture_mode()
+            and metadata is not None
+            and metadata.kv_slots.shape[0] == batch.batch_size
+            and metadata.query_len == query_len
+        ):
             self._fill_verify_metadata(metadata, batch.req_pool_indices, batch.seq_lens)
             return
         lengths = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens
@@ -186,18 +192,19 @@ class TorchAttentionBackend:
         torch.where(visible, self._no_bias_f32, self._masked_bias_f32, out=metadata.kv_bias)
 
     def _verify_view(self, batch_size: int, query_len: int) -> VerifyMetadata:
-        """The static verify metadata of ``batch_size`` rows (a capture of a larger size first makes the storage)."""
-        view = self._verify_views.get(batch_size)
-        if view is not None and view.query_len == query_len:
+        """The static verify metadata of ``batch_size`` rows of ``query_len`` tokens (a capture of a larger size
+        first makes the storage the smaller ones view)."""
+        view = self._verify_views.get((batch_size, query_len))
+        if view is not None:
             return view
-        storage = max(self._verify_views.values(), key=lambda m: m.kv_slots.shape[0], default=None)
-        if storage is None or storage.kv_slots.shape[0] < batch_size or storage.query_len != query_len:
+        same_length = [m for (_, length), m in self._verify_views.items() if length == query_len]
+        storage = max(same_length, key=lambda m: m.kv_slots.shape[0], default=None)
+        if storage is None or storage.kv_slots.shape[0] < batch_size:
             storage = self._empty_verify_metadata(batch_size, query_len, self.graph_width)
-            self._verify_views = {}
         view = VerifyMetadata(
             storage.kv_slots[:batch_size], storage.last_visible[:batch_size], storage.kv_bias[:batch_size]
         )
-        self._verify_views[batch_size] = view
+        self._verify_views[(batch_size, query_len)] = view
         return view
 
     def _empty_metadata(self, rows: int, width: int) -> DecodeMetadata:
@@ -260,7 +267,7 @@ class TorchAttentionBackend:
         """Decode: point at the static view of ``metadata.batch_size`` rows; the graph refills it from the static
         inputs."""
         if metadata.forward_mode.is_verify():
-            self.verify_metadata = self._verify_views[metadata.batch_size]
+            self.verify_metadata = self._verify_views[(metadata.batch_size, metadata.query_len)]
             return
         decode = metadata.forward_mode.is_decode()
         self.forward_metadata = self._graph_view(metadata.batch_size) if decode else None
