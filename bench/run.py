@@ -1,6 +1,6 @@
 """What ``nox -s bench`` calls: the benchmark harness (``bench/harness``), run with the workspace importable.
 
-    python3 bench/run.py [--quick] [--check] [--sections decode,breaks,prefill,capture,compile,migration]
+    python3 bench/run.py [--quick] [--check] [--sections decode,breaks,prefill,speculative,capture,compile,migration]
                          [--presets P...] [--batch-sizes N...] [--configs NAME...]
                          [--kernel-counts separate|inline|off]   # decode kernel counts: a second process by default
     python3 bench/run.py compare OLD.json NEW.json        # exit 1 when a ratio got more than 10 % worse

@@ -30,7 +30,7 @@ from .report import format_report
 from .rows import ROW_TYPES, BenchResult, WrongAnswer
 from .targets import check_targets
 
-SECTIONS = ("decode", "breaks", "prefill", "capture", "compile", "migration")
+SECTIONS = ("decode", "breaks", "prefill", "speculative", "capture", "compile", "migration")
 """Every section, in run order."""
 CPU_SECTIONS = frozenset({"migration"})
 DEFAULT_OUT_DIR = Path(__file__).resolve().parents[1] / "results"
@@ -90,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--kernel-backend",
         default="auto",
         choices=("auto", "torch", "triton", "flashinfer"),
-        help="the engine's kernel set in the decode and prefill sections (default auto: the fastest that can run; "
-        "a forward torch.compile traces always runs torch's set, so 'torch' compares every row on the same kernels)",
+        help="the engine's kernel set in the decode, prefill and speculative sections (default auto: the fastest "
+        "that can run; a forward torch.compile traces always runs torch's set, so 'torch' compares every row on the "
+        "same kernels)",
     )
     parser.add_argument(
         "--kernel-counts",
@@ -115,6 +116,7 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
     from .decode import DecodeSettings, run_decode
     from .models import ModelCache
     from .prefill import PrefillSettings, run_prefill
+    from .speculative import SpeculativeSettings, run_speculative
     from .timing import copy_bandwidth_bytes_per_second
 
     models = ModelCache()
@@ -150,6 +152,20 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
                 profile.iterations,
                 backend,
                 select_configs(PREFILL_CONFIGS, names),
+                kernel_backend=args.kernel_backend,
+            ),
+            models,
+        ),
+        "speculative": lambda result: run_speculative(
+            result,
+            SpeculativeSettings(
+                presets,
+                profile.verify_batch_sizes,
+                profile.speculative_drafts,
+                profile.mixed_shapes,
+                profile.context_len,
+                profile.iterations,
+                backend,
                 kernel_backend=args.kernel_backend,
             ),
             models,

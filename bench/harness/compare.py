@@ -71,6 +71,13 @@ def _prefill_ratios(result: BenchResult) -> Iterator[Ratio]:
             yield Ratio(key, row.speedup, higher_is_better=True)
 
 
+def _speculative_ratios(result: BenchResult) -> Iterator[Ratio]:
+    for row in result.speculative:
+        if row.graph_ms > 0:
+            key = f"speculative/{row.preset}/{row.kind}/{row.shape}/speedup"
+            yield Ratio(key, row.speedup, higher_is_better=True)
+
+
 def _migration_ratios(result: BenchResult) -> Iterator[Ratio]:
     for row in result.migration:
         single = next((r for r in result.migration if r.tree == row.tree and r.jobs == 1), None)
@@ -78,7 +85,7 @@ def _migration_ratios(result: BenchResult) -> Iterator[Ratio]:
             yield Ratio(f"migration/{row.tree}/j{row.jobs}_speedup", single.seconds / row.seconds, True)
 
 
-RATIO_SOURCES = (_decode_ratios, _break_ratios, _prefill_ratios, _migration_ratios)
+RATIO_SOURCES = (_decode_ratios, _break_ratios, _prefill_ratios, _speculative_ratios, _migration_ratios)
 """Every section that contributes ratios."""
 
 

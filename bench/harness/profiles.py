@@ -29,6 +29,12 @@ class Profile:
     compile_buckets: tuple[int, ...]
     migration_generated_files: int
     migration_real_tree: bool
+    verify_batch_sizes: tuple[int, ...] = ()
+    """Requests in the speculative section's verify steps."""
+    speculative_drafts: int = 3
+    """Drafts per request (``k``) in a verify step."""
+    mixed_shapes: tuple[tuple[int, int], ...] = ()
+    """(running requests, prompt chunk tokens) of the speculative section's mixed extend steps."""
 
 
 PROFILES: dict[str, Profile] = {
@@ -43,6 +49,9 @@ PROFILES: dict[str, Profile] = {
         compile_buckets=(1, 8, 32),
         migration_generated_files=1500,
         migration_real_tree=True,
+        verify_batch_sizes=(1, 8, 32),
+        speculative_drafts=3,
+        mixed_shapes=((8, 48), (32, 96)),
     ),
     "quick": Profile(
         presets=("qwen3-0.6b",),
@@ -55,6 +64,9 @@ PROFILES: dict[str, Profile] = {
         compile_buckets=(1, 8),
         migration_generated_files=200,
         migration_real_tree=False,
+        verify_batch_sizes=(1, 8),
+        speculative_drafts=3,
+        mixed_shapes=((8, 48),),
     ),
 }
 """Profile name -> profile (``--quick`` picks ``quick``)."""

@@ -54,6 +54,19 @@ PREFILL_COLUMNS = (
     Column("speed-up", lambda r: _ratio(r.speedup)),
     Column("host us", lambda r: f"{r.host_us:.0f}"),
 )
+SPECULATIVE_COLUMNS = (
+    Column("preset", lambda r: r.preset),
+    Column("kind", lambda r: r.kind),
+    Column("shape", lambda r: r.shape),
+    Column("k", lambda r: "-" if r.drafts is None else str(r.drafts)),
+    Column("tokens", lambda r: str(r.tokens)),
+    Column("attention", lambda r: r.attention_backend),
+    Column("eager ms", lambda r: _ms(r.eager_ms)),
+    Column("graph ms", lambda r: _ms(r.graph_ms)),
+    Column("eager/graph", lambda r: _ratio(r.speedup)),
+    Column("eager host us", lambda r: f"{r.eager_host_us:.0f}"),
+    Column("graph host us", lambda r: f"{r.graph_host_us:.0f}"),
+)
 CAPTURE_COLUMNS = (
     Column("preset", lambda r: r.preset),
     Column("phase", lambda r: r.phase),
@@ -99,6 +112,7 @@ SECTIONS: tuple[tuple[str, str, tuple[Column, ...]], ...] = (
     ("decode", "Decode step", DECODE_COLUMNS),
     ("breaks", "Breaks alone", BREAK_COLUMNS),
     ("prefill", "Prefill step", PREFILL_COLUMNS),
+    ("speculative", "Speculative verify and mixed steps, eager vs graphed", SPECULATIVE_COLUMNS),
     ("capture", "Capture of the default buckets", CAPTURE_COLUMNS),
     ("compile", "tc_piecewise compile, fresh process", COMPILE_COLUMNS),
     ("migration", "cudagraph-migrate", MIGRATION_COLUMNS),

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 SCHEMA_VERSION = 1
-"""Bumped when a row changes meaning; ``BenchResult.from_json`` refuses other versions."""
+"""Bumped when a row changes meaning; ``BenchResult.from_json`` refuses other versions. A new row kind is no bump:
+a result written before it reads back with that list empty."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,50 @@ class PrefillRow:
     def tokens(self) -> int:
         """Tokens in the step."""
         return self.requests * self.tokens_per_request
+
+
+@dataclass(frozen=True)
+class SpeculativeRow:
+    """One speculative step shape, eager against graphed in the same run.
+
+    ``verify``: ``requests`` requests, each its last token and ``drafts`` drafts over cached context, logits of every
+    token, replayed by the verify runner (``ModelRunner.init_verify_cuda_graph(drafts + 1)``, decode ``full``).
+    ``mixed``: one extend step of ``requests - 1`` running requests' next tokens beside one prompt chunk, replayed by
+    the prefill runner (``breakable``).
+    """
+
+    kind: str
+    """``verify`` or ``mixed``."""
+    preset: str
+    attention_backend: str
+    """The engine's attention backend the step ran on (``triton`` where the one asked for runs no verify steps)."""
+    requests: int
+    tokens: int
+    """Tokens in the step: ``requests * (drafts + 1)`` for a verify step, running requests plus the chunk mixed."""
+    drafts: int | None
+    """Draft tokens per request (``k``) of a verify step; None for a mixed step."""
+    eager_ms: float
+    """Median step time of the eager forward (CUDA events, back to back)."""
+    graph_ms: float
+    """Median step time of the runner's replay."""
+    eager_host_us: float
+    """Median time the eager step call takes to return on an idle device."""
+    graph_host_us: float
+    """Median time the replay call takes to return on an idle device."""
+
+    @property
+    def speedup(self) -> float:
+        """Eager step time over graphed step time."""
+        return self.eager_ms / self.graph_ms
+
+    @property
+    def shape(self) -> str:
+        """``BxQ`` of a verify step (requests x tokens each, ``Q = drafts + 1``), ``R+C`` of a mixed one (running
+        requests' next tokens + the prompt chunk's tokens)."""
+        if self.drafts is not None:
+            return f"{self.requests}x{self.drafts + 1}"
+        running = self.requests - 1
+        return f"{running}+{self.tokens - running}"
 
 
 @dataclass(frozen=True)
@@ -177,6 +222,7 @@ ROW_TYPES: dict[str, type[Any]] = {
     "decode": DecodeRow,
     "breaks": BreakRow,
     "prefill": PrefillRow,
+    "speculative": SpeculativeRow,
     "capture": CaptureRow,
     "compile": CompileRow,
     "migration": MigrationRow,
@@ -195,6 +241,7 @@ class BenchResult:
     decode: list[DecodeRow] = field(default_factory=list)
     breaks: list[BreakRow] = field(default_factory=list)
     prefill: list[PrefillRow] = field(default_factory=list)
+    speculative: list[SpeculativeRow] = field(default_factory=list)
     capture: list[CaptureRow] = field(default_factory=list)
     compile: list[CompileRow] = field(default_factory=list)
     migration: list[MigrationRow] = field(default_factory=list)

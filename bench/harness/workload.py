@@ -1,6 +1,7 @@
 """The model, its engine, and the batches every configuration runs: decode batches of ``batch_size`` requests with
-``context_len`` cached tokens, extend batches of whole prompts, each with rotating copies (same requests and KV
-slots, different token ids in new tensors) so a step never sees the tensors of the step before.
+``context_len`` cached tokens, extend batches of whole prompts, speculative verify steps and extend steps mixing
+running requests with a prompt chunk, each with rotating copies (same requests and KV slots, different token ids in
+new tensors) so a step never sees the tensors of the step before.
 
 Also the correctness gate: a configuration's greedy tokens against eager's on the same batch.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.batch import Request, SamplingParams, make_extend_batch, make_verify_batch
 from cudagraph.engine.model import random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
@@ -45,14 +47,16 @@ def build_model_runner(
     attention_backend: str,
     model: torch.nn.Module | None = None,
     kernel_backend: str = "auto",
+    cuda_graph_config: CudaGraphConfig = EAGER_CONFIG,
 ) -> ModelRunner:
-    """An eager engine on CUDA over the preset's random bf16 weights (or ``model``'s, shared between engines), with
-    the kernel set ``kernel_backend`` picks (``auto``: the fastest that can run; a traced forward gets torch's)."""
+    """An engine on CUDA over the preset's random bf16 weights (or ``model``'s, shared between engines), with the
+    kernel set ``kernel_backend`` picks (``auto``: the fastest that can run; a traced forward gets torch's). Eager
+    unless ``cuda_graph_config`` says otherwise (its runners are built by the caller: ``init_*_cuda_graph``)."""
     if model is None:
         model = random_model(preset_config(preset), seed=0, dtype="bfloat16", device="cuda")
     return ModelRunner(
         model,
-        EAGER_CONFIG,
+        cuda_graph_config,
         cache_config=cache,
         attention_backend=attention_backend,  # type: ignore[arg-type]
         kernel_backend=kernel_backend,
@@ -123,6 +127,68 @@ def extend_batches(model_runner: ModelRunner, requests: int, tokens: int) -> Ite
         for row, request_slots in zip(rows, slots, strict=True):
             model_runner.token_to_kv_pool.free(request_slots)
             model_runner.req_to_token_pool.free(row)
+
+
+def _cached_requests(
+    model_runner: ModelRunner, count: int, context_len: int, lookahead: int, seed: int
+) -> list[Request]:
+    """``count`` held requests with ``context_len`` prompt tokens cached (one eager extend step) and the token it
+    gave appended; each keeps ``lookahead`` KV slots past its budget for drafts."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model_runner.model.config.vocab_size
+    requests = []
+    for index in range(count):
+        prompt = torch.randint(0, vocab, (context_len,), generator=generator).tolist()
+        request = Request(index, prompt, SamplingParams(max_new_tokens=2), lookahead=lookahead)
+        requests.append(model_runner.hold(request))
+    try:
+        logits = model_runner.forward(make_extend_batch(requests, model_runner.device))
+    except BaseException:
+        _release(model_runner, requests)
+        raise
+    for request, token in zip(requests, logits.argmax(-1).tolist(), strict=True):
+        request.cached_len = len(request.token_ids)
+        request.output_ids.append(token)
+    return requests
+
+
+def _release(model_runner: ModelRunner, requests: list[Request]) -> None:
+    for request in requests:
+        if request.kv_slots is not None:
+            model_runner.release(request)
+
+
+@contextmanager
+def verify_batches(
+    model_runner: ModelRunner, batch_size: int, drafts: int, context_len: int
+) -> Iterator[list[ForwardBatch]]:
+    """Rotating speculative verify batches: ``batch_size`` requests over ``context_len`` cached tokens, each its last
+    token and ``drafts`` drafts (logits of every token); their rows and slots are given back on exit."""
+    requests = _cached_requests(model_runner, batch_size, context_len, lookahead=drafts, seed=batch_size)
+    try:
+        draft_ids = [[request.token_ids[-1]] * drafts for request in requests]
+        batch = make_verify_batch(requests, draft_ids, model_runner.device)
+        yield rotations(batch, model_runner.model.config.vocab_size, seed=batch_size)
+    finally:
+        _release(model_runner, requests)
+
+
+@contextmanager
+def mixed_batches(
+    model_runner: ModelRunner, running: int, chunk: int, context_len: int
+) -> Iterator[list[ForwardBatch]]:
+    """Rotating extend batches mixing ``running`` requests' next tokens (over ``context_len`` cached tokens) with a
+    ``chunk``-token chunk of one more request's prompt (``chunk <= context_len``, nothing of it cached), the step a
+    scheduler runs when a prompt arrives beside decoding requests; rows and slots are given back on exit."""
+    if not 0 < chunk <= context_len:
+        raise ValueError(f"a prompt chunk of {chunk} tokens needs 1 to context_len={context_len}")
+    requests = _cached_requests(model_runner, running + 1, context_len, lookahead=0, seed=running * chunk)
+    try:
+        requests[-1].cached_len = 0  # its prompt goes again, as a chunk, beside the others' next tokens
+        batch = make_extend_batch(requests, model_runner.device, [1] * running + [chunk])
+        yield rotations(batch, model_runner.model.config.vocab_size, seed=running * chunk)
+    finally:
+        _release(model_runner, requests)
 
 
 @dataclass(frozen=True)

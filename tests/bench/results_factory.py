@@ -13,6 +13,7 @@ from harness.rows import (
     MigrationRow,
     PrefillRow,
     SkippedRow,
+    SpeculativeRow,
     WrongAnswer,
     with_ratios,
 )
@@ -30,6 +31,15 @@ def decode_rows(step_ms: dict[str, float] | None = None, batch_sizes: tuple[int,
     return with_ratios(rows)
 
 
+def speculative_rows(graph_slower: float = 1.0) -> list[SpeculativeRow]:
+    """A verify step at batch 1 and 8 (k = 3) and a mixed 8+48 step; graphed steps ``graph_slower`` times longer."""
+    return [
+        SpeculativeRow("verify", "qwen3-0.6b", "triton", 1, 4, 3, 12.0, 2.0 * graph_slower, 4000.0, 60.0),
+        SpeculativeRow("verify", "qwen3-0.6b", "triton", 8, 32, 3, 13.0, 2.6 * graph_slower, 4100.0, 62.0),
+        SpeculativeRow("mixed", "qwen3-0.6b", "triton", 9, 56, None, 14.0, 5.0 * graph_slower, 4300.0, 900.0),
+    ]
+
+
 def sample_result() -> BenchResult:
     result = BenchResult(environment={"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-23"}, settings={"x": 1})
     result.decode = decode_rows()
@@ -42,6 +52,7 @@ def sample_result() -> BenchResult:
         PrefillRow("qwen3-0.6b", "eager", 1, 64, 30.0, 9000.0, 1.0),
         PrefillRow("qwen3-0.6b", "breakable", 1, 64, 10.0, 3000.0, 3.0),
     ]
+    result.speculative = speculative_rows()
     result.capture = [CaptureRow("qwen3-0.6b", "decode", "full", 35, 2.5, 3 * 2**28)]
     result.compile = [CompileRow("qwen3-0.6b", "inductor", 40.0, 8.0, 45.0, 10.0)]
     result.migration = [MigrationRow("generated-10", 10, 1, 2.0, 0, 0), MigrationRow("generated-10", 10, 4, 1.0, 0, 0)]
