@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+import torch._dynamo
 from test_gpu_engine_graphs import FLASHINFER_MODEL
 
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Phase, PhaseConfig
@@ -108,6 +109,20 @@ def test_verify_graphs_give_the_greedy_tokens_at_every_batch_size(num_drafts: in
         f"k={num_drafts}: {stats.verify_steps} verify steps, {stats.accepted_tokens}/{stats.drafted_tokens} drafts "
         "accepted"
     )
+
+
+@pytest.mark.gpu
+def test_tc_piecewise_verify_graphs_give_the_greedy_tokens(greedy_tokens) -> None:
+    """Decode ``tc_piecewise`` (the eager compiler): the verify runner compiles the forward for its k + 1 token rows a
+    request and replays its recorded sequences; no verify step runs eagerly."""
+    torch._dynamo.reset()
+    with engine(graphs(Backend.TC_PIECEWISE, Backend.BREAKABLE), verify_query_len=4) as graphed:
+        tokens, stats = run(graphed, StepPolicy(drafter=NgramDrafter(3)))
+        verify = graphed.verify_cuda_graph_runner
+        assert verify is not None and verify.stats.graphs == len(DECODE_BUCKETS)
+        eager_steps = graphed.verify_cuda_graph_metrics.eager
+    assert tokens == greedy_tokens
+    assert eager_steps == 0 and stats.verify_steps > 0
 
 
 @pytest.mark.gpu
