@@ -17,7 +17,7 @@ from cudagraph.engine.kv_cache import CacheFullError
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.engine.speculative import DraftModelDrafter, NgramDrafter
-from cudagraph.runner import DecodeCudaGraphRunner, EagerReason, ForwardMode, PrefillCudaGraphRunner
+from cudagraph.runner import DecodeCudaGraphRunner, EagerReason, ForwardMode, PrefillCudaGraphRunner, ReplayMetadata
 
 
 def verify_runner(model_runner, query_len: int, backend_kind: Backend = Backend.FULL):
@@ -259,3 +259,12 @@ def test_two_verify_runners_of_different_lengths_share_an_engine() -> None:
         batch = make_verify_batch(requests, drafts_for(requests, drafts, seed=drafts), model_runner.device)
         eager = model_runner.forward(batch).clone()
         torch.testing.assert_close(runners[drafts].replay(batch), eager, rtol=1e-5, atol=1e-5)
+
+
+def test_the_replay_metadata_of_a_verify_batch_says_its_query_len() -> None:
+    model_runner = make_model_runner()
+    requests = admit(model_runner, prompts_of([4, 6], seed=2))
+    prefill_eagerly(model_runner, requests)
+    verify = make_verify_batch(requests, drafts_for(requests, 3), model_runner.device)
+    assert ReplayMetadata.of_batch(verify).query_len == 4
+    assert ReplayMetadata.of_batch(make_decode_batch(requests, model_runner.device)).query_len == 1

@@ -355,28 +355,16 @@ def draft_model_config(draft: str) -> ModelConfig:
     return ModelConfig.from_pretrained(Path(draft))
 
 
-def build_drafter(args: argparse.Namespace, config: CudaGraphConfig, device: torch.device) -> Drafter | None:
+def build_drafter(args: argparse.Namespace, config: CudaGraphConfig) -> Drafter | None:
     """The drafter ``--speculative-tokens`` and ``--speculative-draft`` ask for (``None``: no speculation). A draft
-    model gets an engine of its own on ``device``, with the target's cache sizes, kernels and graphs."""
+    model gets an engine of its own (``build_model_runner``), with the target's device, cache sizes, kernels and
+    graphs."""
     if args.speculative_tokens is None:
         return None
     draft = args.speculative_draft or NGRAM_DRAFT
     if draft == NGRAM_DRAFT:
         return NgramDrafter(args.speculative_tokens)
-    if draft in PRESETS:
-        model = random_model(model_config_from_preset(draft), seed=args.model_seed, dtype=args.dtype, device=device)
-    else:
-        model = load_model(Path(draft), dtype=args.dtype, device=device)
-    cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len, page_size=args.page_size)
-    draft_runner = ModelRunner(
-        model,
-        config,
-        cache_config=cache,
-        attention_backend=args.attention_backend,
-        kernel_backend=args.kernel_backend,
-        show_progress=not args.quiet,
-    )
-    draft_runner.init_cuda_graphs()
+    draft_runner = build_model_runner(args, config, model_source=draft if draft in PRESETS else Path(draft))
     return DraftModelDrafter(draft_runner, args.speculative_tokens)
 
 
@@ -448,12 +436,20 @@ def environment_of(device: torch.device) -> Environment:
     return Environment(device_type=device.type, gpu_memory_gib=memory_gib)
 
 
-def load_engine_model(args: argparse.Namespace, device: torch.device, shard: ShardPlan = SINGLE_RANK) -> CausalLM:
-    """The model ``--model`` or ``--preset`` names (``shard``'s part of it), on ``device`` in ``--dtype``."""
-    if args.model is not None:
-        return load_model(args.model, dtype=args.dtype, device=device, shard=shard)
-    config = model_config_from_preset(args.preset)
-    return random_model(config, seed=args.model_seed, dtype=args.dtype, device=device, shard=shard)
+def load_engine_model(
+    args: argparse.Namespace,
+    device: torch.device,
+    shard: ShardPlan = SINGLE_RANK,
+    source: str | Path | None = None,
+) -> CausalLM:
+    """The model ``source`` names (a preset name, or a model directory; default: ``--model`` or ``--preset``),
+    ``shard``'s part of it, on ``device`` in ``--dtype``; a preset's random weights come from ``--model-seed``."""
+    if source is None:
+        source = args.model if args.model is not None else args.preset
+    if isinstance(source, str) and source in PRESETS:
+        config = model_config_from_preset(source)
+        return random_model(config, seed=args.model_seed, dtype=args.dtype, device=device, shard=shard)
+    return load_model(Path(source), dtype=args.dtype, device=device, shard=shard)
 
 
 def build_model_runner(
@@ -463,14 +459,17 @@ def build_model_runner(
     capture: bool = True,
     group: TensorParallelGroup | None = None,
     runner_type: type[ModelRunner] = ModelRunner,
+    model_source: str | Path | None = None,
     **runner_options: Any,
 ) -> ModelRunner:
     """Model, KV cache and attention backend from the arguments; with ``capture``, the graphs ``config`` allows.
+    ``model_source`` loads another model than ``--model``/``--preset`` (``load_engine_model``: a draft model).
 
     On a tensor-parallel rank (``group``) the model is the rank's shard, the all-reduce path is chosen (sized for
     the largest decode batch), and graphs are captured in lock-step with the other ranks."""
     device = group.device if group is not None else _device(args)
-    model = load_engine_model(args, device, group.shard_plan() if group is not None else SINGLE_RANK)
+    shard = group.shard_plan() if group is not None else SINGLE_RANK
+    model = load_engine_model(args, device, shard, source=model_source)
     if group is not None:
         largest_batch = max(config.decode.max_size, 1)
         group.choose_all_reduce(args.tp_all_reduce, model.dtype, largest_batch * model.config.hidden_size)
@@ -518,7 +517,7 @@ def run_generate(
     try:
         if args.speculative_tokens is not None:
             model_runner.check_verify_support()
-            drafter = build_drafter(args, config, model_runner.device)
+            drafter = build_drafter(args, config)
             if model_runner.decode_cuda_graph_runner is not None:
                 model_runner.init_verify_cuda_graph(args.speculative_tokens + 1)
         policy = StepPolicy(mixed=args.mixed_steps, drafter=drafter)

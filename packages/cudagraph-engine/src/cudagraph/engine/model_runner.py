@@ -346,14 +346,15 @@ class ModelRunner:
         runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner | None
         mode = batch.forward_mode
         if mode.is_extend():
-            runner, phase, metrics = self.prefill_cuda_graph_runner, Phase.PREFILL, None
+            runner = self.prefill_cuda_graph_runner
         elif mode.is_verify():
-            runner, phase, metrics = self.verify_cuda_graph_runner, Phase.DECODE, self.verify_cuda_graph_metrics
+            runner = self.verify_cuda_graph_runner
         else:
-            runner, phase, metrics = self.decode_cuda_graph_runner, Phase.DECODE, None
+            runner = self.decode_cuda_graph_runner
         if runner is not None:
             return runner.replay_routed(batch, runner.route(batch))
-        metrics = metrics if metrics is not None else self.cuda_graph_metrics[phase]
+        phase = Phase.PREFILL if mode.is_extend() else Phase.DECODE
+        metrics = self.verify_cuda_graph_metrics if mode.is_verify() else self.cuda_graph_metrics[phase]
         metrics.count_eager(self.runnerless_reason(phase), batch.num_tokens)
         return self.forward(batch)
 

@@ -46,6 +46,12 @@ class Drafter(Protocol):
         ...
 
 
+def check_num_tokens(num_tokens: int) -> None:
+    """Raise ``ValueError`` unless a drafter's ``num_tokens`` is at least one."""
+    if num_tokens < 1:
+        raise ValueError(f"num_tokens={num_tokens}: a speculative step drafts at least one token")
+
+
 @dataclass(frozen=True)
 class NgramDrafter:
     """Proposes ``num_tokens`` drafts by prompt lookup: the longest suffix of ``max_ngram`` down to ``min_ngram``
@@ -63,8 +69,7 @@ class NgramDrafter:
     min_ngram: int = 1
 
     def __post_init__(self) -> None:
-        if self.num_tokens < 1:
-            raise ValueError(f"num_tokens={self.num_tokens}: a speculative step drafts at least one token")
+        check_num_tokens(self.num_tokens)
         if not 1 <= self.min_ngram <= self.max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram; got {self.min_ngram} and {self.max_ngram}")
 
@@ -107,11 +112,10 @@ class DraftModelDrafter:
     """Each target request's mirror in the draft engine (its row and KV slots there)."""
 
     def __post_init__(self) -> None:
-        if self.num_tokens < 1:
-            raise ValueError(f"num_tokens={self.num_tokens}: a speculative step drafts at least one token")
+        check_num_tokens(self.num_tokens)
 
     def check_target(self, target: ModelRunner) -> None:
-        """Raise ``ValueError`` unless the draft model speaks the target's vocabulary on its device."""
+        """Raise ``ValueError`` unless the draft model speaks the target's vocabulary."""
         draft_vocab, target_vocab = self.model_runner.model.config.vocab_size, target.model.config.vocab_size
         if draft_vocab != target_vocab:
             raise ValueError(

@@ -75,8 +75,10 @@ class ReplayMetadata:
     @classmethod
     def of_batch(cls, batch: ForwardBatch, *, attention_in_graph: bool = False) -> ReplayMetadata:
         """The metadata of ``batch`` taken as it is (no padded rows added): its own size, tensors and lengths; an
-        extend batch is also the ``forward_batch``. For code that drives a backend's hook itself (benchmarks,
-        tests); runners build theirs from the bucket's static batch."""
+        extend batch is also the ``forward_batch``, a verify batch's tokens per request its ``query_len``. For code
+        that drives a backend's hook itself (benchmarks, tests); runners build theirs from the bucket's static
+        batch."""
+        uniform_tokens = batch.forward_mode.is_verify() and batch.batch_size > 0
         return cls(
             batch.batch_size,
             batch.req_pool_indices,
@@ -86,6 +88,7 @@ class ReplayMetadata:
             batch.seq_lens_cpu,
             batch if batch.forward_mode.is_extend() else None,
             attention_in_graph,
+            batch.num_tokens // batch.batch_size if uniform_tokens else 1,
         )
 
 

@@ -143,14 +143,16 @@ class TorchAttentionBackend:
         if is_capture_mode() and self.forward_metadata is not None:
             self._fill_decode_metadata(self.forward_metadata, batch.req_pool_indices, batch.seq_lens)
             return
-        if batch.seq_lens_cpu is not None:
-            longest = int(batch.seq_lens_cpu.max()) if batch.batch_size else 1
-        else:
-            longest = int(batch.seq_lens.max()) if batch.batch_size else 1
-        width = min(-(-longest // 16) * 16, self.graph_width)  # aligned like the table, so SDPA needs no mask padding
-        metadata = self._empty_metadata(batch.batch_size, width)
+        metadata = self._empty_metadata(batch.batch_size, self._eager_width(batch))
         self._fill_decode_metadata(metadata, batch.req_pool_indices, batch.seq_lens)
         self.forward_metadata = metadata
+
+    def _eager_width(self, batch: ForwardBatch) -> int:
+        """Columns of an eager step's metadata: its longest request (one host sync without host lengths), aligned
+        like the table so SDPA needs no mask padding, at most the table's width."""
+        lengths = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens
+        longest = int(lengths.max()) if batch.batch_size else 1
+        return min(-(-longest // 16) * 16, self.graph_width)
 
     def _init_verify_metadata(self, batch: ForwardBatch) -> None:
         query_len = batch.num_tokens // max(batch.batch_size, 1)
@@ -163,10 +165,7 @@ class TorchAttentionBackend:
         ):
             self._fill_verify_metadata(metadata, batch.req_pool_indices, batch.seq_lens)
             return
-        lengths = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens
-        longest = int(lengths.max()) if batch.batch_size else 1
-        width = min(-(-longest // 16) * 16, self.graph_width)
-        metadata = self._empty_verify_metadata(batch.batch_size, query_len, width)
+        metadata = self._empty_verify_metadata(batch.batch_size, query_len, self._eager_width(batch))
         self._fill_verify_metadata(metadata, batch.req_pool_indices, batch.seq_lens)
         self.verify_metadata = metadata
 
