@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch._dynamo
 import torch.fx.experimental._config as fx_config
+from piecewise_recording import assert_replay_with_new_tokens_equals_eager, record_step
 from test_traced_forward import (  # fresh_dynamo: the autouse reset of dynamo between tests
     decode_batch,
     fresh_dynamo,  # noqa: F401
@@ -204,40 +205,15 @@ def test_inductor_compiles_the_repeated_layer_piece_once(monkeypatch: pytest.Mon
 def test_a_recorded_step_stores_kv_in_its_segments_and_only_attends_at_the_split(preset: str) -> None:
     """The attention op's capture prefix stores each layer's keys and values in the segment before its split, so the
     replayed split calls only attend (``kv_stored=True``), and a replay with new tokens equals eager, cache included."""
-    from cudagraph.backend.piecewise import BindableOpCall, EagerSegments, PieceWrapper, Recordings, SplitCallWrapper
-    from cudagraph.backend.tc_piecewise import record_shape
-    from cudagraph.backend_utils import ForwardContext, ShapeDescriptor, set_forward_context
+    from cudagraph.backend_utils import ShapeDescriptor
 
     runner = make_runner(preset)
-    recordings = Recordings()
-    compiler = PiecewiseCompiler(
-        "eager",
-        wrap_piece=lambda index, piece: PieceWrapper(index, piece, recordings),
-        wrap_split=lambda index, module: SplitCallWrapper(index, module, recordings, BindableOpCall.of(module)),
-    )
-    compiled = torch.compile(runner.model_forward, backend=compiler, fullgraph=True)
     batch = decode_batch(runner, 3)
     kv_before = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
-    with fx_config.patch(backed_size_oblivious=True):
-        run_hidden(runner, batch, compiled)  # compile and warm up
-        sequence, output = record_shape(
-            ShapeDescriptor.decode(3), lambda: run_hidden(runner, batch, compiled), EagerSegments(), recordings
-        )
+    sequence, output = record_step(runner, batch, ShapeDescriptor.decode(3))
     num_layers = runner.model.config.num_layers
     assert sequence.prefixes == len(sequence.split_calls) == num_layers
     assert all(call.kwargs.get("kv_stored") is True for call in sequence.split_calls)
 
     # New tokens in the static input, the cache as it was before the step: the replay must store and attend anew.
-    batch.input_ids.copy_(torch.tensor([5, 11, 2]) % runner.model.config.vocab_size)
-    for kv, before in zip(runner.token_to_kv_pool.kv_buffer, kv_before, strict=True):
-        kv.copy_(before)
-    context = ForwardContext(forward_batch=batch, attn_backend=runner.attn_backend, extra={})
-    with torch.no_grad(), set_forward_context(context):
-        sequence.replay()
-    replayed, kv_replayed = output.clone(), [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
-    for kv, before in zip(runner.token_to_kv_pool.kv_buffer, kv_before, strict=True):
-        kv.copy_(before)
-    expected = run_hidden(runner, batch, runner.model_forward)
-    torch.testing.assert_close(replayed, expected, atol=1e-5, rtol=1e-5)
-    for got, want in zip(kv_replayed, runner.token_to_kv_pool.kv_buffer, strict=True):
-        torch.testing.assert_close(got, want)
+    assert_replay_with_new_tokens_equals_eager(runner, batch, sequence, output, kv_before, torch.tensor([5, 11, 2]))
