@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ import torch._dynamo
 from test_gpu_engine_graphs import FLASHINFER_MODEL
 
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Phase, PhaseConfig
-from cudagraph.engine.batch import SamplingParams
+from cudagraph.engine.batch import Request, SamplingParams
 from cudagraph.engine.generate import Scheduler, StepPolicy
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
@@ -51,7 +52,7 @@ def engine(
     """A CUDA engine with random weights and its graphs captured; shut down on exit."""
     model_config = model_config_from_preset(preset) if isinstance(preset, str) else preset
     model = random_model(model_config, seed=3, dtype=dtype, device="cuda")
-    cache = CacheConfig(max_num_reqs=64, max_context_len=160)
+    cache = CacheConfig(max_num_reqs=64, max_context_len=256)
     runner = ModelRunner(model, config, cache_config=cache, attention_backend=attention)
     try:
         runner.init_cuda_graphs()
@@ -86,29 +87,78 @@ def greedy_tokens() -> list[list[int]]:
     return tokens
 
 
+@dataclass
+class ScriptedDrafter:
+    """Drafts from the known greedy continuation of each prompt, with its last draft wrong on every other step of a
+    request: a step then accepts ``k`` or ``k - 1`` drafts, exactly as planned, so the order in which requests finish
+    (and so every batch size the run goes through) is known before it runs; the wrong drafts exercise rejection."""
+
+    greedy_tokens: list[list[int]]
+    num_tokens: int
+    steps: dict[int, int] = field(default_factory=dict)
+
+    def propose_batch(self, requests: Sequence[Request]) -> list[list[int]]:
+        return [self.propose(request) for request in requests]
+
+    def propose(self, request: Request) -> list[int]:
+        produced = len(request.output_ids)
+        drafts = self.greedy_tokens[request.index][produced : produced + self.num_tokens]
+        drafts += [0] * (self.num_tokens - len(drafts))  # past the request's end: cut by max_new_tokens anyway
+        step = self.steps.get(request.index, 0)
+        self.steps[request.index] = step + 1
+        if step % 2:
+            drafts[-1] = 1 if drafts[-1] == 0 else 0
+        return drafts
+
+    def release(self, request: Request) -> None:
+        self.steps.pop(request.index, None)
+
+
+def staggered_workload(count: int = 48) -> tuple[list[list[int]], list[SamplingParams]]:
+    """``workload``'s prompts, prompt ``i`` wanting ``2 + 4 i`` tokens: a verify step gives at most ``k + 1 <= 4``
+    tokens a request, so no two requests finish in one step and the running batch walks down through every size."""
+    prompts, _ = workload(count)
+    return prompts, [SamplingParams(max_new_tokens=2 + 4 * index) for index in range(count)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("attention", ["torch", "triton"])
 @pytest.mark.parametrize("num_drafts", [1, 3])
 def test_verify_graphs_give_the_greedy_tokens_at_every_batch_size(num_drafts: int, attention: str) -> None:
     with engine(graphs(Backend.DISABLED, Backend.DISABLED), attention=attention) as eager:
-        greedy_tokens, _ = run(eager)  # plain greedy decoding on the same attention kernels
+        greedy_tokens = [out.output_token_ids for out in Scheduler(eager).run(*staggered_workload())]
     config = graphs(Backend.FULL, Backend.BREAKABLE)
     with engine(config, verify_query_len=num_drafts + 1, attention=attention) as graphed:
-        tokens, stats = run(graphed, StepPolicy(drafter=NgramDrafter(num_drafts)))
+        scheduler = Scheduler(graphed, policy=StepPolicy(drafter=ScriptedDrafter(greedy_tokens, num_drafts)))
+        tokens = [out.output_token_ids for out in scheduler.run(*staggered_workload())]
         verify = graphed.verify_cuda_graph_runner
         assert verify is not None and verify.stats.graphs == len(DECODE_BUCKETS)
         replayed = [size for size, count in enumerate(verify.metrics.replays_by_size) if count and size]
         eager_steps = graphed.verify_cuda_graph_metrics.eager
     for index, (want, have) in enumerate(zip(greedy_tokens, tokens, strict=True)):
         assert have == want, f"prompt {index} diverged"
+    assert replayed == list(range(1, 49)), f"verify steps ran batch sizes {replayed}, not every size from 48 to 1"
     buckets = sorted({verify.pad_to_bucket(size) for size in replayed})
     assert buckets == list(DECODE_BUCKETS), f"verify steps replayed buckets {buckets}, not every captured one"
+    stats = scheduler.stats
     assert eager_steps == 0 and stats.decode_steps == 0
-    assert stats.accepted_tokens > 0, "the repeating prompts' drafts should be accepted"
+    assert 0 < stats.accepted_tokens < stats.drafted_tokens, "the scripted drafts are partly accepted"
     print(
         f"k={num_drafts}: {stats.verify_steps} verify steps, {stats.accepted_tokens}/{stats.drafted_tokens} drafts "
         "accepted"
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("attention", ["torch", "triton"])
+def test_ngram_drafts_replay_verify_graphs_and_give_the_greedy_tokens(attention: str) -> None:
+    with engine(graphs(Backend.DISABLED, Backend.DISABLED), attention=attention) as eager:
+        greedy_tokens, _ = run(eager)  # plain greedy decoding on the same attention kernels
+    with engine(graphs(Backend.FULL, Backend.BREAKABLE), verify_query_len=4, attention=attention) as graphed:
+        tokens, stats = run(graphed, StepPolicy(drafter=NgramDrafter(3)))
+        eager_steps = graphed.verify_cuda_graph_metrics.eager
+    assert tokens == greedy_tokens
+    assert eager_steps == 0 and stats.accepted_tokens > 0, "the repeating prompts' drafts should be accepted"
 
 
 @pytest.mark.gpu
