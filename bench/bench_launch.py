@@ -1,5 +1,6 @@
 """Host cost of one Triton kernel launch (a script, not a test): Triton's JIT call, ``FastLauncher`` and a bound
-``direct_launch``, timed in one process on the same kernel and arguments.
+``direct_launch``, timed in one process on the same kernel and arguments; and the host cost of copying a decode
+batch's inputs into a runner's static buffers, the runner's torch path against one fused Triton copy kernel.
 
     python3 bench/bench_launch.py [--launches 200] [--repeats 7] [--out FILE.json]
 
@@ -48,6 +49,70 @@ def _scaled_sum_kernel(
     tl.store(out_ptr + row * out_stride + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _load_decode_inputs_kernel(
+    ids_src, ids_dst, pos_src, pos_dst, loc_src, loc_dst, lens_src, lens_dst, rows_src, rows_dst, n,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    # One launch for a decode batch's five inputs (four int64 fields and the int32 seq_lens), against the torch path's
+    # two (one _foreach_copy_ of the int64 fields, one copy_).
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(ids_dst + offsets, tl.load(ids_src + offsets, mask=mask), mask=mask)
+    tl.store(pos_dst + offsets, tl.load(pos_src + offsets, mask=mask), mask=mask)
+    tl.store(loc_dst + offsets, tl.load(loc_src + offsets, mask=mask), mask=mask)
+    tl.store(lens_dst + offsets, tl.load(lens_src + offsets, mask=mask), mask=mask)
+    tl.store(rows_dst + offsets, tl.load(rows_src + offsets, mask=mask), mask=mask)
+
+
+def input_copy_paths(device: torch.device, batch_size: int = 1) -> dict[str, Callable[[], object]]:
+    """A decode batch's inputs copied into a runner's static buffers, rotating over four source batches: the
+    runner's ``StaticInputs.load`` (torch) and one fused Triton copy (``FastLauncher``, and bound to one source)."""
+    from cudagraph.runner import ForwardBatch, ForwardMode
+    from cudagraph.runner.static_buffers import DECODE_FIELDS, StaticInputs
+
+    static = StaticInputs.allocate(DECODE_FIELDS, 256, 256, device, seq_len_fill_value=1)
+    static.mirror_seq_lens_cpu = False
+
+    def batch(seed: int) -> ForwardBatch:
+        def column(dtype: torch.dtype) -> torch.Tensor:
+            return torch.arange(seed, seed + batch_size, device=device, dtype=dtype)
+
+        return ForwardBatch(
+            forward_mode=ForwardMode.DECODE,
+            batch_size=batch_size,
+            input_ids=column(torch.int64),
+            positions=column(torch.int64),
+            out_cache_loc=column(torch.int64),
+            seq_lens=column(torch.int32),
+            seq_lens_sum=0,
+            req_pool_indices=column(torch.int64),
+        )
+
+    batches = [batch(seed) for seed in range(4)]
+    names = [spec.name for spec in DECODE_FIELDS]
+    fused = FastLauncher(_load_decode_inputs_kernel)
+
+    def fused_args(source: ForwardBatch) -> tuple[object, ...]:
+        pairs = [(getattr(source, name), static.view(name, batch_size)) for name in names]
+        return (*[tensor for pair in pairs for tensor in pair], batch_size)
+
+    rotation = iter(range(1 << 62))
+    bound = fused.bind((1,), fused_args(batches[0]), {"BLOCK": 256}, num_warps=1)
+
+    def torch_load() -> None:
+        static.load(batches[next(rotation) % 4], batch_size, batch_size)
+
+    def fused_load() -> None:
+        fused((1,), fused_args(batches[next(rotation) % 4]), {"BLOCK": 256}, num_warps=1)
+
+    return {
+        "inputs: StaticInputs.load (torch)": torch_load,
+        "inputs: fused Triton copy": fused_load,
+        "inputs: fused copy, bound": bound,
+    }
+
+
 def host_us_per_launch(launch: Callable[[], object], launches: int, repeats: int, device: torch.device) -> float:
     """Median host microseconds a launch: ``harness.engine_timing.host_time_us`` of ``launches`` back-to-back
     launches, behind a device sleep long enough for all of them."""
@@ -85,6 +150,7 @@ def main() -> None:
         "kernel: bound direct_launch": bound,
         "engine gemv: FastLauncher": lambda: triton_ops.gemv(x, weight),
     }
+    paths.update(input_copy_paths(device))
     timings = {name: host_us_per_launch(launch, args.launches, args.repeats, device) for name, launch in paths.items()}
     with through_jit():  # the same op, every launch through Triton's JIT call
         timings["engine gemv: Triton JIT call"] = host_us_per_launch(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import functools
 import io
 import pstats
 import statistics
@@ -250,6 +251,8 @@ class HostCost:
     batch_size: int
     raw_us: float
     full_us: float
+    full_in_place_us: float
+    """The full runner replaying a batch written into its input views (``input_views``): no input copy."""
     breakable_us: float
     breaks: int
     """Eager breaks of the breakable graph the batch replays (one per attention layer)."""
@@ -263,13 +266,23 @@ class HostCost:
         return self.full_us - self.raw_us
 
     @property
+    def in_place_over_raw_us(self) -> float:
+        """Host work the full runner adds to a raw replay when the batch is already in its input views."""
+        return self.full_in_place_us - self.raw_us
+
+    @property
     def per_break_us(self) -> float:
         """Host cost of one eager break: ``(breakable - full) / breaks``."""
         return (self.breakable_us - self.full_us) / self.breaks if self.breaks else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields, the derived ones included."""
-        return {**asdict(self), "runner_over_raw_us": self.runner_over_raw_us, "per_break_us": self.per_break_us}
+        return {
+            **asdict(self),
+            "runner_over_raw_us": self.runner_over_raw_us,
+            "in_place_over_raw_us": self.in_place_over_raw_us,
+            "per_break_us": self.per_break_us,
+        }
 
 
 def host_time_us(
@@ -291,6 +304,18 @@ def host_time_us(
         samples.append(elapsed)
         waited = waited or elapsed * 1e3 >= 0.9 * head_start_ms
     return statistics.median(samples) * 1e6, waited
+
+
+def batch_in_views(runner: DecodeCudaGraphRunner, batch: ForwardBatch) -> ForwardBatch:
+    """``batch`` written into ``runner``'s input views (what an engine building its step in place hands over)."""
+    views = runner.input_views(batch.batch_size)
+    if views is None:
+        raise ValueError(f"{runner!r} replays no graph at batch size {batch.batch_size}: it has no input views")
+    for name, view in views.items():
+        source = getattr(batch, name)
+        if source is not None:
+            view.copy_(source)
+    return replace(batch, **views)
 
 
 def measure_host_costs(
@@ -316,14 +341,18 @@ def measure_host_costs(
             full_us, full_waited = host_time_us(
                 _step_of("full", model_runner, batch, runners), model_runner.device, repeats=repeats
             )
+            in_place = batch_in_views(runners["full"], batch)
+            in_place_us, in_place_waited = host_time_us(
+                functools.partial(runners["full"].replay, in_place), model_runner.device, repeats=repeats
+            )
             breakable = runners["breakable"]
             breakable_us, breakable_waited = host_time_us(
                 _step_of("breakable", model_runner, batch, runners), model_runner.device, repeats=repeats
             )
             bucket = breakable.pad_to_bucket(batch_size)
             breaks = breakable.backend.entries[bucket].graph.num_eager_calls if bucket is not None else 0
-            waited = raw_waited or full_waited or breakable_waited
-            costs.append(HostCost(batch_size, raw_us, full_us, breakable_us, breaks, waited))
+            waited = raw_waited or full_waited or in_place_waited or breakable_waited
+            costs.append(HostCost(batch_size, raw_us, full_us, in_place_us, breakable_us, breaks, waited))
             release_synthetic_batch(model_runner, batch, context_len)
     finally:
         for runner in runners.values():
@@ -333,12 +362,16 @@ def measure_host_costs(
 
 def format_host_costs(costs: list[HostCost]) -> str:
     """A plain-text table of ``HostCost`` rows."""
-    lines = ["batch | raw host us | full host us | breakable host us | breaks | runner over raw us | us per break"]
+    lines = [
+        "batch | raw host us | full host us | full in place host us | breakable host us | breaks | runner over raw us "
+        "| in place over raw us | us per break"
+    ]
     for cost in costs:
         flag = "  (waited on the device)" if cost.device_waited else ""
         lines.append(
-            f"{cost.batch_size} | {cost.raw_us:.1f} | {cost.full_us:.1f} | {cost.breakable_us:.1f} | {cost.breaks} | "
-            f"{cost.runner_over_raw_us:.1f} | {cost.per_break_us:.2f}{flag}"
+            f"{cost.batch_size} | {cost.raw_us:.1f} | {cost.full_us:.1f} | {cost.full_in_place_us:.1f} | "
+            f"{cost.breakable_us:.1f} | {cost.breaks} | {cost.runner_over_raw_us:.1f} | "
+            f"{cost.in_place_over_raw_us:.1f} | {cost.per_break_us:.2f}{flag}"
         )
     return "\n".join(lines)
 

@@ -22,8 +22,11 @@ EAGER = CudaGraphConfig(PhaseConfig(Backend.DISABLED, (), 0), PhaseConfig(Backen
 
 
 def test_per_break_cost_is_the_breakable_excess_over_full_per_break() -> None:
-    cost = HostCost(batch_size=1, raw_us=6.0, full_us=14.0, breakable_us=238.0, breaks=28, device_waited=False)
+    cost = HostCost(
+        batch_size=1, raw_us=6.0, full_us=14.0, full_in_place_us=9.0, breakable_us=238.0, breaks=28, device_waited=False
+    )
     assert cost.runner_over_raw_us == pytest.approx(8.0)
+    assert cost.in_place_over_raw_us == pytest.approx(3.0)
     assert cost.per_break_us == pytest.approx(8.0)
     row = cost.as_dict()
     assert row["per_break_us"] == pytest.approx(8.0) and row["runner_over_raw_us"] == pytest.approx(8.0)
@@ -31,10 +34,12 @@ def test_per_break_cost_is_the_breakable_excess_over_full_per_break() -> None:
 
 
 def test_a_graph_without_breaks_has_no_per_break_cost_and_waits_are_flagged() -> None:
-    cost = HostCost(batch_size=4, raw_us=6.0, full_us=9.0, breakable_us=9.5, breaks=0, device_waited=True)
+    cost = HostCost(
+        batch_size=4, raw_us=6.0, full_us=9.0, full_in_place_us=7.5, breakable_us=9.5, breaks=0, device_waited=True
+    )
     assert cost.per_break_us == 0.0
     table = format_host_costs([cost])
-    assert table.splitlines()[1].startswith("4 | 6.0 | 9.0 | 9.5 | 0 | 3.0 | 0.00")
+    assert table.splitlines()[1].startswith("4 | 6.0 | 9.0 | 7.5 | 9.5 | 0 | 3.0 | 1.5 | 0.00")
     assert "waited on the device" in table
 
 

@@ -6,6 +6,7 @@ measurement and the device timeline of the engine's decode timing are the harnes
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Iterator
 from unittest import mock
@@ -183,4 +184,38 @@ def test_flashinfer_replay_planning_launches_no_kernel_and_full_decode_matches_e
             want = graphed.forward(batch)
             torch.testing.assert_close(have, want, **BF16_LOGITS, msg=f"batch size {batch_size}")
             assert torch.equal(have.argmax(-1), want.argmax(-1)), f"batch size {batch_size}: greedy tokens differ"
+            release_decode_batch(graphed, batch)
+
+
+@pytest.mark.parametrize("attention", ["torch", "triton"])
+def test_a_full_replay_of_a_batch_written_in_place_launches_only_the_graph(attention: str) -> None:
+    """A decode step written into the runner's input views replays with one CUDA call, the graph launch (no input
+    copy, no kernel), and gives the logits of the same step copied in and of eager."""
+    setup = ATTENTION[attention]
+    with engine(setup["preset"], FULL_DECODE, attention=attention, dtype=setup["dtype"]) as graphed:
+        fill_cache(graphed, seed=29)
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        for batch_size in (1, 5, 64):
+            batch = decode_batch_of_lengths(graphed, context_lens(batch_size, 200 + batch_size), seed=batch_size)
+            copied = runner.replay(batch).clone()
+            views = runner.input_views(batch_size)
+            assert views is not None
+            for name, view in views.items():
+                view.copy_(getattr(batch, name))
+            in_place = dataclasses.replace(batch, **views)
+            torch.cuda.synchronize()
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=activities) as profiler:
+                have = runner.replay(in_place)
+                torch.cuda.synchronize()
+            calls = sorted(
+                e.name for e in profiler.events() if e.name.startswith(("cuda", "cu")) and "Synchronize" not in e.name
+            )
+            launches = [name for name in calls if "Launch" in name or "Memcpy" in name or "Memset" in name]
+            assert launches == ["cudaGraphLaunch"], f"batch size {batch_size}: {calls}"
+            torch.testing.assert_close(have, copied, rtol=0, atol=0)
+            want = graphed.forward(batch)
+            tolerance = BF16_LOGITS if setup["dtype"] == "bfloat16" else {"rtol": 1e-4, "atol": 1e-4}
+            torch.testing.assert_close(have, want, **tolerance, msg=f"batch size {batch_size}")
             release_decode_batch(graphed, batch)

@@ -3,11 +3,13 @@ running requests' next tokens mixed in), decode (one token each) and verify (the
 speculative decoding).
 
 A request reserves its KV slots for its whole budget (prompt plus new tokens) when it is admitted, so a step never
-allocates; building a batch is host bookkeeping plus one host-to-device copy per field.
+allocates; building a batch is host bookkeeping plus one host-to-device copy per field (written straight into a
+graph runner's static buffers where it gives ``input_views``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,10 +85,18 @@ def _slots(request: Request, start: int, stop: int) -> torch.Tensor:
 
 
 def _step_batch(
-    mode: ForwardMode, requests: list[Request], new_tokens: list[list[int]], device: torch.device, **extend: Any
+    mode: ForwardMode,
+    requests: list[Request],
+    new_tokens: list[list[int]],
+    device: torch.device,
+    into: Mapping[str, torch.Tensor] | None = None,
+    **extend: Any,
 ) -> ForwardBatch:
     """The batch of ``mode`` feeding each request its ``new_tokens`` at the positions after its cached ones (their
-    keys and values going to its next slots), request after request; ``extend`` sets the extend fields."""
+    keys and values going to its next slots), request after request; ``extend`` sets the extend fields.
+
+    ``into``: a graph runner's ``input_views`` for this step; the fields are written there (one host-to-device copy
+    each, as without them) and the batch views them, so the runner's replay copies nothing."""
     input_ids: list[int] = []
     positions: list[int] = []
     slots: list[torch.Tensor] = []
@@ -98,16 +108,31 @@ def _step_batch(
         slots.append(_slots(request, start, end))
         seq_lens.append(end)
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
+    host = {
+        "input_ids": torch.tensor(input_ids, dtype=torch.int64),
+        "positions": torch.tensor(positions, dtype=torch.int64),
+        "seq_lens": seq_lens_cpu,
+        "req_pool_indices": torch.tensor([r.req_pool_index for r in requests], dtype=torch.int64),
+        "out_cache_loc": torch.cat(slots),
+    }
+    if into is None:
+        fields = {name: tensor.to(device) for name, tensor in host.items()}
+        fields["seq_lens_cpu"] = seq_lens_cpu
+    else:
+        fields = dict(into)
+        for name, tensor in host.items():
+            fields[name].copy_(tensor, non_blocking=True)
+        fields["seq_lens_cpu"].copy_(seq_lens_cpu)
     return ForwardBatch(
         forward_mode=mode,
         batch_size=len(requests),
-        input_ids=torch.tensor(input_ids, dtype=torch.int64, device=device),
-        positions=torch.tensor(positions, dtype=torch.int64, device=device),
-        seq_lens=seq_lens_cpu.to(device),
-        req_pool_indices=torch.tensor([r.req_pool_index for r in requests], dtype=torch.int64, device=device),
-        out_cache_loc=torch.cat(slots).to(device),
+        input_ids=fields["input_ids"],
+        positions=fields["positions"],
+        seq_lens=fields["seq_lens"],
+        req_pool_indices=fields["req_pool_indices"],
+        out_cache_loc=fields["out_cache_loc"],
         seq_lens_sum=sum(seq_lens),
-        seq_lens_cpu=seq_lens_cpu,
+        seq_lens_cpu=fields["seq_lens_cpu"],
         **extend,
     )
 
@@ -136,18 +161,26 @@ def make_extend_batch(requests: list[Request], device: torch.device, limits: lis
     )
 
 
-def make_decode_batch(requests: list[Request], device: torch.device) -> ForwardBatch:
-    """The last token of each request (all earlier tokens cached)."""
-    return _step_batch(ForwardMode.DECODE, requests, [[request.token_ids[-1]] for request in requests], device)
+def make_decode_batch(
+    requests: list[Request], device: torch.device, into: Mapping[str, torch.Tensor] | None = None
+) -> ForwardBatch:
+    """The last token of each request (all earlier tokens cached); ``into``: written into a runner's input views."""
+    return _step_batch(ForwardMode.DECODE, requests, [[request.token_ids[-1]] for request in requests], device, into)
 
 
-def make_verify_batch(requests: list[Request], drafts: list[list[int]], device: torch.device) -> ForwardBatch:
+def make_verify_batch(
+    requests: list[Request],
+    drafts: list[list[int]],
+    device: torch.device,
+    into: Mapping[str, torch.Tensor] | None = None,
+) -> ForwardBatch:
     """A speculative verify step: each request's last token then its drafts (the same number for every request),
-    at the positions after its cached tokens, their keys and values written to its next slots."""
+    at the positions after its cached tokens, their keys and values written to its next slots; ``into``: written
+    into a runner's input views."""
     if len(drafts) != len(requests) or len({len(draft) for draft in drafts}) > 1:
         raise ValueError(
             f"a verify step needs one draft per request, all of one length; got {len(requests)} requests and drafts "
             f"of lengths {[len(draft) for draft in drafts]}"
         )
     new_tokens = [[request.token_ids[-1], *draft] for request, draft in zip(requests, drafts, strict=True)]
-    return _step_batch(ForwardMode.TARGET_VERIFY, requests, new_tokens, device)
+    return _step_batch(ForwardMode.TARGET_VERIFY, requests, new_tokens, device, into)

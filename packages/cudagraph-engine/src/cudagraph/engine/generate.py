@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .batch import Request, SamplingParams, make_decode_batch, make_extend_batch, make_verify_batch
+from .batch import Request, SamplingParams, make_extend_batch
 from .kv_cache import CacheFullError
 from .model_runner import ModelRunner
 from .speculative import Drafter, accept_greedy
@@ -161,7 +161,7 @@ class Scheduler:
         elif self.policy.drafter is not None:
             self._verify_step(self.policy.drafter)
         else:
-            batch = make_decode_batch(self.running, self.model_runner.device)
+            batch = self.model_runner.decode_batch(self.running)
             self._sample_into(self.running, self.model_runner.run(batch))
             self.stats.decode_steps += 1
         still_running = [r for r in self.running if r not in admitted] + admitted
@@ -202,7 +202,7 @@ class Scheduler:
             budget -= chunks[-1]
         taken = [(r, n) for r, n in zip(prefilling, chunks, strict=True) if n > 0]
         if not taken:  # only decodes: a uniform step, for the decode graphs
-            self._sample_into(decoding, self.model_runner.run(make_decode_batch(decoding, self.model_runner.device)))
+            self._sample_into(decoding, self.model_runner.run(self.model_runner.decode_batch(decoding)))
             self.stats.decode_steps += 1
             return
         requests = decoding + [r for r, _ in taken]
@@ -216,7 +216,7 @@ class Scheduler:
         """Draft for every running request, verify all drafts in one step, keep what the target agrees with."""
         requests = self.running
         drafts = drafter.propose_batch(requests)
-        batch = make_verify_batch(requests, drafts, self.model_runner.device)
+        batch = self.model_runner.verify_batch(requests, drafts)
         query_len = drafter.num_tokens + 1
         target = self.model_runner.run(batch).argmax(dim=-1).view(len(requests), query_len).tolist()
         for request, draft, target_tokens in zip(requests, drafts, target, strict=True):

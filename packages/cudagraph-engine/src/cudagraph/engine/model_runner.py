@@ -22,11 +22,18 @@ import torch
 
 from cudagraph.backend_utils import ForwardContext, compiled_model_forward, set_forward_context
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Phase
-from cudagraph.runner import DecodeCudaGraphRunner, EagerReason, ForwardBatch, PrefillCudaGraphRunner, ReplayMetrics
+from cudagraph.runner import (
+    DecodeCudaGraphRunner,
+    EagerReason,
+    ForwardBatch,
+    ForwardMode,
+    PrefillCudaGraphRunner,
+    ReplayMetrics,
+)
 
 from .attention import make_attention_backend
 from .attention.op import attend
-from .batch import Request
+from .batch import Request, make_decode_batch, make_verify_batch
 from .kernels import KernelTarget, LayerKernels, select_kernels
 from .kv_cache import ReqToTokenPool, TokenToKVPool, check_page_size, pages_for
 
@@ -357,6 +364,26 @@ class ModelRunner:
         metrics = self.verify_cuda_graph_metrics if mode.is_verify() else self.cuda_graph_metrics[phase]
         metrics.count_eager(self.runnerless_reason(phase), batch.num_tokens)
         return self.forward(batch)
+
+    def input_views(self, mode: ForwardMode, batch_size: int) -> dict[str, torch.Tensor] | None:
+        """Where a decode or verify step of ``batch_size`` requests can be written so that its replay copies nothing
+        (the runner's ``input_views``); ``None`` for extend steps, without a runner, or when the step would run
+        eagerly."""
+        runner = self.verify_cuda_graph_runner if mode.is_verify() else self.decode_cuda_graph_runner
+        if mode.is_extend() or runner is None:
+            return None
+        return runner.input_views(batch_size)
+
+    def decode_batch(self, requests: list[Request]) -> ForwardBatch:
+        """The decode step of ``requests`` (``batch.make_decode_batch``), written into the decode graph's input
+        views where it will replay one (the replay then copies nothing)."""
+        return make_decode_batch(requests, self.device, self.input_views(ForwardMode.DECODE, len(requests)))
+
+    def verify_batch(self, requests: list[Request], drafts: list[list[int]]) -> ForwardBatch:
+        """The verify step of ``requests`` and their ``drafts`` (``batch.make_verify_batch``), written into the verify
+        graph's input views where it will replay one."""
+        views = self.input_views(ForwardMode.TARGET_VERIFY, len(requests))
+        return make_verify_batch(requests, drafts, self.device, views)
 
     def runnerless_reason(self, phase: Phase) -> EagerReason:
         """Why a ``phase`` step runs eagerly while the phase has no graph runner: there is no CUDA device ("graphs

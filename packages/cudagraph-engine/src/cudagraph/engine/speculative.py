@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from .batch import Request, make_decode_batch, make_extend_batch
+from .batch import Request, make_extend_batch
 
 if TYPE_CHECKING:
     from .model_runner import ModelRunner
@@ -130,7 +130,7 @@ class DraftModelDrafter:
         device = self.model_runner.device
         self._append_greedy(mirrors, self.model_runner.run(make_extend_batch(mirrors, device)))
         for _ in range(self.num_tokens - 1):
-            self._append_greedy(mirrors, self.model_runner.run(make_decode_batch(mirrors, device)))
+            self._append_greedy(mirrors, self.model_runner.run(self.model_runner.decode_batch(mirrors)))
         return [mirror.output_ids[-self.num_tokens :] for mirror in mirrors]
 
     def release(self, request: Request) -> None:

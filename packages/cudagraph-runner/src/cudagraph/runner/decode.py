@@ -149,6 +149,30 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         routes = self._routes_by_size
         return routes[size] if size < len(routes) else self._route_beyond
 
+    def input_views(self, batch_size: int) -> dict[str, torch.Tensor] | None:
+        """Where to write a step of ``batch_size`` requests so that its replay copies nothing: the first rows of the
+        static buffers by ``ForwardBatch`` field name (``batch_size * query_len`` rows per token, ``batch_size`` per
+        request) and ``"seq_lens_cpu"``, the same tensors every call; ``None`` when that size would not replay a
+        graph (it runs eagerly: build its batch as usual).
+
+        Example (an engine's decode step; ``host`` holds its fields as CPU tensors, ``seq_lens_cpu`` included)::
+
+            views = runner.input_views(batch_size)
+            if views is None:  # eager: the batch's own tensors
+                fields = {name: tensor.to(device) for name, tensor in host.items()}
+                fields["seq_lens_cpu"] = host["seq_lens_cpu"]
+            else:  # written in place: the replay copies nothing
+                fields = views
+                for name, tensor in host.items():
+                    views[name].copy_(tensor, non_blocking=True)
+            batch = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=batch_size, seq_lens_sum=total, **fields)
+            logits = runner.replay(batch)
+        """
+        routes = self._routes_by_size
+        if batch_size < 1 or batch_size >= len(routes) or routes[batch_size].bucket is None:
+            return None
+        return self.inputs.views(batch_size * self.query_len, batch_size)
+
     def bucket_of(self, batch: ForwardBatch) -> int | None:
         """The bucket ``batch`` replays, or ``None`` when it must run eagerly."""
         return self.route(batch).bucket

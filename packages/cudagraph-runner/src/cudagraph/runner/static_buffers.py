@@ -5,6 +5,10 @@ A padded row points at the scratch request row and the scratch KV slot and carri
 per dtype (on CUDA, one fused kernel for all int64 fields and one for the int32 ones). Everything a copy of a given
 size needs besides the batch (the target views, the readers of the batch's fields, the host mirror's view) is built
 once per size and cached, so a step builds no lists and looks up no names.
+
+A caller that writes its batch straight into the buffers (``StaticInputs.views``: the first rows of each, the same
+tensor objects every time) makes no copy at all: a group whose fields are those views is skipped, so such a step
+launches nothing before the graph.
 """
 
 from __future__ import annotations
@@ -49,23 +53,37 @@ EXTEND_FIELDS = (
 
 @dataclass(frozen=True)
 class _LoadPlan:
-    """How a batch of one size is copied in: one bound copy per dtype group, and the view of the host ``seq_lens``
-    mirror its lengths go to."""
+    """How a batch of one size is copied in: one bound copy per dtype group, the view of the host ``seq_lens``
+    mirror its lengths go to, and every target view by field name (what ``StaticInputs.views`` hands out)."""
 
     copies: tuple[Callable[[ForwardBatch], object], ...]
     host_seq_lens: torch.Tensor
+    views: dict[str, torch.Tensor]
 
 
 def _group_copy(targets: tuple[torch.Tensor, ...], names: tuple[str, ...]) -> Callable[[ForwardBatch], object]:
     """Copy the batch's fields ``names`` into ``targets`` (same order): one fused ``_foreach_copy_`` for several,
-    a plain ``copy_`` for one (the multi-tensor path costs more host time than it saves on a single tensor)."""
+    a plain ``copy_`` for one (the multi-tensor path costs more host time than it saves on a single tensor). Fields
+    that are the targets themselves (written in place) are not copied."""
     if len(names) == 1:
         (target,), read_one = targets, operator.attrgetter(names[0])
         copy_one = target.copy_
-        return lambda batch: copy_one(read_one(batch))
-    read_all, foreach_copy = operator.attrgetter(*names), torch._foreach_copy_
+
+        def copy_field(batch: ForwardBatch) -> None:
+            source = read_one(batch)
+            if source is not target:
+                copy_one(source)
+
+        return copy_field
+    read_all, foreach_copy, same = operator.attrgetter(*names), torch._foreach_copy_, operator.is_
     target_list = list(targets)
-    return lambda batch: foreach_copy(target_list, read_all(batch))
+
+    def copy_fields(batch: ForwardBatch) -> None:
+        sources = read_all(batch)
+        if not all(map(same, sources, targets)):
+            foreach_copy(target_list, sources)
+
+    return copy_fields
 
 
 @dataclass
@@ -112,25 +130,40 @@ class StaticInputs:
         return self.tensors[name][:rows]
 
     def load(self, batch: ForwardBatch, num_tokens: int, num_requests: int) -> None:
-        """Copy ``batch``'s fields into the first rows, then re-pad rows a larger earlier batch left behind."""
+        """Copy ``batch``'s fields into the first rows (none that are ``views`` already), then re-pad rows a larger
+        earlier batch left behind."""
+        plan = self._plan(num_tokens, num_requests)
+        for copy in plan.copies:
+            copy(batch)  # same-dtype fields take the fused multi-tensor path: one launch per group
+        host_seq_lens = batch.seq_lens_cpu
+        if self.mirror_seq_lens_cpu and host_seq_lens is not None and host_seq_lens is not plan.host_seq_lens:
+            plan.host_seq_lens.copy_(host_seq_lens)
+        self.pad_from(num_tokens, num_requests)
+
+    def views(self, num_tokens: int, num_requests: int) -> dict[str, torch.Tensor]:
+        """The first rows of every buffer (per-token fields ``num_tokens``, per-request ones ``num_requests``) by
+        field name, and ``seq_lens_cpu``'s as ``"seq_lens_cpu"``: the same tensor objects at every call. A batch
+        built from them, its values written in place, loads without a copy. Rows past them are re-padded by
+        ``load`` as usual; write only these rows, and only after the previous step's reads are queued (same
+        stream)."""
+        plan = self._plan(num_tokens, num_requests)
+        return {**plan.views, "seq_lens_cpu": plan.host_seq_lens}
+
+    def _plan(self, num_tokens: int, num_requests: int) -> _LoadPlan:
         plan = self._load_plans.get((num_tokens, num_requests))
         if plan is None:
             plan = self._load_plans[(num_tokens, num_requests)] = self._plan_load(num_tokens, num_requests)
-        for copy in plan.copies:
-            copy(batch)  # same-dtype fields take the fused multi-tensor path: one launch per group
-        if self.mirror_seq_lens_cpu and batch.seq_lens_cpu is not None:
-            plan.host_seq_lens.copy_(batch.seq_lens_cpu)
-        self.pad_from(num_tokens, num_requests)
+        return plan
 
     def _plan_load(self, num_tokens: int, num_requests: int) -> _LoadPlan:
+        views = {
+            spec.name: self.view(spec.name, num_tokens if spec.per_token else num_requests) for spec in self.fields
+        }
         copies = tuple(
-            _group_copy(
-                tuple(self.view(spec.name, num_tokens if spec.per_token else num_requests) for spec in group),
-                tuple(spec.name for spec in group),
-            )
+            _group_copy(tuple(views[spec.name] for spec in group), tuple(spec.name for spec in group))
             for group in self.dtype_groups
         )
-        return _LoadPlan(copies, self.seq_lens_cpu[:num_requests])
+        return _LoadPlan(copies, self.seq_lens_cpu[:num_requests], views)
 
     def pad_from(self, num_tokens: int, num_requests: int) -> None:
         """Make every row from ``num_tokens`` / ``num_requests`` on hold padding (no launch when they already do)."""

@@ -1,9 +1,10 @@
-"""Where a ``tc_piecewise`` decode step spends its host time (a script, not a test): build the engine the bench
-builds, capture ``tc_piecewise`` and ``breakable`` decode graphs, and for each print the replay's sequence (segments,
-split calls, bound calls), the host time of the runner's replay and of the bare sequence, and the top of a cProfile
-of the runner's replay.
+"""Where a decode step replayed by a runner spends its host time (a script, not a test): build the engine the bench
+builds, capture ``full``, ``breakable`` and ``tc_piecewise`` decode graphs, and for each print the replay's sequence
+(segments, split calls, bound calls), the host time of the runner's replay (the batch copied in, and written in place
+in its input views) and of the bare replay, the CUDA runtime calls a step makes (torch.profiler), and the top of a
+cProfile of the runner's replay.
 
-    python bench/profile_tc_piecewise.py --preset qwen3-0.6b --attention-backend triton --batch-size 1
+    python bench/profile_replay.py --preset qwen3-0.6b --attention-backend triton --batch-size 1
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.engine_timing import batch_in_views
 from harness.workload import build_model_runner
 
 from cudagraph.config import resolve
@@ -30,6 +32,7 @@ from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_b
 from cudagraph.runner import DecodeCudaGraphRunner
 
 ROWS = {
+    "full": {"decode_cuda_graph_backend": "full"},
     "breakable": {"decode_cuda_graph_backend": "breakable"},
     "tc_piecewise/eager": {"decode_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "eager"},
     "tc_piecewise/inductor": {"decode_cuda_graph_backend": "tc_piecewise", "tc_piecewise_compiler": "inductor"},
@@ -46,6 +49,21 @@ def host_us(step: object, steps: int) -> float:
         torch.cuda.synchronize()
     times.sort()
     return times[len(times) // 2] * 1e6
+
+
+def runtime_calls_per_step(step: object, steps: int = 50) -> dict[str, float]:
+    """CUDA runtime and driver calls per ``step()`` (launches, copies, graph launches), from torch.profiler."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profile:
+        for _ in range(steps):
+            step()  # type: ignore[operator]
+        torch.cuda.synchronize()
+    calls = {
+        event.key: event.count / steps
+        for event in profile.key_averages()
+        if event.key.startswith(("cuda", "cu")) and event.key != "cudaDeviceSynchronize"
+    }
+    return dict(sorted(calls.items(), key=lambda item: -item[1]))
 
 
 def main(argv: list[str]) -> int:
@@ -84,6 +102,12 @@ def main(argv: list[str]) -> int:
             torch.cuda.synchronize()
             figures["runner_replay_host_us"] = round(host_us(functools.partial(runner.replay, batch), 200), 1)
             figures["bare_replay_host_us"] = round(host_us(entry.replay, 200), 1)
+            in_place = batch_in_views(runner, batch)
+            replay_in_place = functools.partial(runner.replay, in_place)
+            figures["runner_replay_in_place_host_us"] = round(host_us(replay_in_place, 200), 1)
+            # The profiler last: once it has run, CUDA calls in this process cost more host time.
+            figures["runtime_calls_per_step"] = runtime_calls_per_step(functools.partial(runner.replay, batch))
+            figures["in_place_runtime_calls_per_step"] = runtime_calls_per_step(replay_in_place)
             print(json.dumps(figures), flush=True)
             profiler = cProfile.Profile()
             profiler.enable()

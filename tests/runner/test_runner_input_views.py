@@ -1,0 +1,99 @@
+"""Steps written straight into a runner's static buffers (``input_views``): the replay copies nothing, gives what a
+copied batch gives, and padding still follows the step's size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
+from test_runner_decode import captured_runner, decode_batch
+
+from cudagraph.engine.batch import make_decode_batch
+from cudagraph.engine.testing import DispatchedOps
+from cudagraph.runner import PADDING_KV_SLOT, ForwardMode
+from cudagraph.runner.static_buffers import DECODE_FIELDS, StaticInputs
+
+COPY_OPS = ("aten.copy_", "aten._foreach_copy_")
+
+
+def copies_dispatched(step) -> list[str]:
+    """The copy ops ``step()`` dispatched (a copy into a static buffer is one of them)."""
+    with DispatchedOps() as ops:
+        step()
+    return [op for op in ops.computed if op.startswith(COPY_OPS)]
+
+
+def test_views_are_the_same_tensors_at_every_call_and_cover_every_field() -> None:
+    inputs = StaticInputs.allocate(DECODE_FIELDS, 8, 8, torch.device("cpu"), seq_len_fill_value=1)
+    first, second = inputs.views(3, 3), inputs.views(3, 3)
+    assert set(first) == {spec.name for spec in DECODE_FIELDS} | {"seq_lens_cpu"}
+    assert all(first[name] is second[name] for name in first)
+    assert all(view.shape == (3,) for view in first.values())
+    assert first["input_ids"].data_ptr() == inputs.tensors["input_ids"].data_ptr()
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 8])
+def test_a_step_written_into_the_views_replays_without_a_copy_and_gives_the_copied_logits(batch_size: int) -> None:
+    model_runner = make_model_runner()
+    runner, backend = captured_runner(model_runner)
+    requests = admit(model_runner, prompts_of([3 + (i % 5) for i in range(batch_size)], seed=batch_size))
+    prefill_eagerly(model_runner, requests)
+    copied = runner.replay(make_decode_batch(requests, model_runner.device)).clone()
+    views = runner.input_views(batch_size)
+    assert views is not None
+    in_place = make_decode_batch(requests, model_runner.device, views)
+    assert in_place.input_ids is views["input_ids"] and in_place.seq_lens_cpu is views["seq_lens_cpu"]
+    # The test double's replay copies its outputs back (as a breakable graph's eager calls do): all a step may copy.
+    graph_copies = copies_dispatched(lambda: runner.replay_graph(runner.pad_to_bucket(batch_size)))
+    logits: list[torch.Tensor] = []
+    assert copies_dispatched(lambda: logits.append(runner.replay(in_place))) == graph_copies
+    torch.testing.assert_close(logits[0], copied)
+    assert backend.replayed == [runner.pad_to_bucket(batch_size)] * 3
+
+
+def test_a_copied_step_still_copies_every_field() -> None:
+    model_runner = make_model_runner()
+    runner, _ = captured_runner(model_runner)
+    batch = decode_batch(model_runner, 3)
+    copies = copies_dispatched(lambda: runner.replay(batch))
+    graph_copies = copies_dispatched(lambda: runner.replay_graph(runner.pad_to_bucket(3)))  # planned for it now
+    # One fused copy of the int64 fields, one copy of the int32 seq_lens (the host mirror is off: torch attention).
+    input_copies = list(copies)
+    for op in graph_copies:
+        input_copies.remove(op)
+    assert sorted(input_copies) == ["aten._foreach_copy_.default", "aten.copy_.default"]
+
+
+def test_a_smaller_step_in_place_after_a_larger_one_still_pads_the_rows_it_left() -> None:
+    model_runner = make_model_runner()
+    runner, _ = captured_runner(model_runner)
+    runner.replay(decode_batch(model_runner, 8, seed=1))
+    requests = admit(model_runner, prompts_of([4, 5, 6], seed=2))
+    prefill_eagerly(model_runner, requests)
+    views = runner.input_views(3)
+    assert views is not None
+    runner.replay(make_decode_batch(requests, model_runner.device, views))
+    assert runner.inputs.tensors["out_cache_loc"][3:4].tolist() == [PADDING_KV_SLOT]  # bucket 4's padded row
+
+
+def test_only_fields_written_in_place_skip_their_copy() -> None:
+    """A batch mixing views and its own tensors: the in-place fields are not copied, the others are."""
+    inputs = StaticInputs.allocate(DECODE_FIELDS, 8, 8, torch.device("cpu"), seq_len_fill_value=1)
+    views = inputs.views(2, 2)
+    model_runner = make_model_runner()
+    requests = admit(model_runner, prompts_of([3, 4]))
+    prefill_eagerly(model_runner, requests)
+    own = make_decode_batch(requests, model_runner.device)
+    views["input_ids"].copy_(own.input_ids)
+    mixed = own.__class__(**{**own.__dict__, "input_ids": views["input_ids"]})
+    assert copies_dispatched(lambda: inputs.load(mixed, 2, 2))  # positions, slots, rows and lengths still copy
+    for spec in DECODE_FIELDS:
+        assert torch.equal(inputs.tensors[spec.name][:2], getattr(own, spec.name)), spec.name
+
+
+def test_input_views_are_none_where_a_step_would_run_eagerly(model_runner) -> None:
+    runner, _ = captured_runner(model_runner)
+    assert runner.input_views(9) is None  # beyond the largest bucket
+    assert runner.input_views(0) is None
+    assert model_runner.input_views(ForwardMode.EXTEND, 1) is None
+    assert model_runner.input_views(ForwardMode.DECODE, 1) is None  # a CPU engine holds no runner of its own
