@@ -210,28 +210,29 @@ def capture_through_an_out_of_memory(engine: ModelRunner, backend: Backend) -> t
     return runner, third
 
 
-LEAK_AFTER_OUT_OF_MEMORY = (
-    "known: after an out-of-memory injected mid-capture, breakable's shutdown left 4 MiB of free memory short (live "
-    "bytes unchanged) in earlier runs; full's 19 MiB of live logits went once the failure's suppressed contexts were "
-    "cleared too (backend_utils.exception_chain)"
-)
-
-
-@pytest.mark.parametrize(
-    "backend",
-    [
-        Backend.FULL,
-        pytest.param(Backend.BREAKABLE, marks=pytest.mark.xfail(strict=False, reason=LEAK_AFTER_OUT_OF_MEMORY)),
-    ],
-)
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
 def test_after_an_out_of_memory_mid_capture_shutdown_gives_every_byte_back(
-    engine: ModelRunner, baseline: StepBaseline, backend: Backend
+    engine: ModelRunner, backend: Backend
 ) -> None:
-    # Defined before the other out-of-memory test, so that full's is the process's first out-of-memory (a reference
-    # to a failure's frames shows there first: later ones reuse what the first left).
-    runner, _ = capture_through_an_out_of_memory(engine, backend)
-    runner.shutdown()
-    baseline.check_nothing_leaked(f"{backend} after an out-of-memory")
+    """Measured from a process that has been through this backend's out-of-memory once already.
+
+    Outside torch's allocator (reserved bytes and segments unchanged, no graph object alive), the driver holds 4 MiB
+    more after a breakable out-of-memory than after a full one, and the state flips with whichever ran last: on the
+    H100, full then breakable lost 4 MiB, breakable again 0, full again gained 4 MiB back, breakable again lost them.
+    That is where the process's driver state is, not what a capture keeps: a capture that kept anything would lose
+    it again on every repeat. So one out-of-memory capture of the same backend runs first, then the baseline, then
+    the measured one."""
+    first, _ = capture_through_an_out_of_memory(engine, backend)
+    first.shutdown()
+    del first
+    baseline = StepBaseline(engine)
+    try:
+        runner, _ = capture_through_an_out_of_memory(engine, backend)
+        runner.shutdown()
+        del runner
+        baseline.check_nothing_leaked(f"{backend} after an out-of-memory")
+    finally:
+        baseline.release()
 
 
 @pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
