@@ -22,6 +22,10 @@ class Ratio:
     key: str
     value: float
     higher_is_better: bool
+    reference: str | None = None
+    """The row the ratio divides by (``raw``, ``eager``), when it is a row of the same table."""
+    reference_ms: float | None = None
+    """That row's own step time in this run."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,8 @@ class Regression:
     key: str
     old: float
     new: float
+    note: str = ""
+    """Why it may not be this row's doing (its reference row got faster by more than the tolerance)."""
 
     @property
     def change(self) -> float:
@@ -38,16 +44,19 @@ class Regression:
         return self.new / self.old - 1.0
 
     def __str__(self) -> str:
-        return f"{self.key}: {self.old:.4g} -> {self.new:.4g} ({self.change:+.1%})"
+        note = f"; {self.note}" if self.note else ""
+        return f"{self.key}: {self.old:.4g} -> {self.new:.4g} ({self.change:+.1%}){note}"
 
 
 def _decode_ratios(result: BenchResult) -> Iterator[Ratio]:
+    step_ms = {(row.preset, row.backend, row.batch_size): row.step_ms for row in result.decode}
     for row in result.decode:
         key = f"decode/{row.preset}/{row.backend}/bs{row.batch_size}"
+        raw_ms, eager_ms = (step_ms.get((row.preset, name, row.batch_size)) for name in ("raw", "eager"))
         if row.to_raw is not None and row.backend != "raw":
-            yield Ratio(f"{key}/to_raw", row.to_raw, higher_is_better=False)
+            yield Ratio(f"{key}/to_raw", row.to_raw, higher_is_better=False, reference="raw", reference_ms=raw_ms)
         if row.to_eager is not None and row.backend != "eager":
-            yield Ratio(f"{key}/to_eager", row.to_eager, higher_is_better=False)
+            yield Ratio(f"{key}/to_eager", row.to_eager, False, reference="eager", reference_ms=eager_ms)
         yield Ratio(f"{key}/floor_fraction", row.floor_fraction, higher_is_better=True)
 
 
@@ -102,11 +111,26 @@ def is_regression(old: Ratio, new: Ratio, tolerance: float = DEFAULT_TOLERANCE) 
     return worse_by > 1.0 + tolerance
 
 
+def reference_note(old: Ratio, new: Ratio, tolerance: float = DEFAULT_TOLERANCE) -> str:
+    """Says so when the row a ratio divides by got more than ``tolerance`` faster: the ratio then reads worse even
+    if the row itself did not move (an absolute comparison, meaningful on the same machine only)."""
+    before, after = old.reference_ms, new.reference_ms
+    if not before or not after or before / after <= 1.0 + tolerance:
+        return ""
+    return f"the {new.reference} step itself went {before:.3f} -> {after:.3f} ms"
+
+
 def regressions(old: BenchResult, new: BenchResult, tolerance: float = DEFAULT_TOLERANCE) -> list[Regression]:
-    """Every ratio present in both runs that got more than ``tolerance`` worse, in key order."""
+    """Every ratio present in both runs that got more than ``tolerance`` worse, in key order (with a note where its
+    reference row got faster)."""
     old_ratios, new_ratios = ratios_of(old), ratios_of(new)
     return [
-        Regression(key, old_ratios[key].value, new_ratios[key].value)
+        Regression(
+            key,
+            old_ratios[key].value,
+            new_ratios[key].value,
+            reference_note(old_ratios[key], new_ratios[key], tolerance),
+        )
         for key in sorted(old_ratios.keys() & new_ratios.keys())
         if is_regression(old_ratios[key], new_ratios[key], tolerance)
     ]

@@ -25,6 +25,16 @@ def test_a_faster_reference_makes_every_ratio_to_it_worse() -> None:
     assert "decode/qwen3-0.6b/full/bs1/to_eager" not in keys
 
 
+def test_a_flag_caused_by_a_faster_reference_row_says_so() -> None:
+    old = sample_result()
+    found = regressions(old, scaled(old, "eager", 1 / 1.5))
+    to_eager = [regression for regression in found if regression.key.endswith("/to_eager")]
+    assert to_eager and all("the eager step itself went" in regression.note for regression in to_eager)
+    assert "the eager step itself went" in str(to_eager[0])
+    slower_full = regressions(old, scaled(old, "full", 1.15))
+    assert slower_full and all(regression.note == "" for regression in slower_full)
+
+
 def test_direction_matters_for_higher_is_better_ratios() -> None:
     old = Ratio("prefill/x/speedup", 3.0, higher_is_better=True)
     assert is_regression(old, Ratio(old.key, 3.0 / 1.15, True))
