@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
+from runner_helpers import admit, make_model_runner, prefill_eagerly, prompts_of
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend

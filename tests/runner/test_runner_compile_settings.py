@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_model_runner
+from runner_helpers import make_model_runner
 
 import cudagraph.backend.base
 from cudagraph.backend import FullCudaGraphBackend, TcPiecewiseCudaGraphBackend

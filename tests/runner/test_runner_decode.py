@@ -6,30 +6,12 @@ import logging
 
 import pytest
 import torch
-from conftest import admit, graph_config, make_model_runner, prefill_eagerly, prompts_of
+from runner_helpers import captured_runner, decode_batch, graph_config, make_model_runner
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.backend_utils import CaptureOptions
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, PhaseConfig
-from cudagraph.engine.batch import make_decode_batch
 from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, DecodeCudaGraphRunner, ForwardBatch, ForwardMode
-
-
-def captured_runner(
-    model_runner, config=None, backend_kind: Backend = Backend.FULL, **backend_options
-) -> tuple[DecodeCudaGraphRunner, CpuReplayBackend]:
-    backend = CpuReplayBackend(backend_kind, **backend_options)
-    runner = DecodeCudaGraphRunner(
-        model_runner, config or model_runner.cuda_graph_config, backend=backend, show_progress=False
-    )
-    runner.capture()
-    return runner, backend
-
-
-def decode_batch(model_runner, batch_size: int, seed: int = 0) -> ForwardBatch:
-    requests = admit(model_runner, prompts_of([3 + (i % 5) for i in range(batch_size)], seed=seed))
-    prefill_eagerly(model_runner, requests)
-    return make_decode_batch(requests, model_runner.device)
 
 
 def test_capture_goes_largest_first_and_records_stats(model_runner) -> None:

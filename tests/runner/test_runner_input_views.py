@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
-from test_runner_decode import captured_runner, decode_batch
+from runner_helpers import admit, captured_runner, decode_batch, make_model_runner, prefill_eagerly, prompts_of
 
 from cudagraph.engine.batch import make_decode_batch
 from cudagraph.engine.testing import DispatchedOps

@@ -15,7 +15,7 @@ import weakref
 
 import pytest
 import torch
-from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
+from runner_helpers import admit, make_model_runner, prefill_eagerly, prompts_of
 
 from cudagraph.backend.testing import CpuReplayBackend, SimulatedDeviceMemory
 from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, PhaseConfig

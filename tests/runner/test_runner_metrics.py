@@ -8,9 +8,9 @@ import logging
 
 import pytest
 import torch
-from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
 from hypothesis import given
 from hypothesis import strategies as st
+from runner_helpers import admit, make_model_runner, prefill_eagerly, prompts_of
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend, CudaGraphConfig, Phase, PhaseConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
+from runner_helpers import admit, make_model_runner, prefill_eagerly, prompts_of
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend

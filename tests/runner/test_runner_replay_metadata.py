@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import admit, make_model_runner, prefill_eagerly, prompts_of
+from runner_helpers import admit, make_model_runner, prefill_eagerly, prompts_of
 
 import cudagraph.runner.replay_metadata as replay_metadata_module
 from cudagraph.backend.testing import CpuReplayBackend

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 import torch
-from conftest import StubModelRunner, make_model_runner, stub_decode_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from runner_helpers import StubModelRunner, make_model_runner, stub_decode_batch
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, PhaseConfig

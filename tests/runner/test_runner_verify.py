@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import admit, graph_config, make_model_runner, prefill_eagerly, prompts_of
+from runner_helpers import admit, graph_config, make_model_runner, prefill_eagerly, prompts_of
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.backend_utils import ShapeDescriptor
