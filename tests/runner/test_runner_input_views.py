@@ -1,5 +1,5 @@
-"""Steps written straight into a runner's static buffers (``input_views``): the replay copies nothing, gives what a
-copied batch gives, and padding still follows the step's size."""
+"""Steps written straight into a runner's static buffers (``input_views``, decode and prefill): the replay copies no
+input, gives what a copied batch gives, and padding still follows the step's size."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import pytest
 import torch
 from runner_helpers import admit, captured_runner, decode_batch, make_model_runner, prefill_eagerly, prompts_of
 
-from cudagraph.engine.batch import make_decode_batch
+from cudagraph.backend.testing import CpuReplayBackend
+from cudagraph.config import Backend
+from cudagraph.engine.batch import extend_token_count, make_decode_batch, make_extend_batch
 from cudagraph.engine.testing import DispatchedOps
-from cudagraph.runner import PADDING_KV_SLOT, ForwardMode
+from cudagraph.runner import PADDING_KV_SLOT, ForwardMode, PrefillCudaGraphRunner
 from cudagraph.runner.static_buffers import DECODE_FIELDS, StaticInputs
 
 COPY_OPS = ("aten.copy_", "aten._foreach_copy_")
@@ -96,3 +98,40 @@ def test_input_views_are_none_where_a_step_would_run_eagerly(model_runner) -> No
     assert runner.input_views(0) is None
     assert model_runner.input_views(ForwardMode.EXTEND, 1) is None
     assert model_runner.input_views(ForwardMode.DECODE, 1) is None  # a CPU engine holds no runner of its own
+
+
+@pytest.mark.parametrize("lengths", [[5], [7, 11, 3], [30, 20]])
+def test_an_extend_step_written_into_the_prefill_views_replays_without_an_input_copy(lengths: list[int]) -> None:
+    model_runner = make_model_runner()
+    runner = PrefillCudaGraphRunner(
+        model_runner, model_runner.cuda_graph_config, backend=CpuReplayBackend(Backend.BREAKABLE), show_progress=False
+    )
+    runner.capture()
+    requests = admit(model_runner, prompts_of(lengths, seed=len(lengths)))
+    copied_batch = make_extend_batch(requests, model_runner.device)
+    eager = model_runner.forward(copied_batch).clone()
+    copied_copies = copies_dispatched(lambda: runner.replay(copied_batch))
+    views = runner.input_views(sum(lengths), len(lengths))
+    assert views is not None and {"extend_seq_lens", "extend_prefix_lens", "extend_start_loc"} <= set(views)
+    in_place = make_extend_batch(requests, model_runner.device, into=views)
+    assert in_place.extend_start_loc is views["extend_start_loc"]
+    logits: list[torch.Tensor] = []
+    in_place_copies = copies_dispatched(lambda: logits.append(runner.replay(in_place)))
+    # The copied step copies both dtype groups (int64 and int32 fields) and, where kept, the host lengths' mirror;
+    # the step in place none of them.
+    for op in in_place_copies:
+        copied_copies.remove(op)
+    mirror = ["aten.copy_.default"] if runner.inputs.mirror_seq_lens_cpu else []
+    assert sorted(copied_copies) == ["aten._foreach_copy_.default"] * 2 + mirror
+    torch.testing.assert_close(logits[0], eager, rtol=1e-5, atol=1e-5)
+
+
+def test_prefill_input_views_are_none_where_the_step_would_run_eagerly(model_runner) -> None:
+    runner = PrefillCudaGraphRunner(
+        model_runner, model_runner.cuda_graph_config, backend=CpuReplayBackend(Backend.BREAKABLE), show_progress=False
+    )
+    runner.capture()
+    assert runner.input_views(65, 1) is None  # beyond the largest token bucket (64)
+    assert runner.input_views(0, 0) is None
+    assert runner.input_views(16, 17) is None  # more requests than the graph has rows for
+    assert extend_token_count(admit(model_runner, prompts_of([5, 9])), limits=[4, 20]) == 4 + 9

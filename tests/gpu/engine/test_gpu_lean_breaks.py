@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections import Counter
 from collections.abc import Iterator
 from unittest import mock
 
@@ -26,6 +27,7 @@ from test_gpu_engine_graphs import (
 )
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.batch import Request, SamplingParams, make_extend_batch
 from cudagraph.engine.testing import DispatchedOps, unbound_attention
 from cudagraph.runner import ReplayMetadata
 
@@ -219,3 +221,52 @@ def test_a_full_replay_of_a_batch_written_in_place_launches_only_the_graph(atten
             tolerance = BF16_LOGITS if setup["dtype"] == "bfloat16" else {"rtol": 1e-4, "atol": 1e-4}
             torch.testing.assert_close(have, want, **tolerance, msg=f"batch size {batch_size}")
             release_decode_batch(graphed, batch)
+
+
+GREEDY = SamplingParams(max_new_tokens=1)
+BREAKABLE_PREFILL = CudaGraphConfig(
+    decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.BREAKABLE, (16, 32, 64), 64)
+)
+
+
+def cuda_calls(step) -> Counter[str]:
+    """The CUDA runtime and driver calls ``step()`` makes, by name (synchronization left out)."""
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profiler:
+        step()
+        torch.cuda.synchronize()
+    return Counter(e.name for e in profiler.events() if e.name.startswith("cu") and "Synchronize" not in e.name)
+
+
+@pytest.mark.parametrize("lengths", [[5, 9], [30, 20, 7]])
+def test_a_breakable_prefill_replay_written_in_place_drops_exactly_the_input_copies(lengths: list[int]) -> None:
+    """An extend step written into the prefill runner's input views replays what the copied step replays, minus its
+    two fused input copies (one per dtype), and gives the same logits bit for bit."""
+    setup = ATTENTION["triton"]
+    with engine(setup["preset"], BREAKABLE_PREFILL, attention="triton", dtype=setup["dtype"]) as graphed:
+        runner = graphed.prefill_cuda_graph_runner
+        assert runner is not None
+        generator = torch.Generator().manual_seed(len(lengths))
+        vocab = graphed.model.config.vocab_size
+        requests = [
+            graphed.hold(Request(index, torch.randint(0, vocab, (length,), generator=generator).tolist(), GREEDY))
+            for index, length in enumerate(lengths)
+        ]
+        try:
+            copied_batch = make_extend_batch(requests, graphed.device)
+            runner.replay(copied_batch)  # warm: first-use work out of the profiles
+            copied_logits: list[torch.Tensor] = []
+            copied = cuda_calls(lambda: copied_logits.append(runner.replay(copied_batch).clone()))
+            views = runner.input_views(sum(lengths), len(lengths))
+            assert views is not None
+            in_place_batch = make_extend_batch(requests, graphed.device, into=views)
+            in_place_logits: list[torch.Tensor] = []
+            in_place = cuda_calls(lambda: in_place_logits.append(runner.replay(in_place_batch).clone()))
+        finally:
+            for request in requests:
+                graphed.release(request)
+    print(f"\ncopied: {dict(copied)}\nin place: {dict(in_place)}")
+    assert copied - in_place == Counter({"cudaLaunchKernel": 2}), f"copied {copied}, in place {in_place}"
+    assert in_place - copied == Counter()
+    torch.testing.assert_close(in_place_logits[0], copied_logits[0], rtol=0, atol=0)

@@ -90,13 +90,15 @@ def _step_batch(
     new_tokens: list[list[int]],
     device: torch.device,
     into: Mapping[str, torch.Tensor] | None = None,
+    extend_tensors: Mapping[str, torch.Tensor] | None = None,
     **extend: Any,
 ) -> ForwardBatch:
     """The batch of ``mode`` feeding each request its ``new_tokens`` at the positions after its cached ones (their
-    keys and values going to its next slots), request after request; ``extend`` sets the extend fields.
+    keys and values going to its next slots), request after request; ``extend_tensors`` (CPU tensors, one row a
+    request) and ``extend`` (host values) set the extend fields.
 
-    ``into``: a graph runner's ``input_views`` for this step; the fields are written there (one host-to-device copy
-    each, as without them) and the batch views them, so the runner's replay copies nothing."""
+    ``into``: a graph runner's ``input_views`` for this step; the tensor fields are written there (one host-to-device
+    copy each, as without them) and the batch views them, so the runner's replay copies nothing."""
     input_ids: list[int] = []
     positions: list[int] = []
     slots: list[torch.Tensor] = []
@@ -114,6 +116,7 @@ def _step_batch(
         "seq_lens": seq_lens_cpu,
         "req_pool_indices": torch.tensor([r.req_pool_index for r in requests], dtype=torch.int64),
         "out_cache_loc": torch.cat(slots),
+        **(extend_tensors or {}),
     }
     if into is None:
         fields = {name: tensor.to(device) for name, tensor in host.items()}
@@ -133,13 +136,29 @@ def _step_batch(
         out_cache_loc=fields["out_cache_loc"],
         seq_lens_sum=sum(seq_lens),
         seq_lens_cpu=fields["seq_lens_cpu"],
+        extend_seq_lens=fields.get("extend_seq_lens"),
+        extend_prefix_lens=fields.get("extend_prefix_lens"),
+        extend_start_loc=fields.get("extend_start_loc"),
         **extend,
     )
 
 
-def make_extend_batch(requests: list[Request], device: torch.device, limits: list[int] | None = None) -> ForwardBatch:
+def extend_token_count(requests: list[Request], limits: list[int] | None = None) -> int:
+    """The tokens ``make_extend_batch(requests, device, limits)`` feeds (what its runner routes it by)."""
+    if limits is None:
+        return sum(request.uncached for request in requests)
+    return sum(min(request.uncached, limit) for request, limit in zip(requests, limits, strict=True))
+
+
+def make_extend_batch(
+    requests: list[Request],
+    device: torch.device,
+    limits: list[int] | None = None,
+    into: Mapping[str, torch.Tensor] | None = None,
+) -> ForwardBatch:
     """Every uncached token of ``requests`` (a prompt, what is left of it, or a decoding request's last token), one
-    request after another; with ``limits``, at most ``limits[i]`` of request ``i``'s (a chunk of a long prompt)."""
+    request after another; with ``limits``, at most ``limits[i]`` of request ``i``'s (a chunk of a long prompt);
+    ``into``: written into a prefill runner's input views."""
     new_tokens = [
         request.token_ids[request.cached_len :][: None if limits is None else limits[index]]
         for index, request in enumerate(requests)
@@ -152,9 +171,12 @@ def make_extend_batch(requests: list[Request], device: torch.device, limits: lis
         requests,
         new_tokens,
         device,
-        extend_seq_lens=torch.tensor(extend_lens, dtype=torch.int32, device=device),
-        extend_prefix_lens=torch.tensor(prefix_lens, dtype=torch.int32, device=device),
-        extend_start_loc=torch.tensor(start_locs, dtype=torch.int32, device=device),
+        into,
+        {
+            "extend_seq_lens": torch.tensor(extend_lens, dtype=torch.int32),
+            "extend_prefix_lens": torch.tensor(prefix_lens, dtype=torch.int32),
+            "extend_start_loc": torch.tensor(start_locs, dtype=torch.int32),
+        },
         extend_num_tokens=sum(extend_lens),
         extend_seq_lens_cpu=extend_lens,
         extend_prefix_lens_cpu=prefix_lens,

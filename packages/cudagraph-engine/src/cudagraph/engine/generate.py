@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .batch import Request, SamplingParams, make_extend_batch
+from .batch import Request, SamplingParams
 from .kv_cache import CacheFullError
 from .model_runner import ModelRunner
 from .speculative import Drafter, accept_greedy
@@ -180,7 +180,7 @@ class Scheduler:
     def _extend_step(self, requests: list[Request], limits: list[int] | None = None) -> None:
         """One extend step over ``requests`` (chunks of at most ``limits`` tokens); a request whose every token is
         then cached samples its next one, a chunk of a longer prompt only fills the cache."""
-        logits = self.model_runner.run(make_extend_batch(requests, self.model_runner.device, limits))
+        logits = self.model_runner.run(self.model_runner.extend_batch(requests, limits))
         if limits is None:
             self._sample_into(requests, logits)
             return

@@ -33,7 +33,7 @@ from cudagraph.runner import (
 
 from .attention import make_attention_backend
 from .attention.op import attend
-from .batch import Request, make_decode_batch, make_verify_batch
+from .batch import Request, extend_token_count, make_decode_batch, make_extend_batch, make_verify_batch
 from .kernels import KernelTarget, LayerKernels, select_kernels
 from .kv_cache import ReqToTokenPool, TokenToKVPool, check_page_size, pages_for
 
@@ -373,6 +373,15 @@ class ModelRunner:
         if mode.is_extend() or runner is None:
             return None
         return runner.input_views(batch_size)
+
+    def extend_batch(self, requests: list[Request], limits: list[int] | None = None) -> ForwardBatch:
+        """The extend step of ``requests`` (``batch.make_extend_batch``, chunks of at most ``limits``), written into
+        the prefill graph's input views where it will replay one (the replay then copies nothing)."""
+        runner = self.prefill_cuda_graph_runner
+        views = None
+        if runner is not None:
+            views = runner.input_views(extend_token_count(requests, limits), len(requests))
+        return make_extend_batch(requests, self.device, limits, views)
 
     def decode_batch(self, requests: list[Request]) -> ForwardBatch:
         """The decode step of ``requests`` (``batch.make_decode_batch``), written into the decode graph's input

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from .batch import Request, make_extend_batch
+from .batch import Request
 
 if TYPE_CHECKING:
     from .model_runner import ModelRunner
@@ -127,8 +127,7 @@ class DraftModelDrafter:
         """One extend step over what each mirror's cache lacks, then ``num_tokens - 1`` decode steps; the greedy
         token of each step is the next draft."""
         mirrors = [self._synced_mirror(request) for request in requests]
-        device = self.model_runner.device
-        self._append_greedy(mirrors, self.model_runner.run(make_extend_batch(mirrors, device)))
+        self._append_greedy(mirrors, self.model_runner.run(self.model_runner.extend_batch(mirrors)))
         for _ in range(self.num_tokens - 1):
             self._append_greedy(mirrors, self.model_runner.run(self.model_runner.decode_batch(mirrors)))
         return [mirror.output_ids[-self.num_tokens :] for mirror in mirrors]

@@ -121,6 +121,19 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             return _TOO_MANY_REQUESTS
         return route
 
+    def input_views(self, num_tokens: int, batch_size: int) -> dict[str, torch.Tensor] | None:
+        """Where to write an extend step of ``num_tokens`` tokens over ``batch_size`` requests so that its replay
+        copies nothing: the first rows of the static buffers by ``ForwardBatch`` field name (``num_tokens`` rows per
+        token, ``batch_size`` per request, the extend fields included) and ``"seq_lens_cpu"``, the same tensors every
+        call; ``None`` when that step would not replay a graph (see ``DecodeCudaGraphRunner.input_views``)."""
+        routes = self._routes_by_size
+        if num_tokens < 1 or num_tokens >= len(routes):
+            return None
+        route = routes[num_tokens]
+        if route.bucket is None or not 0 < batch_size <= route.requests:
+            return None
+        return self.inputs.views(num_tokens, batch_size)
+
     def replay_routed(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
         """Logits ``[batch_size, vocab]`` (each request's last token) from the graph of ``route``'s token bucket.
 
