@@ -187,14 +187,11 @@ def test_without_padding_only_exact_buckets_replay() -> None:
 
 
 def test_buckets_a_budget_left_without_graphs_route_over_budget() -> None:
-    runner, _, _ = stub_runner()
-    runner.capture()
-    # What a capture stopped by a memory budget leaves: graphs of a prefix, the rest skipped with why.
-    runner.captured_buckets = (1, 2)
-    runner.skipped_buckets = {4: "memory budget", 8: "memory budget"}
-    runner._build_routes()
-    reasons = [runner.route(stub_decode_batch(size)).reason for size in range(1, 10)]
+    # What a capture stopped by a memory budget leaves: graphs of a prefix (1, 2), the larger buckets without one.
+    table = RouteTable.build((1, 2, 4, 8), (1, 2))
+    reasons = [table.by_size[size].reason for size in range(1, 9)] + [table.beyond.reason]
     assert reasons == [None, None, *[EagerReason.OVER_BUDGET] * 6, EagerReason.TOO_LARGE]
+    assert [table.by_size[size].bucket for size in (1, 2)] == [1, 2]
 
 
 step_sizes = st.lists(st.integers(0, 12), min_size=1, max_size=40)
