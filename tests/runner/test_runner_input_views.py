@@ -9,7 +9,7 @@ from runner_helpers import admit, captured_runner, decode_batch, make_model_runn
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend
-from cudagraph.engine.batch import extend_token_count, make_decode_batch, make_extend_batch
+from cudagraph.engine.batch import extend_lens, make_decode_batch, make_extend_batch
 from cudagraph.engine.testing import DispatchedOps
 from cudagraph.runner import PADDING_KV_SLOT, ForwardMode, PrefillCudaGraphRunner
 from cudagraph.runner.static_buffers import DECODE_FIELDS, StaticInputs
@@ -134,4 +134,4 @@ def test_prefill_input_views_are_none_where_the_step_would_run_eagerly(model_run
     assert runner.input_views(65, 1) is None  # beyond the largest token bucket (64)
     assert runner.input_views(0, 0) is None
     assert runner.input_views(16, 17) is None  # more requests than the graph has rows for
-    assert extend_token_count(admit(model_runner, prompts_of([5, 9])), limits=[4, 20]) == 4 + 9
+    assert extend_lens(admit(model_runner, prompts_of([5, 9])), limits=[4, 20]) == [4, 9]

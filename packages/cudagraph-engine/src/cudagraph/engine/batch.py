@@ -118,11 +118,11 @@ def _step_batch(
         "out_cache_loc": torch.cat(slots),
         **(extend_tensors or {}),
     }
+    fields: Mapping[str, torch.Tensor]
     if into is None:
-        fields = {name: tensor.to(device) for name, tensor in host.items()}
-        fields["seq_lens_cpu"] = seq_lens_cpu
+        fields = {**{name: tensor.to(device) for name, tensor in host.items()}, "seq_lens_cpu": seq_lens_cpu}
     else:
-        fields = dict(into)
+        fields = into
         for name, tensor in host.items():
             fields[name].copy_(tensor, non_blocking=True)
         fields["seq_lens_cpu"].copy_(seq_lens_cpu)
@@ -143,11 +143,12 @@ def _step_batch(
     )
 
 
-def extend_token_count(requests: list[Request], limits: list[int] | None = None) -> int:
-    """The tokens ``make_extend_batch(requests, device, limits)`` feeds (what its runner routes it by)."""
+def extend_lens(requests: list[Request], limits: list[int] | None = None) -> list[int]:
+    """The tokens each request feeds to ``make_extend_batch(requests, device, limits)``: every uncached one, or at
+    most ``limits[i]`` of them (their sum is what a prefill runner routes the step by)."""
     if limits is None:
-        return sum(request.uncached for request in requests)
-    return sum(min(request.uncached, limit) for request, limit in zip(requests, limits, strict=True))
+        return [request.uncached for request in requests]
+    return [min(request.uncached, limit) for request, limit in zip(requests, limits, strict=True)]
 
 
 def make_extend_batch(
@@ -159,13 +160,13 @@ def make_extend_batch(
     """Every uncached token of ``requests`` (a prompt, what is left of it, or a decoding request's last token), one
     request after another; with ``limits``, at most ``limits[i]`` of request ``i``'s (a chunk of a long prompt);
     ``into``: written into a prefill runner's input views."""
+    lens = extend_lens(requests, limits)
     new_tokens = [
-        request.token_ids[request.cached_len :][: None if limits is None else limits[index]]
-        for index, request in enumerate(requests)
+        request.token_ids[request.cached_len : request.cached_len + length]
+        for request, length in zip(requests, lens, strict=True)
     ]
-    extend_lens = [len(tokens) for tokens in new_tokens]
     prefix_lens = [request.cached_len for request in requests]
-    start_locs = [sum(extend_lens[:i]) for i in range(len(extend_lens))]
+    start_locs = [sum(lens[:i]) for i in range(len(lens))]
     return _step_batch(
         ForwardMode.EXTEND,
         requests,
@@ -173,12 +174,12 @@ def make_extend_batch(
         device,
         into,
         {
-            "extend_seq_lens": torch.tensor(extend_lens, dtype=torch.int32),
+            "extend_seq_lens": torch.tensor(lens, dtype=torch.int32),
             "extend_prefix_lens": torch.tensor(prefix_lens, dtype=torch.int32),
             "extend_start_loc": torch.tensor(start_locs, dtype=torch.int32),
         },
-        extend_num_tokens=sum(extend_lens),
-        extend_seq_lens_cpu=extend_lens,
+        extend_num_tokens=sum(lens),
+        extend_seq_lens_cpu=lens,
         extend_prefix_lens_cpu=prefix_lens,
     )
 

@@ -14,7 +14,7 @@ is on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -33,7 +33,7 @@ from cudagraph.runner import (
 
 from .attention import make_attention_backend
 from .attention.op import attend
-from .batch import Request, extend_token_count, make_decode_batch, make_extend_batch, make_verify_batch
+from .batch import Request, extend_lens, make_decode_batch, make_extend_batch, make_verify_batch
 from .kernels import KernelTarget, LayerKernels, select_kernels
 from .kv_cache import ReqToTokenPool, TokenToKVPool, check_page_size, pages_for
 
@@ -365,7 +365,7 @@ class ModelRunner:
         metrics.count_eager(self.runnerless_reason(phase), batch.num_tokens)
         return self.forward(batch)
 
-    def input_views(self, mode: ForwardMode, batch_size: int) -> dict[str, torch.Tensor] | None:
+    def input_views(self, mode: ForwardMode, batch_size: int) -> Mapping[str, torch.Tensor] | None:
         """Where a decode or verify step of ``batch_size`` requests can be written so that its replay copies nothing
         (the runner's ``input_views``); ``None`` for extend steps, without a runner, or when the step would run
         eagerly."""
@@ -380,7 +380,7 @@ class ModelRunner:
         runner = self.prefill_cuda_graph_runner
         views = None
         if runner is not None:
-            views = runner.input_views(extend_token_count(requests, limits), len(requests))
+            views = runner.input_views(sum(extend_lens(requests, limits)), len(requests))
         return make_extend_batch(requests, self.device, limits, views)
 
     def decode_batch(self, requests: list[Request]) -> ForwardBatch:

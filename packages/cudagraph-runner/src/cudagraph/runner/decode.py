@@ -12,7 +12,7 @@ token rows).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
 import torch
@@ -149,7 +149,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         routes = self._routes_by_size
         return routes[size] if size < len(routes) else self._route_beyond
 
-    def input_views(self, batch_size: int) -> dict[str, torch.Tensor] | None:
+    def input_views(self, batch_size: int) -> Mapping[str, torch.Tensor] | None:
         """Where to write a step of ``batch_size`` requests so that its replay copies nothing: the first rows of the
         static buffers by ``ForwardBatch`` field name (``batch_size * query_len`` rows per token, ``batch_size`` per
         request) and ``"seq_lens_cpu"``, the same tensors every call; ``None`` when that size would not replay a

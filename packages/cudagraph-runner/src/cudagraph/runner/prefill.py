@@ -10,7 +10,7 @@ replay; a batch with more requests than the bucket's rows, or more tokens than t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
 import torch
@@ -114,23 +114,22 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         batch has no more requests than that graph has rows for."""
         if batch.forward_mode is not _EXTEND:
             return self._route_wrong_mode
-        size = int(batch.input_ids.shape[0])
+        return self._route_of(int(batch.input_ids.shape[0]), batch.batch_size)
+
+    def _route_of(self, num_tokens: int, batch_size: int) -> Route:
+        """The route of an extend step of ``num_tokens`` tokens over ``batch_size`` requests (``route``'s rule)."""
         routes = self._routes_by_size
-        route = routes[size] if size < len(routes) else self._route_beyond
-        if batch.batch_size > route.requests and route.bucket is not None:
+        route = routes[num_tokens] if num_tokens < len(routes) else self._route_beyond
+        if batch_size > route.requests and route.bucket is not None:
             return _TOO_MANY_REQUESTS
         return route
 
-    def input_views(self, num_tokens: int, batch_size: int) -> dict[str, torch.Tensor] | None:
+    def input_views(self, num_tokens: int, batch_size: int) -> Mapping[str, torch.Tensor] | None:
         """Where to write an extend step of ``num_tokens`` tokens over ``batch_size`` requests so that its replay
         copies nothing: the first rows of the static buffers by ``ForwardBatch`` field name (``num_tokens`` rows per
         token, ``batch_size`` per request, the extend fields included) and ``"seq_lens_cpu"``, the same tensors every
         call; ``None`` when that step would not replay a graph (see ``DecodeCudaGraphRunner.input_views``)."""
-        routes = self._routes_by_size
-        if num_tokens < 1 or num_tokens >= len(routes):
-            return None
-        route = routes[num_tokens]
-        if route.bucket is None or not 0 < batch_size <= route.requests:
+        if num_tokens < 1 or batch_size < 1 or self._route_of(num_tokens, batch_size).bucket is None:
             return None
         return self.inputs.views(num_tokens, batch_size)
 

@@ -14,8 +14,9 @@ launches nothing before the graph.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import torch
 
@@ -58,7 +59,8 @@ class _LoadPlan:
 
     copies: tuple[Callable[[ForwardBatch], object], ...]
     host_seq_lens: torch.Tensor
-    views: dict[str, torch.Tensor]
+    views: Mapping[str, torch.Tensor]
+    """Read-only; ``host_seq_lens`` is in it as ``"seq_lens_cpu"``."""
 
 
 def _group_copy(targets: tuple[torch.Tensor, ...], names: tuple[str, ...]) -> Callable[[ForwardBatch], object]:
@@ -140,14 +142,14 @@ class StaticInputs:
             plan.host_seq_lens.copy_(host_seq_lens)
         self.pad_from(num_tokens, num_requests)
 
-    def views(self, num_tokens: int, num_requests: int) -> dict[str, torch.Tensor]:
+    def views(self, num_tokens: int, num_requests: int) -> Mapping[str, torch.Tensor]:
         """The first rows of every buffer (per-token fields ``num_tokens``, per-request ones ``num_requests``) by
-        field name, and ``seq_lens_cpu``'s as ``"seq_lens_cpu"``: the same tensor objects at every call. A batch
+        field name, and ``seq_lens_cpu``'s as ``"seq_lens_cpu"``: one read-only mapping of the same tensor objects
+        at every call (built once per size, like the load's plan). A batch
         built from them, its values written in place, loads without a copy. Rows past them are re-padded by
         ``load`` as usual; write only these rows, and only after the previous step's reads are queued (same
         stream)."""
-        plan = self._plan(num_tokens, num_requests)
-        return {**plan.views, "seq_lens_cpu": plan.host_seq_lens}
+        return self._plan(num_tokens, num_requests).views
 
     def _plan(self, num_tokens: int, num_requests: int) -> _LoadPlan:
         plan = self._load_plans.get((num_tokens, num_requests))
@@ -163,7 +165,8 @@ class StaticInputs:
             _group_copy(tuple(views[spec.name] for spec in group), tuple(spec.name for spec in group))
             for group in self.dtype_groups
         )
-        return _LoadPlan(copies, self.seq_lens_cpu[:num_requests], views)
+        host_seq_lens = self.seq_lens_cpu[:num_requests]
+        return _LoadPlan(copies, host_seq_lens, MappingProxyType({**views, "seq_lens_cpu": host_seq_lens}))
 
     def pad_from(self, num_tokens: int, num_requests: int) -> None:
         """Make every row from ``num_tokens`` / ``num_requests`` on hold padding (no launch when they already do)."""
