@@ -30,8 +30,11 @@ from .report import format_report
 from .rows import ROW_TYPES, BenchResult, WrongAnswer
 from .targets import check_targets
 
-SECTIONS = ("decode", "breaks", "prefill", "speculative", "capture", "compile", "migration")
+SECTIONS = ("decode", "breaks", "prefill", "speculative", "capture", "compile", "migration", "tp")
 """Every section, in run order."""
+DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name != "tp")
+"""What a run without ``--sections`` measures: ``tp`` starts processes of its own on every GPU and loads Llama-3
+shapes, so it runs when asked for."""
 CPU_SECTIONS = frozenset({"migration"})
 DEFAULT_OUT_DIR = Path(__file__).resolve().parents[1] / "results"
 
@@ -67,7 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short smoke run (7+ minutes on an H100)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a stated target is missed")
-    parser.add_argument("--sections", type=_parse_sections, default=SECTIONS, help=f"comma-separated: {SECTIONS}")
+    parser.add_argument(
+        "--sections",
+        type=_parse_sections,
+        default=DEFAULT_SECTIONS,
+        help=f"comma-separated: {SECTIONS} (default: all but tp)",
+    )
     parser.add_argument("--presets", nargs="+", help="override the profile's model presets")
     parser.add_argument(
         "--batch-sizes", nargs="+", type=_positive_int, help="override the profile's decode batch sizes"
@@ -103,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where decode device activities per step are counted: 'separate' (default) in a second process after "
         "the timing, 'inline' after each timed row (slows the host of later rows), 'off'",
     )
+    parser.add_argument(
+        "--tp-sizes",
+        nargs="+",
+        type=_positive_int,
+        help="tensor-parallel sizes of the tp section, for every preset (default: the profile's; sizes this machine's "
+        "GPUs or the model's heads cannot take are skipped)",
+    )
     parser.add_argument("--count-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help="where the JSON and plots go")
     return parser
@@ -117,6 +132,8 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
     from .models import ModelCache
     from .prefill import PrefillSettings, run_prefill
     from .speculative import SpeculativeSettings, run_speculative
+    from .tensor_parallel import BACKENDS as TP_BACKENDS
+    from .tensor_parallel import TensorParallelSettings, run_tensor_parallel
     from .timing import copy_bandwidth_bytes_per_second
 
     models = ModelCache()
@@ -139,7 +156,25 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
         )  # fmt: skip
         run_decode(result, settings, models, bandwidth)
 
+    def tensor_parallel(result: BenchResult) -> None:
+        tp_presets = tuple(
+            (preset, tuple(args.tp_sizes) if args.tp_sizes else sizes)
+            for preset, sizes in profile.tp_presets
+            if not args.presets or preset in args.presets
+        )
+        if args.presets and not tp_presets:
+            tp_presets = tuple((preset, tuple(args.tp_sizes or (1, 2, 4))) for preset in args.presets)
+        batch_sizes = tuple(args.batch_sizes) if args.batch_sizes else profile.tp_batch_sizes
+        tp_backend = "triton" if backend == "auto" else backend
+        backends = tuple(name for name in TP_BACKENDS if names is None or name in names or name in ("eager", "raw"))
+        settings = TensorParallelSettings(
+            tp_presets, batch_sizes, profile.context_len, profile.iterations, tp_backend, args.kernel_backend,
+            backends,
+        )  # fmt: skip
+        run_tensor_parallel(result, settings)
+
     return {
+        "tp": tensor_parallel,
         "decode": decode,
         "breaks": lambda result: run_breaks(
             result, BreakSettings(profile.iterations, profile.context_len, backend), models

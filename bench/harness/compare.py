@@ -94,7 +94,41 @@ def _migration_ratios(result: BenchResult) -> Iterator[Ratio]:
             yield Ratio(f"migration/{row.tree}/j{row.jobs}_speedup", single.seconds / row.seconds, True)
 
 
-RATIO_SOURCES = (_decode_ratios, _break_ratios, _prefill_ratios, _speculative_ratios, _migration_ratios)
+def _tensor_parallel_ratios(result: BenchResult) -> Iterator[Ratio]:
+    tp1_ms = {(row.preset, row.backend, row.batch_size): row.step_ms for row in result.tp if row.tp_size == 1}
+    for row in result.tp:
+        key = f"tp/{row.preset}/tp{row.tp_size}/{row.backend}/{row.all_reduce_choice}/bs{row.batch_size}"
+        if row.speedup_over_tp1 is not None and row.tp_size > 1:
+            yield Ratio(
+                f"{key}/speedup_over_tp1",
+                row.speedup_over_tp1,
+                higher_is_better=True,
+                reference="TP=1",
+                reference_ms=tp1_ms.get((row.preset, row.backend, row.batch_size)),
+            )
+        if row.to_raw is not None and row.backend != "raw":
+            yield Ratio(f"{key}/to_raw", row.to_raw, higher_is_better=False)
+    tp1_start = {row.preset: row for row in result.tp_start if row.tp_size == 1}
+    for row in result.tp_start:
+        single = tp1_start.get(row.preset)
+        if single is None or row.tp_size == 1:
+            continue
+        key = f"tp_start/{row.preset}/tp{row.tp_size}"
+        if single.largest_decode_graph_bytes > 0:
+            ratio = row.largest_decode_graph_bytes / single.largest_decode_graph_bytes
+            yield Ratio(f"{key}/decode_graph_bytes_over_tp1", ratio, higher_is_better=False)
+        if single.startup_seconds > 0:
+            yield Ratio(f"{key}/startup_over_tp1", row.startup_seconds / single.startup_seconds, False)
+
+
+RATIO_SOURCES = (
+    _decode_ratios,
+    _break_ratios,
+    _prefill_ratios,
+    _speculative_ratios,
+    _migration_ratios,
+    _tensor_parallel_ratios,
+)
 """Every section that contributes ratios."""
 
 

@@ -118,6 +118,13 @@ def time_step(
 def capture_raw_graph(model_runner: ModelRunner, batch: ForwardBatch) -> torch.cuda.CUDAGraph:
     """One ``torch.cuda.CUDAGraph`` of ``model_runner.forward(batch)`` on ``batch``'s own tensors: the floor a runner
     is measured against (no copies, no padding, no hooks at replay)."""
+    return capture_raw_graph_and_output(model_runner, batch)[0]
+
+
+def capture_raw_graph_and_output(
+    model_runner: ModelRunner, batch: ForwardBatch
+) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """``capture_raw_graph`` and the captured forward's logits, which every replay rewrites."""
     attn_backend = model_runner.attn_backend
     attn_backend.init_cuda_graph_state(batch.batch_size, batch.batch_size)
     graph = torch.cuda.CUDAGraph()
@@ -132,8 +139,8 @@ def capture_raw_graph(model_runner: ModelRunner, batch: ForwardBatch) -> torch.c
                 model_runner.forward(batch)
         torch.cuda.current_stream(model_runner.device).wait_stream(stream)
         with torch.cuda.graph(graph):
-            model_runner.forward(batch)
-    return graph
+            logits = model_runner.forward(batch)
+    return graph, logits
 
 
 def _step_of(

@@ -26,6 +26,8 @@ ROW_KEYS: dict[str, Callable[[Any], tuple[object, ...]]] = {
     "capture": lambda row: (row.preset, row.phase, row.backend),
     "compile": lambda row: (row.preset, row.compiler),
     "migration": lambda row: (row.tree, row.jobs),
+    "tp": lambda row: (row.preset, row.tp_size, row.backend, row.batch_size, row.all_reduce_choice),
+    "tp_start": lambda row: (row.preset, row.tp_size),
     "skipped": lambda row: (row.section, row.what),
     "wrong": lambda row: (row.section, row.what, row.detail),
 }

@@ -1,5 +1,6 @@
-"""The model shapes the harness measures, both engine presets with random bfloat16 weights: Qwen3-0.6B and
-Llama-3.2-1B (16 layers, the "same 16-layer model" the breaks section uses)."""
+"""The model shapes the harness measures, engine presets with random bfloat16 weights: Qwen3-0.6B and Llama-3.2-1B
+(16 layers, the "same 16-layer model" the breaks section uses), and Llama-3-8B and Llama-3-70B for the
+tensor-parallel section."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ BENCH_PRESETS: Mapping[str, ModelConfig] = MappingProxyType(
     {
         "qwen3-0.6b": model_config_from_preset("qwen3-0.6b-random"),
         "llama-3.2-1b": model_config_from_preset("llama3.2-1b-random"),
+        "llama-3-8b": model_config_from_preset("llama3-8b-random"),
+        "llama-3-70b": model_config_from_preset("llama3-70b-random"),
     }
 )
 """Preset name -> model config, in table order."""

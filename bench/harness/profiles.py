@@ -35,6 +35,10 @@ class Profile:
     """Drafts per request (``k``) in a verify step."""
     mixed_shapes: tuple[tuple[int, int], ...] = ()
     """(running requests, prompt chunk tokens) of the speculative section's mixed extend steps."""
+    tp_presets: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """(preset, tensor-parallel sizes) the ``tp`` section launches (sizes the machine lacks are skipped)."""
+    tp_batch_sizes: tuple[int, ...] = (1, 32, 128)
+    """Decode batch sizes of the ``tp`` section."""
 
 
 PROFILES: dict[str, Profile] = {
@@ -52,6 +56,8 @@ PROFILES: dict[str, Profile] = {
         verify_batch_sizes=(1, 8, 32),
         speculative_drafts=3,
         mixed_shapes=((8, 48), (32, 96)),
+        tp_presets=(("llama-3-8b", (1, 2, 4)), ("llama-3-70b", (4,))),
+        tp_batch_sizes=(1, 32, 128),
     ),
     "quick": Profile(
         presets=("qwen3-0.6b",),
@@ -67,6 +73,8 @@ PROFILES: dict[str, Profile] = {
         verify_batch_sizes=(1, 8),
         speculative_drafts=3,
         mixed_shapes=((8, 48),),
+        tp_presets=(("llama-3-8b", (1, 2)),),
+        tp_batch_sizes=(1, 32),
     ),
 }
 """Profile name -> profile (``--quick`` picks ``quick``)."""

@@ -97,6 +97,40 @@ MIGRATION_COLUMNS = (
     Column("exit", lambda r: str(r.exit_status)),
     Column("recheck", lambda r: str(r.recheck_exit_status)),
 )
+
+
+def _gib_per_rank(values: Sequence[int] | None) -> str:
+    return "-" if values is None else "/".join(f"{value / 2**30:.3f}" for value in values)
+
+
+TP_COLUMNS = (
+    Column("preset", lambda r: r.preset),
+    Column("TP", lambda r: str(r.tp_size)),
+    Column("backend", lambda r: r.backend),
+    Column("bs", lambda r: str(r.batch_size)),
+    Column(
+        "all-reduce", lambda r: r.all_reduce if r.all_reduce_choice in ("auto", "none") else f"{r.all_reduce} (forced)"
+    ),
+    Column("step ms", lambda r: _ms(r.step_ms)),
+    Column("vs TP=1", lambda r: _ratio(r.speedup_over_tp1)),
+    Column("/raw", lambda r: _ratio(r.to_raw)),
+    Column("host us", lambda r: f"{r.host_us:.0f}"),
+    Column("all-reduce share", lambda r: "-" if r.all_reduce_share is None else f"{r.all_reduce_share:.0%}"),
+    Column("graph GiB per rank", lambda r: _gib_per_rank(r.graph_bytes_per_rank)),
+    Column("capture s", lambda r: "-" if r.capture_seconds is None else f"{r.capture_seconds:.2f}"),
+)
+TP_START_COLUMNS = (
+    Column("preset", lambda r: r.preset),
+    Column("TP", lambda r: str(r.tp_size)),
+    Column("all-reduce", lambda r: r.all_reduce),
+    Column("to first token s", lambda r: f"{r.startup_seconds:.1f}"),
+    Column("weights ready s", lambda r: f"{r.weights_seconds:.1f}"),
+    Column("capture s", lambda r: f"{r.capture_seconds:.2f}"),
+    Column("decode graphs", lambda r: str(r.decode_graphs)),
+    Column("decode GiB per rank", lambda r: _gib_per_rank(r.decode_graph_bytes_per_rank)),
+    Column("prefill graphs", lambda r: str(r.prefill_graphs)),
+    Column("prefill GiB per rank", lambda r: _gib_per_rank(r.prefill_graph_bytes_per_rank)),
+)
 SKIPPED_COLUMNS = (
     Column("section", lambda r: r.section),
     Column("what", lambda r: r.what),
@@ -116,6 +150,8 @@ SECTIONS: tuple[tuple[str, str, tuple[Column, ...]], ...] = (
     ("capture", "Capture of the default buckets", CAPTURE_COLUMNS),
     ("compile", "tc_piecewise compile, fresh process", COMPILE_COLUMNS),
     ("migration", "cudagraph-migrate", MIGRATION_COLUMNS),
+    ("tp", "Tensor-parallel decode step (rank 0's time; graph memory of the measured batch sizes)", TP_COLUMNS),
+    ("tp_start", "Tensor-parallel start-up with the default graphs", TP_START_COLUMNS),
     ("wrong", "WRONG ANSWERS (not results; the run fails)", WRONG_COLUMNS),
     ("skipped", "Not measured", SKIPPED_COLUMNS),
 )

@@ -179,6 +179,68 @@ class MigrationRow:
 
 
 @dataclass(frozen=True)
+class TensorParallelRow:
+    """One decode configuration at one tensor-parallel size and batch size, timed on rank 0 (every rank steps in
+    lock-step: each all-reduce waits for all of them)."""
+
+    preset: str
+    tp_size: int
+    backend: str
+    """``eager``, ``raw`` (one ``CUDAGraph`` of the forward on the batch's own tensors), ``full``, ``breakable``,
+    ``tc_piecewise``."""
+    batch_size: int
+    all_reduce_choice: str
+    """What the ranks were asked to use: ``auto`` or a forced path (``process-group``, ``symm-mem``); ``none`` at
+    TP=1."""
+    all_reduce: str
+    """The path this step's all-reduces took: ``symm-mem`` (one-shot, messages that fit its buffer),
+    ``process-group`` (NCCL), or ``none`` at TP=1."""
+    step_ms: float
+    """Mean step time over back-to-back steps on rank 0."""
+    host_us: float
+    """Median host time of the step call on rank 0, launched onto an idle device."""
+    graph_bytes_per_rank: list[int] | None = None
+    """Device memory this backend's graphs of every measured batch size took on each rank (rank order); None for
+    eager and raw."""
+    capture_seconds: float | None = None
+    """Wall time of capturing those graphs on rank 0."""
+    all_reduce_share: float | None = None
+    """All-reduce kernels' device time over all kernels' device time in a step (torch.profiler on rank 0; waiting
+    for a slower rank counts as all-reduce time)."""
+    speedup_over_tp1: float | None = None
+    """The TP=1 step of the same backend and batch size over this step."""
+    to_raw: float | None = None
+    """``step_ms`` over the raw replay at the same size, batch and all-reduce choice."""
+
+
+@dataclass(frozen=True)
+class TensorParallelStartRow:
+    """Start-up of one tensor-parallel size with the default graphs (decode ``full``, prefill ``breakable``, the
+    default buckets): from launching the ranks to rank 0's first token, and each rank's graph memory."""
+
+    preset: str
+    tp_size: int
+    all_reduce: str
+    """The path ``auto`` chose (``symm-mem`` or ``process-group``; ``none`` at TP=1)."""
+    startup_seconds: float
+    """From launching the rank processes to rank 0's first generated token (process start, weights, capture,
+    one prefill step)."""
+    weights_seconds: float
+    """From the launch to rank 0's weights being ready (process start and random weights)."""
+    capture_seconds: float
+    """Rank 0's capture of both phases' graphs."""
+    decode_graphs: int
+    decode_graph_bytes_per_rank: list[int]
+    prefill_graphs: int
+    prefill_graph_bytes_per_rank: list[int]
+
+    @property
+    def largest_decode_graph_bytes(self) -> int:
+        """The most any rank's decode graphs took."""
+        return max(self.decode_graph_bytes_per_rank, default=0)
+
+
+@dataclass(frozen=True)
 class SkippedRow:
     """A configuration that was not measured, and why (no CUDA, a peer not installed, a config that rejects it)."""
 
@@ -207,6 +269,27 @@ def with_ratios(rows: list[DecodeRow]) -> list[DecodeRow]:
     return [dataclasses.replace(row, to_raw=ratio(row, "raw"), to_eager=ratio(row, "eager")) for row in rows]
 
 
+def with_tensor_parallel_ratios(rows: list[TensorParallelRow]) -> list[TensorParallelRow]:
+    """``rows`` with ``speedup_over_tp1`` (the TP=1 row of the same preset, backend and batch size over this one)
+    and ``to_raw`` (this one over the raw row of the same preset, size, batch and all-reduce choice)."""
+    tp1 = {(row.preset, row.backend, row.batch_size): row.step_ms for row in rows if row.tp_size == 1}
+    raw = {
+        (row.preset, row.tp_size, row.batch_size, row.all_reduce_choice): row.step_ms
+        for row in rows
+        if row.backend == "raw"
+    }
+
+    def over_raw(row: TensorParallelRow) -> float | None:
+        base = raw.get((row.preset, row.tp_size, row.batch_size, row.all_reduce_choice))
+        return row.step_ms / base if base else None
+
+    def speedup(row: TensorParallelRow) -> float | None:
+        single = tp1.get((row.preset, row.backend, row.batch_size))
+        return single / row.step_ms if single else None
+
+    return [dataclasses.replace(row, speedup_over_tp1=speedup(row), to_raw=over_raw(row)) for row in rows]
+
+
 def with_speedups(rows: list[PrefillRow]) -> list[PrefillRow]:
     """``rows`` with ``speedup`` = eager step / this step on the same preset and shape."""
     eager = {(row.preset, row.requests, row.tokens_per_request): row.step_ms for row in rows if row.backend == "eager"}
@@ -226,6 +309,8 @@ ROW_TYPES: dict[str, type[Any]] = {
     "capture": CaptureRow,
     "compile": CompileRow,
     "migration": MigrationRow,
+    "tp": TensorParallelRow,
+    "tp_start": TensorParallelStartRow,
     "skipped": SkippedRow,
     "wrong": WrongAnswer,
 }
@@ -245,6 +330,8 @@ class BenchResult:
     capture: list[CaptureRow] = field(default_factory=list)
     compile: list[CompileRow] = field(default_factory=list)
     migration: list[MigrationRow] = field(default_factory=list)
+    tp: list[TensorParallelRow] = field(default_factory=list)
+    tp_start: list[TensorParallelStartRow] = field(default_factory=list)
     skipped: list[SkippedRow] = field(default_factory=list)
     wrong: list[WrongAnswer] = field(default_factory=list)
 

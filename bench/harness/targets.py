@@ -63,10 +63,70 @@ def _full_beats_reduce_overhead_at_batch_1(result: BenchResult) -> tuple[bool | 
     return met, shown
 
 
+TP_PRESET = "llama-3-8b"
+"""The model the tensor-parallel targets are stated for."""
+
+TP_SPEEDUP_TARGETS = {2: 1.5, 4: 2.2}
+"""Tensor-parallel size -> how much faster than TP=1 its batch-1 ``full`` decode step must be (Llama-3-8B shape)."""
+
+TP_STARTUP_LIMIT = 1.2
+"""Start-up to first token at TP=4 may take at most this multiple of TP=1's (8B shape, capture included)."""
+
+
+def _tp_speedups(result: BenchResult) -> tuple[bool | None, str]:
+    rows = {
+        row.tp_size: row
+        for row in result.tp
+        if row.preset == TP_PRESET
+        and row.backend == "full"
+        and row.batch_size == 1
+        and row.all_reduce_choice in ("auto", "none")
+    }
+    if 1 not in rows or not any(size in rows for size in TP_SPEEDUP_TARGETS):
+        return None, f"not measured (needs {TP_PRESET} full batch-1 rows at TP=1 and TP=2 or 4)"
+    met, shown = True, []
+    for size, wanted in TP_SPEEDUP_TARGETS.items():
+        if size not in rows:
+            shown.append(f"TP={size} not measured")
+            met = False
+            continue
+        speedup = rows[1].step_ms / rows[size].step_ms
+        met = met and speedup >= wanted
+        shown.append(f"TP={size} {speedup:.2f}x (wanted {wanted}x; {rows[size].step_ms:.3f} ms)")
+    return met, f"TP=1 {rows[1].step_ms:.3f} ms; " + ", ".join(shown)
+
+
+def _tp_graph_bytes(result: BenchResult) -> tuple[bool | None, str]:
+    single = {row.preset: row for row in result.tp_start if row.tp_size == 1}
+    pairs = [(row, single[row.preset]) for row in result.tp_start if row.tp_size > 1 and row.preset in single]
+    if not pairs:
+        return None, "not measured (needs tp start-up rows at TP=1 and a larger size of one preset)"
+    met = all(row.largest_decode_graph_bytes <= base.largest_decode_graph_bytes for row, base in pairs)
+    shown = "; ".join(
+        f"{row.preset} TP={row.tp_size} {row.largest_decode_graph_bytes / 2**30:.3f} GiB against "
+        f"{base.largest_decode_graph_bytes / 2**30:.3f} GiB"
+        for row, base in pairs
+    )
+    return met, f"decode graphs of the default buckets, largest rank: {shown}"
+
+
+def _tp_startup(result: BenchResult) -> tuple[bool | None, str]:
+    rows = {row.tp_size: row for row in result.tp_start if row.preset == TP_PRESET}
+    if 1 not in rows or 4 not in rows:
+        return None, f"not measured (needs {TP_PRESET} start-up at TP=1 and TP=4)"
+    ratio = rows[4].startup_seconds / rows[1].startup_seconds
+    return ratio <= TP_STARTUP_LIMIT, (
+        f"TP=4 {rows[4].startup_seconds:.1f} s against TP=1 {rows[1].startup_seconds:.1f} s ({ratio:.2f}x)"
+    )
+
+
 TARGETS: tuple[tuple[str, Callable[[BenchResult], tuple[bool | None, str]]], ...] = (
     (f"decode full <= {FULL_OVER_RAW_LIMIT}x raw replay at every batch size", _full_within_raw),
     ("breakable host cost per break below both peers'", _breaks_below_peers),
     ("batch-1 decode full <= torch.compile(mode='reduce-overhead')", _full_beats_reduce_overhead_at_batch_1),
+    (f"{TP_PRESET} batch-1 full: TP=2 >= 1.5x and TP=4 >= 2.2x faster than TP=1", _tp_speedups),
+    ("decode graph bytes per rank at TP>1 <= TP=1's (default buckets)", _tp_graph_bytes),
+    (f"{TP_PRESET} start-up to first token at TP=4 <= {TP_STARTUP_LIMIT}x TP=1's", _tp_startup),
 )
 """(name, predicate) for every stated target."""
 

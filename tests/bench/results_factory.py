@@ -14,8 +14,11 @@ from harness.rows import (
     PrefillRow,
     SkippedRow,
     SpeculativeRow,
+    TensorParallelRow,
+    TensorParallelStartRow,
     WrongAnswer,
     with_ratios,
+    with_tensor_parallel_ratios,
 )
 
 DECODE_STEP_MS = {"eager": 30.0, "raw": 2.0, "full": 2.02, "breakable": 3.0, "torch.compile": 3.6}
@@ -40,6 +43,47 @@ def speculative_rows(graph_slower: float = 1.0) -> list[SpeculativeRow]:
     ]
 
 
+TP_FULL_MS = {1: 4.5, 2: 2.8, 4: 1.9}
+"""Batch-1 ``full`` step of the 8B shape by tensor-parallel size (TP=2 1.61x, TP=4 2.37x faster than TP=1)."""
+
+
+def tp_rows(full_ms: dict[int, float] | None = None) -> list[TensorParallelRow]:
+    """Raw, full and eager rows of the 8B shape at TP=1, 2, 4, batch 1 (auto all-reduce), ratios filled in."""
+    steps = full_ms or TP_FULL_MS
+    rows = []
+    for size, ms in steps.items():
+        choice, path = ("none", "none") if size == 1 else ("auto", "symm-mem")
+        for backend, factor in (("raw", 0.99), ("full", 1.0), ("eager", 5.0)):
+            graph = [2**28] * size if backend == "full" else None
+            rows.append(
+                TensorParallelRow("llama-3-8b", size, backend, 1, choice, path, ms * factor, 12.0, graph, 1.5, None)
+            )
+    return with_tensor_parallel_ratios(rows)
+
+
+def tp_start_rows(
+    decode_gib: dict[int, float] | None = None, seconds: dict[int, float] | None = None
+) -> list[TensorParallelStartRow]:
+    """Start-up rows of the 8B shape at TP=1, 2, 4: decode graph GiB on every rank and seconds to first token."""
+    gib = decode_gib or {1: 0.5, 2: 0.4, 4: 0.35}
+    took = seconds or {1: 30.0, 2: 31.0, 4: 33.0}
+    return [
+        TensorParallelStartRow(
+            "llama-3-8b",
+            size,
+            "none" if size == 1 else "symm-mem",
+            took[size],
+            10.0,
+            3.0,
+            35,
+            [int(gib[size] * 2**30)] * size,
+            32,
+            [2**27] * size,
+        )
+        for size in gib
+    ]
+
+
 def sample_result() -> BenchResult:
     result = BenchResult(environment={"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-23"}, settings={"x": 1})
     result.decode = decode_rows()
@@ -56,6 +100,8 @@ def sample_result() -> BenchResult:
     result.capture = [CaptureRow("qwen3-0.6b", "decode", "full", 35, 2.5, 3 * 2**28)]
     result.compile = [CompileRow("qwen3-0.6b", "inductor", 40.0, 8.0, 45.0, 10.0)]
     result.migration = [MigrationRow("generated-10", 10, 1, 2.0, 0, 0), MigrationRow("generated-10", 10, 4, 1.0, 0, 0)]
+    result.tp = tp_rows()
+    result.tp_start = tp_start_rows()
     result.skipped = [SkippedRow("decode", "qwen3-0.6b full+compiled", "the config rejects it")]
     result.wrong = [WrongAnswer("decode", "qwen3-0.6b x bs 8", "3 of 8 greedy tokens wrong")]
     return result

@@ -243,6 +243,6 @@ def test_presets_and_unknown_preset() -> None:
     assert set(PRESETS) >= {"qwen3-0.6b-random", "tiny-qwen3-random", "tiny-llama-random"}
     assert model_config_from_preset("tiny-llama-random").model_type == "llama"
     assert model_config_from_preset("tiny-qwen3-random").qk_norm
-    known = r"known presets are llama3-8b-random, llama3\.2-1b-random, qwen3-0\.6b-random, "
+    known = r"known presets are llama3-70b-random, llama3-8b-random, llama3\.2-1b-random, qwen3-0\.6b-random, "
     with pytest.raises(ModelLoadError, match=r"unknown model preset 'nope': " + known):
         model_config_from_preset("nope")

@@ -42,6 +42,22 @@ PRESETS: Mapping[str, ModelConfig] = MappingProxyType(
             tie_word_embeddings=False,
             torch_dtype="bfloat16",
         ),
+        # Llama-3-70B's shapes (bf16, rope scaling left out): 80 layers, the tensor-parallel benchmark's large model.
+        "llama3-70b-random": ModelConfig(
+            model_type="llama",
+            hidden_size=8192,
+            num_layers=80,
+            num_heads=64,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=28672,
+            vocab_size=128256,
+            rms_norm_eps=1e-5,
+            rope_theta=500_000.0,
+            max_position_embeddings=8192,
+            tie_word_embeddings=False,
+            torch_dtype="bfloat16",
+        ),
         # Llama-3.2-1B's shapes (bf16, llama3 rope scaling): 16 layers, the benchmark's Llama model.
         "llama3.2-1b-random": ModelConfig(
             model_type="llama",

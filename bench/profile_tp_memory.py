@@ -1,0 +1,153 @@
+"""Where graph memory goes at TP > 1 (a script, not a test): per rank, the default decode buckets captured ``full``,
+split into what torch's allocator reserved (the graph pool) and what left the device outside it (NCCL's buffers
+for captured collectives, graph instantiation), then two small graphs that isolate a captured all-reduce:
+
+- ``in_place``: 64 all-reduces of one tensor allocated outside the graph (what a captured collective costs by
+  itself, no pool in play);
+- ``chain``: 64 times ``y = x * 2; all_reduce(y); x = y + 1`` with every tensor allocated inside the capture (what
+  the collective does to the pool's reuse of the tensors it touched).
+
+    python bench/profile_tp_memory.py --tp 2 --all-reduce auto process-group --out tp-memory.json
+
+Each ``--all-reduce`` path is one launch of ``--tp`` ranks (``1`` takes no path); the JSON holds every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness.presets import preset_config
+
+from cudagraph.backend_utils import read_device_memory
+from cudagraph.config import resolve
+from cudagraph.engine.distributed import GroupOptions, init_tensor_parallel, launch, shutdown_tensor_parallel
+from cudagraph.engine.model import SINGLE_RANK, random_model
+from cudagraph.engine.model.collectives import all_reduce_
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+
+GIB = 2**30
+
+
+def reading_delta(before: Any, after: Any) -> dict[str, float]:
+    """GiB taken between two readings: in all (the driver's free memory), by torch's reserve, and outside it."""
+    total = (before.free_bytes - after.free_bytes) / GIB
+    reserved = (after.reserved_bytes - before.reserved_bytes) / GIB
+    return {"total_gib": total, "torch_reserved_gib": reserved, "outside_torch_gib": total - reserved}
+
+
+def small_graph(kind: str, group_name: str | None, rows: int, hidden: int, device: torch.device) -> dict[str, float]:
+    """Capture one ``kind`` graph (see the module docstring) of 64 all-reduces and say what it took."""
+    x = torch.ones(rows, hidden, dtype=torch.bfloat16, device=device)
+    before = read_device_memory(device)
+    graph = torch.cuda.CUDAGraph()
+
+    def body() -> None:
+        current = x
+        for _ in range(64):
+            if kind == "in_place":
+                if group_name is not None:
+                    all_reduce_(x, group_name)
+                continue
+            y = current * 2
+            if group_name is not None:
+                all_reduce_(y, group_name)
+            current = y + 1
+
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        body()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    with torch.cuda.graph(graph):
+        body()
+    after = read_device_memory(device)
+    result = reading_delta(before, after)
+    del graph
+    torch.cuda.synchronize(device)
+    return result
+
+
+def rank_main(rank: int, world_size: int, init_method: str, payload: tuple[str, str, int]) -> Any:
+    """One rank: model, engine, capture of the default decode buckets, the two small graphs; every rank's figures
+    (gathered to rank 0)."""
+    preset, path, max_bs = payload
+    device = torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, 180.0)) if world_size > 1 else None
+    try:
+        config = preset_config(preset)
+        shard = group.shard_plan() if group is not None else SINGLE_RANK
+        model = random_model(config, seed=0, dtype="bfloat16", device=device, shard=shard)
+        kind = "none"
+        if group is not None:
+            kind = group.choose_all_reduce(path, model.dtype, max_bs * config.hidden_size).kind
+        graphs = resolve(decode_cuda_graph_max_bs=max_bs, prefill_disable_cuda_graph=True)
+        engine = ModelRunner(
+            model,
+            graphs,
+            cache_config=CacheConfig(max_num_reqs=max_bs + 2, max_context_len=256),
+            attention_backend="triton",
+            capture_barrier=group.barrier if group is not None else None,
+        )
+        before = read_device_memory(device)
+        started = time.perf_counter()
+        runner = engine.init_decode_cuda_graph()
+        seconds = time.perf_counter() - started
+        after = read_device_memory(device)
+        assert runner is not None
+        figures: dict[str, Any] = {
+            "rank": rank,
+            "all_reduce": kind,
+            "graphs": len(runner.captured_buckets),
+            "capture_seconds": seconds,
+            "decode": reading_delta(before, after),
+            "kept_allocated_gib": (after.allocated_bytes - before.allocated_bytes) / GIB,
+            "largest_shapes_gib": {str(s.shape): s.bytes / GIB for s in runner.stats.per_shape[:4]},
+        }
+        engine.shutdown()
+        group_name = group.group_name if group is not None else None
+        for rows in (1, 256):
+            for small in ("in_place", "chain"):
+                figures[f"{small}_rows{rows}"] = small_graph(small, group_name, rows, config.hidden_size, device)
+        gathered: list[Any] = [figures]
+        if group is not None:
+            gathered = [None] * world_size
+            dist.all_gather_object(gathered, figures, group=group.cpu_group)
+    finally:
+        if group is not None:
+            shutdown_tensor_parallel(group)
+    return gathered
+
+
+def main() -> int:
+    """Launch every path asked for, print and write what each rank took."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="llama-3-8b")
+    parser.add_argument("--tp", type=int, default=2)
+    parser.add_argument("--all-reduce", nargs="+", default=["auto"])
+    parser.add_argument("--max-bs", type=int, default=256)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    runs = []
+    for path in args.all_reduce if args.tp > 1 else ["none"]:
+        ranks = launch(rank_main, (args.preset, path, args.max_bs), args.tp, exit_timeout_s=180.0)
+        runs.append({"tp": args.tp, "requested": path, "ranks": ranks})
+        for figures in ranks:
+            print(json.dumps(figures), flush=True)
+    if args.out is not None:
+        args.out.write_text(json.dumps({"preset": args.preset, "runs": runs}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
