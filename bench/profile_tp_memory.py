@@ -7,9 +7,13 @@ for captured collectives, graph instantiation), then two small graphs that isola
 - ``chain``: 64 times ``y = x * 2; all_reduce(y); x = y + 1`` with every tensor allocated inside the capture (what
   the collective does to the pool's reuse of the tensors it touched).
 
-    python bench/profile_tp_memory.py --tp 2 --all-reduce auto process-group --out tp-memory.json
+And ``estimate_capture_memory()`` against a repeat capture of the same buckets (its error, as the capture section
+reports it at TP=1).
 
-Each ``--all-reduce`` path is one launch of ``--tp`` ranks (``1`` takes no path); the JSON holds every rank.
+    python bench/profile_tp_memory.py --tp 2 --all-reduce auto process-group --warm both --out tp-memory.json
+
+Each ``--all-reduce`` path is one launch of ``--tp`` ranks per ``--warm`` choice (before capture, the group's
+collectives warmed up as the engine does, or not); ``--tp 1`` takes neither. The JSON holds every rank.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from cudagraph.engine.distributed import GroupOptions, init_tensor_parallel, lau
 from cudagraph.engine.model import SINGLE_RANK, random_model
 from cudagraph.engine.model.collectives import all_reduce_
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.runner import DecodeCudaGraphRunner
 
 GIB = 2**30
 
@@ -77,10 +82,10 @@ def small_graph(kind: str, group_name: str | None, rows: int, hidden: int, devic
     return result
 
 
-def rank_main(rank: int, world_size: int, init_method: str, payload: tuple[str, str, int]) -> Any:
-    """One rank: model, engine, capture of the default decode buckets, the two small graphs; every rank's figures
-    (gathered to rank 0)."""
-    preset, path, max_bs = payload
+def rank_main(rank: int, world_size: int, init_method: str, payload: tuple[str, str, int, bool]) -> Any:
+    """One rank: model, engine, (with ``warm``: the group's collectives warmed up first, as the engine starts a
+    group), capture of the default decode buckets, the two small graphs; every rank's figures (gathered to rank 0)."""
+    preset, path, max_bs, warm = payload
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
     group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, 180.0)) if world_size > 1 else None
@@ -89,15 +94,18 @@ def rank_main(rank: int, world_size: int, init_method: str, payload: tuple[str, 
         shard = group.shard_plan() if group is not None else SINGLE_RANK
         model = random_model(config, seed=0, dtype="bfloat16", device=device, shard=shard)
         kind = "none"
+        warmed_gib = 0.0
         if group is not None:
             kind = group.choose_all_reduce(path, model.dtype, max_bs * config.hidden_size).kind
+            if warm:
+                warmed_gib = group.warm_collectives(model.dtype, 2048 * config.hidden_size) / GIB
         graphs = resolve(decode_cuda_graph_max_bs=max_bs, prefill_disable_cuda_graph=True)
         engine = ModelRunner(
             model,
             graphs,
             cache_config=CacheConfig(max_num_reqs=max_bs + 2, max_context_len=256),
             attention_backend="triton",
-            capture_barrier=group.barrier if group is not None else None,
+            capture_barrier=group.capture_barrier if group is not None else None,
         )
         before = read_device_memory(device)
         started = time.perf_counter()
@@ -108,6 +116,8 @@ def rank_main(rank: int, world_size: int, init_method: str, payload: tuple[str, 
         figures: dict[str, Any] = {
             "rank": rank,
             "all_reduce": kind,
+            "warmed": warm,
+            "collective_buffers_gib": warmed_gib,
             "graphs": len(runner.captured_buckets),
             "capture_seconds": seconds,
             "decode": reading_delta(before, after),
@@ -115,6 +125,16 @@ def rank_main(rank: int, world_size: int, init_method: str, payload: tuple[str, 
             "largest_shapes_gib": {str(s.shape): s.bytes / GIB for s in runner.stats.per_shape[:4]},
         }
         engine.shutdown()
+        # The estimate against a repeat capture (as the capture section measures it at TP=1).
+        repeat = DecodeCudaGraphRunner(engine, graphs, show_progress=False, capture_barrier=engine.capture_barrier)
+        estimate = repeat.estimate_capture_memory()
+        repeat_stats = repeat.capture()
+        estimated = estimate.total_bytes_for(repeat.captured_buckets)
+        figures["estimate_gib"] = estimated / GIB
+        figures["repeat_gib"] = repeat_stats.bytes / GIB
+        kept = repeat_stats.bytes
+        figures["estimate_error"] = (estimated - kept) / kept if kept else None
+        repeat.shutdown()
         group_name = group.group_name if group is not None else None
         for rows in (1, 256):
             for small in ("in_place", "chain"):
@@ -136,14 +156,19 @@ def main() -> int:
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--all-reduce", nargs="+", default=["auto"])
     parser.add_argument("--max-bs", type=int, default=256)
+    parser.add_argument(
+        "--warm", choices=("no", "yes", "both"), default="both", help="warm the collectives up before capture"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     runs = []
+    warm_choices = {"no": [False], "yes": [True], "both": [False, True]}[args.warm]
     for path in args.all_reduce if args.tp > 1 else ["none"]:
-        ranks = launch(rank_main, (args.preset, path, args.max_bs), args.tp, exit_timeout_s=180.0)
-        runs.append({"tp": args.tp, "requested": path, "ranks": ranks})
-        for figures in ranks:
-            print(json.dumps(figures), flush=True)
+        for warm in warm_choices if args.tp > 1 else [False]:
+            ranks = launch(rank_main, (args.preset, path, args.max_bs, warm), args.tp, exit_timeout_s=180.0)
+            runs.append({"tp": args.tp, "requested": path, "warm": warm, "ranks": ranks})
+            for figures in ranks:
+                print(json.dumps(figures), flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps({"preset": args.preset, "runs": runs}, indent=2) + "\n")
     return 0

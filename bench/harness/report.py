@@ -130,6 +130,7 @@ TP_START_COLUMNS = (
     Column("decode GiB per rank", lambda r: _gib_per_rank(r.decode_graph_bytes_per_rank)),
     Column("prefill graphs", lambda r: str(r.prefill_graphs)),
     Column("prefill GiB per rank", lambda r: _gib_per_rank(r.prefill_graph_bytes_per_rank)),
+    Column("collective buffers GiB per rank", lambda r: _gib_per_rank(r.collective_buffer_bytes_per_rank)),
 )
 SKIPPED_COLUMNS = (
     Column("section", lambda r: r.section),

@@ -233,6 +233,9 @@ class TensorParallelStartRow:
     decode_graph_bytes_per_rank: list[int]
     prefill_graphs: int
     prefill_graph_bytes_per_rank: list[int]
+    collective_buffer_bytes_per_rank: list[int] | None = None
+    """Device memory the group's collectives took when warmed up before capture (NCCL's buffers, set up once per
+    group; ``cudagraph.engine.distributed.TensorParallelGroup.warm_collectives``); zeros at TP=1."""
 
     @property
     def largest_decode_graph_bytes(self) -> int:

@@ -198,9 +198,15 @@ class RankBench:
         config = preset_config(self.job.preset)
         shard = self.group.shard_plan() if self.group is not None else SINGLE_RANK
         model = random_model(config, seed=0, dtype="bfloat16", device=self.device, shard=shard)
-        largest_batch = max(max(self.settings.batch_sizes), resolve().decode.max_size)
+        defaults = resolve()
+        largest_batch = max(max(self.settings.batch_sizes), defaults.decode.max_size)
         self.model_ready_at = time.time()
         self.choose_path(self.settings.all_reduce_paths[0], model.dtype, largest_batch * config.hidden_size)
+        # As the engine starts a group: NCCL's buffers for every step's messages set up before any capture.
+        largest_tokens = max(largest_batch, defaults.prefill.max_size)
+        self.collective_bytes = self.gather(
+            self.group.warm_collectives(model.dtype, largest_tokens * config.hidden_size) if self.group else 0
+        )
         engine = self.engine(model, largest_batch)
         try:
             self.start_up(engine)
@@ -244,7 +250,7 @@ class RankBench:
             cache_config=cache,
             attention_backend=self.settings.attention_backend,
             kernel_backend=self.settings.kernel_backend,
-            capture_barrier=self.group.barrier if self.group is not None else None,
+            capture_barrier=self.group.capture_barrier if self.group is not None else None,
         )
 
     def start_up(self, engine: ModelRunner) -> None:
@@ -258,6 +264,8 @@ class RankBench:
         decode, prefill = engine.decode_cuda_graph_runner, engine.prefill_cuda_graph_runner
         decode_bytes = self.gather(decode.stats.bytes if decode is not None else 0)
         prefill_bytes = self.gather(prefill.stats.bytes if prefill is not None else 0)
+        decode_graphs = len(decode.captured_buckets) if decode is not None else 0
+        prefill_graphs = len(prefill.captured_buckets) if prefill is not None else 0
         engine.shutdown()
         self.report.start = TensorParallelStartRow(
             preset=self.job.preset,
@@ -266,10 +274,11 @@ class RankBench:
             startup_seconds=first_token_at - self.job.launched_at,
             weights_seconds=self.model_ready_at - self.job.launched_at,
             capture_seconds=capture_seconds,
-            decode_graphs=len(decode.captured_buckets) if decode is not None else 0,
+            decode_graphs=decode_graphs,
             decode_graph_bytes_per_rank=decode_bytes,
-            prefill_graphs=len(prefill.captured_buckets) if prefill is not None else 0,
+            prefill_graphs=prefill_graphs,
             prefill_graph_bytes_per_rank=prefill_bytes,
+            collective_buffer_bytes_per_rank=self.collective_bytes,
         )
         gc.collect()
         torch.cuda.empty_cache()

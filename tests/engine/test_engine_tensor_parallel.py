@@ -279,3 +279,22 @@ def test_save_model_refuses_a_shard() -> None:
     shard = random_model(config, shard=ShardPlan(0, 2, "tp"))
     with pytest.raises(TensorParallelError, match="rank 0 of 2"):
         save_model(shard, "/nonexistent")
+
+
+@pytest.mark.parametrize(("budgets_mib", "smallest"), [([60, 30], 1), ([60, 60, 22, 60], 2)], ids=["tp2", "tp4"])
+def test_a_rank_with_a_smaller_budget_makes_every_rank_capture_its_buckets(
+    budgets_mib: list[int], smallest: int
+) -> None:
+    """Each rank plans from its own budget; shared, the plan is the smallest one, every rank captures and keeps the
+    same buckets (so the same steps replay everywhere) and the group finishes. Deciding alone, they differ."""
+    alone = tp_workers.capture_within_budget(budgets_mib[smallest])
+    expected = alone.captured_buckets
+    assert 0 < len(expected) < len(tp_workers.BUDGET_BUCKETS)
+    ranks = launch(tp_workers.capture_under_own_budget, (budgets_mib, True), len(budgets_mib))
+    assert [tuple(rank["captured"]) for rank in ranks] == [expected] * len(budgets_mib)
+    assert all(rank["routes"] == ranks[0]["routes"] for rank in ranks)
+    left_out = {bucket: reason for bucket, reason in ranks[0]["skipped"].items() if bucket not in expected}
+    assert left_out and all("another rank" in reason for reason in left_out.values())
+    assert ranks[smallest]["skipped"] == dict(alone.skipped_buckets)
+    unshared = launch(tp_workers.capture_under_own_budget, (budgets_mib, False), len(budgets_mib))
+    assert tuple(unshared[0]["captured"]) != expected  # what the shared decision prevents

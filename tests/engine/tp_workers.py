@@ -8,7 +8,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cudagraph.config import resolve
+from cudagraph.backend.testing import CpuReplayBackend, SimulatedDeviceMemory
+from cudagraph.backend_utils import CaptureOptions
+from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, PhaseConfig, resolve
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.distributed import (
     DrivingModelRunner,
@@ -21,6 +23,7 @@ from cudagraph.engine.distributed import (
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import model_config_from_preset, random_model, reference_logits
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.runner import DecodeCudaGraphRunner
 
 PROMPTS = ([1, 2, 3], [7, 300, 11, 45, 2, 9], [500], [64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74])
 NEW_TOKENS = 8
@@ -79,3 +82,54 @@ def hangs_on_rank_1(rank: int, world_size: int, init_method: str, timeout_s: flo
     if rank == 1:
         time.sleep(120)
     dist.all_reduce(torch.ones(4), group=group.group)
+
+
+MiB = 2**20
+SIMULATED_MEMORY = SimulatedDeviceMemory(
+    total_bytes=1024 * MiB, activation_bytes_per_row=3 * MiB, graph_bytes=MiB, graph_bytes_per_row=64 * 1024
+)
+"""The simulated device of the budget tests: a forward takes 3 MiB a row, a graph 1 MiB and 64 KiB a row."""
+BUDGET_BUCKETS = (1, 2, 4, 8, 12, 16)
+
+
+def budget_config(budget_mib: int) -> CudaGraphConfig:
+    """Decode ``full`` at ``BUDGET_BUCKETS`` within ``budget_mib`` MiB, prefill eager."""
+    budget = MemoryBudget(bytes=budget_mib * MiB)
+    decode = PhaseConfig(Backend.FULL, BUDGET_BUCKETS, max(BUDGET_BUCKETS), memory_budget=budget)
+    return CudaGraphConfig(decode=decode, prefill=PhaseConfig(Backend.DISABLED, (), 0))
+
+
+def capture_within_budget(budget_mib: int, barrier: Any = None) -> DecodeCudaGraphRunner:
+    """A decode runner of the tiny model, captured on the CPU test double's simulated device within ``budget_mib``,
+    meeting the other ranks at ``barrier`` (none: one rank)."""
+    config = budget_config(budget_mib)
+    model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=0)
+    engine = ModelRunner(model, config, cache_config=cache_config(1), capture_barrier=barrier)
+    backend = CpuReplayBackend(Backend.FULL, options=CaptureOptions(barrier=barrier), memory=SIMULATED_MEMORY)
+    runner = DecodeCudaGraphRunner(engine, config, backend=backend, show_progress=False, capture_barrier=barrier)
+    runner.capture()
+    return runner
+
+
+def capture_under_own_budget(
+    rank: int, world_size: int, init_method: str, payload: tuple[list[int], bool]
+) -> list[dict[str, Any]] | None:
+    """Each rank captures within its own budget (``budgets_mib[rank]``), through the group's capture barrier when
+    ``agree`` (else its plain barrier, deciding alone); rank 0 returns every rank's captured buckets, skip reasons
+    and the bucket each batch size routes to."""
+    budgets_mib, agree = payload
+    group = join(rank, world_size, init_method)
+    try:
+        barrier = group.capture_barrier if agree else group.barrier
+        runner = capture_within_budget(budgets_mib[rank], barrier)
+        mine = {
+            "captured": list(runner.captured_buckets),
+            "skipped": dict(runner.skipped_buckets),
+            "routes": [route.bucket for route in runner.routes.by_size],
+        }
+        runner.shutdown()
+        everyone: list[Any] = [None] * world_size
+        dist.all_gather_object(everyone, mine, group=group.cpu_group)
+    finally:
+        shutdown_tensor_parallel(group)
+    return everyone if rank == 0 else None

@@ -1,8 +1,10 @@
-"""Tensor parallel on two GPUs: TP=2 graphs against TP=2 eager at every decode batch size 1..64, TP=2 against
-TP=1, the all-reduce choice, and ranks that exit.
+"""Tensor parallel on two and four GPUs: TP=2 graphs (full, breakable, tc_piecewise) against TP=2 eager at every
+decode batch size 1..64, TP=4 against TP=4 eager, TP=2 against TP=1, the all-reduce choice, ranks with different
+memory budgets that still capture the same buckets, and ranks that exit.
 
-Needs at least two CUDA devices (skipped with the reason otherwise). Every process keeps NVLink multicast off (the
-launcher sets ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``).
+Needs at least two CUDA devices (four for the TP=4 tests; skipped with the reason otherwise). Every process keeps
+NVLink multicast off (the launcher sets ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``,
+``NVSHMEM_DISABLE_NVLS=1``).
 
 Tolerances: float32 models must give TP=1's greedy tokens exactly (only the order of partial sums differs);
 bfloat16 logits of TP=2 against TP=1 must agree within ``BF16_LOGITS`` (each all-reduce rounds the partial sums to
@@ -28,12 +30,16 @@ needs_two_gpus = pytest.mark.skipif(
     reason=f"tensor-parallel GPU test: needs 2 CUDA devices, {torch.cuda.device_count()} visible; run `nox -s gpu` on "
     "a machine with two GPUs",
 )
+needs_four_gpus = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 4,
+    reason=f"TP=4 GPU test: needs 4 CUDA devices, {torch.cuda.device_count()} visible",
+)
 pytestmark = [pytest.mark.gpu, needs_two_gpus]
 
 PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
 
 
-@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE, Backend.TC_PIECEWISE])
 @pytest.mark.parametrize("preset", PRESETS)
 def test_tp2_graphs_give_tp2_eager_tokens_at_every_batch_size(preset: str, backend: Backend) -> None:
     eager = launch(workers.tensor_parallel, (preset, "float32", "disabled", "auto"), 2)
@@ -41,6 +47,31 @@ def test_tp2_graphs_give_tp2_eager_tokens_at_every_batch_size(preset: str, backe
     assert graphed["replayed"] == list(range(1, 65)), "every decode batch size 1..64 should have replayed a graph"
     for index, (want, have) in enumerate(zip(eager["tokens"], graphed["tokens"], strict=True)):
         assert have == want, f"prompt {index} diverged"
+
+
+@needs_four_gpus
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+def test_tp4_graphs_give_tp4_eager_tokens_at_every_batch_size(backend: Backend) -> None:
+    eager = launch(workers.tensor_parallel, ("tiny-qwen3-random", "float32", "disabled", "auto"), 4)
+    graphed = launch(workers.tensor_parallel, ("tiny-qwen3-random", "float32", str(backend), "auto"), 4)
+    assert graphed["replayed"] == list(range(1, 65)), "every decode batch size 1..64 should have replayed a graph"
+    assert graphed["tokens"] == eager["tokens"]
+
+
+@pytest.mark.parametrize("size", [2, 4], ids=["tp2", "tp4"])
+def test_a_rank_with_a_smaller_budget_makes_every_rank_capture_the_same_buckets_and_finish(size: int) -> None:
+    """The last rank's budget holds half the buckets, the others have none: the ranks share each capture decision,
+    so all of them capture that rank's buckets, the same steps replay everywhere and no collective waits."""
+    if torch.cuda.device_count() < size:
+        pytest.skip(f"needs {size} CUDA devices, {torch.cuda.device_count()} visible")
+    options = workers.EngineOptions(smaller_budget_rank=size - 1)
+    eager = launch(workers.tensor_parallel, ("tiny-qwen3-random", "float32", "disabled", "auto"), size)
+    graphed = launch(workers.tensor_parallel, ("tiny-qwen3-random", "float32", "full", "auto", options), size)
+    captured = graphed["captured"]
+    assert all(buckets == captured[0] for buckets in captured), captured
+    assert 0 < len(captured[0]) < len(workers.DECODE_BUCKETS)
+    assert set(graphed["replayed"]) == set(range(1, max(captured[0]) + 1))
+    assert graphed["tokens"] == eager["tokens"]
 
 
 @pytest.mark.parametrize("preset", PRESETS)

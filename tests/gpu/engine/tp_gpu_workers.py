@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
-from cudagraph.config import Backend, CudaGraphConfig, Phase, PhaseConfig
+from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.distributed import (
     DrivingModelRunner,
@@ -20,6 +21,7 @@ from cudagraph.engine.distributed import (
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model, reference_logits
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.runner import DecodeCudaGraphRunner
 
 DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 LOGIT_PROMPTS = ([1, 2, 3], [7, 300, 11, 45, 2, 9], [64, 65, 66, 67, 68, 69, 70, 71])
@@ -35,6 +37,9 @@ class EngineOptions:
     attention_backend: str = "torch"
     page_size: int = 1
     head_dim: int | None = None
+    smaller_budget_rank: int | None = None
+    """A rank whose decode graphs get a memory budget of the estimate of the smallest half of the buckets (the
+    others get none): the ranks must still capture the same buckets."""
 
     def model_config(self, preset: str) -> ModelConfig:
         """The preset's config with this head size."""
@@ -81,7 +86,7 @@ def run_engine(
     if rank != 0:
         follower = ModelRunner(model, config, capture_barrier=barrier, **built)
         try:
-            follower.init_cuda_graphs()
+            captured = capture_graphs(follower, rank, options)
             follow(follower, broadcaster)
         finally:
             follower.shutdown()
@@ -93,7 +98,7 @@ def run_engine(
     if options.kernel_backend != "auto":
         assert runner.kernels.name == options.kernel_backend
     try:
-        runner.init_cuda_graphs()
+        captured = capture_graphs(runner, rank, options)
         prompts, params = shrinking_workload()
         tokens = [out.output_token_ids for out in generate(runner, prompts, params)]
     finally:
@@ -102,7 +107,37 @@ def run_engine(
         runner.shutdown()
     # The engine's decode metrics outlive its runners: the batch sizes that replayed a graph.
     replays_by_size = runner.cuda_graph_metrics[Phase.DECODE].replays_by_size
-    return {"tokens": tokens, "replayed": [size for size, count in enumerate(replays_by_size) if count]}
+    replayed = [size for size, count in enumerate(replays_by_size) if count]
+    return {"tokens": tokens, "replayed": replayed, "captured": captured}
+
+
+def capture_graphs(engine: ModelRunner, rank: int, options: EngineOptions) -> list[list[int]]:
+    """Capture the engine's graphs (with ``options.smaller_budget_rank``'s budget on that rank); every rank's
+    captured decode buckets (this rank's alone without a group)."""
+    if options.smaller_budget_rank is None:
+        engine.init_cuda_graphs()
+    else:
+        runner = DecodeCudaGraphRunner(
+            engine,
+            engine.cuda_graph_config,
+            show_progress=False,
+            capture_barrier=engine.capture_barrier,
+            metrics=engine.cuda_graph_metrics[Phase.DECODE],
+        )
+        estimate = runner.estimate_capture_memory()
+        if rank == options.smaller_budget_rank:
+            half = runner.buckets[: len(runner.buckets) // 2]
+            runner.memory_budget = MemoryBudget(bytes=estimate.total_bytes_for(half))
+        runner.capture()
+        engine.decode_cuda_graph_runner = runner
+    decode = engine.decode_cuda_graph_runner
+    mine = list(decode.captured_buckets) if decode is not None else []
+    group = getattr(engine.capture_barrier, "group", None)
+    if group is None:
+        return [mine]
+    everyone: list[list[int]] = [[] for _ in range(group.world_size)]
+    dist.all_gather_object(everyone, mine, group=group.cpu_group)
+    return everyone
 
 
 def single_gpu(preset: str, dtype: str, decode: Backend, options: EngineOptions = DEFAULT_OPTIONS) -> dict[str, Any]:
@@ -129,7 +164,7 @@ def tensor_parallel(
         config = options.model_config(preset)
         model = random_model(config, seed=3, dtype=dtype, device=device, shard=group.shard_plan())
         choice = group.choose_all_reduce(all_reduce, model.dtype, 64 * config.hidden_size)
-        result = run_engine(model, Backend(decode), group.barrier, StepBroadcaster(group), rank, options)
+        result = run_engine(model, Backend(decode), group.capture_barrier, StepBroadcaster(group), rank, options)
         # After the engine: through the kernel set it chose for the model, as single_gpu's logits are.
         logits = [reference_logits(model, prompt).cpu() for prompt in LOGIT_PROMPTS]
     finally:

@@ -466,13 +466,19 @@ def build_model_runner(
     ``model_source`` loads another model than ``--model``/``--preset`` (``load_engine_model``: a draft model).
 
     On a tensor-parallel rank (``group``) the model is the rank's shard, the all-reduce path is chosen (sized for
-    the largest decode batch), and graphs are captured in lock-step with the other ranks."""
+    the largest decode batch), the group's collectives are warmed up for the largest step (their buffers set up
+    once, before any capture), and graphs are captured in lock-step with the other ranks, sharing every capture
+    decision."""
     device = group.device if group is not None else _device(args)
     shard = group.shard_plan() if group is not None else SINGLE_RANK
     model = load_engine_model(args, device, shard, source=model_source)
     if group is not None:
         largest_batch = max(config.decode.max_size, 1)
-        group.choose_all_reduce(args.tp_all_reduce, model.dtype, largest_batch * model.config.hidden_size)
+        hidden = model.config.hidden_size
+        group.choose_all_reduce(args.tp_all_reduce, model.dtype, largest_batch * hidden)
+        # NCCL's buffers for every message size a step sends, set up once now rather than by the first capture.
+        largest_tokens = max(config.decode.max_size, config.prefill.max_size, 1)
+        group.warm_collectives(model.dtype, largest_tokens * hidden)
     cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len, page_size=args.page_size)
     runner = runner_type(
         model,
@@ -481,7 +487,7 @@ def build_model_runner(
         attention_backend=args.attention_backend,
         kernel_backend=args.kernel_backend,
         show_progress=not args.quiet and (group is None or group.rank == 0),
-        capture_barrier=group.barrier if group is not None else None,
+        capture_barrier=group.capture_barrier if group is not None else None,
         **runner_options,
     )
     if capture:

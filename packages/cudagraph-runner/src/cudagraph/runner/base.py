@@ -32,6 +32,7 @@ from cudagraph.backend import BaseCudaGraphBackend, ModelTraceError, make_backen
 from cudagraph.backend_utils import CaptureOptions, ForwardContext, ForwardContextScope, MemoryReading, freeze_gc
 from cudagraph.config import ConfigError, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
 
+from .agreement import agreed_plan, agreement_of
 from .capture_loop import CaptureLoop, out_of_memory_guarded
 from .forward_batch import ForwardBatch
 from .memory_plan import (
@@ -104,7 +105,9 @@ class BaseCudaGraphRunner(abc.ABC):
     (tests pass ``cudagraph.backend.testing.CpuReplayBackend``). ``show_progress`` turns the capture progress bar on
     or off. Buckets above the phase's ``max_size`` are not captured, so batches above it run eagerly.
     ``capture_barrier`` (the breakable backend's ``CaptureOptions.barrier``) is where the ranks of a
-    tensor-parallel group meet before each eager break while capturing.
+    tensor-parallel group meet before each eager break while capturing; a barrier that is also a
+    ``cudagraph.runner.agreement.RankAgreement`` shares every capture decision, so every rank captures and keeps the
+    same buckets.
 
     Every step is routed once (``route(batch)``: the bucket to replay, or why it runs eagerly, from a table built
     after capture) and counted in ``metrics`` (pass a ``ReplayMetrics`` to keep counting into one that outlives
@@ -317,9 +320,19 @@ class BaseCudaGraphRunner(abc.ABC):
         if estimate is None and self.memory_budget is not None:
             estimate = self.estimate_capture_memory()
         free_at_start = self.backend.memory_reading().free_bytes
-        plan = plan_capture(self.buckets, estimate, self.memory_budget, free_at_start)
+        # On a tensor-parallel rank (a capture barrier that agrees) the plan and every decision of the loop are
+        # shared, so every rank captures and keeps the same buckets (cudagraph.runner.agreement).
+        agree = agreement_of(self.backend.options.barrier)
+        plan = agreed_plan(plan_capture(self.buckets, estimate, self.memory_budget, free_at_start), self.buckets, agree)
         loop = CaptureLoop(
-            self.backend, plan, estimate, free_at_start, self._capture_shape, self._release_shape, self._progress
+            self.backend,
+            plan,
+            estimate,
+            free_at_start,
+            self._capture_shape,
+            self._release_shape,
+            self._progress,
+            agree=agree,
         )
         loop.run()
         per_shape = loop.captured_stats()

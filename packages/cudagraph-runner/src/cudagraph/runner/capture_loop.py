@@ -9,6 +9,9 @@ through the device running out of memory.
 3. A capture that runs out of device memory is freed by the backend (nothing of it stays), the graphs captured
    before it are kept, and it and every smaller bucket are skipped: the device has no room left, and trying each
    would only fail again, slowly.
+4. On a tensor-parallel rank every decision above (capture this shape, release the largest graph, drop a capture
+   that ran out of memory) is shared through ``agree`` before it is acted on, so every rank keeps the same buckets
+   (``cudagraph.runner.agreement``).
 
 What it does not do: choose buckets (``plan_capture`` did), or read memory anywhere but through the backend.
 """
@@ -24,6 +27,14 @@ from typing import TypeVar
 from cudagraph.backend import BaseCudaGraphBackend
 from cudagraph.backend_utils import exception_chain, freeze_gc, is_out_of_memory
 
+from .agreement import (
+    ANOTHER_RANK_HAS_NO_ROOM,
+    ANOTHER_RANK_RAN_OUT,
+    ANOTHER_RANK_RELEASED,
+    Agree,
+    everywhere,
+    one_rank,
+)
 from .memory_plan import OUT_OF_MEMORY_WHILE_CAPTURING, BudgetGuard, CaptureMemoryEstimate, CapturePlan
 from .stats import ShapeCaptureStats
 
@@ -60,7 +71,8 @@ class CaptureLoop:
 
     ``capture_shape(shape, first)`` captures one shape and says what it cost (``first``: the first shape of the
     run); ``release_shape(shape)`` frees a captured shape's graph and everything the runner bound to it;
-    ``progress`` wraps the shapes in the progress bar.
+    ``progress`` wraps the shapes in the progress bar; ``agree`` shares each decision with the other ranks of a
+    tensor-parallel group (``one_rank`` alone).
     """
 
     backend: BaseCudaGraphBackend
@@ -76,6 +88,8 @@ class CaptureLoop:
     """Planned or captured shapes left without a graph, each with why."""
     pool_held: bool = False
     """Whether this run's captures hold pool memory (from the first capture until the pool is renewed)."""
+    agree: Agree = one_rank
+    """The element-wise minimum of a few integers over every rank (see ``cudagraph.runner.agreement``)."""
 
     @property
     def guard(self) -> BudgetGuard | None:
@@ -111,27 +125,43 @@ class CaptureLoop:
             self.pool_held = False
 
     def _capture_within_budget(self, shape: int, *, first: bool) -> bool:
-        """Capture ``shape`` under the budget's rule; False when the device ran out of memory capturing it."""
+        """Capture ``shape`` under the budget's rule; False when the device ran out of memory capturing it (here or,
+        on a tensor-parallel rank, on another rank). Every rank makes the same calls to ``agree`` in the same
+        order, whether it has a budget or not."""
         guard = self._guard
-        used_before = 0
-        if guard is not None:
-            used_before = self._release_while(lambda used: not guard.fits(used, shape, pool_held=self.pool_held))
-            if not guard.fits(used_before, shape, pool_held=self.pool_held):
-                self.skipped[shape] = guard.skip_reason(used_before, shape, pool_held=self.pool_held)
-                return True
+
+        def no_room(used: int) -> bool:
+            return guard is not None and not guard.fits(used, shape, pool_held=self.pool_held)
+
+        used_before = self._release_while(no_room)
+        fits_here = not no_room(used_before)
+        if not everywhere(self.agree, fits_here):
+            self.skipped[shape] = (
+                guard.skip_reason(used_before, shape, pool_held=self.pool_held)
+                if guard is not None and not fits_here
+                else ANOTHER_RANK_HAS_NO_ROOM
+            )
+            return True
         estimated = guard.estimated_need(shape, pool_held=self.pool_held) if guard is not None else 0
+        ran_out = False
         try:
             self.kept[shape] = self.capture_shape(shape, first)
         except Exception as error:
             if not is_out_of_memory(error):
                 raise
             drop_failed_frames(error)
-            self.skipped[shape] = OUT_OF_MEMORY_WHILE_CAPTURING
+            ran_out = True
+        if not everywhere(self.agree, not ran_out):
+            if not ran_out:
+                # Captured here, not on another rank: no rank may replay it.
+                self.release_shape(shape)
+                del self.kept[shape]
+            self.skipped[shape] = OUT_OF_MEMORY_WHILE_CAPTURING if ran_out else ANOTHER_RANK_RAN_OUT
             return False
         self.pool_held = True
         if guard is not None:
             guard.observe(estimated, self._used_bytes() - used_before)
-            self._release_while(lambda used: used > guard.limit_bytes)
+        self._release_while(lambda used: guard is not None and used > guard.limit_bytes)
         return True
 
     def _used_bytes(self) -> int:
@@ -139,22 +169,23 @@ class CaptureLoop:
         return self.free_at_start - self.backend.memory_reading().free_bytes
 
     def _release_while(self, over: Callable[[int], bool]) -> int:
-        """Release the largest graph held (then the pool) while ``over(used bytes)``; return the bytes used after."""
+        """Release the largest graph held (then the pool) while ``over(used bytes)`` on any rank; return the bytes
+        used after. Every rank releases the same graphs: it holds the same ones, and acts on the shared answer."""
         guard = self._guard
-        assert guard is not None
-        used = self._used_bytes()
-        while over(used):
+        used = self._used_bytes() if guard is not None else 0  # without a budget nothing here reads memory
+        while not everywhere(self.agree, not over(used)):
+            reason = guard.release_reason(used) if guard is not None and over(used) else ANOTHER_RANK_RELEASED
             if self.kept:
                 largest = max(self.kept)
                 self.release_shape(largest)
                 del self.kept[largest]
-                self.skipped[largest] = guard.release_reason(used)
+                self.skipped[largest] = reason
             elif self.pool_held:
                 self.backend.renew_pool()
                 self.pool_held = False
             else:
                 break
-            used = self._used_bytes()
+            used = self._used_bytes() if guard is not None else 0
         return used
 
     def captured_stats(self) -> tuple[ShapeCaptureStats, ...]:

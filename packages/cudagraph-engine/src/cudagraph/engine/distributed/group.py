@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
@@ -76,6 +76,43 @@ class TensorParallelGroup:
         """Meet every other rank on the host (gloo), or fail naming who did not come within the timeout."""
         dist.monitored_barrier(group=self.cpu_group, timeout=timedelta(seconds=self.timeout_s))
 
+    @property
+    def capture_barrier(self) -> GroupCaptureBarrier:
+        """What a graph runner on this rank captures with (``capture_barrier=``): the group's barrier, which also
+        shares the capture's decisions, so every rank captures and keeps the same buckets."""
+        return GroupCaptureBarrier(self)
+
+    def agree_min(self, values: Sequence[int]) -> list[int]:
+        """The element-wise minimum of ``values`` over every rank (host side, gloo)."""
+        tensor = torch.tensor(list(values), dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self.cpu_group)
+        return [int(value) for value in tensor.tolist()]
+
+    def warm_collectives(self, dtype: torch.dtype, largest_elements: int) -> int:
+        """All-reduce one message of each size from 1 Ki elements up to ``largest_elements`` (4x apart) on the
+        process group, before anything is captured; the device bytes that took (0 on CPU).
+
+        NCCL sets up its buffers for a size range (its channels and protocols) the first time a message of that
+        range travels. Done here, they are set up once per group at start-up, shared by every graph and every
+        eager step; left to the first capture, they would be counted as graph memory (and in the capture
+        estimate's probes) though no graph owns them."""
+        if self.device.type != "cuda":
+            return 0
+        torch.cuda.synchronize(self.device)
+        free_before, _ = torch.cuda.mem_get_info(self.device)
+        message = torch.zeros(max(largest_elements, 1), dtype=dtype, device=self.device)
+        elements = 1024
+        while True:
+            dist.all_reduce(message[: min(elements, message.numel())], group=self.group)
+            if elements >= message.numel():
+                break
+            elements *= 4
+        torch.cuda.synchronize(self.device)
+        del message
+        torch.cuda.empty_cache()
+        free_after, _ = torch.cuda.mem_get_info(self.device)
+        return max(0, free_before - free_after)
+
     def choose_all_reduce(self, requested: str, dtype: torch.dtype, max_message_elements: int) -> AllReduceChoice:
         """Pick and register the model's communicator (see ``all_reduce.choose_all_reduce``); logged once."""
         choice = choose_all_reduce(requested, self.group, self.cpu_group, self.device, dtype, max_message_elements)
@@ -86,6 +123,23 @@ class TensorParallelGroup:
                 "tensor parallel size %d: %s (%s)", self.world_size, choice.communicator.describe(), choice.reason
             )
         return choice
+
+
+@dataclass(frozen=True)
+class GroupCaptureBarrier:
+    """A group's capture barrier (``__call__``: meet every rank) that also agrees (``agree_min``): a
+    ``cudagraph.runner.agreement.RankAgreement``, so a runner given it shares every capture decision with the other
+    ranks."""
+
+    group: TensorParallelGroup
+
+    def __call__(self) -> None:
+        """Meet every other rank on the host."""
+        self.group.barrier()
+
+    def agree_min(self, values: Sequence[int]) -> list[int]:
+        """The element-wise minimum of ``values`` over every rank."""
+        return self.group.agree_min(values)
 
 
 def init_tensor_parallel(options: GroupOptions) -> TensorParallelGroup:
