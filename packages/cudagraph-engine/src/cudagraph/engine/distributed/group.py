@@ -99,6 +99,7 @@ class TensorParallelGroup:
         if self.device.type != "cuda":
             return 0
         torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()  # blocks cached before (a model's load) would otherwise come back inside the reading
         free_before, _ = torch.cuda.mem_get_info(self.device)
         message = torch.zeros(max(largest_elements, 1), dtype=dtype, device=self.device)
         elements = 1024
