@@ -274,6 +274,28 @@ def test_cli_generate_at_tp2_prints_the_single_rank_tokens(
     assert json.loads(capsys.readouterr().out) == single
 
 
+def test_cli_ngram_speculation_at_tp2_gives_the_single_rank_greedy_tokens(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Rank 0 drafts and verifies; its verify steps go to the other rank like any step."""
+    prompts = ["--prompt-token-ids", "5,6,7,5,6,7,5,6", "--prompt-token-ids", "1,2,3", "--max-new-tokens", "8"]
+    prompts += ["--json", "-q"]
+    assert commands.main([*GENERATE, *prompts]) == 0
+    single = json.loads(capsys.readouterr().out)
+    metrics = tmp_path / "metrics.json"
+    speculating = ["--tp-size", "2", "--speculative-tokens", "2", "--cuda-graph-metrics", str(metrics)]
+    assert commands.main([*GENERATE, *prompts, *speculating]) == 0
+    assert json.loads(capsys.readouterr().out) == single
+    assert json.loads(metrics.read_text())["verify"]["steps"] > 0
+
+
+def test_a_draft_model_at_tp2_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--tp-size", "2", "--speculative-tokens", "2", "--speculative-draft", "tiny-llama-random"]
+    assert commands.main([*GENERATE, *flags]) == commands.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a draft model runs on one process; with --tp-size use the n-gram drafter" in err[0]
+
+
 def test_save_model_refuses_a_shard() -> None:
     config: ModelConfig = model_config_from_preset("tiny-llama-random")
     shard = random_model(config, shard=ShardPlan(0, 2, "tp"))

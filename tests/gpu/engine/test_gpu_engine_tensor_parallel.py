@@ -14,13 +14,16 @@ bfloat16 once, where TP=1 accumulates in one matmul).
 from __future__ import annotations
 
 import importlib.util
+import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
 import tp_gpu_workers as workers
 
 from cudagraph.config import Backend
+from cudagraph.engine import commands
 from cudagraph.engine.distributed import launch
 
 BF16_LOGITS = {"rtol": 5e-2, "atol": 5e-2}
@@ -134,3 +137,20 @@ def test_symmetric_memory_is_chosen_where_peers_reach_each_other_and_matches_the
         torch.testing.assert_close(have, want, **BF16_LOGITS)
     # launch returns only once both ranks exited with status 0 after tearing down in order.
     assert time.monotonic() - started < 300
+
+
+def test_tp2_ngram_speculation_replays_verify_graphs_and_gives_the_greedy_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``generate --tp-size 2 --speculative-tokens 2``: rank 0 drafts by n-gram lookup and its verify steps replay
+    the verify graphs every rank captured; the tokens are those of TP=2 without speculation."""
+    base = ["generate", "--preset", "tiny-llama-random", "--device", "cuda", "--attention-backend", "triton"]
+    base += ["--prompt-token-ids", "5,6,7,5,6,7,5,6", "--prompt-token-ids", "1,2,3", "--max-new-tokens", "12"]
+    base += ["--json", "-q", "--tp-size", "2"]
+    assert commands.main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    metrics = tmp_path / "metrics.json"
+    assert commands.main([*base, "--speculative-tokens", "2", "--cuda-graph-metrics", str(metrics)]) == 0
+    assert json.loads(capsys.readouterr().out) == plain
+    verify = json.loads(metrics.read_text())["verify"]
+    assert verify["steps"] > 0 and verify["replays"] == verify["steps"], verify

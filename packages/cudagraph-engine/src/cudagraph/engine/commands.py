@@ -318,8 +318,9 @@ NGRAM_DRAFT = "ngram"
 
 
 def check_step_kinds(args: argparse.Namespace) -> None:
-    """Speculative decoding here is greedy, on one process, with a draft source that exists and speaks the target's
-    vocabulary: one error naming the flag that conflicts."""
+    """Speculative decoding here is greedy, with a draft source that exists and speaks the target's vocabulary (a
+    draft model on one process; the n-gram drafter at any ``--tp-size``): one error naming the flag that
+    conflicts."""
     if args.speculative_tokens is None:
         if args.speculative_draft is not None:
             raise EngineInputError("--speculative-draft says what drafts; add --speculative-tokens K to speculate")
@@ -329,11 +330,15 @@ def check_step_kinds(args: argparse.Namespace) -> None:
             f"--speculative-tokens verifies drafts greedily; --temperature {args.temperature} samples: use "
             "--temperature 0, or drop --speculative-tokens"
         )
-    if tp_size_of(args) > 1:
-        raise EngineInputError("--speculative-tokens runs on one process; drop --tp-size (or --speculative-tokens)")
     draft = args.speculative_draft or NGRAM_DRAFT
     if draft == NGRAM_DRAFT:
         return
+    if tp_size_of(args) > 1:
+        # The n-gram drafter is host work on rank 0; a draft model would need shards and collectives of its own.
+        raise EngineInputError(
+            f"--speculative-draft {draft}: a draft model runs on one process; with --tp-size use the n-gram drafter "
+            f"(--speculative-draft {NGRAM_DRAFT}, the default)"
+        )
     draft_vocab = draft_model_config(draft).vocab_size
     target_vocab = model_config_of(args).vocab_size
     if draft_vocab != target_vocab:
@@ -506,6 +511,11 @@ def run_generate(
     if group is not None and group.rank != 0:
         follower = build_model_runner(args, config, group=group, **estimate)
         try:
+            if args.speculative_tokens is not None:
+                # Rank 0's verify steps replay verify graphs: every rank captures them, at the same point.
+                follower.check_verify_support()
+                if follower.decode_cuda_graph_runner is not None:
+                    follower.init_verify_cuda_graph(args.speculative_tokens + 1)
             follow(follower, StepBroadcaster(group))
         finally:
             follower.shutdown()
