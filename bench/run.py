@@ -2,6 +2,7 @@
 
     python3 bench/run.py [--quick] [--check] [--sections decode,breaks,prefill,speculative,capture,compile,migration]
                          [--presets P...] [--batch-sizes N...] [--configs NAME...]
+    python3 bench/run.py --sections tp [--tp-sizes 1 2 4] [--presets llama-3-8b]   # starts its own ranks
                          [--kernel-counts separate|inline|off]   # decode kernel counts: a second process by default
     python3 bench/run.py compare OLD.json NEW.json        # exit 1 when a ratio got more than 10 % worse
     python3 bench/run.py merge RUN.json... --out ALL.json  # one result from runs split over several calls
