@@ -100,6 +100,20 @@ def test_the_engines_own_forward_context_is_untouched() -> None:
     assert "engine_forward_context.ForwardContext()" in migrated
 
 
+HANDOFF_FIXTURES = frozenset(
+    {
+        "handoff_values",
+        "patched_classes",
+        "patch_object_module_alias",
+        "import_fallbacks",
+        "import_fallback_patched",
+        "dotted_member_strings",
+        "eagle_draft_runners",
+    }
+)
+"""Fixtures of hand-offs, patches, fallbacks and member strings whose TODOs ``test_handoffs.py`` checks."""
+
+
 def _notes(case: FixtureCase) -> list[str]:
     return [str(f) for f in case.migrate(case.source.read_text()).findings if f.kind is FindingKind.TODO]
 
@@ -150,6 +164,7 @@ def test_what_cannot_be_rewritten_safely_is_reported() -> None:
         "unexported_names_stay",
         "forward_context_piecewise",
         "shared_state_stays",
+        *HANDOFF_FIXTURES,  # their TODOs are checked in test_handoffs.py
     }
     assert all(not found for name, found in notes.items() if name not in expected_elsewhere)
 
