@@ -85,8 +85,9 @@ def test_member_strings_name_the_members_they_reach_and_those_the_new_class_lack
     assert len(prefix) == 1 and "DecodeCudaGraphRunner has no _capture_graph, _create_device_graph" in prefix[0]
     assert any(
         todo.endswith(
-            "CudaGraphRunner.replay reaches CudaGraphRunner's replay, a hook or patch target on "
-            "the engine's own runner class (now DecodeCudaGraphRunner): not rewritten"
+            "CudaGraphRunner.replay reaches CudaGraphRunner's replay, a hook or patch target on the engine's own "
+            "runner class (now DecodeCudaGraphRunner): not rewritten; the hook registered here reads the runner's "
+            "device, device_module; DecodeCudaGraphRunner has no device_module"
         )
         for todo in todos
     )

@@ -11,7 +11,8 @@ is exactly a dotted path starting at a legacy module is looked at; prose is neve
 - A path to a **member** of a legacy class (``Class.method``, a private attribute: a hook or patch target) is never
   rewritten: the engine still builds its own runner, so a hook or patch moved to the new class would never reach it.
   Nor is a class path that the file uses as a **prefix** to build member paths (``f"{CLS}._capture_graph"``,
-  ``CLS + ".replay"``). The TODO names the members the string reaches and those the new class lacks. The
+  ``CLS + ".replay"``). The TODO names the members the string reaches, what the hook registered under it (the
+  function it decorates, or its value in a dict) reads off the runner, and which of those the new class lacks. The
   ``cudagraph.legacy`` shims are the exception: their classes are the new ones, so their member paths are renamed
   as the member rows say.
 """
@@ -50,7 +51,7 @@ class LegacyDottedStrings(MigrationCommand):
         self.matcher = LegacyModuleMatcher(self.table, None)
         self.members = owner_rows(self.table, RenameKind.ATTRIBUTE, RenameKind.METHOD)
         self.handoffs = HandoffChecker(ApiChecker(self.table, self.exports, load_legacy_api()))
-        finder = _PrefixUses()
+        finder = self.finder = _PrefixUses()
         tree.visit(finder)
         self.prefix_members = finder.members_by_string
         self.bare_names = finder.bare_names
@@ -90,10 +91,12 @@ class LegacyDottedStrings(MigrationCommand):
             return updated_node
         legacy = f"{match.row.old}.{match.rest[0]}"
         reached = [*match.rest[1:2], *self.prefix_members.get(id(original_node), ())]
+        hook_reads = self.finder.reads_of_hook(original_node) if match.rest[1:] else frozenset()
         if legacy.startswith(_SHIM_PREFIX):
             new_path = ".".join([head, *self._members(head, match.rest[1:])])
         elif reached:
-            self.note(original_node, self._member_message(value, legacy, head, reached), GuideSection.MEMBER_STRINGS)
+            message = self._member_message(value, legacy, head, reached, hook_reads)
+            self.note(original_node, message, GuideSection.MEMBER_STRINGS)
             return updated_node
         elif problems := self.handoffs.value_problems(head, legacy):
             self.note(original_node, f"{value}: {'; '.join(problems)}", GuideSection.HANDOFFS)
@@ -119,7 +122,9 @@ class LegacyDottedStrings(MigrationCommand):
                 fetched.append(name)
         return fetched
 
-    def _member_message(self, value: str, legacy: str, new: str, reached: list[str]) -> str:
+    def _member_message(
+        self, value: str, legacy: str, new: str, reached: list[str], hook_reads: frozenset[str] = frozenset()
+    ) -> str:
         short_old, short_new = legacy.rpartition(".")[2], new.rpartition(".")[2]
         api = self.exports.api(new)
         renames = self.handoffs.member_renames(new)
@@ -134,6 +139,15 @@ class LegacyDottedStrings(MigrationCommand):
             f"{value} reaches {short_old}'s {', '.join(members)}, a hook or patch target on the engine's own runner "
             f"class (now {short_new}): not rewritten"
         ]
+        legacy_class = self.handoffs.legacy.classes.get(legacy)
+        runner_reads = sorted(hook_reads & legacy_class.members) if legacy_class is not None else []
+        if runner_reads:
+            parts.append(f"the hook registered here reads the runner's {', '.join(runner_reads)}")
+            lacking.extend(
+                read
+                for read in runner_reads
+                if read not in lacking and not (isinstance(api, ClassApi) and api.has_member(renames.get(read, read)))
+            )
         if lacking:
             parts.append(f"{short_new} has no {', '.join(lacking)}")
         if became:
@@ -150,9 +164,10 @@ class LegacyDottedStrings(MigrationCommand):
 
 
 class _PrefixUses(cst.CSTVisitor):
-    """Strings bound to a module-level or local name that the file extends into member paths: ``CLS = "a.B"`` with
-    ``f"{CLS}.method"`` or ``CLS + ".method"`` somewhere. ``members_by_string`` maps the string node's id to the
-    members reached."""
+    """What the file does with its strings: those bound to a name it extends into member paths (``CLS = "a.B"`` with
+    ``f"{CLS}.method"`` or ``CLS + ".method"``), those that are one identifier (a name ``getattr`` may fetch), and the
+    hooks registered under a string (a decorator's first argument, a dict key) with what they read off their
+    parameters."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -160,6 +175,9 @@ class _PrefixUses(cst.CSTVisitor):
         self.members_by_name: dict[str, list[str]] = {}
         self.bare_names: set[str] = set()
         """Strings of the file that are one identifier (a name a ``getattr`` may fetch)."""
+        self.reads_by_function: dict[str, frozenset[str]] = {}
+        self.hook_reads: dict[int, frozenset[str]] = {}
+        self.hook_names: dict[int, str] = {}
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         value = string_value(node)
@@ -175,6 +193,25 @@ class _PrefixUses(cst.CSTVisitor):
             if name in self.members_by_name
             for string in strings
         }
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        reads = _parameter_reads(node)
+        self.reads_by_function[node.name.value] = reads
+        for decorator in node.decorators:
+            call = decorator.decorator
+            if isinstance(call, cst.Call) and call.args and isinstance(call.args[0].value, cst.SimpleString):
+                self.hook_reads[id(call.args[0].value)] = reads
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        if isinstance(node.key, cst.SimpleString) and isinstance(node.value, cst.Name):
+            self.hook_names[id(node.key)] = node.value.value
+
+    def reads_of_hook(self, string: cst.SimpleString) -> frozenset[str]:
+        """Attributes the hook registered under ``string`` (decorated with it, or its dict value) reads off its
+        parameters."""
+        if id(string) in self.hook_reads:
+            return self.hook_reads[id(string)]
+        return self.reads_by_function.get(self.hook_names.get(id(string), ""), frozenset())
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.SimpleString) and len(node.targets) == 1:
@@ -198,3 +235,17 @@ class _PrefixUses(cst.CSTVisitor):
             member = _MEMBER_AFTER.match(text) if text is not None else None
             if member is not None:
                 self.members_by_name.setdefault(node.left.value, []).append(member.group(1))
+
+
+def _parameter_reads(function: cst.FunctionDef) -> frozenset[str]:
+    """Attribute names ``function`` reads off its own parameters (``runner.device`` in an around-hook)."""
+    parameters = {param.name.value for param in (*function.params.posonly_params, *function.params.params)}
+    reads: set[str] = set()
+
+    class _Reads(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if isinstance(node.value, cst.Name) and node.value.value in parameters:
+                reads.add(node.attr.value)
+
+    function.body.visit(_Reads())
+    return frozenset(reads)
