@@ -346,6 +346,15 @@ REWRITE_ENGINE_OPTIONS_KEY = "cudagraph.migrate.rewrite_engine_options"
 _EMPTY_MODULE = cst.Module([])
 
 
+def original_source(context: CodemodContext, tree: cst.Module) -> tuple[cst.Module, str | None]:
+    """The file being migrated as written (its parsed tree and text), where the run recorded it; else ``tree``: an
+    earlier rule may already have rewritten ``tree``'s imports."""
+    original = context.scratch.get(ORIGINAL_KEY)
+    if isinstance(original, tuple) and isinstance(original[0], cst.Module):
+        return original[0], str(original[1])
+    return tree, None
+
+
 def _shared_wrapper(context: CodemodContext, tree: cst.Module) -> MetadataWrapper:
     """The metadata wrapper of ``tree``, reused while the rules pass the same tree object along."""
     cached = context.scratch.get(_WRAPPER_KEY)
@@ -372,12 +381,27 @@ class LegacyModuleMatcher:
     ``from .cuda_graph_runner import ...``) is recognised wherever it was vendored.
     """
 
-    def __init__(self, table: RenameTable, filename: str | None) -> None:
+    def __init__(self, table: RenameTable, filename: str | None, *, skip: Collection[str] = ()) -> None:
         self.table = table
         self.package_parts: tuple[str, ...] = PurePath(filename).parent.parts if filename else ()
         self._by_parts = sorted(
-            ((tuple(old.split(".")), row) for old, row in table.modules.items()), key=lambda item: -len(item[0])
+            ((tuple(old.split(".")), row) for old, row in table.modules.items() if old not in skip),
+            key=lambda item: -len(item[0]),
         )
+
+    def for_file(self, tree: cst.Module, text: str | None = None) -> LegacyModuleMatcher:
+        """This matcher for the file ``tree`` (its source ``text``, where known): a module the legacy engine still
+        ships (``still_shipped``) counts as legacy only where the file also imports a retired legacy module;
+        elsewhere it is that engine's current API.
+        """
+        shipped = {old for old, row in self.table.modules.items() if row.still_shipped}
+        if text is not None and not any(old.rpartition(".")[2] in text for old in shipped):
+            return self  # the file names no such module: nothing to tell apart, and no walk over its statements
+        if not shipped or _imports_a_retired_module(tree, self):
+            return self
+        skipping = LegacyModuleMatcher(self.table, None, skip=shipped)
+        skipping.package_parts = self.package_parts
+        return skipping
 
     def resolve_relative(self, level: int, dotted: str) -> tuple[str, ...]:
         """The parts of a relative name ``level`` dots up from the file's package (level 1 is the package itself)."""
@@ -405,6 +429,54 @@ class LegacyModuleMatcher:
                 if len(prefix) >= len(module_parts) and prefix[-len(module_parts) :] == module_parts:
                     return LegacyModuleMatch(row, tuple(parts[end:]))
         return None
+
+
+def _imports_a_retired_module(tree: cst.Module, matcher: LegacyModuleMatcher) -> bool:
+    """Whether an import statement of ``tree`` names a legacy module the legacy engine no longer ships."""
+    finder = _RetiredImports(matcher)
+    tree.visit(finder)
+    return finder.found
+
+
+_WHERE_IMPORTS_ARE = (
+    cst.Module,
+    cst.BaseSuite,
+    cst.BaseCompoundStatement,
+    cst.SimpleStatementLine,
+    cst.Else,
+    cst.ExceptHandler,
+    cst.Finally,
+    cst.Import,
+    cst.ImportFrom,
+)
+
+
+class _RetiredImports(cst.CSTVisitor):
+    """Look through the statements (not into expressions) for an import of a retired legacy module."""
+
+    def __init__(self, matcher: LegacyModuleMatcher) -> None:
+        super().__init__()
+        self.matcher = matcher
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return not self.found and isinstance(node, _WHERE_IMPORTS_ARE) and super().on_visit(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.found = self.found or any(self._retired(str(dotted_name(alias.name)), 0) for alias in node.names)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = dotted_name(node.module) if node.module is not None else ""
+        level = len(node.relative)
+        names = [] if isinstance(node.names, cst.ImportStar) else node.names
+        dotted = [str(module or "")] + [
+            f"{module}.{dotted_name(alias.name)}" if module else str(dotted_name(alias.name)) for alias in names
+        ]
+        self.found = self.found or any(self._retired(path, level) for path in dotted if path or level)
+
+    def _retired(self, dotted: str, level: int) -> bool:
+        match = self.matcher.match(dotted, level=level)
+        return match is not None and not match.row.still_shipped
 
 
 def dotted_name(node: cst.BaseExpression) -> str | None:

@@ -29,7 +29,7 @@ from ..handoffs import HandoffChecker
 from ..legacy_api import load_legacy_api
 from ..renames import RenameKind, RenameTable
 from ..todo_comments import GuideSection
-from .base import LegacyModuleMatcher, MigrationCommand, string_value, with_string_value
+from .base import LegacyModuleMatcher, MigrationCommand, original_source, string_value, with_string_value
 from .owners import owner_rows
 
 _DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
@@ -48,7 +48,7 @@ class LegacyDottedStrings(MigrationCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Set up the matcher (absolute paths only: a string has no package to be relative to), and find the names
         bound to strings that the file extends into member paths."""
-        self.matcher = LegacyModuleMatcher(self.table, None)
+        self.matcher = LegacyModuleMatcher(self.table, None).for_file(*original_source(self.context, tree))
         self.members = owner_rows(self.table, RenameKind.ATTRIBUTE, RenameKind.METHOD)
         self.handoffs = HandoffChecker(ApiChecker(self.table, self.exports, load_legacy_api()))
         finder = self.finder = _PrefixUses()

@@ -49,6 +49,7 @@ from .base import (
     QuickView,
     dotted_expression,
     dotted_name,
+    original_source,
 )
 
 
@@ -125,7 +126,8 @@ class LegacyImports(MigrationCommand):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Plan every import rewrite over the whole module first (merges need it), then apply the plan."""
-        self.matcher = LegacyModuleMatcher(self.table, self.context.filename)
+        legacy_matcher = LegacyModuleMatcher(self.table, self.context.filename)
+        self.matcher = legacy_matcher.for_file(*original_source(self.context, tree))
         self.checker = ApiChecker(self.table, self.exports, load_legacy_api())
         self.handoffs = HandoffChecker(self.checker)
         self.refused_accesses: set[int] = set()
