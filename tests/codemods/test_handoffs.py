@@ -102,3 +102,14 @@ def test_the_eagle_draft_runners_stay_with_a_todo_at_each_use() -> None:
     assert any("EAGLEDraftExtendCudaGraphRunner(eagle_worker)" in todo for todo in todos)
     assert any("missing required argument 'config'" in todo for todo in todos)
     assert any("_create_graph overrides a hook" in todo for todo in todos)
+
+
+def test_a_file_on_sglang_s_current_api_keeps_the_draft_runners_and_lists_them_as_not_tied() -> None:
+    (case,) = [case for case in discover_cases() if case.name == "eagle_draft_runners_current"]
+    result = case.migrate(case.source.read_text())
+    assert not result.changed
+    skips = [f.message for f in result.findings if f.kind is FindingKind.SKIP]
+    assert [skip.partition(":")[0] for skip in skips] == [
+        "sglang.srt.speculative.eagle_draft_cuda_graph_runner",
+        "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner",
+    ]

@@ -397,11 +397,18 @@ class LegacyModuleMatcher:
         shipped = {old for old, row in self.table.modules.items() if row.still_shipped}
         if text is not None and not any(old.rpartition(".")[2] in text for old in shipped):
             return self  # the file names no such module: nothing to tell apart, and no walk over its statements
-        if not shipped or _imports_a_retired_module(tree, self):
+        finder = _RetiredImports(self)
+        tree.visit(finder)
+        if not shipped or finder.found:
             return self
         skipping = LegacyModuleMatcher(self.table, None, skip=shipped)
         skipping.package_parts = self.package_parts
+        skipping.current_api_imports = tuple(finder.shipped)
         return skipping
+
+    current_api_imports: tuple[tuple[cst.CSTNode, str], ...] = ()
+    """Imports of still-shipped legacy modules that this file's matcher leaves alone (the file imports no retired
+    legacy module), each with that module: they are the legacy engine's current API there."""
 
     def resolve_relative(self, level: int, dotted: str) -> tuple[str, ...]:
         """The parts of a relative name ``level`` dots up from the file's package (level 1 is the package itself)."""
@@ -431,13 +438,6 @@ class LegacyModuleMatcher:
         return None
 
 
-def _imports_a_retired_module(tree: cst.Module, matcher: LegacyModuleMatcher) -> bool:
-    """Whether an import statement of ``tree`` names a legacy module the legacy engine no longer ships."""
-    finder = _RetiredImports(matcher)
-    tree.visit(finder)
-    return finder.found
-
-
 _WHERE_IMPORTS_ARE = (
     cst.Module,
     cst.BaseSuite,
@@ -452,18 +452,20 @@ _WHERE_IMPORTS_ARE = (
 
 
 class _RetiredImports(cst.CSTVisitor):
-    """Look through the statements (not into expressions) for an import of a retired legacy module."""
+    """Look through the statements (not into expressions) for an import of a retired legacy module, and collect the
+    imports of still-shipped ones."""
 
     def __init__(self, matcher: LegacyModuleMatcher) -> None:
         super().__init__()
         self.matcher = matcher
         self.found = False
+        self.shipped: list[tuple[cst.CSTNode, str]] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        return not self.found and isinstance(node, _WHERE_IMPORTS_ARE) and super().on_visit(node)
+        return isinstance(node, _WHERE_IMPORTS_ARE) and super().on_visit(node)
 
     def visit_Import(self, node: cst.Import) -> None:
-        self.found = self.found or any(self._retired(str(dotted_name(alias.name)), 0) for alias in node.names)
+        self.found = self.found or any(self._retired(node, str(dotted_name(alias.name)), 0) for alias in node.names)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted_name(node.module) if node.module is not None else ""
@@ -472,10 +474,12 @@ class _RetiredImports(cst.CSTVisitor):
         dotted = [str(module or "")] + [
             f"{module}.{dotted_name(alias.name)}" if module else str(dotted_name(alias.name)) for alias in names
         ]
-        self.found = self.found or any(self._retired(path, level) for path in dotted if path or level)
+        self.found = self.found or any(self._retired(node, path, level) for path in dotted if path or level)
 
-    def _retired(self, dotted: str, level: int) -> bool:
+    def _retired(self, node: cst.CSTNode, dotted: str, level: int) -> bool:
         match = self.matcher.match(dotted, level=level)
+        if match is not None and match.row.still_shipped and all(seen is not node for seen, _ in self.shipped):
+            self.shipped.append((node, match.row.old))
         return match is not None and not match.row.still_shipped
 
 
