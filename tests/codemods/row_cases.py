@@ -75,7 +75,9 @@ def row_cases(table: RenameTable | None = None, exports: ExportsManifest | None 
     table = table or load_renames()
     exports = exports or load_exports()
     _check_staying_name(table, exports)
-    return [case for row in table.of_kind(RenameKind.MODULE) for case in _cases_of(row, table, exports)]
+    # a module the legacy engine still ships is legacy only beside a retired one: fixtures/eagle_draft_runners*.py
+    modules = [row for row in table.of_kind(RenameKind.MODULE) if not row.still_shipped]
+    return [case for row in modules for case in _cases_of(row, table, exports)]
 
 
 def _check_staying_name(table: RenameTable, exports: ExportsManifest) -> None:

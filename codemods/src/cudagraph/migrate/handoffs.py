@@ -92,7 +92,7 @@ def classify_use(access: cst.CSTNode, parent_of: Mapping[cst.CSTNode, cst.CSTNod
         return UseKind.CALLED
     if isinstance(parent, cst.Attribute) and parent.value is access:
         return UseKind.PATCHED if _is_store(parent, parent_of) else UseKind.MEMBER_READ
-    if isinstance(parent, cst.Annotation):
+    if _in_annotation(access, parent_of):
         return UseKind.TYPE
     if isinstance(parent, cst.Arg):
         holder = parent_of.get(parent)
@@ -115,6 +115,25 @@ def classify_use(access: cst.CSTNode, parent_of: Mapping[cst.CSTNode, cst.CSTNod
     if isinstance(parent, (cst.If, cst.IfExp, cst.While)) and parent.test is access:
         return UseKind.TYPE  # a truth test of an optional import
     return UseKind.VALUE
+
+
+_TYPE_EXPRESSION_PARTS = (
+    cst.BinaryOperation,
+    cst.Subscript,
+    cst.SubscriptElement,
+    cst.Index,
+    cst.Element,
+    cst.Tuple,
+    cst.List,
+)
+"""What a name inside an annotation can sit in: ``A | B``, ``Optional[A]``, ``dict[str, A]``, ``Callable[[A], B]``."""
+
+
+def _in_annotation(access: cst.CSTNode, parent_of: Mapping[cst.CSTNode, cst.CSTNode]) -> bool:
+    node: cst.CSTNode | None = parent_of.get(access)
+    while isinstance(node, _TYPE_EXPRESSION_PARTS):
+        node = parent_of.get(node)
+    return isinstance(node, cst.Annotation)
 
 
 def _is_store(attribute: cst.Attribute, parent_of: Mapping[cst.CSTNode, cst.CSTNode]) -> bool:
