@@ -73,9 +73,11 @@ class QuickView:
 def _import_spellings(table: RenameTable) -> frozenset[str]:
     """Text an import of a legacy module contains: the module path (``import a.b.c``), or its package when the module
     is imported from it (``from a.b import c``); and the modules of the legacy engine's classes that own members."""
-    packages = {module.rpartition(".")[0] for module in table.modules}
+    # a module the legacy engine still ships is legacy only beside a retired one, whose spelling is here already
+    retired = [module for module, row in table.modules.items() if not row.still_shipped]
+    packages = {module.rpartition(".")[0] for module in retired}
     owner_modules = {owner.rpartition(".")[0] for row in table for owner in row.legacy_owners}
-    return frozenset({*table.modules, *(package for package in packages if package), *owner_modules})
+    return frozenset({*retired, *(package for package in packages if package), *owner_modules})
 
 
 class MigrationCommand(CodemodCommand, cst.CSTTransformer):
