@@ -72,9 +72,14 @@ EXIT_ERROR = EXIT_CHANGES
 EXIT_USAGE = 2
 """A bad option or a missing path: nothing was done."""
 STDIN = "-"
-_PREFIX = {FindingKind.TODO: "todo", FindingKind.ARGV: "review", FindingKind.SKIP: "skip"}
+_PREFIX = {
+    FindingKind.TODO: "todo",
+    FindingKind.ARGV: "review",
+    FindingKind.MAYBE: "review",
+    FindingKind.SKIP: "skip",
+}
 """How each finding's line starts, in the summary's words: ``todo`` needs a manual step, ``review`` is listed for
-review, ``skip`` was left alone as not legacy."""
+review (another program's option, or a place maybe tied to a legacy engine), ``skip`` was left alone as not legacy."""
 
 _EXIT_STATUS_HELP = """\
 exit status:
@@ -256,6 +261,11 @@ def format_summary(
     lines.append(
         f"listed for review: {report.findings(FindingKind.ARGV)} candidate(s) in other programs' options "
         "(--rewrite-argv, --rewrite-engine-options rewrite them; flag definitions stay)"
+    )
+    lines.append(
+        f"maybe tied to the legacy API: {report.findings(FindingKind.MAYBE)} place(s) in files that import a legacy "
+        "engine (a legacy member on a receiver of unknown type, a config field named like a legacy option): check "
+        "each by hand"
     )
     if verbose or edits:
         lines.append(f"{'rule':<6} {'name':<24} {'edits':>6} {'files':>6}")
