@@ -150,6 +150,7 @@ def test_what_cannot_be_rewritten_safely_is_reported() -> None:
         "unexported_names_stay",
         "forward_context_piecewise",
         "shared_state_stays",
+        "members_maybe_tied_typed",  # test_same_spelled checks its TODO
     }
     assert all(not found for name, found in notes.items() if name not in expected_elsewhere)
 
