@@ -14,9 +14,11 @@ In CI, ``cudagraph-migrate --check PATH`` fails while code the tool can migrate 
 
 The summary says what was migrated, what needs a manual step (the TODO count and the files holding them, each place
 marked with its comment) and what is listed for review (legacy options of other programs, rewritten only with
-``--rewrite-argv`` or ``--rewrite-engine-options``, and definitions of legacy flags, never rewritten); the per-rule
-table follows with ``-v`` or when a rule edited something. Each finding
-is one line, ``todo: PATH:LINE: CODE message`` (``review:``, and with ``-v`` ``skip:`` for names left alone).
+``--rewrite-argv`` or ``--rewrite-engine-options``, and definitions of legacy flags, never rewritten), what is maybe
+tied to the legacy API (places in files that import a legacy engine that nothing ties to it, never rewritten) and how
+many same-spelled names were left alone as not tied; the per-rule table follows with ``-v`` or when a rule edited
+something. Each finding is one line, ``todo: PATH:LINE: CODE message`` (``review:`` for both kinds listed for review,
+and with ``-v`` ``skip:`` for every name left alone).
 
 Patches and ``--check``'s file list go to stdout; progress, findings and the summary go to stderr, so ``--diff``
 output can be piped straight into ``git apply``. ``-`` reads one file from stdin and writes the migrated text to stdout.
