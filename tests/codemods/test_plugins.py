@@ -8,7 +8,9 @@ plugins are written against). For each:
    TODO keeps on the legacy API);
 3. every place still tied to the legacy API carries a ``# TODO(cudagraph-migrate):`` comment, every place passing
    another program's legacy options (``ServerArgs(...)`` keywords, ``server_args.<option>``, command lines) is named
-   in the report, and the summary counts the TODOs;
+   in the report, and so is every place maybe tied to SGLang in a file that imports it (a legacy member on a receiver
+   of unknown type, by attribute or by name string; a config-class field named like SGLang's option); and the summary
+   counts the TODOs;
 4. a second run changes nothing;
 5. the plugin gets the outcome its ``expected.toml`` describes.
 
@@ -44,6 +46,12 @@ CONTINUATION = "#   "
 SERVER_ARGS = "sglang.srt.server_args.ServerArgs"
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
 CUDA_GRAPH_RUNNER = "sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner"
+NAME_STRING_CALLS = frozenset({"getattr", "hasattr", "setattr", "delattr"})
+"""Calls whose second argument names a member of the first."""
+CONFIG_DECORATORS = frozenset({"dataclass", "define", "frozen", "mutable"})
+"""Decorators (their last name) of classes whose annotated class attributes are fields."""
+CONFIG_BASES = frozenset({"BaseModel", "BaseSettings", "NamedTuple", "TypedDict"})
+"""Bases (their last name) of classes whose annotated class attributes are fields."""
 
 # What SGLang's classes hold, by type, so ``self.model_runner.server_args.disable_cuda_graph`` is tied as SGLang's
 # own annotations tie it.
@@ -149,6 +157,11 @@ class SourceFile:
                     file.imports[alias.asname or alias.name] = f"{module}.{alias.name}"
         return file
 
+    @property
+    def imports_sglang(self) -> bool:
+        """Whether the file imports anything of SGLang: a place there that may reach SGLang's classes must be named."""
+        return any(qualified.partition(".")[0] == "sglang" for qualified in self.imports.values())
+
     def _absolute(self, node: ast.ImportFrom) -> str:
         if not node.level:
             return node.module or ""
@@ -249,9 +262,18 @@ class _PlaceReader(ast.NodeVisitor):
         else:
             super().visit(node)
 
-    def _record(self, into: list[Place], what: str) -> None:
-        first, last = self.file.statement_lines(self.statements[-1])
+    def _record(self, into: list[Place], what: str, statement: ast.stmt | None = None) -> None:
+        first, last = self.file.statement_lines(statement or self.statements[-1])
         into.append(Place(self.file.path, first, last, what))
+
+    def _member_use(self, receiver: ast.expr, name: str, how: str) -> None:
+        """A legacy member reached on ``receiver``: a legacy place when its type is one of the member's classes, a
+        place maybe tied (to be named) when its type is unknown in a file importing SGLang."""
+        held = self.type_of(receiver)
+        if held & LEGACY.members[name]:
+            self._record(self.legacy, f"{how} of {ast.unparse(receiver)}")
+        elif not held and self.file.imports_sglang:
+            self._record(self.options, f"{how} of {ast.unparse(receiver)}, maybe SGLang's")
 
     # what a name or expression holds
 
@@ -277,6 +299,11 @@ class _PlaceReader(ast.NodeVisitor):
         for base in node.bases:
             if LEGACY.is_legacy_name(self.file.resolve(base)):
                 self._record(self.legacy, f"class {node.name} derives from legacy {ast.unparse(base)}")
+        if self.file.imports_sglang and _is_config_class(node):
+            for statement in node.body:
+                if isinstance(statement, ast.AnnAssign) and ast.unparse(statement.target) in LEGACY.options:
+                    what = f"config field {node.name}.{ast.unparse(statement.target)} named like SGLang's option"
+                    self._record(self.options, what, statement)
         self.classes.append(f"{self.file.module}.{node.name}")
         self.generic_visit(node)
         self.classes.pop()
@@ -330,6 +357,9 @@ class _PlaceReader(ast.NodeVisitor):
         callee = self.file.resolve(node.func)
         if LEGACY.is_legacy_name(callee):
             self._record(self.legacy, f"call of legacy {callee}")
+        name = node.args[1] if isinstance(node.func, ast.Name) and node.func.id in NAME_STRING_CALLS else None
+        if isinstance(name, ast.Constant) and name.value in LEGACY.members:
+            self._member_use(node.args[0], name.value, f"{node.func.id}(..., {name.value!r})")
         takers = self.code.ancestry(callee)
         for keyword in node.keywords:
             if keyword.arg is not None and takers & LEGACY.options.get(keyword.arg, frozenset()):
@@ -337,8 +367,8 @@ class _PlaceReader(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr in LEGACY.members and self.type_of(node.value) & LEGACY.members[node.attr]:
-            self._record(self.legacy, f".{node.attr} of {ast.unparse(node.value)}")
+        if node.attr in LEGACY.members:
+            self._member_use(node.value, node.attr, f".{node.attr}")
         if node.attr in LEGACY.options and self.type_of(node.value) & LEGACY.options[node.attr]:
             self._record(self.options, f".{node.attr} of {ast.unparse(node.value)}")
         self.generic_visit(node)
@@ -359,6 +389,18 @@ class _PlaceReader(ast.NodeVisitor):
         self.generic_visit(node)
 
     visit_List = visit_Tuple = visit_Set = _visit_sequence
+
+
+def _is_config_class(node: ast.ClassDef) -> bool:
+    """A dataclass, an attrs class or a class of annotated fields (pydantic, ``NamedTuple``, ``TypedDict``)."""
+
+    def last(expression: ast.expr) -> str:
+        target = expression.func if isinstance(expression, ast.Call) else expression
+        return ast.unparse(target).rpartition(".")[2]
+
+    return any(last(decorator) in CONFIG_DECORATORS for decorator in node.decorator_list) or any(
+        last(base) in CONFIG_BASES for base in node.bases
+    )
 
 
 def named_lines(report: str, path: Path) -> set[int]:
@@ -645,3 +687,41 @@ def test_a_wrapped_todo_is_read_as_one_comment(tmp_path: Path) -> None:
     path = tmp_path / "case.py"
     path.write_text(f"{TODO} a long\n#   message — see\n    #   guide\n# not a continuation\nx = 1\n{TODO} b\n")
     assert list(file_todo_comments(path)) == [f"{TODO} a long message — see guide", f"{TODO} b"]
+
+
+MAYBE_READING_CASE = """\
+import dataclasses
+
+from sglang.srt.model_executor.model_runner import ModelRunner
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    cuda_graph_max_bs: int = 8
+    tensor_parallel_size: int = 1
+
+
+class Wrapper:
+    def __init__(self, model_runner: ModelRunner):
+        self.model_runner = model_runner
+
+
+def use(wrapper: Wrapper, model_runner: ModelRunner):
+    wrapper.model_runner.init_device_graphs()
+    ready = getattr(wrapper.model_runner, "graph_runner", None)
+    typed = hasattr(model_runner, "piecewise_cuda_graph_runner")
+    own = getattr(wrapper, "tensor_parallel_size", None)
+    return ready, typed, own
+"""
+
+
+def test_the_reading_finds_places_maybe_tied_to_sglang_and_only_where_sglang_is_imported(tmp_path: Path) -> None:
+    (tmp_path / "case.py").write_text(MAYBE_READING_CASE)
+    legacy, named = PluginCode(tmp_path).places()
+    assert sorted(place.first_line for _, place in legacy) == [20]  # typed with SGLang's ModelRunner
+    assert sorted(place.first_line for _, place in named) == [8, 18, 19]  # a field, two unknown receivers
+    (tmp_path / "case.py").write_text(
+        MAYBE_READING_CASE.replace("from sglang.srt.model_executor.model_runner", "from x")
+    )
+    legacy, named = PluginCode(tmp_path).places()
+    assert legacy == [] and named == []

@@ -14,9 +14,11 @@ In CI, ``cudagraph-migrate --check PATH`` fails while code the tool can migrate 
 
 The summary says what was migrated, what needs a manual step (the TODO count and the files holding them, each place
 marked with its comment) and what is listed for review (legacy options of other programs, rewritten only with
-``--rewrite-argv`` or ``--rewrite-engine-options``, and definitions of legacy flags, never rewritten); the per-rule
-table follows with ``-v`` or when a rule edited something. Each finding
-is one line, ``todo: PATH:LINE: CODE message`` (``review:``, and with ``-v`` ``skip:`` for names left alone).
+``--rewrite-argv`` or ``--rewrite-engine-options``, and definitions of legacy flags, never rewritten), what is maybe
+tied to the legacy API (places in files that import a legacy engine that nothing ties to it, never rewritten) and how
+many same-spelled names were left alone as not tied; the per-rule table follows with ``-v`` or when a rule edited
+something. Each finding is one line, ``todo: PATH:LINE: CODE message`` (``review:`` for both kinds listed for review,
+and with ``-v`` ``skip:`` for every name left alone).
 
 Patches and ``--check``'s file list go to stdout; progress, findings and the summary go to stderr, so ``--diff``
 output can be piped straight into ``git apply``. ``-`` reads one file from stdin and writes the migrated text to stdout.
@@ -72,9 +74,14 @@ EXIT_ERROR = EXIT_CHANGES
 EXIT_USAGE = 2
 """A bad option or a missing path: nothing was done."""
 STDIN = "-"
-_PREFIX = {FindingKind.TODO: "todo", FindingKind.ARGV: "review", FindingKind.SKIP: "skip"}
+_PREFIX = {
+    FindingKind.TODO: "todo",
+    FindingKind.ARGV: "review",
+    FindingKind.MAYBE: "review",
+    FindingKind.SKIP: "skip",
+}
 """How each finding's line starts, in the summary's words: ``todo`` needs a manual step, ``review`` is listed for
-review, ``skip`` was left alone as not legacy."""
+review (another program's option, or a place maybe tied to a legacy engine), ``skip`` was left alone as not legacy."""
 
 _EXIT_STATUS_HELP = """\
 exit status:
@@ -256,6 +263,11 @@ def format_summary(
     lines.append(
         f"listed for review: {report.findings(FindingKind.ARGV)} candidate(s) in other programs' options "
         "(--rewrite-argv, --rewrite-engine-options rewrite them; flag definitions stay)"
+    )
+    lines.append(
+        f"maybe tied to the legacy API: {report.findings(FindingKind.MAYBE)} place(s) in files that import a legacy "
+        "engine (a legacy member on a receiver of unknown type, a config field named like a legacy option): check "
+        "each by hand"
     )
     if verbose or edits:
         lines.append(f"{'rule':<6} {'name':<24} {'edits':>6} {'files':>6}")

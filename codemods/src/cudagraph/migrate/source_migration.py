@@ -22,7 +22,14 @@ from .options import RunOptions
 from .reexports import imported_names
 from .renames import RenameTable
 from .rules import Rule
-from .rules.base import MOVE_SHARED_STATE_KEY, ORIGINAL_KEY, REWRITE_ENGINE_OPTIONS_KEY, Finding, QuickView
+from .rules.base import (
+    LEGACY_ENGINE_FILE_KEY,
+    MOVE_SHARED_STATE_KEY,
+    ORIGINAL_KEY,
+    REWRITE_ENGINE_OPTIONS_KEY,
+    Finding,
+    QuickView,
+)
 from .rules.cli_flags import REWRITE_ARGV_KEY
 from .rules.owners import REEXPORTS_KEY, Canonicalizer
 from .verify import unresolved_references
@@ -145,6 +152,7 @@ def migrate_source(
         MOVE_SHARED_STATE_KEY: options.move_shared_state,
         REEXPORTS_KEY: reexports,
         ORIGINAL_KEY: (tree, text),
+        LEGACY_ENGINE_FILE_KEY: view.tied_to_legacy_engine,
     }
     context = CodemodContext(filename=path, scratch=scratch)
     chain = _RuleChain(context, transforming, table, exports)

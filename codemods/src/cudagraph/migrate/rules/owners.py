@@ -162,6 +162,10 @@ class OwnerResolver:
             parent = self.command.get_metadata(ParentNodeProvider, parent, None)
         return parent if isinstance(parent, cst.ClassDef) else None
 
+    def is_local_class(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` names a class defined in this file (the class itself, not an instance)."""
+        return bool(self._local_classes(node))
+
     def _local_classes(self, node: cst.CSTNode) -> list[cst.ClassDef]:
         if not isinstance(node, cst.Name):
             return []
