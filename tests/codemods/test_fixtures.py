@@ -144,7 +144,12 @@ def test_what_cannot_be_rewritten_safely_is_reported() -> None:
         f"CG101 4: get_global_graph_memory_pool stays on sglang.srt.model_executor.cuda_graph_runner: {shared}",
         f"CG101 4: get_is_capture_mode stays on sglang.srt.model_executor.cuda_graph_runner: {shared}",
     ]
+    assert notes["engine_option_dicts.rewrite-engine-options"] == [
+        "CG403 24: enable_breakable_cuda_graph=flag is not a literal True/False; "
+        "set prefill_cuda_graph_backend= by hand"
+    ]
     expected_elsewhere = {
+        "engine_option_dicts.rewrite-engine-options",
         "star_import",
         "kwargs",
         "unexported_names_stay",
