@@ -280,7 +280,7 @@ class _Frame:
     is_class: bool = False
 
 
-class _ModuleNames:
+class ModuleNames:
     """What the :mod:`ast` tree tells of a module's names, as far as :class:`.owners.OwnerResolver` would tell it:
     imports by local name, the file's classes and their ancestors, annotations, assignments of a call."""
 
@@ -391,7 +391,7 @@ class OptionScan(ast.NodeVisitor):
         self.sglang_file = ast_imports_any(tree, option_packages(rows))
         """Whether the file imports SGLang: only then are dicts with legacy option keys its options."""
         self._carriers: dict[str, set[str]] | None = None
-        self.names = _ModuleNames(tree)
+        self.names = ModuleNames(tree)
         self.frames: list[_Frame] = [self.names.frame(tree.body)]
         self.methods_of: list[ast.ClassDef | None] = [None]
         """The class whose method is being visited (innermost last; None outside a method)."""
