@@ -140,28 +140,29 @@ def ast_dict_place(node: ast.AST, rows: Mapping[str, Rename]) -> DictPlace | Non
     """The place ``node`` is (a dict literal, a ``dict(...)`` call, a dict method call, a subscript), if it holds or
     reads a legacy option key."""
     if isinstance(node, ast.Dict):
-        legacy = [rows[key] for key in map(_ast_text, node.keys) if key in rows]
+        legacy = [row for row in (_row(rows, _ast_text(key)) for key in node.keys) if row is not None]
         return DictPlace(dict_message("{...}", legacy, keywords=False), True) if legacy else None
     if isinstance(node, ast.Subscript):
-        key = _ast_subscript_key(node)
-        if key in rows:
-            row = rows[key]
-            return DictPlace(key_message(f'{_ast_label(node.value)}["{key}"]', row), one_for_one(row))
+        row = _row(rows, _ast_subscript_key(node))
+        if row is not None:
+            return DictPlace(key_message(f'{_ast_label(node.value)}["{row.old}"]', row), one_for_one(row))
         return None
     if not isinstance(node, ast.Call):
         return None
     method = node.func.attr if isinstance(node.func, ast.Attribute) else None
     if (isinstance(node.func, ast.Name) and node.func.id == "dict") or method in KEYWORD_METHODS:
-        legacy = [rows[keyword.arg] for keyword in node.keywords if keyword.arg in rows]
+        legacy = [row for row in (_row(rows, keyword.arg) for keyword in node.keywords) if row is not None]
         label = f"{_ast_label(node.func)}(...)"
         return DictPlace(dict_message(label, legacy, keywords=True), True) if legacy else None
     if method in KEY_METHODS and node.args:
-        key = _ast_text(node.args[0])
-        if key in rows:
-            assert isinstance(node.func, ast.Attribute)
-            row = rows[key]
-            return DictPlace(key_message(f'{_ast_label(node.func)}("{key}")', row), one_for_one(row))
+        row = _row(rows, _ast_text(node.args[0]))
+        if row is not None:
+            return DictPlace(key_message(f'{_ast_label(node.func)}("{row.old}")', row), one_for_one(row))
     return None
+
+
+def _row(rows: Mapping[str, Rename], key: str | None) -> Rename | None:
+    return rows.get(key) if key is not None else None
 
 
 def ast_carriers(tree: ast.Module, rows: Mapping[str, Rename]) -> dict[str, set[str]]:
@@ -182,11 +183,12 @@ def ast_carriers(tree: ast.Module, rows: Mapping[str, Rename]) -> dict[str, set[
                 add(target, options)
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             key = _ast_subscript_key(node)
-            add(node.value, [key] if key in rows else [])
+            add(node.value, [key] if key is not None and key in rows else [])
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FILLING_METHODS:
             keys = [keyword.arg for keyword in node.keywords if keyword.arg in rows]
             if node.args:
-                keys += [key for key in [_ast_text(node.args[0])] if key in rows and node.func.attr != "update"]
+                first = _ast_text(node.args[0])
+                keys += [first] if first is not None and first in rows and node.func.attr != "update" else []
                 keys += _ast_options_built(node.args[0], rows) if node.func.attr == "update" else []
             add(node.func.value, [key for key in keys if key is not None])
     return found
@@ -325,9 +327,9 @@ def rewrite_dict_place(
     command.edited()
     renamed = with_string_value(key_node, row.new)
     if isinstance(updated, cst.Subscript):
-        element = updated.slice[0]
-        assert isinstance(element.slice, cst.Index)
-        slice_ = element.with_changes(slice=element.slice.with_changes(value=renamed))
+        subscript = updated.slice[0]
+        assert isinstance(subscript.slice, cst.Index)
+        slice_ = subscript.with_changes(slice=subscript.slice.with_changes(value=renamed))
         return updated.with_changes(slice=[slice_, *updated.slice[1:]])
     assert isinstance(updated, cst.Call)
     return updated.with_changes(args=[updated.args[0].with_changes(value=renamed), *updated.args[1:]])
