@@ -300,6 +300,8 @@ class ModuleNames:
             elif isinstance(node, ast.ClassDef):
                 self.classes[node.name].append(node)
         self._ancestors: dict[int, frozenset[str]] = {}
+        self.sglang_reexports = load_sglang_reexports()
+        """Names SGLang re-exports its ``ServerArgs`` and ``Engine`` under: read as the class they are."""
 
     def class_types(self, node: ast.expr) -> frozenset[str]:
         """The qualified names ``node`` refers to, plus the ancestors of a class of this file."""
@@ -310,8 +312,7 @@ class ModuleNames:
         found = {f"{name}.{rest}" if rest else name for name in self.imports[head]} if head in self.imports else set()
         if not found:
             found.add(dotted)
-        sglang = load_sglang_reexports()
-        found = {sglang.get(name, name) for name in found}
+        found = {self.sglang_reexports.get(name, name) for name in found}
         if not rest:
             for class_def in self.classes.get(head, ()):
                 found |= self.ancestors(class_def)

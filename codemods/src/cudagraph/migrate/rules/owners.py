@@ -45,6 +45,8 @@ class Canonicalizer:
     exports: ExportsManifest
     reexports: Mapping[str, str] = field(default_factory=dict)
     """Names the project re-exports from the legacy API (``project.module.Name -> new qualified name``)."""
+    sglang_reexports: Mapping[str, str] = field(default_factory=load_sglang_reexports)
+    """Names SGLang re-exports its ``ServerArgs`` and ``Engine`` under (:mod:`..sglang_reexports`)."""
 
     def canonical(self, qualified: str) -> str:
         """``legacy.module.Old`` -> ``new.module.New`` (symbol row, an exported name moved unchanged, a re-export);
@@ -52,7 +54,7 @@ class Canonicalizer:
         legacy owner (:mod:`..sglang_reexports`)."""
         if qualified in self.reexports:
             return self.reexports[qualified]
-        sglang_owner = load_sglang_reexports().get(qualified)
+        sglang_owner = self.sglang_reexports.get(qualified)
         if sglang_owner is not None:  # SGLang's own re-export of ServerArgs or Engine: the owner it is
             return sglang_owner
         legacy_module = self.table.modules.get(qualified)
