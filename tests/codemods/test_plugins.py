@@ -103,6 +103,35 @@ class LegacyApi:
 LEGACY = LegacyApi.from_table(load_renames())
 
 
+def standin_reexports(root: Path) -> dict[str, str]:
+    """``module.Name -> defining module.Name`` for the names the stand-in's modules import from one another at their
+    top level (``sglang.srt.entrypoints.http_server.ServerArgs``), so a plugin importing SGLang's classes through a
+    module that re-exports them is read as SGLang's does at run time."""
+    imported: dict[str, str] = {}
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).with_suffix("")
+        module = ".".join(relative.parts[:-1] if relative.name == "__init__" else relative.parts)
+        for statement in ast.parse(path.read_text()).body:
+            if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
+                for alias in statement.names:
+                    imported[f"{module}.{alias.asname or alias.name}"] = f"{statement.module}.{alias.name}"
+    resolved = {}
+    for name, target in imported.items():
+        seen = {name}
+        while target in imported and target not in seen:
+            seen.add(target)
+            target = imported[target]
+        resolved[name] = target
+    return resolved
+
+
+STANDIN_REEXPORTS = standin_reexports(LEGACY_API)
+SGLANG_PACKAGES = frozenset(owner.partition(".")[0] for owners in LEGACY.options.values() for owner in owners)
+"""Top-level packages of the classes that take SGLang's options: a file importing one drives SGLang."""
+DICT_KEY_METHODS = frozenset({"setdefault", "get", "pop", "__getitem__", "__setitem__"})
+DICT_FILLING_METHODS = frozenset({"setdefault", "update", "__setitem__"})
+
+
 # --- an independent reading of a plugin's code ---
 
 
@@ -218,7 +247,7 @@ class PluginCode:
     def ancestry(self, qualified: str | None) -> frozenset[str]:
         """``qualified`` and every class it derives from, as far as the plugin's own classes tell."""
         seen: set[str] = set()
-        pending = [qualified] if qualified else []
+        pending = [STANDIN_REEXPORTS.get(qualified, qualified)] if qualified else []
         while pending:
             name = pending.pop()
             if name not in seen:
@@ -249,6 +278,11 @@ class _PlaceReader(ast.NodeVisitor):
         self.statements: list[ast.stmt] = []
         self.legacy: list[Place] = []
         self.options: list[Place] = []
+        self.drives_sglang = any(
+            name.partition(".")[0] in SGLANG_PACKAGES for name in file.imports.values()
+        ) and not file.module.startswith(tuple(SGLANG_PACKAGES))
+        """Whether the file imports SGLang: its dicts with SGLang's option keys are SGLang's options."""
+        self.filled = _filled_dicts(file.tree) if self.drives_sglang else {}
 
     # where a place is: the innermost statement holding it
 
@@ -364,6 +398,29 @@ class _PlaceReader(ast.NodeVisitor):
         for keyword in node.keywords:
             if keyword.arg is not None and takers & LEGACY.options.get(keyword.arg, frozenset()):
                 self._record(self.options, f"{keyword.arg}= passed to {callee}")
+            splatted = ast.unparse(keyword.value) if keyword.arg is None else None
+            if splatted in self.filled and takers & frozenset().union(*LEGACY.options.values()):
+                self._record(self.options, f"**{splatted} (holding {sorted(self.filled[splatted])}) into {callee}")
+        if self.drives_sglang:
+            method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+            if method in DICT_KEY_METHODS and node.args and _option_key(node.args[0]):
+                self._record(self.options, f"{method}({_option_key(node.args[0])!r})")
+            if (isinstance(node.func, ast.Name) and node.func.id == "dict") or method == "update":
+                for keyword in node.keywords:
+                    if keyword.arg in LEGACY.options:
+                        self._record(self.options, f"{keyword.arg}= in {ast.unparse(node.func)}(...)")
+        self.generic_visit(node)
+
+    def visit_Dict(self, node: ast.Dict) -> None:
+        if self.drives_sglang:
+            for key in node.keys:
+                if key is not None and _option_key(key):
+                    self._record(self.options, f"dict key {_option_key(key)!r}")
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if self.drives_sglang and _option_key(node.slice):
+            self._record(self.options, f"[{_option_key(node.slice)!r}]")
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -403,6 +460,40 @@ def _is_config_class(node: ast.ClassDef) -> bool:
     )
 
 
+def _option_key(node: ast.AST) -> str | None:
+    """The legacy option a string constant names, if it does."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in LEGACY.options:
+        return node.value
+    return None
+
+
+def _filled_dicts(tree: ast.Module) -> dict[str, set[str]]:
+    """What each name (as spelled) is filled with of SGLang's options: assigned a dict literal or ``dict(...)`` with
+    option keys, or given one by ``setdefault``/``update``/``__setitem__`` or a subscript store."""
+    filled: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        target, keys = None, []
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            if isinstance(value, ast.Dict):
+                keys = [key for key in map(_option_key, value.keys) if key]
+            elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict":
+                keys = [keyword.arg for keyword in value.keywords if keyword.arg in LEGACY.options]
+            if isinstance(target, ast.Subscript):
+                target, keys = target.value, [key for key in [_option_key(target.slice)] if key]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in DICT_FILLING_METHODS
+        ):
+            target = node.func.value
+            keys = [keyword.arg for keyword in node.keywords if keyword.arg in LEGACY.options]
+            keys += [key for key in [_option_key(node.args[0]) if node.args else None] if key]
+        if target is not None and keys:
+            filled.setdefault(ast.unparse(target), set()).update(key for key in keys if key)
+    return filled
+
+
 def named_lines(report: str, path: Path) -> set[int]:
     """The lines of ``path`` the migration report names (``<path>: [CODE ]<line>: ...``)."""
     pattern = re.compile(re.escape(str(path)) + r":\s*(?:[A-Z]+\d+\s+)?(\d+)\b")
@@ -421,6 +512,8 @@ class Expectation:
     todo_mentions: tuple[str, ...]
     left_alone: tuple[str, ...]
     unchanged: bool
+    advised: bool = True
+    """False: the report may give this plugin no TODO and no advice (another engine's own names and flags)."""
 
     @classmethod
     def of(cls, plugin: Path) -> Expectation:
@@ -436,6 +529,7 @@ class Expectation:
             todo_mentions=tuple(data["todo_mentions"]),
             left_alone=tuple(data["left_alone"]),
             unchanged=bool(data["unchanged"]),
+            advised=bool(data.get("advised", True)),
         )
 
 
@@ -624,6 +718,9 @@ def test_each_plugin_gets_the_outcome_it_models(migrated: Migration) -> None:
         assert not [file for file, number in found if file.marked(Place(file.path, number, number, line))], line
     if expected.unchanged:
         assert python_files(migrated.copy) == python_files(migrated.plugin)
+    if not expected.advised:
+        advice = [line for line in migrated.report.splitlines() if line.startswith("todo:") or "add_cli_args" in line]
+        assert advice == [] and not list(todo_comments(migrated.copy)), advice
 
 
 # --- the reading itself can fail: it finds what it should in code written for it ---
@@ -670,6 +767,39 @@ def test_the_reading_finds_the_legacy_places_and_only_those(tmp_path: Path) -> N
     assert sorted({place.first_line for _, place in legacy}) == [2, 7, 8, 9, 18, 19, 23, 24]
     assert sorted({place.first_line for _, place in options}) == [25, 26, 27]
     assert len(options) == 6
+
+
+READING_DICTS_CASE = """\
+import sglang
+from sglang.srt.entrypoints.http_server import ServerArgs
+
+KWARGS = dict(disable_cuda_graph=True, model_path="m")
+
+
+def build(cfg, **kwargs):
+    args = {"cuda_graph_bs": [1, 2], "model_path": cfg.model}
+    kwargs.setdefault("cuda_graph_max_bs", 8)
+    kwargs["piecewise_cuda_graph_max_tokens"] = kwargs.pop("max_tokens")
+    return ServerArgs(**args), sglang.Engine(**KWARGS), sglang.Engine(**kwargs), print(**kwargs)
+"""
+
+
+def test_the_reading_finds_sglangs_options_in_dicts_and_their_splats(tmp_path: Path) -> None:
+    (tmp_path / "case.py").write_text(READING_DICTS_CASE)
+    _, options = PluginCode(tmp_path).places()
+    assert sorted((place.first_line, place.what.partition(" (")[0]) for _, place in options) == [
+        (4, "disable_cuda_graph= in dict(...)"),
+        (8, "dict key 'cuda_graph_bs'"),
+        (9, "setdefault('cuda_graph_max_bs')"),
+        (10, "['piecewise_cuda_graph_max_tokens']"),
+        (11, "**KWARGS"),
+        (11, "**args"),
+        (11, "**kwargs"),
+    ]
+    # a file that imports nothing of SGLang's has no such places: the keys are another program's
+    (tmp_path / "case.py").write_text(READING_DICTS_CASE.replace("import sglang\n", "").replace("sglang.", "own."))
+    (tmp_path / "case.py").write_text((tmp_path / "case.py").read_text().replace("from own.srt", "from own_srt"))
+    assert PluginCode(tmp_path).places()[1] == []
 
 
 def test_a_todo_marks_its_statement_from_above_or_on_it(tmp_path: Path) -> None:
