@@ -39,13 +39,31 @@ def test_sibling_ranges_admit_current_versions(name: str) -> None:
         )
 
 
+def _replay_checked_torch_versions() -> tuple[str, ...]:
+    """``CHECKED_REPLAY_TORCH_VERSIONS`` of the bound graph replay, read with ``ast`` (this module imports no torch)."""
+    path = DISTRIBUTIONS["cudagraph-backend-utils"].source / "replay.py"
+    return next(
+        ast.literal_eval(node.value)
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "CHECKED_REPLAY_TORCH_VERSIONS"
+    )
+
+
 @pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
 def test_torch_range_admits_the_ci_and_device_builds(name: str) -> None:
+    """The torch range is the one the private replay bind was checked in: it admits the CI and device builds and
+    stops before the first minor release after the newest checked one (a newer torch falls back to the public
+    replay at run time; the metadata says what was checked)."""
+    newest = max(Version(version) for version in _replay_checked_torch_versions())
+    first_unchecked = f"{newest.major}.{newest.minor + 1}.0"
     for requirement in DISTRIBUTIONS[name].requirements:
         if requirement.name == "torch":
-            for version in ("2.11.0", "2.13.0"):
+            for version in ("2.11.0", "2.13.0", str(newest)):
                 assert requirement.specifier.contains(version), f"{name}: {requirement} rejects torch {version}"
-            assert {spec.operator for spec in requirement.specifier} == {">="}, "torch is bounded only from below"
+            assert {spec.operator for spec in requirement.specifier} == {">=", "<"}, "torch is bounded both ways"
+            assert not requirement.specifier.contains(first_unchecked), (
+                f"{name}: {requirement} admits torch {first_unchecked}, whose CUDAGraph.replay nobody checked"
+            )
 
 
 @pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
