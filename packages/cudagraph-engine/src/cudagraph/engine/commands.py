@@ -77,6 +77,8 @@ EXIT_USAGE = 2
 """Bad input (an option, a model directory, a prompt): one line on stderr, no traceback (``--debug`` shows it)."""
 LOG_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
 """One format, with timestamps, for every cudagraph logger."""
+DEFAULT_MAX_CONTEXT_LEN = CacheConfig.max_context_len
+"""``--max-context-len`` when not given and the model has more positions than this (the KV cache's own default)."""
 DEFAULT_METRICS_PATH = Path("cuda_graph_metrics.json")
 """Where ``--cuda-graph-metrics`` without a path writes its JSON (relative to the working directory)."""
 
@@ -173,8 +175,9 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-context-len",
         type=positive_int,
-        default=1024,
-        help="tokens per request in the KV cache, at most the model's max_position_embeddings",
+        default=None,
+        help="tokens per request in the KV cache, at most the model's max_position_embeddings (default: the smaller "
+        f"of max_position_embeddings and {DEFAULT_MAX_CONTEXT_LEN})",
     )
     parser.add_argument(
         "--page-size",
@@ -368,19 +371,46 @@ def build_drafter(args: argparse.Namespace, config: CudaGraphConfig) -> Drafter 
     return DraftModelDrafter(draft_runner, args.speculative_tokens)
 
 
-def check_prompts_fit(args: argparse.Namespace) -> None:
-    """Every prompt plus its new tokens (and, speculating, the last step's drafts) must fit a request's KV cache rows
-    (``--max-context-len``)."""
+def with_model_defaults(args: argparse.Namespace, model: ModelConfig) -> argparse.Namespace:
+    """``args`` with the defaults that depend on the model filled in: ``--max-context-len``, when not given, is the
+    smaller of the model's ``max_position_embeddings`` and ``DEFAULT_MAX_CONTEXT_LEN``. ``args`` is not changed."""
+    if args.max_context_len is not None:
+        return args
+    settled = argparse.Namespace(**vars(args))
+    settled.max_context_len = min(model.max_position_embeddings, DEFAULT_MAX_CONTEXT_LEN)
+    return settled
+
+
+def prompts_fit_problem(args: argparse.Namespace, model: ModelConfig | None = None) -> str | None:
+    """Why a prompt plus its new tokens (and, speculating, the last step's drafts) does not fit a request's KV cache
+    rows (``--max-context-len``), or ``None``. With ``model``, the advice never asks for more than its positions."""
     lookahead = getattr(args, "speculative_tokens", None) or 0
     for index, prompt in enumerate(args.prompt_token_ids):
         needed = len(prompt) + args.max_new_tokens + lookahead
-        if needed > args.max_context_len:
-            raise EngineInputError(
-                f"prompt {index} has {len(prompt)} tokens and asks for {args.max_new_tokens} more"
-                + (f" with {lookahead} drafts past them" if lookahead else "")
-                + f", {needed} in all, "
-                f"but the KV cache holds {args.max_context_len} per request: raise --max-context-len or shorten it"
+        if needed <= args.max_context_len:
+            continue
+        asked = (
+            f"prompt {index} has {len(prompt)} tokens and asks for {args.max_new_tokens} more"
+            + (f" with {lookahead} drafts past them" if lookahead else "")
+            + f", {needed} in all, "
+        )
+        if model is not None and args.max_context_len >= model.max_position_embeddings:
+            return asked + (
+                f"but the model has {model.max_position_embeddings} positions (max_position_embeddings), the most a "
+                "request can hold: shorten the prompt or lower --max-new-tokens"
             )
+        most = f" (up to {model.max_position_embeddings}, the model's positions)" if model is not None else ""
+        return asked + (
+            f"but the KV cache holds {args.max_context_len} per request: raise --max-context-len{most} or shorten it"
+        )
+    return None
+
+
+def check_prompts_fit(args: argparse.Namespace, model: ModelConfig | None = None) -> None:
+    """Raise ``EngineInputError`` when ``prompts_fit_problem`` finds a prompt that does not fit."""
+    problem = prompts_fit_problem(args, model)
+    if problem is not None:
+        raise EngineInputError(problem)
 
 
 @dataclass(frozen=True)
@@ -415,6 +445,7 @@ def _token_ids_beyond_vocabulary(args: argparse.Namespace, model: ModelConfig) -
 
 MODEL_CHECKS: tuple[ModelCheck, ...] = (
     ModelCheck(frozenset({"generate"}), _context_beyond_positions),
+    ModelCheck(frozenset({"generate"}), prompts_fit_problem),
     ModelCheck(frozenset({"generate"}), _token_ids_beyond_vocabulary),
 )
 """What the arguments must agree on with the model, checked before any weight is loaded."""
@@ -622,8 +653,9 @@ def _run(args: argparse.Namespace) -> int:
     device = _device(args)
     if args.command == "generate":
         check_step_kinds(args)
-        check_prompts_fit(args)
-    check_against_model(args, model_config_of(args))
+    model = model_config_of(args)
+    args = with_model_defaults(args, model)
+    check_against_model(args, model)
     config = resolve(args, environment=environment_of(device))
     _log_graphs_off(config)
     tp_size = tp_size_of(args)
