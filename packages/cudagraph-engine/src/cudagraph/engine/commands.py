@@ -37,8 +37,10 @@ import torch
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Environment, Phase, add_cli_args, resolve
 from cudagraph.runner import ReplayMetrics
 
-from .attention import ATTENTION_BACKEND_CHOICES, AttentionBackendUnavailableError
+from .attention import ATTENTION_BACKEND_CHOICES, AttentionBackendError, AttentionBackendUnavailableError
+from .backend_checks import BackendChoices, check_backend_choices
 from .batch import SamplingParams
+from .config_lines import held_config_lines
 from .distributed import (
     ALL_REDUCE_CHOICES,
     DEFAULT_TIMEOUT_S,
@@ -91,6 +93,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     EngineInputError,
     ModelLoadError,
     ConfigError,
+    AttentionBackendError,
     AttentionBackendUnavailableError,
     KernelBackendError,
     RankFailedError,
@@ -459,6 +462,17 @@ def check_against_model(args: argparse.Namespace, model: ModelConfig) -> None:
             raise EngineInputError(problem)
 
 
+def backend_choices_of(args: argparse.Namespace, tp_size: int = 1) -> BackendChoices:
+    """The backend choices ``args`` make (``--attention-backend``, ``--kernel-backend``, ``--dtype``, speculation)."""
+    return BackendChoices(
+        attention=args.attention_backend,
+        kernels=args.kernel_backend,
+        dtype=args.dtype,
+        tp_size=tp_size,
+        speculates=getattr(args, "speculative_tokens", None) is not None,
+    )
+
+
 def environment_of(device: torch.device) -> Environment:
     """What ``resolve`` needs to know about ``device`` (its compatibility rules turn graphs off off CUDA)."""
     memory_gib = None
@@ -656,9 +670,13 @@ def _run(args: argparse.Namespace) -> int:
     model = model_config_of(args)
     args = with_model_defaults(args, model)
     check_against_model(args, model)
-    config = resolve(args, environment=environment_of(device))
-    _log_graphs_off(config)
     tp_size = tp_size_of(args)
+    # What resolve says (rule lines, warnings) waits until every backend choice has passed.
+    with held_config_lines() as config_lines:
+        config = resolve(args, environment=environment_of(device))
+    check_backend_choices(backend_choices_of(args, tp_size), model, device, config)
+    config_lines.release()
+    _log_graphs_off(config)
     under_torchrun = torchrun_rank()
     if (
         under_torchrun is not None
