@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cudagraph.engine.commands import main
+from cudagraph.engine.commands import main, token_ids
 from cudagraph.engine.model import model_config_from_preset, random_model, reference_greedy, save_model
 from cudagraph.engine.model_runner import ModelRunner
 
@@ -84,12 +84,34 @@ def test_the_graph_memory_estimate_is_made_only_when_asked(
     assert asked == [False, True]
 
 
-@pytest.mark.parametrize("bad", ["1,x,3", "", "-1"])
-def test_bad_prompt_token_ids_are_rejected_with_an_example(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ("1,x,3", "item 2 of 3 'x' is not an integer"),
+        ("", "the only item is empty"),
+        ("-1", "the only item -1 is negative"),
+        ("1,2,-5", "item 3 of 3 -5 is negative"),
+        ("1,,2", "item 2 of 3 is empty"),
+        ("1,2,", "item 3 of 3 is empty"),
+        (",1", "item 1 of 2 is empty"),
+        ("1, ,2", "item 2 of 3 is empty"),
+        ("1.5", "the only item '1.5' is not an integer"),
+    ],
+)
+def test_bad_prompt_token_ids_name_the_bad_item(bad: str, problem: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["generate", "--preset", "tiny-qwen3-random", "--prompt-token-ids", bad, "--device", "cpu"])
     assert exited.value.code == 2
-    assert "e.g. 1,2,3" in capsys.readouterr().err
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"cudagraph-engine generate: error: argument --prompt-token-ids: {bad!r}: {problem}; allowed: non-negative "
+        "integers separated by commas, e.g. 1,2,3 (see cudagraph-engine generate --help)"
+    ]
+
+
+def test_token_ids_take_spaces_around_items() -> None:
+    assert token_ids(" 1, 2 ,3") == [1, 2, 3]
+    assert token_ids("0") == [0]
 
 
 @pytest.mark.parametrize("rest", [[], ["--preset", "tiny-llama-random", "--batch-sizes", "1"], ["--help"]])

@@ -108,15 +108,31 @@ class _OneLineErrorParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def token_ids(text: str) -> list[int]:
-    """Parse ``1,2,3`` into token ids (argparse type)."""
+TOKEN_IDS_ALLOWED = "allowed: non-negative integers separated by commas, e.g. 1,2,3"
+"""What ``--prompt-token-ids`` takes, as each of its errors says."""
+
+
+def _token_id_problem(item: str) -> str | None:
+    # One item of a token list: what is wrong with it, or None.
+    if not item.strip():
+        return "is empty"
     try:
-        ids = [int(part) for part in text.split(",") if part.strip()]
+        value = int(item)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of token ids, e.g. 1,2,3") from None
-    if not ids or any(i < 0 for i in ids):
-        raise argparse.ArgumentTypeError(f"{text!r} must hold at least one non-negative token id, e.g. 1,2,3")
-    return ids
+        return f"{item.strip()!r} is not an integer"
+    return f"{value} is negative" if value < 0 else None
+
+
+def token_ids(text: str) -> list[int]:
+    """Parse ``1,2,3`` into token ids (argparse type). The error names the first bad item by its position: an empty
+    item (``1,,2``, ``1,2,``), one that is not an integer, or a negative one."""
+    items = text.split(",")
+    for position, item in enumerate(items, start=1):
+        problem = _token_id_problem(item)
+        if problem is not None:
+            where = f"item {position} of {len(items)}" if len(items) > 1 else "the only item"
+            raise argparse.ArgumentTypeError(f"{text!r}: {where} {problem}; {TOKEN_IDS_ALLOWED}")
+    return [int(item) for item in items]
 
 
 def positive_int(text: str) -> int:
