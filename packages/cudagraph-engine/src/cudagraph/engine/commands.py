@@ -641,7 +641,9 @@ def tensor_parallel_rank(rank: int, world_size: int, init_method: str, payload: 
     args, local_rank = payload
     _configure_logging(args, rank)
     device = _rank_device(args, rank if local_rank is None else local_rank)
-    config = resolve(args, environment=environment_of(device))  # the same on every rank: same flags, same device
+    with held_config_lines() as config_lines:  # the same on every rank: same flags, same device
+        config = resolve(args, environment=environment_of(device))
+    config_lines.release()
     group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, args.dist_timeout))
     try:
         result = COMMANDS[args.command](args, config, group)
