@@ -1,8 +1,10 @@
 """``cudagraph-engine``: generate tokens with a model directory or a random-weight preset.
 
 Scripts drive ``generate --json``: stdout then holds exactly one JSON object, ``{"outputs": [{"output_token_ids":
-[...]}, ...]}``, one entry per ``--prompt-token-ids`` in order; everything else (why graphs are off, capture
-progress) goes to stderr. The CUDA-graph flags are those of ``cudagraph.config.add_cli_args``.
+[...]}, ...], "speed": {...}}``, one output per ``--prompt-token-ids`` in order, and under ``speed`` the
+``speed.SpeedReport`` (prompt and generated tokens, time to first token, decode tokens per second, steps replayed and
+eager, capture time and graph memory), which is also one ``speed:`` log line on stderr; everything else (why graphs
+are off, capture progress) goes to stderr. The CUDA-graph flags are those of ``cudagraph.config.add_cli_args``.
 
 ``generate --cuda-graph-metrics [PATH]`` counts every step by where it went: at exit each phase's table (replays,
 real and padded tokens per bucket, eager steps by reason with the flag that would capture them) goes to stderr and
@@ -55,7 +57,7 @@ from .distributed import (
     shutdown_tensor_parallel,
     torchrun_rank,
 )
-from .generate import StepPolicy, generate
+from .generate import Scheduler, StepPolicy
 from .kernels import KERNEL_BACKEND_CHOICES, KernelBackendError
 from .kv_cache import MAX_PAGE_SIZE, check_page_size
 from .model import (
@@ -71,6 +73,7 @@ from .model import (
 )
 from .model_runner import CacheConfig, ModelRunner
 from .speculative import Drafter, DraftModelDrafter, NgramDrafter
+from .speed import SpeedReport, engine_speed
 
 logger = logging.getLogger("cudagraph.engine")
 
@@ -581,8 +584,9 @@ def run_generate(
             drafter = build_drafter(args, config)
             if model_runner.decode_cuda_graph_runner is not None:
                 model_runner.init_verify_cuda_graph(args.speculative_tokens + 1)
-        policy = StepPolicy(mixed=args.mixed_steps, drafter=drafter)
-        outputs = generate(model_runner, args.prompt_token_ids, params, policy=policy)
+        scheduler = Scheduler(model_runner, policy=StepPolicy(mixed=args.mixed_steps, drafter=drafter))
+        outputs = scheduler.run(args.prompt_token_ids, params)
+        speed: SpeedReport = engine_speed(model_runner, args.prompt_token_ids, outputs, scheduler.stats)
     finally:
         if broadcaster is not None:
             broadcaster.stop()
@@ -592,7 +596,11 @@ def run_generate(
     if args.cuda_graph_metrics is not None:
         metrics = dict(model_runner.cuda_graph_metrics)
         report_cuda_graph_metrics(metrics, args.cuda_graph_metrics, verify=model_runner.verify_cuda_graph_metrics)
-    return {"outputs": [{"output_token_ids": output.output_token_ids} for output in outputs]}
+    logger.info("%s", speed.line())
+    return {
+        "outputs": [{"output_token_ids": output.output_token_ids} for output in outputs],
+        "speed": speed.to_dict(),
+    }
 
 
 def report_cuda_graph_metrics(
