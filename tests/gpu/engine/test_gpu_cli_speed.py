@@ -19,5 +19,8 @@ def test_generate_reports_replayed_steps_capture_time_and_graph_memory(capsys: p
     assert speed["prompt_tokens"] == 3 and speed["generated_tokens"] == 8
     assert speed["steps_replayed"] + speed["steps_eager"] == 8
     assert speed["steps_replayed"] >= 7
-    assert speed["capture_s"] > 0 and speed["graph_memory_bytes"] > 0
+    assert speed["capture_s"] > 0
+    # The capture's bytes are the device's free memory before and after, which another process on the device moves
+    # (tests/gpu/bench/test_bench_harness_gpu.py says how): a count, not asserted above 0 here.
+    assert isinstance(speed["graph_memory_bytes"], int) and speed["graph_memory_bytes"] >= 0
     assert speed["decode_tokens_per_s"] > 0 and 0 < speed["time_to_first_token_s"] < speed["total_s"]
