@@ -12,7 +12,6 @@ bfloat16 once, where TP=1 accumulates in one matmul).
 from __future__ import annotations
 
 import importlib.util
-import time
 
 import pytest
 import torch
@@ -93,7 +92,6 @@ def test_tp2_fused_kernel_logits_match_tp1_fused_kernel_logits_within_bf16(prese
 
 
 def test_symmetric_memory_is_chosen_where_peers_reach_each_other_and_matches_the_process_group() -> None:
-    started = time.monotonic()
     auto = launch(workers.tensor_parallel, ("tiny-qwen3-random", "bfloat16", "full", "auto"), 2)
     nccl = launch(workers.tensor_parallel, ("tiny-qwen3-random", "bfloat16", "full", "process-group"), 2)
     if torch.cuda.can_device_access_peer(0, 1):
@@ -101,5 +99,3 @@ def test_symmetric_memory_is_chosen_where_peers_reach_each_other_and_matches_the
     assert nccl["all_reduce"] == "process-group"
     for have, want in zip(auto["logits"], nccl["logits"], strict=True):
         torch.testing.assert_close(have, want, **BF16_LOGITS)
-    # launch returns only once both ranks exited with status 0 after tearing down in order.
-    assert time.monotonic() - started < 300
