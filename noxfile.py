@@ -18,8 +18,10 @@ the workspace sources on ``PYTHONPATH`` instead of installing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -182,22 +184,52 @@ def bench(session: nox.Session) -> None:
     session.run("python3", "bench/run.py", *session.posargs, external=True)
 
 
-@nox.session(venv_backend="virtualenv")
+MIGRATE_PACKAGES = ("packages/cudagraph-config", "codemods")
+"""What ``nox -s migrate -- PATH...`` installs: the codemods and the config vocabulary they read (no torch)."""
+PATCH_OPTIONS = ("--diff", "--patch")
+"""``cudagraph-migrate`` options that produce a patch: their exit status 1 ("a file would change") is the patch a
+preview asked for, so the session succeeds on it (see the README's table of exit statuses through nox)."""
+
+
+def install_once(session: nox.Session, name: str, requirements: tuple[str, ...], install: Callable[[], None]) -> None:
+    """Run ``install`` unless this (reused) virtualenv already holds ``requirements``: a stamp in the venv records
+    them with the workspace's ``pyproject.toml`` files, so a changed dependency reinstalls and nothing else does."""
+    manifests = [(ROOT / package / "pyproject.toml").read_text() for package in WORKSPACE_PACKAGES]
+    key = hashlib.sha256("\0".join([*requirements, *manifests]).encode()).hexdigest()
+    stamp = Path(getattr(session.virtualenv, "location", session.create_tmp())) / f".cudagraph-{name}.stamp"
+    if stamp.is_file() and stamp.read_text() == key:
+        session.log(f"{name}: the packages are installed ({stamp.parent}); `--reuse-venv=never` rebuilds the venv")
+        return
+    install()
+    stamp.write_text(key)
+
+
+@nox.session(venv_backend="virtualenv", reuse_venv=True)
 def migrate(session: nox.Session) -> None:
     """Migrate PATH... in place (``nox -s migrate -- PATH``); with no path, migrate the bundled legacy example.
+
+    ``-- --diff PATH`` prints a patch on stdout and ``-- --patch FILE PATH`` writes it to FILE; either way stdout holds
+    only the patch (progress, findings and nox's own lines are on stderr), and the session succeeds whether or not there
+    is a patch. The virtualenv is kept between calls and installed into only when the workspace's dependencies change;
+    migrating a PATH needs no torch (only the example, whose tests run, installs it).
 
     The example's result stays in ``./cudagraph-migrate-example`` at the repository root (git-ignored): the migrated
     copy and ``migration.patch``, both paths printed; a re-run replaces them.
     """
-    install_workspace(session, "pytest>=8")
     if session.posargs:
+        editable = tuple(arg for package in MIGRATE_PACKAGES for arg in ("-e", package))
+        install_once(session, "migrate", editable, lambda: session.install(*editable))
+        patches = any(arg.split("=", 1)[0] in PATCH_OPTIONS for arg in session.posargs)
         # relative paths are the caller's, not the noxfile's folder (nox runs sessions from there)
         session.chdir(session.invoked_from)
-        session.run("cudagraph-migrate", *session.posargs)
+        success = (0, 1) if patches else (0,)
+        session.run("cudagraph-migrate", *session.posargs, stderr=None, success_codes=success)
     else:
+        requirements = (TORCH_CPU, *WORKSPACE_PACKAGES, "pytest>=8")
+        install_once(session, "example", requirements, lambda: install_workspace(session, "pytest>=8"))
         # from the repository root, whatever folder nox was invoked from, so the result lands in the ignored folder
         session.chdir(ROOT)
-        session.run("python", "-m", "cudagraph.migrate.example")
+        session.run("python", "-m", "cudagraph.migrate.example", stderr=None)
 
 
 def build_distributions(session: nox.Session) -> None:

@@ -83,12 +83,87 @@ def test_each_place_that_passes_or_reads_an_engines_option_is_listed_with_its_ca
     ]
 
 
+def test_each_dict_carrying_sglangs_options_is_listed_with_its_canonical_spelling() -> None:
+    listed = _listed((FIXTURES / "engine_option_dicts.in.py").read_text())
+    rewrites = "--rewrite-engine-options rewrites"
+    assert listed == [
+        "CG403 6: dict(...): SGLang options in a dict; cudagraph.config spells disable_cuda_graph= as "
+        f"decode_disable_cuda_graph= and prefill_disable_cuda_graph=, cuda_graph_max_bs= as decode_cuda_graph_max_bs=; "
+        f"{rewrites} them",
+        'CG403 10: {...}: SGLang options in a dict; cudagraph.config spells "disable_cuda_graph" as '
+        '"decode_disable_cuda_graph" and "prefill_disable_cuda_graph", "cuda_graph_bs" as "decode_cuda_graph_bs"; '
+        f"{rewrites} them",
+        "CG403 15: ServerArgs(**args): args holds legacy option(s) cuda_graph_bs, disable_cuda_graph, listed where "
+        "they are set",
+        'CG403 19: kwargs.setdefault("disable_cuda_graph"): SGLang option key; cudagraph.config has one option per '
+        'phase: "decode_disable_cuda_graph" and "prefill_disable_cuda_graph"; not one name for one name: move it by '
+        "hand",
+        'CG403 20: kwargs.setdefault("cuda_graph_max_bs"): SGLang option key; cudagraph.config spells it '
+        f'"decode_cuda_graph_max_bs"; {rewrites} it',
+        'CG403 21: kwargs["piecewise_cuda_graph_max_tokens"]: SGLang option key; cudagraph.config spells it '
+        f'"prefill_cuda_graph_max_tokens"; {rewrites} it',
+        'CG403 22: kwargs.get("enable_breakable_cuda_graph"): SGLang option key; cudagraph.config chooses by value: '
+        '"enable_breakable_cuda_graph" -> "prefill_cuda_graph_backend" == "breakable"; not one name for one name: '
+        "move it by hand",
+        "CG403 23: kwargs.update(...): SGLang options in a dict; cudagraph.config spells enable_breakable_cuda_graph="
+        'True as prefill_cuda_graph_backend="breakable", enforce_piecewise_cuda_graph=True as '
+        f'prefill_cuda_graph_backend="tc_piecewise"; {rewrites} them',
+        'CG403 24: {...}: SGLang options in a dict; cudagraph.config spells "enable_breakable_cuda_graph": True as '
+        f'"prefill_cuda_graph_backend": "breakable"; {rewrites} them',
+        "CG403 25: sglang.Engine(**ENGINE_KWARGS): ENGINE_KWARGS holds legacy option(s) cuda_graph_max_bs, "
+        "disable_cuda_graph, listed where they are set",
+        "CG403 25: sglang.Engine(**kwargs): kwargs holds legacy option(s) cuda_graph_max_bs, disable_cuda_graph, "
+        "enable_breakable_cuda_graph, enforce_piecewise_cuda_graph, piecewise_cuda_graph_max_tokens, listed where "
+        "they are set",
+    ]
+
+
+def test_what_the_opt_in_flag_cannot_rewrite_in_a_dict_stays_listed_or_marked() -> None:
+    source = (FIXTURES / "engine_option_dicts.in.py").read_text()
+    result = migrate_source(source, "plugin/module.py", RULES, TABLE, RunOptions(rewrite_engine_options=True))
+    by_kind = {
+        kind: [str(finding).split(": ")[0:2] for finding in result.findings if finding.kind is kind]
+        for kind in (FindingKind.ARGV, FindingKind.TODO)
+    }
+    assert by_kind[FindingKind.ARGV] == [
+        ["CG403 19", 'kwargs.setdefault("disable_cuda_graph")'],
+        ["CG403 22", 'kwargs.get("enable_breakable_cuda_graph")'],
+    ]
+    assert by_kind[FindingKind.TODO] == [
+        [
+            "CG403 24",
+            "enable_breakable_cuda_graph=flag is not a literal True/False; set prefill_cuda_graph_backend= by hand",
+        ]
+    ]
+
+
+def test_dicts_in_a_file_that_imports_nothing_of_sglangs_are_not_listed() -> None:
+    source = (FIXTURES / "engine_option_dicts.in.py").read_text()
+    own = source.replace("import sglang\n", "import own_engine as sglang\n").replace(
+        "from sglang.srt.entrypoints.http_server import ServerArgs", "from own_engine.args import ServerArgs"
+    )
+    assert "sglang." in own and "from sglang" not in own
+    for rewrite in (False, True):
+        result = migrate_source(own, "engine/module.py", RULES, TABLE, RunOptions(rewrite_engine_options=rewrite))
+        # nothing listed for review or marked; its keyword calls are only named as not tied (-v, CG401)
+        assert [finding for finding in result.findings if finding.kind is not FindingKind.SKIP] == []
+        assert {finding.code for finding in result.findings} <= {"CG401"} and not result.changed
+
+
 def test_this_programs_own_options_of_the_same_names_are_not_listed() -> None:
     source = (FIXTURES / "engine_options.in.py").read_text()
     own = source.index("@dataclasses.dataclass")
     first_own_line = source.count("\n", 0, own) + 1
     result = migrate_source(source, "plugin/module.py", RULES, TABLE, RunOptions(rewrite_engine_options=True))
-    assert [finding for finding in result.findings if finding.line >= first_own_line] == []
+    own_findings = [finding for finding in result.findings if finding.line >= first_own_line]
+    # neither rewritten nor listed as SGLang's options; the fields of its config class are listed as maybe tied
+    # (CG404: such fields are often rendered into SGLang's options), its keyword calls as not tied (-v)
+    assert {(finding.kind, finding.code) for finding in own_findings} == {
+        (FindingKind.MAYBE, "CG404"),
+        (FindingKind.SKIP, "CG401"),
+    }
+    fields = [finding.line for finding in own_findings if finding.code == "CG404"]
+    assert fields == [first_own_line + 4, first_own_line + 5]
     migrated = result.migrated.decode()
     assert migrated[migrated.index("@dataclasses.dataclass") :] == source[own:]
 
@@ -139,7 +214,11 @@ def test_what_rewrite_argv_cannot_rewrite_stays_listed() -> None:
 
 OPTION_SOURCES = sorted(
     [
-        *(path for path in FIXTURES.glob("*.py") if path.name.startswith(("engine_options", "cli_flags", "argv_"))),
+        *(
+            path
+            for path in FIXTURES.glob("*.py")
+            if path.name.startswith(("engine_options", "engine_option_dicts", "cli_flags", "argv_"))
+        ),
         *(path for path in FIXTURES.glob("*.py") if path.name.startswith(("kwargs", "other_programs_keywords"))),
         *(Path(__file__).parent / "plugins").rglob("*.py"),
     ]
@@ -238,18 +317,29 @@ def serve(enable_breakable_cuda_graph):
 
 @pytest.mark.parametrize("path", ["sglang/srt/server_args.py", "engine/options.py"])
 @pytest.mark.parametrize("rewrite", [False, True], ids=["listing", "rewriting"])
-def test_an_engines_own_definitions_are_listed_and_never_rewritten(path: str, rewrite: bool) -> None:
-    """Its options are not another engine's to list (CG403), its flag definitions are listed for review (CG402),
-    and nothing is written into the file, not even a TODO comment, whatever the opt-in flags."""
+def test_an_engines_own_definitions_are_never_rewritten_and_advised_only_in_sglangs_parser(
+    path: str, rewrite: bool
+) -> None:
+    """Its options are not another engine's to list (CG403); its flag definitions are listed for review with the
+    advice to use cudagraph.config.add_cli_args only where the parser is SGLang's (``ServerArgs.add_cli_args`` of
+    ``sglang/srt/server_args.py``), else only with ``-v``; nothing is written into the file, not even a TODO comment,
+    whatever the opt-in flags."""
     options = RunOptions(rewrite_argv=rewrite, rewrite_engine_options=rewrite)
     result = migrate_source(ENGINE_DEFINITIONS, path, RULES, TABLE, options)
+    definitions = [(22, "--cuda-graph-max-bs"), (23, "--disable-cuda-graph"), (27, "--enable-breakable-cuda-graph")]
+    advised = definitions[:2] if path.startswith("sglang/") else []
     assert [str(finding) for finding in result.findings if finding.kind is FindingKind.ARGV] == [
         f"CG402 {line}: defines legacy flag {flag}: define the flags with cudagraph.config.add_cli_args"
-        for line, flag in [
-            (22, "--cuda-graph-max-bs"),
-            (23, "--disable-cuda-graph"),
-            (27, "--enable-breakable-cuda-graph"),
-        ]
+        for line, flag in advised
+    ]
+    definitions_left_alone = [
+        str(finding) for finding in result.findings if finding.kind is FindingKind.SKIP and finding.code == "CG402"
+    ]
+    assert definitions_left_alone == [
+        f"CG402 {line}: defines legacy flag {flag}: this program's own parser, not SGLang's ServerArgs.add_cli_args; "
+        "left alone"
+        for line, flag in definitions
+        if (line, flag) not in advised
     ]
     assert [finding for finding in result.findings if finding.kind is FindingKind.TODO] == []
     assert result.edits == {}

@@ -144,7 +144,7 @@ def test_the_import_rule_rebuilds_only_the_way_to_its_rewrites() -> None:
     source = (
         "from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner\n\n\n"
         "def untouched(values):\n    return [value * 2 for value in values]\n\n\n"
-        "def uses():\n    return CudaGraphRunner\n"
+        "def uses(model_runner, config):\n    return CudaGraphRunner(model_runner, config)\n"
     )
     tree = cst.parse_module(source)
     command = LegacyImports(CodemodContext(filename="pkg/mod.py", scratch={}), load_renames())

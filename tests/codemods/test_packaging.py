@@ -49,6 +49,8 @@ def test_wheel_ships_the_example_and_finds_it_when_installed(wheels: dict[str, P
     example = "cudagraph/migrate/data/examples/legacy_engine/"
     assert f"{example}toy_engine/model_runner.py" in names and f"{example}conftest.py" in names
     assert not [name for name in names if "__pycache__" in name]
+    data = {f"cudagraph/migrate/{name}" for name in ("exports.json", "legacy_api.json", "sglang_reexports.json")}
+    assert data <= set(names), sorted(data - set(names))  # the generated tables the rules read
     code = (
         "from cudagraph.migrate import example, renames;"
         "print(example.example_source()); print(renames.renames_path()); print(len(renames.load_renames()))"

@@ -8,7 +8,9 @@ plugins are written against). For each:
    TODO keeps on the legacy API);
 3. every place still tied to the legacy API carries a ``# TODO(cudagraph-migrate):`` comment, every place passing
    another program's legacy options (``ServerArgs(...)`` keywords, ``server_args.<option>``, command lines) is named
-   in the report, and the summary counts the TODOs;
+   in the report, and so is every place maybe tied to SGLang in a file that imports it (a legacy member on a receiver
+   of unknown type, by attribute or by name string; a config-class field named like SGLang's option); and the summary
+   counts the TODOs;
 4. a second run changes nothing;
 5. the plugin gets the outcome its ``expected.toml`` describes.
 
@@ -44,6 +46,12 @@ CONTINUATION = "#   "
 SERVER_ARGS = "sglang.srt.server_args.ServerArgs"
 MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
 CUDA_GRAPH_RUNNER = "sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner"
+NAME_STRING_CALLS = frozenset({"getattr", "hasattr", "setattr", "delattr"})
+"""Calls whose second argument names a member of the first."""
+CONFIG_DECORATORS = frozenset({"dataclass", "define", "frozen", "mutable"})
+"""Decorators (their last name) of classes whose annotated class attributes are fields."""
+CONFIG_BASES = frozenset({"BaseModel", "BaseSettings", "NamedTuple", "TypedDict"})
+"""Bases (their last name) of classes whose annotated class attributes are fields."""
 
 # What SGLang's classes hold, by type, so ``self.model_runner.server_args.disable_cuda_graph`` is tied as SGLang's
 # own annotations tie it.
@@ -93,6 +101,35 @@ class LegacyApi:
 
 
 LEGACY = LegacyApi.from_table(load_renames())
+
+
+def standin_reexports(root: Path) -> dict[str, str]:
+    """``module.Name -> defining module.Name`` for the names the stand-in's modules import from one another at their
+    top level (``sglang.srt.entrypoints.http_server.ServerArgs``), so a plugin importing SGLang's classes through a
+    module that re-exports them is read as SGLang's does at run time."""
+    imported: dict[str, str] = {}
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).with_suffix("")
+        module = ".".join(relative.parts[:-1] if relative.name == "__init__" else relative.parts)
+        for statement in ast.parse(path.read_text()).body:
+            if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
+                for alias in statement.names:
+                    imported[f"{module}.{alias.asname or alias.name}"] = f"{statement.module}.{alias.name}"
+    resolved = {}
+    for name, target in imported.items():
+        seen = {name}
+        while target in imported and target not in seen:
+            seen.add(target)
+            target = imported[target]
+        resolved[name] = target
+    return resolved
+
+
+STANDIN_REEXPORTS = standin_reexports(LEGACY_API)
+SGLANG_PACKAGES = frozenset(owner.partition(".")[0] for owners in LEGACY.options.values() for owner in owners)
+"""Top-level packages of the classes that take SGLang's options: a file importing one drives SGLang."""
+DICT_KEY_METHODS = frozenset({"setdefault", "get", "pop", "__getitem__", "__setitem__"})
+DICT_FILLING_METHODS = frozenset({"setdefault", "update", "__setitem__"})
 
 
 # --- an independent reading of a plugin's code ---
@@ -148,6 +185,11 @@ class SourceFile:
                 for alias in node.names:
                     file.imports[alias.asname or alias.name] = f"{module}.{alias.name}"
         return file
+
+    @property
+    def imports_sglang(self) -> bool:
+        """Whether the file imports anything of SGLang: a place there that may reach SGLang's classes must be named."""
+        return any(qualified.partition(".")[0] == "sglang" for qualified in self.imports.values())
 
     def _absolute(self, node: ast.ImportFrom) -> str:
         if not node.level:
@@ -205,7 +247,7 @@ class PluginCode:
     def ancestry(self, qualified: str | None) -> frozenset[str]:
         """``qualified`` and every class it derives from, as far as the plugin's own classes tell."""
         seen: set[str] = set()
-        pending = [qualified] if qualified else []
+        pending = [STANDIN_REEXPORTS.get(qualified, qualified)] if qualified else []
         while pending:
             name = pending.pop()
             if name not in seen:
@@ -236,6 +278,11 @@ class _PlaceReader(ast.NodeVisitor):
         self.statements: list[ast.stmt] = []
         self.legacy: list[Place] = []
         self.options: list[Place] = []
+        self.drives_sglang = any(
+            name.partition(".")[0] in SGLANG_PACKAGES for name in file.imports.values()
+        ) and not file.module.startswith(tuple(SGLANG_PACKAGES))
+        """Whether the file imports SGLang: its dicts with SGLang's option keys are SGLang's options."""
+        self.filled = _filled_dicts(file.tree) if self.drives_sglang else {}
 
     # where a place is: the innermost statement holding it
 
@@ -249,9 +296,18 @@ class _PlaceReader(ast.NodeVisitor):
         else:
             super().visit(node)
 
-    def _record(self, into: list[Place], what: str) -> None:
-        first, last = self.file.statement_lines(self.statements[-1])
+    def _record(self, into: list[Place], what: str, statement: ast.stmt | None = None) -> None:
+        first, last = self.file.statement_lines(statement or self.statements[-1])
         into.append(Place(self.file.path, first, last, what))
+
+    def _member_use(self, receiver: ast.expr, name: str, how: str) -> None:
+        """A legacy member reached on ``receiver``: a legacy place when its type is one of the member's classes, a
+        place maybe tied (to be named) when its type is unknown in a file importing SGLang."""
+        held = self.type_of(receiver)
+        if held & LEGACY.members[name]:
+            self._record(self.legacy, f"{how} of {ast.unparse(receiver)}")
+        elif not held and self.file.imports_sglang:
+            self._record(self.options, f"{how} of {ast.unparse(receiver)}, maybe SGLang's")
 
     # what a name or expression holds
 
@@ -277,6 +333,11 @@ class _PlaceReader(ast.NodeVisitor):
         for base in node.bases:
             if LEGACY.is_legacy_name(self.file.resolve(base)):
                 self._record(self.legacy, f"class {node.name} derives from legacy {ast.unparse(base)}")
+        if self.file.imports_sglang and _is_config_class(node):
+            for statement in node.body:
+                if isinstance(statement, ast.AnnAssign) and ast.unparse(statement.target) in LEGACY.options:
+                    what = f"config field {node.name}.{ast.unparse(statement.target)} named like SGLang's option"
+                    self._record(self.options, what, statement)
         self.classes.append(f"{self.file.module}.{node.name}")
         self.generic_visit(node)
         self.classes.pop()
@@ -330,15 +391,41 @@ class _PlaceReader(ast.NodeVisitor):
         callee = self.file.resolve(node.func)
         if LEGACY.is_legacy_name(callee):
             self._record(self.legacy, f"call of legacy {callee}")
+        name = node.args[1] if isinstance(node.func, ast.Name) and node.func.id in NAME_STRING_CALLS else None
+        if isinstance(name, ast.Constant) and name.value in LEGACY.members:
+            self._member_use(node.args[0], name.value, f"{node.func.id}(..., {name.value!r})")
         takers = self.code.ancestry(callee)
         for keyword in node.keywords:
             if keyword.arg is not None and takers & LEGACY.options.get(keyword.arg, frozenset()):
                 self._record(self.options, f"{keyword.arg}= passed to {callee}")
+            splatted = ast.unparse(keyword.value) if keyword.arg is None else None
+            if splatted in self.filled and takers & frozenset().union(*LEGACY.options.values()):
+                self._record(self.options, f"**{splatted} (holding {sorted(self.filled[splatted])}) into {callee}")
+        if self.drives_sglang:
+            method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+            if method in DICT_KEY_METHODS and node.args and _option_key(node.args[0]):
+                self._record(self.options, f"{method}({_option_key(node.args[0])!r})")
+            if (isinstance(node.func, ast.Name) and node.func.id == "dict") or method == "update":
+                for keyword in node.keywords:
+                    if keyword.arg in LEGACY.options:
+                        self._record(self.options, f"{keyword.arg}= in {ast.unparse(node.func)}(...)")
+        self.generic_visit(node)
+
+    def visit_Dict(self, node: ast.Dict) -> None:
+        if self.drives_sglang:
+            for key in node.keys:
+                if key is not None and _option_key(key):
+                    self._record(self.options, f"dict key {_option_key(key)!r}")
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if self.drives_sglang and _option_key(node.slice):
+            self._record(self.options, f"[{_option_key(node.slice)!r}]")
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr in LEGACY.members and self.type_of(node.value) & LEGACY.members[node.attr]:
-            self._record(self.legacy, f".{node.attr} of {ast.unparse(node.value)}")
+        if node.attr in LEGACY.members:
+            self._member_use(node.value, node.attr, f".{node.attr}")
         if node.attr in LEGACY.options and self.type_of(node.value) & LEGACY.options[node.attr]:
             self._record(self.options, f".{node.attr} of {ast.unparse(node.value)}")
         self.generic_visit(node)
@@ -361,6 +448,52 @@ class _PlaceReader(ast.NodeVisitor):
     visit_List = visit_Tuple = visit_Set = _visit_sequence
 
 
+def _is_config_class(node: ast.ClassDef) -> bool:
+    """A dataclass, an attrs class or a class of annotated fields (pydantic, ``NamedTuple``, ``TypedDict``)."""
+
+    def last(expression: ast.expr) -> str:
+        target = expression.func if isinstance(expression, ast.Call) else expression
+        return ast.unparse(target).rpartition(".")[2]
+
+    return any(last(decorator) in CONFIG_DECORATORS for decorator in node.decorator_list) or any(
+        last(base) in CONFIG_BASES for base in node.bases
+    )
+
+
+def _option_key(node: ast.AST) -> str | None:
+    """The legacy option a string constant names, if it does."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in LEGACY.options:
+        return node.value
+    return None
+
+
+def _filled_dicts(tree: ast.Module) -> dict[str, set[str]]:
+    """What each name (as spelled) is filled with of SGLang's options: assigned a dict literal or ``dict(...)`` with
+    option keys, or given one by ``setdefault``/``update``/``__setitem__`` or a subscript store."""
+    filled: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        target, keys = None, []
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            if isinstance(value, ast.Dict):
+                keys = [key for key in map(_option_key, value.keys) if key]
+            elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict":
+                keys = [keyword.arg for keyword in value.keywords if keyword.arg in LEGACY.options]
+            if isinstance(target, ast.Subscript):
+                target, keys = target.value, [key for key in [_option_key(target.slice)] if key]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in DICT_FILLING_METHODS
+        ):
+            target = node.func.value
+            keys = [keyword.arg for keyword in node.keywords if keyword.arg in LEGACY.options]
+            keys += [key for key in [_option_key(node.args[0]) if node.args else None] if key]
+        if target is not None and keys:
+            filled.setdefault(ast.unparse(target), set()).update(key for key in keys if key)
+    return filled
+
+
 def named_lines(report: str, path: Path) -> set[int]:
     """The lines of ``path`` the migration report names (``<path>: [CODE ]<line>: ...``)."""
     pattern = re.compile(re.escape(str(path)) + r":\s*(?:[A-Z]+\d+\s+)?(\d+)\b")
@@ -379,6 +512,8 @@ class Expectation:
     todo_mentions: tuple[str, ...]
     left_alone: tuple[str, ...]
     unchanged: bool
+    advised: bool = True
+    """False: the report may give this plugin no TODO and no advice (another engine's own names and flags)."""
 
     @classmethod
     def of(cls, plugin: Path) -> Expectation:
@@ -394,6 +529,7 @@ class Expectation:
             todo_mentions=tuple(data["todo_mentions"]),
             left_alone=tuple(data["left_alone"]),
             unchanged=bool(data["unchanged"]),
+            advised=bool(data.get("advised", True)),
         )
 
 
@@ -582,6 +718,9 @@ def test_each_plugin_gets_the_outcome_it_models(migrated: Migration) -> None:
         assert not [file for file, number in found if file.marked(Place(file.path, number, number, line))], line
     if expected.unchanged:
         assert python_files(migrated.copy) == python_files(migrated.plugin)
+    if not expected.advised:
+        advice = [line for line in migrated.report.splitlines() if line.startswith("todo:") or "add_cli_args" in line]
+        assert advice == [] and not list(todo_comments(migrated.copy)), advice
 
 
 # --- the reading itself can fail: it finds what it should in code written for it ---
@@ -630,6 +769,39 @@ def test_the_reading_finds_the_legacy_places_and_only_those(tmp_path: Path) -> N
     assert len(options) == 6
 
 
+READING_DICTS_CASE = """\
+import sglang
+from sglang.srt.entrypoints.http_server import ServerArgs
+
+KWARGS = dict(disable_cuda_graph=True, model_path="m")
+
+
+def build(cfg, **kwargs):
+    args = {"cuda_graph_bs": [1, 2], "model_path": cfg.model}
+    kwargs.setdefault("cuda_graph_max_bs", 8)
+    kwargs["piecewise_cuda_graph_max_tokens"] = kwargs.pop("max_tokens")
+    return ServerArgs(**args), sglang.Engine(**KWARGS), sglang.Engine(**kwargs), print(**kwargs)
+"""
+
+
+def test_the_reading_finds_sglangs_options_in_dicts_and_their_splats(tmp_path: Path) -> None:
+    (tmp_path / "case.py").write_text(READING_DICTS_CASE)
+    _, options = PluginCode(tmp_path).places()
+    assert sorted((place.first_line, place.what.partition(" (")[0]) for _, place in options) == [
+        (4, "disable_cuda_graph= in dict(...)"),
+        (8, "dict key 'cuda_graph_bs'"),
+        (9, "setdefault('cuda_graph_max_bs')"),
+        (10, "['piecewise_cuda_graph_max_tokens']"),
+        (11, "**KWARGS"),
+        (11, "**args"),
+        (11, "**kwargs"),
+    ]
+    # a file that imports nothing of SGLang's has no such places: the keys are another program's
+    (tmp_path / "case.py").write_text(READING_DICTS_CASE.replace("import sglang\n", "").replace("sglang.", "own."))
+    (tmp_path / "case.py").write_text((tmp_path / "case.py").read_text().replace("from own.srt", "from own_srt"))
+    assert PluginCode(tmp_path).places()[1] == []
+
+
 def test_a_todo_marks_its_statement_from_above_or_on_it(tmp_path: Path) -> None:
     source = (
         f"x = 1\n{TODO} a\n# more\nfrom sglang.srt.model_executor.cuda_graph_runner import (\n    A,\n)  {TODO} b\n"
@@ -645,3 +817,41 @@ def test_a_wrapped_todo_is_read_as_one_comment(tmp_path: Path) -> None:
     path = tmp_path / "case.py"
     path.write_text(f"{TODO} a long\n#   message — see\n    #   guide\n# not a continuation\nx = 1\n{TODO} b\n")
     assert list(file_todo_comments(path)) == [f"{TODO} a long message — see guide", f"{TODO} b"]
+
+
+MAYBE_READING_CASE = """\
+import dataclasses
+
+from sglang.srt.model_executor.model_runner import ModelRunner
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    cuda_graph_max_bs: int = 8
+    tensor_parallel_size: int = 1
+
+
+class Wrapper:
+    def __init__(self, model_runner: ModelRunner):
+        self.model_runner = model_runner
+
+
+def use(wrapper: Wrapper, model_runner: ModelRunner):
+    wrapper.model_runner.init_device_graphs()
+    ready = getattr(wrapper.model_runner, "graph_runner", None)
+    typed = hasattr(model_runner, "piecewise_cuda_graph_runner")
+    own = getattr(wrapper, "tensor_parallel_size", None)
+    return ready, typed, own
+"""
+
+
+def test_the_reading_finds_places_maybe_tied_to_sglang_and_only_where_sglang_is_imported(tmp_path: Path) -> None:
+    (tmp_path / "case.py").write_text(MAYBE_READING_CASE)
+    legacy, named = PluginCode(tmp_path).places()
+    assert sorted(place.first_line for _, place in legacy) == [20]  # typed with SGLang's ModelRunner
+    assert sorted(place.first_line for _, place in named) == [8, 18, 19]  # a field, two unknown receivers
+    (tmp_path / "case.py").write_text(
+        MAYBE_READING_CASE.replace("from sglang.srt.model_executor.model_runner", "from x")
+    )
+    legacy, named = PluginCode(tmp_path).places()
+    assert legacy == [] and named == []

@@ -25,6 +25,8 @@ LEGACY_MODULES = (
     "sglang.srt.model_executor.breakable_cuda_graph",
     "sglang.srt.compilation.piecewise_context_manager",
     "pymllm.executor.cuda_graph_runner",
+    "sglang.srt.speculative.eagle_draft_cuda_graph_runner",
+    "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner",
     *LEGACY_SHIM_MODULES,
 )
 # The new homes every symbol row must land in (the shared legacy-flags note; kept here as the test's oracle).

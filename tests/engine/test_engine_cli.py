@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cudagraph.engine.commands import main
+from cudagraph.engine.commands import main, token_ids
 from cudagraph.engine.model import model_config_from_preset, random_model, reference_greedy, save_model
 from cudagraph.engine.model_runner import ModelRunner
 
@@ -28,8 +28,10 @@ def test_python_dash_m_prints_the_scripted_json_and_says_why_graphs_are_off() ->
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     model = random_model(model_config_from_preset("tiny-qwen3-random"), seed=0, device="cpu")
-    assert payload == {"outputs": [{"output_token_ids": reference_greedy(model, p, 5)} for p in PROMPTS]}
+    assert payload["outputs"] == [{"output_token_ids": reference_greedy(model, p, 5)} for p in PROMPTS]
+    assert payload["speed"]["generated_tokens"] == 15  # the rest of the speed: test_engine_cli_speed.py
     assert "CUDA graphs need a CUDA device" in result.stderr
+    assert "INFO cudagraph.engine: speed: 9 prompt tokens, 15 generated in " in result.stderr
 
 
 def test_a_cpu_run_says_once_at_info_why_graphs_are_off(
@@ -39,7 +41,11 @@ def test_a_cpu_run_says_once_at_info_why_graphs_are_off(
     argv = ["generate", "--preset", "tiny-qwen3-random", "--prompt-token-ids", "1,2", "--max-new-tokens", "1"]
     with caplog.at_level(logging.DEBUG):
         assert main([*argv, "--device", "cpu"]) == 0
-    lines = [record for record in caplog.records if "graphs" in record.getMessage() and record.levelno > logging.DEBUG]
+    lines = [
+        record
+        for record in caplog.records
+        if "graphs" in record.getMessage() and record.levelno > logging.DEBUG and record.name == "cudagraph.config"
+    ]
     assert [(record.name, record.levelno) for record in lines] == [("cudagraph.config", logging.INFO)]
     assert lines[0].getMessage().startswith("decode and prefill CUDA graphs off (")
     assert (
@@ -66,7 +72,7 @@ def test_temperature_and_dtype_flags(capsys: pytest.CaptureFixture[str]) -> None
     assert main(argv) == 0
     first = json.loads(capsys.readouterr().out)
     assert main(argv) == 0
-    assert json.loads(capsys.readouterr().out) == first
+    assert json.loads(capsys.readouterr().out)["outputs"] == first["outputs"]  # "speed" holds times: not equal
     assert [len(o["output_token_ids"]) for o in first["outputs"]] == [6, 6, 6]
 
 
@@ -78,18 +84,40 @@ def test_the_graph_memory_estimate_is_made_only_when_asked(
     monkeypatch.setattr(ModelRunner, "init_cuda_graphs", lambda self: asked.append(self.log_capture_estimate))
     argv = ["generate", "--preset", "tiny-qwen3-random", *prompt_args(PROMPTS[:1]), "--max-new-tokens", "2"]
     assert main([*argv, "--json", "--device", "cpu"]) == 0
-    plain = capsys.readouterr().out
+    plain = json.loads(capsys.readouterr().out)["outputs"]
     assert main([*argv, "--json", "--device", "cpu", "--estimate-cuda-graph-memory"]) == 0
-    assert capsys.readouterr().out == plain
+    assert json.loads(capsys.readouterr().out)["outputs"] == plain
     assert asked == [False, True]
 
 
-@pytest.mark.parametrize("bad", ["1,x,3", "", "-1"])
-def test_bad_prompt_token_ids_are_rejected_with_an_example(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ("1,x,3", "item 2 of 3 'x' is not an integer"),
+        ("", "the only item is empty"),
+        ("-1", "the only item -1 is negative"),
+        ("1,2,-5", "item 3 of 3 -5 is negative"),
+        ("1,,2", "item 2 of 3 is empty"),
+        ("1,2,", "item 3 of 3 is empty"),
+        (",1", "item 1 of 2 is empty"),
+        ("1, ,2", "item 2 of 3 is empty"),
+        ("1.5", "the only item '1.5' is not an integer"),
+    ],
+)
+def test_bad_prompt_token_ids_name_the_bad_item(bad: str, problem: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["generate", "--preset", "tiny-qwen3-random", "--prompt-token-ids", bad, "--device", "cpu"])
     assert exited.value.code == 2
-    assert "e.g. 1,2,3" in capsys.readouterr().err
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"cudagraph-engine generate: error: argument --prompt-token-ids: {bad!r}: {problem}; allowed: non-negative "
+        "integers separated by commas, e.g. 1,2,3 (see cudagraph-engine generate --help)"
+    ]
+
+
+def test_token_ids_take_spaces_around_items() -> None:
+    assert token_ids(" 1, 2 ,3") == [1, 2, 3]
+    assert token_ids("0") == [0]
 
 
 @pytest.mark.parametrize("rest", [[], ["--preset", "tiny-llama-random", "--batch-sizes", "1"], ["--help"]])

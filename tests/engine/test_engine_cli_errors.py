@@ -181,11 +181,20 @@ def _positions_512(directory: Path) -> None:
     (directory / "config.json").write_text(json.dumps(config))
 
 
+def _positions(count: int) -> Callable[[Path], None]:
+    def edit(directory: Path) -> None:
+        config = json.loads((directory / "config.json").read_text())
+        config["max_position_embeddings"] = count
+        (directory / "config.json").write_text(json.dumps(config))
+
+    return edit
+
+
 def test_kv_cache_longer_than_the_model_positions_is_refused_at_load(saved_model: Path, tmp_path: Path) -> None:
-    # The default --max-context-len (1024) exceeds a 512-position model: refused before any weight is read, and in
-    # a fresh process, so nothing else (a rule's log line) reaches stderr first.
+    # An explicit --max-context-len past a 512-position model: refused before any weight is read, and in a fresh
+    # process, so nothing else (a rule's log line) reaches stderr first.
     model = _copy(saved_model, tmp_path / "m", _positions_512)
-    command = [sys.executable, "-m", "cudagraph.engine", *GENERATE, "--model", str(model)]
+    command = [sys.executable, "-m", "cudagraph.engine", *GENERATE, "--model", str(model), "--max-context-len", "1024"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == EXIT_USAGE
     assert "Traceback" not in result.stderr
@@ -193,6 +202,43 @@ def test_kv_cache_longer_than_the_model_positions_is_refused_at_load(saved_model
         "cudagraph-engine generate: error: --max-context-len 1024 exceeds the model's max_position_embeddings 512; "
         "allowed: --max-context-len 512 or less"
     ]
+
+
+def test_the_default_kv_cache_length_comes_from_the_model_positions(
+    saved_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A 256-position model and no --max-context-len: the cache takes the model's 256 rows, not 1024, and generates.
+    model = _copy(saved_model, tmp_path / "m", _positions(256))
+    argv = ["generate", "--model", str(model), "--device", "cpu", "--prompt-token-ids", "11,42,7"]
+    assert main([*argv, "--max-new-tokens", "12", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["outputs"][0]["output_token_ids"]) == 12
+
+
+def test_the_default_kv_cache_length_is_at_most_1024(saved_model: Path, tmp_path: Path) -> None:
+    # A 4096-position model: the default stays 1024, so a prompt needing 1025 rows is told to raise the flag.
+    model = _copy(saved_model, tmp_path / "m", _positions(4096))
+    command = [sys.executable, "-m", "cudagraph.engine", *GENERATE, "--model", str(model)]
+    prompt = ",".join(["5"] * 1023)
+    result = subprocess.run([*command, "--prompt-token-ids", prompt], capture_output=True, text=True, timeout=300)
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr.splitlines() == [
+        "cudagraph-engine generate: error: prompt 1 has 1023 tokens and asks for 2 more, 1025 in all, but the KV "
+        "cache holds 1024 per request: raise --max-context-len (up to 4096, the model's positions) or shorten it"
+    ]
+
+
+@pytest.mark.parametrize("explicit", [[], ["--max-context-len", "256"]], ids=["default", "explicit"])
+def test_a_prompt_past_the_model_positions_is_not_told_to_raise_the_limit(
+    explicit: list[str], saved_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = _copy(saved_model, tmp_path / "m", _positions(256))
+    argv = ["generate", "--model", str(model), "--device", "cpu", "--prompt-token-ids", ",".join(["5"] * 250)]
+    line = _one_line_error([*argv, "--max-new-tokens", "12", *explicit], capsys)
+    assert line == (
+        "cudagraph-engine generate: error: prompt 0 has 250 tokens and asks for 12 more, 262 in all, but the model "
+        "has 256 positions (max_position_embeddings), the most a request can hold: shorten the prompt or lower "
+        "--max-new-tokens"
+    )
 
 
 def test_kv_cache_within_the_model_positions_generates(

@@ -66,9 +66,12 @@ def read_facts(root: Path) -> TreeFacts:
         matcher = LegacyModuleMatcher(TABLE, relative)
         lines = path.read_text(errors="replace").splitlines()
         facts.todos += sum(line.strip().startswith(TODO) for line in lines)
+        retired = _imports_a_retired_module(tree, matcher)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 match = matcher.match(node.module or "", level=node.level) if (node.module or node.level) else None
+                if match is not None and match.row.still_shipped and not retired:
+                    continue  # SGLang still ships it: legacy only beside a retired module
                 if match is not None and not match.rest:
                     for alias in node.names:
                         movable = TABLE.symbol(match.row.old, alias.name) or EXPORTS.exports(match.row.new, alias.name)
@@ -76,7 +79,11 @@ def read_facts(root: Path) -> TreeFacts:
                         facts.movable_marked += bool(movable) and _marked(lines, node.lineno)
                         facts.staying += not movable
             elif isinstance(node, ast.Import):
-                facts.movable += sum(1 for alias in node.names if (m := matcher.match(alias.name)) and not m.rest)
+                facts.movable += sum(
+                    1
+                    for alias in node.names
+                    if (m := matcher.match(alias.name)) and not m.rest and (retired or not m.row.still_shipped)
+                )
             elif isinstance(node, ast.Call):
                 callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
                 for arg in node.args:
@@ -87,6 +94,25 @@ def read_facts(root: Path) -> TreeFacts:
                     if token.partition("=")[0] in LEGACY_FLAGS:
                         facts.argv_flags[(relative, token)] += 1
     return facts
+
+
+def _imports_a_retired_module(tree: ast.Module, matcher: LegacyModuleMatcher) -> bool:
+    """Whether the file imports a legacy module the legacy engine no longer ships (``still_shipped`` is false)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            paths = [(alias.name, 0) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            paths = [(module, node.level)] + [
+                (f"{module}.{alias.name}" if module else alias.name, node.level) for alias in node.names
+            ]
+        else:
+            continue
+        for path, level in paths:
+            match = matcher.match(path, level=level) if (path or level) else None
+            if match is not None and not match.row.still_shipped:
+                return True
+    return False
 
 
 def _marked(lines: list[str], line: int) -> bool:

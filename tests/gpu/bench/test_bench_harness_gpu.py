@@ -140,10 +140,23 @@ def test_capture_rows_count_the_default_buckets(models, monkeypatch: pytest.Monk
         (phase, config) for phase, config in capture.CAPTURE_BACKENDS if config.name in ("full", "breakable")
     )
     monkeypatch.setattr(capture, "CAPTURE_BACKENDS", backends)
+    # A row's bytes are the driver's free memory of the whole device before and after (torch.cuda.mem_get_info),
+    # clamped at 0: another process using this device (a neighbour's context or rank on it, its cache returned) moves
+    # them, and one that frees memory mid-capture makes them 0. What this process's capture reserved is its own:
+    # each shape's growth of the allocator's reserved bytes (CaptureStats.per_shape), recorded beside the row.
+    reserved: dict[tuple[str, str], int] = {}
+    capture_row = capture._capture_row
+
+    def recording(preset, phase, backend, source):  # type: ignore[no-untyped-def]
+        reserved[(phase, backend)] = sum(shape.bytes for shape in source.stats.per_shape)
+        return capture_row(preset, phase, backend, source)
+
+    monkeypatch.setattr(capture, "_capture_row", recording)
     result = BenchResult()
     capture.run_capture(result, capture.CaptureSettings((PRESET,), 16, 64, PRESET, (1,)), models)
     assert result.wrong == [] and result.skipped == []
     rows = {(row.phase, row.backend): row for row in result.capture}
     assert rows[("decode", "full")].graphs == len((1, 2, 4, 8, 16))
     assert rows[("prefill", "breakable")].graphs == len((16, 32, 48, 64))
-    assert all(row.seconds > 0 and row.bytes > 0 for row in result.capture)
+    assert all(row.seconds > 0 for row in result.capture)
+    assert set(reserved) == set(rows) and all(bytes_ > 0 for bytes_ in reserved.values()), reserved

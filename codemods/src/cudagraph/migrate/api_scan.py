@@ -104,6 +104,17 @@ class SourceTree:
                     return ast.parse(candidate.read_bytes(), filename=str(candidate)), is_package
         return None
 
+    def modules(self) -> Iterator[str]:
+        """Every module of the package under the roots, by dotted name (a package by its own name), sorted per root."""
+        for root in self.roots:
+            package = root / self.top
+            for path in sorted(package.rglob("*.py")):
+                parts = list(path.relative_to(root).with_suffix("").parts)
+                if parts[-1] == "__init__":
+                    parts.pop()
+                if all(part.isidentifier() for part in parts):
+                    yield ".".join(parts)
+
     def imports(self, module: str) -> dict[str, str]:
         """Local name -> qualified name, for the from-imports and plain imports of ``module``."""
         found = self.module_tree(module)
@@ -123,6 +134,35 @@ class SourceTree:
                     else:
                         head = alias.name.split(".")[0]
                         names[head] = head
+        return names
+
+    def runtime_imports(self, module: str) -> dict[str, str]:
+        """Local name -> qualified name of every name ``module`` binds by import when it runs: its top-level imports,
+        those inside top-level ``if``/``try`` statements (not under ``if TYPE_CHECKING:``, which never runs), and lazy
+        imports spelled ``Name = LazyImport("module", "Name")``. A later import of a name replaces an earlier one; an
+        assignment of anything else removes it, unless it is in a branch (an ``except`` fallback may never run)."""
+        found = self.module_tree(module)
+        if found is None:
+            return {}
+        tree, is_package = found
+        names: dict[str, str] = {}
+        for statement, nested in _runtime_statements(tree.body):
+            if isinstance(statement, ast.ImportFrom):
+                source = self._absolute(module, is_package, statement.level, statement.module)
+                for alias in statement.names:
+                    names[alias.asname or alias.name] = f"{source}.{alias.name}"
+            elif isinstance(statement, ast.Import):
+                for alias in statement.names:
+                    head = alias.name.split(".")[0]
+                    names[alias.asname or head] = alias.name if alias.asname else head
+            elif isinstance(statement, ast.Assign):
+                lazy = _lazy_import(statement.value)
+                for target in statement.targets:
+                    if isinstance(target, ast.Name):
+                        if lazy is not None:
+                            names[target.id] = lazy
+                        elif not nested:  # rebound to something else for good (a branch may not run)
+                            names.pop(target.id, None)
         return names
 
     @staticmethod
@@ -210,6 +250,35 @@ class SourceTree:
         if self.definition(f"{module}.{head}") is not None and not rest:
             return f"{module}.{head}"
         return dotted
+
+
+_LAZY_IMPORTERS = frozenset({"LazyImport"})
+"""Callables a module binds a name lazily with, as ``Name = LazyImport("module", "Name")`` (SGLang's top level)."""
+
+
+def _lazy_import(value: ast.expr) -> str | None:
+    """``module.Name`` of ``LazyImport("module", "Name")``, else None."""
+    if not isinstance(value, ast.Call) or (ast_dotted_name(value.func) or "").rpartition(".")[2] not in _LAZY_IMPORTERS:
+        return None
+    texts = [arg.value for arg in value.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+    return f"{texts[0]}.{texts[1]}" if len(texts) == 2 == len(value.args) else None
+
+
+def _runtime_statements(body: Sequence[ast.stmt], nested: bool = False) -> Iterator[tuple[ast.stmt, bool]]:
+    """The statements of a module body in order, with those of top-level ``if``/``try`` blocks in their place (and
+    ``True`` beside them), except the body of ``if TYPE_CHECKING:`` (its ``else`` runs)."""
+    for statement in body:
+        if isinstance(statement, ast.If):
+            if (ast_dotted_name(statement.test) or "").rpartition(".")[2] != "TYPE_CHECKING":
+                yield from _runtime_statements(statement.body, True)
+            yield from _runtime_statements(statement.orelse, True)
+        elif isinstance(statement, ast.Try):
+            yield from _runtime_statements(statement.body, True)
+            for handler in statement.handlers:
+                yield from _runtime_statements(handler.body, True)
+            yield from _runtime_statements([*statement.orelse, *statement.finalbody], True)
+        else:
+            yield statement, nested
 
 
 @functools.cache

@@ -25,7 +25,13 @@ from .reexports import collect_reexports
 from .renames import load_renames
 from .rules import Rule, select_rules
 from .rules.base import Finding, FindingKind
-from .source_migration import MigrationError, SourceMigration, migrate_source, reexport_markers
+from .source_migration import (
+    MigrationError,
+    SourceMigration,
+    UnparsableSourceError,
+    migrate_source,
+    reexport_markers,
+)
 
 __all__ = [
     "FileReport",
@@ -68,7 +74,8 @@ class FileReport:
     error: str | None = None
     diff: str | None = None
     parsed: bool = False
-    """Whether the file got past the text prefilter to the parser."""
+    """Whether the file got past the text prefilter and the parser read it (one that does not parse is not
+    counted: it is ``failed``)."""
 
     def of_kind(self, kind: FindingKind) -> list[Finding]:
         """The findings of one kind."""
@@ -172,7 +179,8 @@ def migrate_file(path: Path, options: MigrationOptions) -> FileReport:
     try:
         result = migrate_bytes(original, str(path), options)
     except MigrationError as error:
-        return FileReport(str(path), "failed", error=str(error), parsed=True)
+        parsed = not isinstance(error, UnparsableSourceError)
+        return FileReport(str(path), "failed", error=str(error), parsed=parsed)
     report = _report(str(path), result)
     if not result.changed:
         return report

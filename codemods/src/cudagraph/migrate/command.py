@@ -3,8 +3,8 @@
 Conventions follow ruff and black. Exit status:
 
 - 0: done, or nothing to change;
-- 1: ``--check``/``--diff`` found files that would change (migratable code remains); or ``--strict`` (on a writing
-  run as with ``--check``) found places that need a manual step, each marked in its file with a
+- 1: ``--check``/``--diff``/``--patch`` found files that would change (migratable code remains); or ``--strict``
+  (on a writing run as with ``--check``) found places that need a manual step, each marked in its file with a
   ``# TODO(cudagraph-migrate)`` comment; or a file failed (it does not parse, cannot be written, or its migration
   would not import: such a file is left untouched);
 - 2: a usage error (a bad option, a missing path): nothing was done.
@@ -14,12 +14,16 @@ In CI, ``cudagraph-migrate --check PATH`` fails while code the tool can migrate 
 
 The summary says what was migrated, what needs a manual step (the TODO count and the files holding them, each place
 marked with its comment) and what is listed for review (legacy options of other programs, rewritten only with
-``--rewrite-argv`` or ``--rewrite-engine-options``, and definitions of legacy flags, never rewritten); the per-rule
-table follows with ``-v`` or when a rule edited something. Each finding
-is one line, ``todo: PATH:LINE: CODE message`` (``review:``, and with ``-v`` ``skip:`` for names left alone).
+``--rewrite-argv`` or ``--rewrite-engine-options``, and definitions of legacy flags, never rewritten), what is maybe
+tied to the legacy API (places in files that import a legacy engine that nothing ties to it, never rewritten) and how
+many same-spelled names were left alone as not tied; the per-rule table follows with ``-v`` or when a rule edited
+something. Each finding is one line, ``todo: PATH:LINE: CODE message`` (``review:`` for both kinds listed for review,
+and with ``-v`` ``skip:`` for every name left alone).
 
 Patches and ``--check``'s file list go to stdout; progress, findings and the summary go to stderr, so ``--diff``
-output can be piped straight into ``git apply``. ``-`` reads one file from stdin and writes the migrated text to stdout.
+output can be piped straight into ``git apply``; ``--patch FILE`` writes the patch to FILE instead (empty when nothing
+would change), for runners that mix the two streams. ``-`` reads one file from stdin and writes the migrated text to
+stdout.
 """
 
 from __future__ import annotations
@@ -65,21 +69,26 @@ __all__ = [
 EXIT_OK = 0
 """Everything migrated, or nothing to migrate."""
 EXIT_CHANGES = 1
-"""``--check``/``--diff``: at least one file would change (migratable code remains); ``--strict``: a place needs a
-manual step; or a file failed and was left untouched."""
+"""``--check``/``--diff``/``--patch``: at least one file would change (migratable code remains); ``--strict``: a place
+needs a manual step; or a file failed and was left untouched."""
 EXIT_ERROR = EXIT_CHANGES
 """A file failed (reported, left untouched)."""
 EXIT_USAGE = 2
 """A bad option or a missing path: nothing was done."""
 STDIN = "-"
-_PREFIX = {FindingKind.TODO: "todo", FindingKind.ARGV: "review", FindingKind.SKIP: "skip"}
+_PREFIX = {
+    FindingKind.TODO: "todo",
+    FindingKind.ARGV: "review",
+    FindingKind.MAYBE: "review",
+    FindingKind.SKIP: "skip",
+}
 """How each finding's line starts, in the summary's words: ``todo`` needs a manual step, ``review`` is listed for
-review, ``skip`` was left alone as not legacy."""
+review (another program's option, or a place maybe tied to a legacy engine), ``skip`` was left alone as not legacy."""
 
 _EXIT_STATUS_HELP = """\
 exit status:
   0  done, or nothing to change
-  1  --check/--diff: a file would change (migratable code remains);
+  1  --check/--diff/--patch: a file would change (migratable code remains);
      --strict: a place needs a manual step (a # TODO(cudagraph-migrate) comment marks it);
      or a file failed and was left untouched
   2  usage error (a bad option, a missing path)
@@ -98,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to migrate; - reads stdin")
     parser.add_argument("--diff", action="store_true", help="print a git-apply-able patch, write nothing")
+    parser.add_argument(
+        "--patch",
+        type=Path,
+        metavar="FILE",
+        help="write a git-apply-able patch to FILE (empty when nothing would change), write no source",
+    )
     parser.add_argument("--check", action="store_true", help="list files that would change, write nothing")
     parser.add_argument(
         "--strict",
@@ -159,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     options = MigrationOptions(
         rule_codes=tuple(rule.code for rule in rules),
-        write=not (args.diff or args.check),
-        diff=args.diff,
+        write=not (args.diff or args.check or args.patch),
+        diff=args.diff or args.patch is not None,
         table_path=args.renames,
         run=RunOptions(
             rewrite_argv=args.rewrite_argv,
@@ -181,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = None if args.no_progress or args.quiet else _progress
     report = migrate_files(discovery.files, options, jobs=args.jobs, progress=progress)
     _print_details(report, args)
+    if args.patch is not None:
+        _write_patch(args.patch, [file.diff for file in report.files if file.diff], args.quiet)
     if not args.quiet:
         summary = format_summary(
             report, written=options.write, seconds=time.perf_counter() - started, verbose=args.verbose
@@ -188,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(summary, file=sys.stderr)
     if report.count("failed"):
         return EXIT_ERROR
-    if (args.check or args.diff) and report.count("changed"):
+    if (args.check or args.diff or args.patch) and report.count("changed"):
         return EXIT_CHANGES
     if args.strict and report.findings(FindingKind.TODO):
         return EXIT_CHANGES
@@ -202,7 +219,15 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "- (stdin) cannot be combined with other paths"
     if args.jobs < 1:
         return f"-j {args.jobs}: give a count of at least 1"
+    if args.patch is not None and not args.patch.parent.is_dir():
+        return f"--patch {args.patch}: the folder {args.patch.parent} does not exist"
     return None
+
+
+def _write_patch(path: Path, diffs: Sequence[str], quiet: bool) -> None:
+    path.write_text("".join(diffs))
+    if not quiet:
+        print(f"patch: {path} ({len(diffs)} file(s); git apply {path})", file=sys.stderr)
 
 
 def _migrate_stdin(options: MigrationOptions, args: argparse.Namespace) -> int:
@@ -218,9 +243,12 @@ def _migrate_stdin(options: MigrationOptions, args: argparse.Namespace) -> int:
             if finding.kind is not FindingKind.SKIP or args.verbose:
                 print(format_finding("<stdin>", finding), file=sys.stderr)
     manual = args.strict and any(finding.kind is FindingKind.TODO for finding in result.findings)
-    if args.check or args.diff:
-        if args.diff and result.changed:
-            sys.stdout.write(unified_patch("<stdin>", result.original, result.migrated))
+    if args.check or args.diff or args.patch:
+        patch = unified_patch("<stdin>", result.original, result.migrated) if result.changed else ""
+        if args.diff:
+            sys.stdout.write(patch)
+        if args.patch is not None:
+            _write_patch(args.patch, [patch] if patch else [], args.quiet)
         return EXIT_CHANGES if result.changed or manual else EXIT_OK
     sys.stdout.buffer.write(result.migrated)
     return EXIT_CHANGES if manual else EXIT_OK
@@ -256,6 +284,11 @@ def format_summary(
     lines.append(
         f"listed for review: {report.findings(FindingKind.ARGV)} candidate(s) in other programs' options "
         "(--rewrite-argv, --rewrite-engine-options rewrite them; flag definitions stay)"
+    )
+    lines.append(
+        f"maybe tied to the legacy API: {report.findings(FindingKind.MAYBE)} place(s) in files that import a legacy "
+        "engine (a legacy member on a receiver of unknown type, a config field named like a legacy option): check "
+        "each by hand"
     )
     if verbose or edits:
         lines.append(f"{'rule':<6} {'name':<24} {'edits':>6} {'files':>6}")

@@ -156,10 +156,13 @@ class ApiChecker:
 
     def call_problems(self, call: cst.Call, new: str, legacy: str) -> list[str]:
         """Why ``call`` of the legacy ``legacy`` cannot become a call of ``new`` (empty: it can)."""
+        return self.shape_problems(CallShape.of(call), new, legacy)
+
+    def shape_problems(self, shape: CallShape, new: str, legacy: str) -> list[str]:
+        """Why a call shaped ``shape`` of the legacy ``legacy`` cannot become a call of ``new`` (empty: it can)."""
         signature = self._call_signature(new)
         if signature is None:
             return []
-        shape = CallShape.of(call)
         short = new.rpartition(".")[2]
         problem = shape.problem(signature)
         if problem is not None:

@@ -22,16 +22,27 @@ from .options import RunOptions
 from .reexports import imported_names
 from .renames import RenameTable
 from .rules import Rule
-from .rules.base import MOVE_SHARED_STATE_KEY, ORIGINAL_KEY, REWRITE_ENGINE_OPTIONS_KEY, Finding, QuickView
+from .rules.base import (
+    LEGACY_ENGINE_FILE_KEY,
+    MOVE_SHARED_STATE_KEY,
+    ORIGINAL_KEY,
+    REWRITE_ENGINE_OPTIONS_KEY,
+    Finding,
+    QuickView,
+)
 from .rules.cli_flags import REWRITE_ARGV_KEY
 from .rules.owners import REEXPORTS_KEY, Canonicalizer
 from .verify import unresolved_references
 
-__all__ = ["MigrationError", "SourceMigration", "migrate_source"]
+__all__ = ["MigrationError", "SourceMigration", "UnparsableSourceError", "migrate_source"]
 
 
 class MigrationError(Exception):
     """The file could not be migrated (it does not parse, a rule failed, or the result would not import)."""
+
+
+class UnparsableSourceError(MigrationError):
+    """The file does not parse (as Python, or as libcst reads it): no rule saw it."""
 
 
 @dataclass
@@ -45,7 +56,8 @@ class SourceMigration:
     findings: list[Finding] = field(default_factory=list)
     """What the rules reported: legacy uses left for the user, names not tied to the legacy API, argv candidates."""
     parsed: bool = False
-    """Whether the prefilter let the file through to the parser."""
+    """Whether the prefilter let the file through to the parser (which read it: a file that does not parse raises
+    ``UnparsableSourceError``)."""
 
     @property
     def changed(self) -> bool:
@@ -110,7 +122,7 @@ def migrate_source(
     try:
         module_ast = ast.parse(original, filename=path)
     except SyntaxError as error:
-        raise MigrationError(f"{path}:{error.lineno}:{error.offset}: does not parse: {error.msg}") from None
+        raise UnparsableSourceError(f"{path}:{error.lineno}:{error.offset}: does not parse: {error.msg}") from None
     reexports = _reexports(options.reexports)
     canonicalizer = Canonicalizer(table, exports, reexports)
     view = QuickView(
@@ -138,13 +150,16 @@ def migrate_source(
     try:
         tree = cst.parse_module(original)
     except cst.ParserSyntaxError as error:
-        raise MigrationError(f"{path}:{error.raw_line}:{error.raw_column}: does not parse: {error.message}") from None
+        raise UnparsableSourceError(
+            f"{path}:{error.raw_line}:{error.raw_column}: does not parse: {error.message}"
+        ) from None
     scratch = {
         REWRITE_ARGV_KEY: options.rewrite_argv,
         REWRITE_ENGINE_OPTIONS_KEY: options.rewrite_engine_options,
         MOVE_SHARED_STATE_KEY: options.move_shared_state,
         REEXPORTS_KEY: reexports,
         ORIGINAL_KEY: (tree, text),
+        LEGACY_ENGINE_FILE_KEY: view.tied_to_legacy_engine,
     }
     context = CodemodContext(filename=path, scratch=scratch)
     chain = _RuleChain(context, transforming, table, exports)

@@ -67,6 +67,9 @@ class GuideSection(str, enum.Enum):
     STAR_IMPORTS = "star-imports"
     RUN_TIME_VALUES = "values-known-only-at-run-time"
     FLAG_DEFINITIONS = "flag-definitions"
+    HANDOFFS = "legacy-classes-handed-on-as-values"
+    PATCHED_CLASSES = "patched-legacy-classes"
+    MEMBER_STRINGS = "strings-naming-legacy-members"
 
 
 def todo_text(message: str, section: GuideSection) -> str:

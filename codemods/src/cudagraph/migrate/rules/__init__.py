@@ -19,6 +19,7 @@ from .engine_options import LegacyEngineOptions
 from .enum_members import LegacyEnumMembers
 from .imports import LegacyImports
 from .keywords import LegacyKeywords
+from .option_fields import LegacyOptionFields
 
 __all__ = ["RULES", "Rule", "RuleSelectionError", "select_rules"]
 
@@ -74,6 +75,13 @@ _RULE_TABLE: tuple[Rule, ...] = (
         (RenameKind.KWARG,),
         LegacyEngineOptions,
         "legacy options passed to or read from another engine's API (ServerArgs, Engine)",
+    ),
+    Rule(
+        "CG404",
+        "legacy-option-fields",
+        (RenameKind.KWARG,),
+        LegacyOptionFields,
+        "config-class fields named like a legacy engine's options, in files that import it (listed for review)",
     ),
 )
 

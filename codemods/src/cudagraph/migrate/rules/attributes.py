@@ -8,8 +8,14 @@ Driven by the ``attribute`` and ``method`` rows, each naming its owners (``cudag
 - ``patch.object(Owner, "old")`` and ``Owner.old`` on the class itself;
 - method and class-attribute definitions in the body of a subclass of an owner (an override keeps overriding).
 
-A receiver whose type is unknown here is left as written and listed (``-v``); one known to be something else (an
-engine's own ``graph_runner``) is left alone.
+A member is never renamed elsewhere, and every place left alone is listed: a receiver known to be something else
+(an engine's own ``graph_runner``), or of unknown type, as not tied (``-v``); in a file tied to a legacy engine
+(:func:`.base.ties_to_legacy_engine`) a receiver of unknown type may well be that engine's ``ModelRunner``
+(``worker.model_runner.init_device_graphs()`` through the project's own wrapper, ``getattr(self.model_runner,
+"graph_runner", None)``), so it is listed for review with the new spelling instead ("maybe tied"). A name string on a
+receiver tied to cudagraph's classes is rewritten exactly as the attribute access would be: it is that access,
+spelled for ``getattr``. Where the file reaches no owner, :mod:`.same_spelled` lists the same places from the
+:mod:`ast` tree, with the same words, and libcst is never run for this rule.
 """
 
 from __future__ import annotations
@@ -18,7 +24,15 @@ import libcst as cst
 
 from ..renames import RenameKind, RenameTable
 from ..todo_comments import GuideSection
-from .base import MigrationCommand, dotted_name, string_value, with_string_value
+from .base import (
+    LEGACY_ENGINE_FILE_KEY,
+    Finding,
+    MigrationCommand,
+    QuickView,
+    dotted_name,
+    string_value,
+    with_string_value,
+)
 from .owners import (
     OWNER_METADATA,
     UNKNOWN,
@@ -29,13 +43,15 @@ from .owners import (
     legacy_engine_names,
     owner_rows,
 )
-
-_MEMBER_KINDS = (RenameKind.ATTRIBUTE, RenameKind.METHOD)
-
-_NAME_STRING_CALLS = frozenset({"getattr", "hasattr", "setattr", "delattr"})
-"""Calls whose second argument names an attribute of the first (an instance)."""
-_PATCH_OBJECT_CALLS = frozenset({"object"})
-"""``mock.patch.object(target, "name")`` / ``patch.object``: the target is usually a class."""
+from .same_spelled import (
+    MEMBER_KINDS,
+    NAME_STRING_CALLS,
+    PATCH_OBJECT_CALLS,
+    MemberScan,
+    definition_message,
+    maybe_message,
+    not_tied_message,
+)
 
 
 class LegacyMembers(MigrationCommand):
@@ -47,7 +63,14 @@ class LegacyMembers(MigrationCommand):
     @classmethod
     def owners_by_trigger(cls, table: RenameTable) -> dict[str, tuple[str, ...]]:
         """Each row's trigger text and its owners."""
-        return {row.old: (*row.owners, *row.legacy_owners) for row in table.of_kind(*_MEMBER_KINDS)}
+        return {row.old: (*row.owners, *row.legacy_owners) for row in table.of_kind(*MEMBER_KINDS)}
+
+    @classmethod
+    def same_spelled(cls, view: QuickView) -> list[Finding]:
+        """Every legacy member spelling of a file that reaches no owner, read off the :mod:`ast` tree."""
+        scan = MemberScan(view.table, cls.CODE, tied_to_legacy_engine=view.tied_to_legacy_engine)
+        scan.visit(view.tree)
+        return scan.findings
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
@@ -60,7 +83,9 @@ class LegacyMembers(MigrationCommand):
         self.kept_bases = legacy_engine_names(self.table, shims=True)
         """A class still derived from one of these (as spelled) kept its legacy base: the migration refused to move
         it, so its overrides keep the names the legacy base calls."""
-        self.legacy_owner_rows = {row.old: row.legacy_owners for row in self.table.of_kind(*_MEMBER_KINDS)}
+        self.legacy_owner_rows = {row.old: row.legacy_owners for row in self.table.of_kind(*MEMBER_KINDS)}
+        self.legacy_engine_file = bool(self.context.scratch.get(LEGACY_ENGINE_FILE_KEY))
+        """Whether the file imports a legacy engine: an unknown receiver there is listed as maybe tied."""
         self.class_stack: list[cst.ClassDef] = []
         self.function_depth: list[int] = [0]
         return super().transform_module_impl(tree)
@@ -124,7 +149,7 @@ class LegacyMembers(MigrationCommand):
         """``getattr(runner, "graph_runner")``, ``patch.object(Runner, "capture_one_batch_size")`` and friends."""
         callee = dotted_name(updated_node.func)
         short = callee.rpartition(".")[2] if callee else None
-        if short not in _NAME_STRING_CALLS | _PATCH_OBJECT_CALLS or len(updated_node.args) < 2:
+        if short not in NAME_STRING_CALLS | PATCH_OBJECT_CALLS or len(updated_node.args) < 2:
             return updated_node
         name_arg = updated_node.args[1]
         name = string_value(name_arg.value)
@@ -144,20 +169,27 @@ class LegacyMembers(MigrationCommand):
         """Whether ``receiver`` is an instance or the class of one of ours that owns ``name``: then it is renamed.
 
         A receiver still tied to a legacy engine's class (a base the migration kept, SGLang's own ``ModelRunner``)
-        keeps the legacy name, marked with a TODO giving the new spelling; an unknown one is reported (``-v``).
+        keeps the legacy name, marked with a TODO giving the new spelling. Any other is left as written and listed:
+        one of unknown type in a file tied to a legacy engine for review (maybe that engine's), else as not tied.
         """
         legacy_owners = self.legacy_owner_rows.get(name, ())
         everything = frozenset((*owners, *legacy_owners))
         types = self.owners.class_types(receiver)
         if types & everything:  # the class itself (Owner.old, patch.object(Owner, "old"))
             spelled = self.spelled.class_types(receiver)
+        elif self.owners.is_local_class(receiver):  # a class of this file that is no owner's
+            types, spelled = frozenset(), frozenset()
         else:
             instance = self.owners.instance_types(receiver)
             if instance is UNKNOWN:
-                self.skip(where, f".{name}: receiver not tied to {', '.join(owners)}; left as written")
+                if self.legacy_engine_file:
+                    self.maybe(where, maybe_message(name, new, legacy_owners))
+                else:
+                    self.skip(where, not_tied_message(name, owners))
                 return False
             types, spelled = instance, self.spelled.instance_types(receiver) or frozenset()
         if not types & everything:
+            self.skip(where, not_tied_message(name, owners))
             return False
         return self._on_ours(spelled, types & everything, where, name, new)
 
@@ -191,9 +223,10 @@ class LegacyMembers(MigrationCommand):
         class_def = self.class_stack[-1]
         everything = frozenset((*owners, *self.legacy_owner_rows.get(name.value, ())))
         found = self.owners.ancestors(class_def) & everything
-        if not found or not self._on_ours(
-            self.spelled.ancestors(class_def), found, where, name.value, new, legacy=self.kept_bases
-        ):
+        if not found:
+            self.skip(where, definition_message(name.value, class_def.name.value, owners))
+            return name
+        if not self._on_ours(self.spelled.ancestors(class_def), found, where, name.value, new, legacy=self.kept_bases):
             return name
         self.edited()
         return name.with_changes(value=new)

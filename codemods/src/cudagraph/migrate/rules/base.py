@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import enum
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import TypeVar
@@ -35,6 +35,10 @@ class FindingKind(str, enum.Enum):
     """Another program's option, listed for review: a legacy flag in a command line (rewritten only with
     ``--rewrite-argv``), a legacy keyword or attribute of another engine's ``ServerArgs``/``Engine`` (rewritten only
     with ``--rewrite-engine-options``), or a program's own definition of a legacy flag (never rewritten)."""
+    MAYBE = "maybe"
+    """A place in a file tied to a legacy engine (:func:`ties_to_legacy_engine`) that may reach its API but could not
+    be tied to it: a legacy member used on a receiver of unknown type, a config field named like a legacy option.
+    Listed for review with the new spelling, never rewritten nor marked."""
 
 
 @dataclass(frozen=True)
@@ -68,14 +72,40 @@ class QuickView:
         """Whether an owner, or the module that defines it, is imported here."""
         return any(owner in self.imported or owner.rpartition(".")[0] in self.imported for owner in owners)
 
+    @property
+    def tied_to_legacy_engine(self) -> bool:
+        """Whether the file imports a legacy engine (:func:`ties_to_legacy_engine`)."""
+        return ties_to_legacy_engine(self.imported, self.table)
+
+
+def ties_to_legacy_engine(imported: Iterable[str], table: RenameTable) -> bool:
+    """Whether a file that imports ``imported`` (qualified names, as :attr:`QuickView.imported` holds them) is tied to
+    a legacy engine: it imports from one of that engine's packages (``sglang``, ``pymllm``: the packages of the legacy
+    modules and legacy owners of ``table``). The ``cudagraph.legacy`` shims do not count: their objects are ours.
+
+    The one definition of "a file tied to SGLang": where a rule cannot tie a place to the legacy API but the file
+    reaches that engine, the place is listed for review (:attr:`FindingKind.MAYBE`) rather than passed over.
+    """
+    roots = _legacy_engine_roots(table)
+    return any(name.partition(".")[0] in roots for name in imported)
+
 
 @functools.cache
 def _import_spellings(table: RenameTable) -> frozenset[str]:
     """Text an import of a legacy module contains: the module path (``import a.b.c``), or its package when the module
     is imported from it (``from a.b import c``); and the modules of the legacy engine's classes that own members."""
-    packages = {module.rpartition(".")[0] for module in table.modules}
+    # a module the legacy engine still ships is legacy only beside a retired one, whose spelling is here already
+    retired = [module for module, row in table.modules.items() if not row.still_shipped]
+    packages = {module.rpartition(".")[0] for module in retired}
     owner_modules = {owner.rpartition(".")[0] for row in table for owner in row.legacy_owners}
-    return frozenset({*table.modules, *(package for package in packages if package), *owner_modules})
+    return frozenset({*retired, *(package for package in packages if package), *owner_modules})
+
+
+@functools.cache
+def _legacy_engine_roots(table: RenameTable) -> frozenset[str]:
+    """The top-level packages of the legacy engines (``sglang``, ``pymllm``): never ``cudagraph``."""
+    names = {*table.modules, *(owner for row in table for owner in row.legacy_owners)}
+    return frozenset(root for name in names if (root := name.partition(".")[0]) != "cudagraph")
 
 
 class MigrationCommand(CodemodCommand, cst.CSTTransformer):
@@ -112,7 +142,8 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
 
     TIED_TO_OWNERS = False
     """Whether the rule only rewrites what is tied to the legacy API, which a file can only reach through an import
-    of a ``cudagraph`` or legacy module (so a file naming neither is skipped unparsed)."""
+    of an owner or its module: where it can reach none, the rule lists what it leaves alone from the :mod:`ast` tree
+    (:meth:`same_spelled`) and libcst is never run for it."""
 
     @classmethod
     def triggers(cls, table: RenameTable) -> frozenset[str]:
@@ -131,13 +162,21 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
 
         A rule that has nothing to rewrite in a file skips libcst altogether (its scope analysis and a full
         transform of a large file cost seconds where :mod:`ast` costs milliseconds). The default: a rule tied to
-        owners has nothing to do where no owner of a row whose name occurs in the file can be imported.
+        owners has nothing to do where no owner of a row whose name occurs in the file can be imported: it lists the
+        same-spelled names it leaves alone there (:meth:`same_spelled`), read off the :mod:`ast` tree.
         """
         if not cls.TIED_TO_OWNERS:
             return None
         for trigger, owners in cls.owners_by_trigger(view.table).items():
             if trigger in view.text and view.reaches_any(owners):
                 return None
+        return cls.same_spelled(view)
+
+    @classmethod
+    def same_spelled(cls, view: QuickView) -> list[Finding]:
+        """For a rule tied to owners, in a file that can reach none of them: every place spelled like one of its rows,
+        each a :attr:`FindingKind.SKIP` (or, where the file is tied to a legacy engine and the place may reach it,
+        :attr:`FindingKind.MAYBE`), with the message the libcst visit would give it."""
         return []
 
     @classmethod
@@ -149,14 +188,12 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
     def applies(cls, text: str, path: str, table: RenameTable, markers: frozenset[str] = frozenset()) -> bool:
         """The cheap text prefilter: whether this rule could have anything to do in ``text`` (the file at ``path``).
 
-        ``markers`` are the last parts of the project's modules that re-export legacy names: a file can reach the
-        legacy API through them too.
+        That is whether one of its triggers occurs: a rule tied to owners that can reach none here still lists the
+        same-spelled names it leaves alone (from the :mod:`ast` tree, see :meth:`quick_findings`). ``markers`` (the
+        last parts of the project's modules that re-export legacy names, through which a file can reach the legacy
+        API too) change nothing here; they are the signature every rule shares.
         """
-        if not any(trigger in text for trigger in cls.triggers(table)):
-            return False
-        if not cls.TIED_TO_OWNERS or "cudagraph" in text or any(module in text for module in _import_spellings(table)):
-            return True
-        return any(marker in text for marker in markers)
+        return any(trigger in text for trigger in cls.triggers(table))
 
     def edited(self, count: int = 1) -> None:
         """Record ``count`` rewritten occurrences."""
@@ -225,6 +262,10 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
     def skip(self, node: cst.CSTNode | None, message: str) -> None:
         """Record a same-spelled name left alone because nothing ties it to the legacy API."""
         self._pending.append((node, FindingKind.SKIP, message))
+
+    def maybe(self, node: cst.CSTNode | None, message: str) -> None:
+        """Record a place that may reach a legacy engine's API but could not be tied to it (listed for review)."""
+        self._pending.append((node, FindingKind.MAYBE, message))
 
     def candidate(self, node: cst.CSTNode | None, message: str) -> None:
         """Record a place listed for review: another program's option (a legacy flag in its command line, rewritten
@@ -342,8 +383,19 @@ ORIGINAL_KEY = "cudagraph.migrate.original"
 MOVE_SHARED_STATE_KEY = "cudagraph.migrate.move_shared_state"
 """``CodemodContext.scratch`` key: true when names sharing state with a legacy runner may move (``shared_state``)."""
 REWRITE_ENGINE_OPTIONS_KEY = "cudagraph.migrate.rewrite_engine_options"
+LEGACY_ENGINE_FILE_KEY = "cudagraph.migrate.legacy_engine_file"
+"""``CodemodContext.scratch`` key: true when the file is tied to a legacy engine (:func:`ties_to_legacy_engine`)."""
 """``CodemodContext.scratch`` key: true when other engines' legacy Python options are to be rewritten."""
 _EMPTY_MODULE = cst.Module([])
+
+
+def original_source(context: CodemodContext, tree: cst.Module) -> tuple[cst.Module, str | None]:
+    """The file being migrated as written (its parsed tree and text), where the run recorded it; else ``tree``: an
+    earlier rule may already have rewritten ``tree``'s imports."""
+    original = context.scratch.get(ORIGINAL_KEY)
+    if isinstance(original, tuple) and isinstance(original[0], cst.Module):
+        return original[0], str(original[1])
+    return tree, None
 
 
 def _shared_wrapper(context: CodemodContext, tree: cst.Module) -> MetadataWrapper:
@@ -372,12 +424,34 @@ class LegacyModuleMatcher:
     ``from .cuda_graph_runner import ...``) is recognised wherever it was vendored.
     """
 
-    def __init__(self, table: RenameTable, filename: str | None) -> None:
+    def __init__(self, table: RenameTable, filename: str | None, *, skip: Collection[str] = ()) -> None:
         self.table = table
         self.package_parts: tuple[str, ...] = PurePath(filename).parent.parts if filename else ()
         self._by_parts = sorted(
-            ((tuple(old.split(".")), row) for old, row in table.modules.items()), key=lambda item: -len(item[0])
+            ((tuple(old.split(".")), row) for old, row in table.modules.items() if old not in skip),
+            key=lambda item: -len(item[0]),
         )
+
+    def for_file(self, tree: cst.Module, text: str | None = None) -> LegacyModuleMatcher:
+        """This matcher for the file ``tree`` (its source ``text``, where known): a module the legacy engine still
+        ships (``still_shipped``) counts as legacy only where the file also imports a retired legacy module;
+        elsewhere it is that engine's current API.
+        """
+        shipped = {old for old, row in self.table.modules.items() if row.still_shipped}
+        if text is not None and not any(old.rpartition(".")[2] in text for old in shipped):
+            return self  # the file names no such module: nothing to tell apart, and no walk over its statements
+        finder = _RetiredImports(self)
+        tree.visit(finder)
+        if not shipped or finder.found:
+            return self
+        skipping = LegacyModuleMatcher(self.table, None, skip=shipped)
+        skipping.package_parts = self.package_parts
+        skipping.current_api_imports = tuple(finder.shipped)
+        return skipping
+
+    current_api_imports: tuple[tuple[cst.CSTNode, str], ...] = ()
+    """Imports of still-shipped legacy modules that this file's matcher leaves alone (the file imports no retired
+    legacy module), each with that module: they are the legacy engine's current API there."""
 
     def resolve_relative(self, level: int, dotted: str) -> tuple[str, ...]:
         """The parts of a relative name ``level`` dots up from the file's package (level 1 is the package itself)."""
@@ -405,6 +479,51 @@ class LegacyModuleMatcher:
                 if len(prefix) >= len(module_parts) and prefix[-len(module_parts) :] == module_parts:
                     return LegacyModuleMatch(row, tuple(parts[end:]))
         return None
+
+
+_WHERE_IMPORTS_ARE = (
+    cst.Module,
+    cst.BaseSuite,
+    cst.BaseCompoundStatement,
+    cst.SimpleStatementLine,
+    cst.Else,
+    cst.ExceptHandler,
+    cst.Finally,
+    cst.Import,
+    cst.ImportFrom,
+)
+
+
+class _RetiredImports(cst.CSTVisitor):
+    """Look through the statements (not into expressions) for an import of a retired legacy module, and collect the
+    imports of still-shipped ones."""
+
+    def __init__(self, matcher: LegacyModuleMatcher) -> None:
+        super().__init__()
+        self.matcher = matcher
+        self.found = False
+        self.shipped: list[tuple[cst.CSTNode, str]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return isinstance(node, _WHERE_IMPORTS_ARE) and super().on_visit(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.found = self.found or any(self._retired(node, str(dotted_name(alias.name)), 0) for alias in node.names)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = dotted_name(node.module) if node.module is not None else ""
+        level = len(node.relative)
+        names = [] if isinstance(node.names, cst.ImportStar) else node.names
+        dotted = [str(module or "")] + [
+            f"{module}.{dotted_name(alias.name)}" if module else str(dotted_name(alias.name)) for alias in names
+        ]
+        self.found = self.found or any(self._retired(node, path, level) for path in dotted if path or level)
+
+    def _retired(self, node: cst.CSTNode, dotted: str, level: int) -> bool:
+        match = self.matcher.match(dotted, level=level)
+        if match is not None and match.row.still_shipped and all(seen is not node for seen, _ in self.shipped):
+            self.shipped.append((node, match.row.old))
+        return match is not None and not match.row.still_shipped
 
 
 def dotted_name(node: cst.BaseExpression) -> str | None:

@@ -13,9 +13,11 @@ RL driver handing a command to its own launcher), and that program decides which
 Text for a person is not a command line and is left alone: docstrings and other bare string statements, messages of
 logging and ``print`` calls, of exceptions, ``raise`` and ``assert``, and ``help=`` texts. A program's own flag
 *definitions* (``add_argument``, ``click.option``, ``dataclasses.field(metadata=...)``) are never rewritten, not even
-with ``--rewrite-argv``, and no comment is written at them: each is listed for review, with the advice to define the
-flags with ``cudagraph.config.add_cli_args`` (the report's "needs a manual step" holds only places that carry a
-``# TODO(cudagraph-migrate)`` comment, and a program's own option definitions are not the tool's to mark).
+with ``--rewrite-argv``, and no comment is written at them (the report's "needs a manual step" holds only places that
+carry a ``# TODO(cudagraph-migrate)`` comment, and a program's own option definitions are not the tool's to mark). A
+definition in SGLang's parser (:mod:`.flag_definitions`: ``ServerArgs.add_cli_args`` or an override of it, a parser
+handed to it) is listed for review with the advice to define the flags with ``cudagraph.config.add_cli_args``; any
+other parser's is another engine's own flag, listed only with ``-v`` as not tied, and given no advice.
 
 When rewriting: a boolean switch that became a valued option expands to two words or elements
 (``"--enable-breakable-cuda-graph"`` -> ``"--prefill-cuda-graph-backend", "breakable"``), a switch that became one per
@@ -35,8 +37,10 @@ from collections.abc import Mapping, Sequence
 
 import libcst as cst
 
+from ..api_scan import ast_dotted_name
 from ..renames import Rename, RenameKind, RenameTable
 from .base import (
+    ORIGINAL_KEY,
     Finding,
     FindingKind,
     MigrationCommand,
@@ -46,6 +50,7 @@ from .base import (
     string_value,
     with_string_value,
 )
+from .flag_definitions import DefinitionTies, parser_owners
 
 REWRITE_ARGV_KEY = "cudagraph.migrate.rewrite_argv"
 """``CodemodContext.scratch`` key: true when argv lists and command strings are to be rewritten."""
@@ -167,6 +172,10 @@ def _definition_message(flag: str) -> str:
     return f"defines legacy flag {flag}: {_DEFINITION_ADVICE}"
 
 
+def _own_definition_message(flag: str) -> str:
+    return f"defines legacy flag {flag}: this program's own parser, not SGLang's ServerArgs.add_cli_args; left alone"
+
+
 class LegacyCliFlags(MigrationCommand):
     """List legacy flags in argument lists and command strings; rewrite them with ``--rewrite-argv``."""
 
@@ -180,7 +189,7 @@ class LegacyCliFlags(MigrationCommand):
         """Without ``--rewrite-argv`` this rule only reports: definitions and argv candidates, found with :mod:`ast`."""
         if view.rewrite_argv:
             return None
-        scan = _ArgvScan(view.table.by_old(RenameKind.CLI_FLAG), cls.CODE)
+        scan = _ArgvScan(view.table.by_old(RenameKind.CLI_FLAG), cls.CODE, _Ties(view.tree, view.path, view.table))
         scan.visit(view.tree)
         return sorted(scan.findings, key=lambda finding: finding.line)
 
@@ -194,7 +203,30 @@ class LegacyCliFlags(MigrationCommand):
         """The role each call being visited gives its arguments (innermost last)."""
         self.elements: set[int] = set()
         """Strings that are elements of a sequence: the sequence lists or rewrites them."""
+        self.scopes: list[str] = []
+        """Names of the classes and functions being visited (innermost last)."""
+        original = self.context.scratch.get(ORIGINAL_KEY)
+        text = original[1] if isinstance(original, tuple) else tree.code
+        self.ties = _Ties(text, self.context.filename or "", self.table)
         return super().transform_module_impl(tree)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        """Enter a scope."""
+        self.scopes.append(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
+        """Leave it."""
+        self.scopes.pop()
+        return updated_node
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        """Enter a scope."""
+        self.scopes.append(node.name.value)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        """Leave it."""
+        self.scopes.pop()
+        return updated_node
 
     def visit_Import(self, node: cst.Import) -> bool:
         """Nothing to see in imports."""
@@ -231,8 +263,14 @@ class LegacyCliFlags(MigrationCommand):
         own_role = call_role(callee)
         self.call_roles.append(self.roles[-1] or own_role)
         if own_role is StringRole.DEFINITION:
-            for flag in self._flags_in(node):
-                self.candidate(node, _definition_message(flag))
+            flags = self._flags_in(node)
+            parser = dotted_name(node.func.value) if isinstance(node.func, cst.Attribute) else None
+            sglangs = bool(flags) and self.ties.ties(tuple(self.scopes), parser)
+            for flag in flags:
+                if sglangs:
+                    self.candidate(node, _definition_message(flag))
+                else:
+                    self.skip(node, _own_definition_message(flag))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """Leave the call."""
@@ -370,9 +408,11 @@ def _element_text(element: cst.BaseElement) -> str | None:
 class _ArgvScan(ast.NodeVisitor):
     """The reporting half of :class:`LegacyCliFlags` over an :mod:`ast` tree: the same findings, no rewrite."""
 
-    def __init__(self, rows: Mapping[str, Rename], code: str) -> None:
+    def __init__(self, rows: Mapping[str, Rename], code: str, ties: _Ties) -> None:
         self.rows = rows
         self.code = code
+        self.ties = ties
+        self.scopes: list[str] = []
         self.roles: list[StringRole | None] = [None]
         self.elements: set[int] = set()
         self.findings: list[Finding] = []
@@ -387,6 +427,14 @@ class _ArgvScan(ast.NodeVisitor):
             if node is not None:
                 self.visit(node)
         self.roles.pop()
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        """A scope: its name keys the flag definitions in it."""
+        self.scopes.append(node.name)
+        self.generic_visit(node)
+        self.scopes.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef  # type: ignore[assignment]
 
     def visit_Expr(self, node: ast.Expr) -> None:
         """A bare string statement (a docstring) is text for a person."""
@@ -409,10 +457,17 @@ class _ArgvScan(ast.NodeVisitor):
         own_role = call_role(callee)
         role = self.roles[-1] or own_role
         if own_role is StringRole.DEFINITION:
+            parser = ast_dotted_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
             for arg in node.args:
                 flag = _constant_text(arg)
-                if flag is not None and _flag_row(self.rows, flag) is not None:
+                if flag is None or _flag_row(self.rows, flag) is None:
+                    continue
+                if self.ties.ties(tuple(self.scopes), parser):
                     self._list(node, _definition_message(flag))
+                else:
+                    self.findings.append(
+                        Finding(FindingKind.SKIP, self.code, node.lineno, _own_definition_message(flag))
+                    )
         self._within(role, node.args)
         for keyword in node.keywords:
             keyword_role = StringRole.MESSAGE if role is None and keyword.arg in _MESSAGE_KEYWORDS else role
@@ -448,6 +503,24 @@ class _ArgvScan(ast.NodeVisitor):
         for part in node.values:
             if isinstance(part, ast.FormattedValue):
                 self.visit(part.value)
+
+
+class _Ties:
+    """:class:`.flag_definitions.DefinitionTies` of a file, read only when a definition asks (most files define no
+    legacy flag): from the :mod:`ast` tree, or from the file's text on the libcst path."""
+
+    def __init__(self, source: ast.Module | str, path: str, table: RenameTable) -> None:
+        self.source = source
+        self.path = path
+        self.table = table
+        self._ties: DefinitionTies | None = None
+
+    def ties(self, scopes: tuple[str, ...], parser: str | None) -> bool:
+        """Whether a definition on ``parser`` inside ``scopes`` belongs to SGLang's parser."""
+        if self._ties is None:
+            tree = self.source if isinstance(self.source, ast.Module) else ast.parse(self.source)
+            self._ties = DefinitionTies(tree, self.path, parser_owners(self.table))
+        return self._ties.ties(scopes, parser)
 
 
 def _constant_text(node: ast.AST) -> str | None:

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import libcst as cst
 
 from ..renames import RenameKind, RenameTable
-from .base import MigrationCommand, string_value, with_string_value
+from .base import Finding, MigrationCommand, QuickView, string_value, with_string_value
 from .owners import OWNER_METADATA, OwnerResolver, canonicalizer_for, owner_rows
+from .same_spelled import config_string_findings, config_string_message
 
 
 class LegacyConfigStrings(MigrationCommand):
@@ -28,6 +29,11 @@ class LegacyConfigStrings(MigrationCommand):
     def owners_by_trigger(cls, table: RenameTable) -> dict[str, tuple[str, ...]]:
         """Each row's trigger text and its owners."""
         return {row.old: row.owners for row in table.of_kind(RenameKind.CONFIG_STRING)}
+
+    @classmethod
+    def same_spelled(cls, view: QuickView) -> list[Finding]:
+        """Every legacy config value of a file that reaches no owner, read off the :mod:`ast` tree."""
+        return config_string_findings(view.tree, view.table, cls.CODE)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
@@ -54,7 +60,7 @@ class LegacyConfigStrings(MigrationCommand):
             return updated_node
         new, owners = row
         if not any(callee & frozenset(owners) for callee in self.owner_calls):
-            self.skip(original_node, f"{value!r}: not an argument of {', '.join(owners)}; left as written")
+            self.skip(original_node, config_string_message(str(value), owners))
             return updated_node
         self.edited()
         rewritten = with_string_value(updated_node, new)

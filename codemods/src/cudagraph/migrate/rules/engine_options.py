@@ -12,7 +12,13 @@ listed for review with the spelling ``cudagraph.config`` gives the option, and r
   name; an option that became several (``disable_cuda_graph``) or a valued option (``enable_breakable_cuda_graph``)
   stays listed;
 - the same on any other receiver named ``server_args`` (SGLang passes it around unannotated, or assigns it what
-  ``prepare_server_args(...)`` returns): listed, saying the type was not proven, never rewritten.
+  ``prepare_server_args(...)`` returns): listed, saying the type was not proven, never rewritten;
+- in a file that imports SGLang, dicts carrying its options (a literal or ``dict(...)`` with a legacy option key,
+  ``d.setdefault/get/pop/update/__getitem__/__setitem__`` and ``d[...]`` with one) and ``**`` splats of such a dict
+  into a legacy owner (:mod:`.option_dicts`).
+
+A legacy owner is recognised through SGLang's own re-exports too (``from sglang.srt.entrypoints.http_server import
+ServerArgs``, ``sglang.ServerArgs``): :mod:`cudagraph.migrate.sglang_reexports`.
 
 The engine's own *definitions* of its options (``disable_cuda_graph: bool = False`` in its ``ServerArgs`` body, the
 class's own ``self.disable_cuda_graph``, ``add_argument(...)``) are neither listed nor rewritten. Without
@@ -32,8 +38,28 @@ import libcst as cst
 
 from ..api_scan import ast_dotted_name
 from ..renames import Rename, RenameKind, RenameTable
-from .base import REWRITE_ENGINE_OPTIONS_KEY, Finding, FindingKind, MigrationCommand, QuickView
+from ..sglang_reexports import load_sglang_reexports
+from .base import (
+    ORIGINAL_KEY,
+    REWRITE_ENGINE_OPTIONS_KEY,
+    Finding,
+    FindingKind,
+    MigrationCommand,
+    QuickView,
+    dotted_name,
+)
 from .keywords import rewrite_keywords
+from .option_dicts import (
+    ast_carriers,
+    ast_dict_place,
+    ast_imports_any,
+    cst_carriers,
+    cst_dict_place,
+    cst_imports_any,
+    one_for_one,
+    rewrite_dict_place,
+    splat_message,
+)
 from .owners import OWNER_METADATA, OwnerResolver, canonicalizer_for
 
 __all__ = ["LegacyEngineOptions"]
@@ -56,9 +82,14 @@ def option_rows(table: RenameTable) -> dict[str, Rename]:
     return {row.old: row for row in table.of_kind(RenameKind.KWARG) if row.legacy_owners}
 
 
-def one_for_one(row: Rename) -> bool:
-    """Whether the option becomes exactly one other name (neither several nor a valued option)."""
-    return row.value is None and not row.also
+def option_packages(rows: Mapping[str, Rename]) -> frozenset[str]:
+    """The top-level packages of the legacy owners (``sglang``): a file importing one is tied to that engine."""
+    return frozenset(owner.split(".")[0] for row in rows.values() for owner in row.legacy_owners)
+
+
+def option_owners(rows: Mapping[str, Rename]) -> frozenset[str]:
+    """Every legacy owner of the rows (``ServerArgs``, ``Engine``)."""
+    return frozenset(owner for row in rows.values() for owner in row.legacy_owners)
 
 
 def attribute_message(receiver: str, row: Rename, tie: Tie) -> str:
@@ -102,7 +133,7 @@ class LegacyEngineOptions(MigrationCommand):
     @classmethod
     def quick_findings(cls, view: QuickView) -> list[Finding] | None:
         """Report from :mod:`ast`; libcst only where ``--rewrite-engine-options`` has something to rewrite."""
-        scan = OptionScan(view.tree, option_rows(view.table), cls.CODE)
+        scan = OptionScan(view.tree, option_rows(view.table), cls.CODE, rewrite=view.rewrite_engine_options)
         scan.visit(view.tree)
         if view.rewrite_engine_options and scan.rewritable:
             return None
@@ -113,6 +144,12 @@ class LegacyEngineOptions(MigrationCommand):
         self.rows = option_rows(self.table)
         self.owners = OwnerResolver(self, canonicalizer_for(self))
         self.rewrite = bool(self.context.scratch.get(REWRITE_ENGINE_OPTIONS_KEY))
+        original = self.context.scratch.get(ORIGINAL_KEY)
+        # whether the file imports SGLang is a fact of the file as written, before CG101 moved its imports
+        as_written = original[0] if isinstance(original, tuple) else tree
+        self.sglang_file = cst_imports_any(as_written, option_packages(self.rows))
+        self.option_tree = tree
+        self._carriers: dict[str, set[str]] | None = None
         return super().transform_module_impl(tree)
 
     def visit_Import(self, node: cst.Import) -> bool:
@@ -124,7 +161,32 @@ class LegacyEngineOptions(MigrationCommand):
         return False
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
-        """A call of a legacy owner passing legacy options as keywords."""
+        """A call of a legacy owner passing legacy options as keywords or in a splatted dict; a dict built or read
+        with a legacy option key."""
+        updated_node = self._owner_call(original_node, updated_node)
+        if self.sglang_file:
+            updated_node = self._dict_place(original_node, updated_node)  # type: ignore[assignment]
+        return updated_node
+
+    def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.Dict:
+        """A dict literal with a legacy option key."""
+        return self._dict_place(original_node, updated_node) if self.sglang_file else updated_node  # type: ignore[return-value]
+
+    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.Subscript:
+        """``d["<option>"]``."""
+        return self._dict_place(original_node, updated_node) if self.sglang_file else updated_node  # type: ignore[return-value]
+
+    def _dict_place(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+        place = cst_dict_place(original, self.rows)
+        if place is None:
+            return updated
+        if not self.rewrite:
+            self.candidate(original, place.message)
+            return updated
+        return rewrite_dict_place(self, original, updated, self.rows)
+
+    def _owner_call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        self._splats(original_node)
         legacy = [
             self.rows[arg.keyword.value]
             for arg in original_node.args
@@ -139,6 +201,22 @@ class LegacyEngineOptions(MigrationCommand):
             self.candidate(original_node, keyword_message(_cst_label(original_node.func), legacy))
             return updated_node
         return rewrite_keywords(self, original_node, updated_node, self.rows)
+
+    def _splats(self, call: cst.Call) -> None:
+        """``ServerArgs(**d)`` where ``d`` is filled with legacy options in this file: listed (the places that fill
+        it are rewritten where they stand, so with the flag there is nothing left to say here)."""
+        if self.rewrite or not any(arg.star == "**" for arg in call.args):
+            return
+        if not self.owners.class_types(call.func) & option_owners(self.rows):
+            return
+        for arg in call.args:
+            carrier = dotted_name(arg.value) if arg.star == "**" else None
+            if carrier is None:
+                continue
+            if self._carriers is None:
+                self._carriers = cst_carriers(self.option_tree, self.rows)
+            if carrier in self._carriers:
+                self.candidate(call, splat_message(_cst_label(call.func), carrier, self._carriers[carrier]))
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
         """A legacy option read from (or written to) a receiver tied to a legacy owner."""
@@ -202,7 +280,7 @@ class _Frame:
     is_class: bool = False
 
 
-class _ModuleNames:
+class ModuleNames:
     """What the :mod:`ast` tree tells of a module's names, as far as :class:`.owners.OwnerResolver` would tell it:
     imports by local name, the file's classes and their ancestors, annotations, assignments of a call."""
 
@@ -222,6 +300,8 @@ class _ModuleNames:
             elif isinstance(node, ast.ClassDef):
                 self.classes[node.name].append(node)
         self._ancestors: dict[int, frozenset[str]] = {}
+        self.sglang_reexports = load_sglang_reexports()
+        """Names SGLang re-exports its ``ServerArgs`` and ``Engine`` under: read as the class they are."""
 
     def class_types(self, node: ast.expr) -> frozenset[str]:
         """The qualified names ``node`` refers to, plus the ancestors of a class of this file."""
@@ -232,6 +312,7 @@ class _ModuleNames:
         found = {f"{name}.{rest}" if rest else name for name in self.imports[head]} if head in self.imports else set()
         if not found:
             found.add(dotted)
+        found = {self.sglang_reexports.get(name, name) for name in found}
         if not rest:
             for class_def in self.classes.get(head, ()):
                 found |= self.ancestors(class_def)
@@ -303,10 +384,15 @@ class _ModuleNames:
 class OptionScan(ast.NodeVisitor):
     """The findings of :class:`LegacyEngineOptions` read off an :mod:`ast` tree, and whether it would rewrite."""
 
-    def __init__(self, tree: ast.Module, rows: Mapping[str, Rename], code: str) -> None:
+    def __init__(self, tree: ast.Module, rows: Mapping[str, Rename], code: str, *, rewrite: bool = False) -> None:
         self.rows = rows
         self.code = code
-        self.names = _ModuleNames(tree)
+        self.tree = tree
+        self.rewrite = rewrite
+        self.sglang_file = ast_imports_any(tree, option_packages(rows))
+        """Whether the file imports SGLang: only then are dicts with legacy option keys its options."""
+        self._carriers: dict[str, set[str]] | None = None
+        self.names = ModuleNames(tree)
         self.frames: list[_Frame] = [self.names.frame(tree.body)]
         self.methods_of: list[ast.ClassDef | None] = [None]
         """The class whose method is being visited (innermost last; None outside a method)."""
@@ -351,8 +437,45 @@ class OptionScan(ast.NodeVisitor):
         self.visit(node.body)
         self.frames.pop()
 
+    def visit_Dict(self, node: ast.Dict) -> None:
+        """A dict literal with a legacy option key."""
+        self._dict_place(node)
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        """``d["<option>"]``."""
+        self._dict_place(node)
+        self.generic_visit(node)
+
+    def _dict_place(self, node: ast.expr) -> None:
+        if not self.sglang_file:
+            return
+        place = ast_dict_place(node, self.rows)
+        if place is not None:
+            self.rewritable |= place.rewritable
+            if not (self.rewrite and place.rewritable):
+                self._report(node, place.message)
+
+    def _splats(self, node: ast.Call) -> None:
+        """``ServerArgs(**d)`` where ``d`` is filled with legacy options in this file (see the libcst pass)."""
+        if self.rewrite or not any(keyword.arg is None for keyword in node.keywords):
+            return
+        if not self.names.class_types(node.func) & option_owners(self.rows):
+            return
+        for keyword in node.keywords:
+            carrier = ast_dotted_name(keyword.value) if keyword.arg is None else None
+            if carrier is None:
+                continue
+            if self._carriers is None:
+                self._carriers = ast_carriers(self.tree, self.rows)
+            if carrier in self._carriers:
+                self._report(node, splat_message(_ast_label(node.func), carrier, self._carriers[carrier]))
+
     def visit_Call(self, node: ast.Call) -> None:
-        """A call of a legacy owner passing legacy options as keywords."""
+        """A call of a legacy owner passing legacy options as keywords or in a splatted dict; a dict built or read
+        with a legacy option key."""
+        self._splats(node)
+        self._dict_place(node)
         named = [keyword.arg for keyword in node.keywords if keyword.arg is not None]
         legacy = [self.rows[name] for name in named if name in self.rows]
         if legacy:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ..renames import RenameKind, RenameTable
-from .base import MigrationCommand
+from .base import Finding, MigrationCommand, QuickView
 from .owners import OWNER_METADATA, OwnerResolver, canonicalizer_for, owner_rows
+from .same_spelled import enum_member_findings, enum_message
 
 
 class LegacyEnumMembers(MigrationCommand):
@@ -23,6 +24,11 @@ class LegacyEnumMembers(MigrationCommand):
     def owners_by_trigger(cls, table: RenameTable) -> dict[str, tuple[str, ...]]:
         """Each row's trigger text and its owners."""
         return {row.old: row.owners for row in table.of_kind(RenameKind.ENUM_MEMBER)}
+
+    @classmethod
+    def same_spelled(cls, view: QuickView) -> list[Finding]:
+        """Every ``X.OLD`` of a file that reaches no owner enum, read off the :mod:`ast` tree."""
+        return enum_member_findings(view.tree, view.table, cls.CODE)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
@@ -37,9 +43,7 @@ class LegacyEnumMembers(MigrationCommand):
             return updated_node
         new, owners = row
         if not self.owners.refers_to(original_node.value, owners):
-            self.skip(
-                original_node, f".{updated_node.attr.value}: not reached through {', '.join(owners)}; left as written"
-            )
+            self.skip(original_node, enum_message(updated_node.attr.value, owners))
             return updated_node
         self.edited()
         return updated_node.with_changes(attr=updated_node.attr.with_changes(value=new))

@@ -35,6 +35,7 @@ from libcst.metadata import (
 )
 
 from ..compat import ApiChecker
+from ..handoffs import HandoffChecker, UseKind, classify_use, member_named
 from ..legacy_api import load_legacy_api
 from ..metadata import parents
 from ..reexports import import_statements
@@ -48,6 +49,7 @@ from .base import (
     QuickView,
     dotted_expression,
     dotted_name,
+    original_source,
 )
 
 
@@ -124,8 +126,16 @@ class LegacyImports(MigrationCommand):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Plan every import rewrite over the whole module first (merges need it), then apply the plan."""
-        self.matcher = LegacyModuleMatcher(self.table, self.context.filename)
+        legacy_matcher = LegacyModuleMatcher(self.table, self.context.filename)
+        self.matcher = legacy_matcher.for_file(*original_source(self.context, tree))
+        for node, module in self.matcher.current_api_imports:
+            self.skip(
+                node,
+                f"{module}: the legacy engine still ships this module and this file imports no retired legacy "
+                "module, so it is taken as that engine's current API",
+            )
         self.checker = ApiChecker(self.table, self.exports, load_legacy_api())
+        self.handoffs = HandoffChecker(self.checker)
         self.refused_accesses: set[int] = set()
         """Module-binding accesses (``m`` of ``m.Name``) whose ``Name`` the new API does not accept here."""
         self.statement_plans: dict[int, StatementPlan] = {}
@@ -235,9 +245,13 @@ class LegacyImports(MigrationCommand):
 
     def parent_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The parent of ``node``."""
+        return self.parent_map().get(node)
+
+    def parent_map(self) -> Mapping[cst.CSTNode, cst.CSTNode]:
+        """Every node's parent (computed once per run)."""
         if self._parents is None:
             self._parents = self._parent_map()
-        return self._parents.get(node)
+        return self._parents
 
     def _parent_map(self) -> Mapping[cst.CSTNode, cst.CSTNode]:
         wrapper = self.context.wrapper
@@ -476,8 +490,10 @@ class _Planner(cst.CSTVisitor):
             assert target is not None
             new_module, new_name = target
             if local is None and new_name != old_name:
-                if scope is not None and _name_taken(scope, new_name, new_module):
-                    local = old_name
+                if scope is not None and (
+                    _name_taken(scope, new_name, new_module) or _bound_elsewhere(scope, old_name)
+                ):
+                    local = old_name  # every other binding of the name (a fallback branch) keeps binding what it did
                 else:
                     self._rename_binding(node, scope, old_name, new_name)
             if local == new_name:
@@ -542,25 +558,48 @@ class _Planner(cst.CSTVisitor):
         return self._any_refused(accesses, legacy_name, ".".join(target))
 
     def _any_refused(self, accesses: Sequence[cst.CSTNode], legacy_name: str, new_name: str) -> bool:
-        """Check every use in ``accesses`` (a name, or ``module.Name``) against the new API; note each refusal."""
+        """Check every use in ``accesses`` (a name, or ``module.Name``) against the new API; note each refusal.
+
+        A call must bind, a subclass must run on the new base, a value handed on must keep its construction contract,
+        a member read off the class must exist on the new one, and a class that is patched is never swapped (see
+        :mod:`cudagraph.migrate.handoffs`).
+        """
         refused = False
+        parent_of = self.command.parent_map()
+        handoffs = self.command.handoffs
+        short_old = legacy_name.rpartition(".")[2]
         for access in accesses:
-            parent = self.command.parent_of(access)
-            if isinstance(parent, cst.Call) and parent.func is access:
+            use = classify_use(access, parent_of)
+            parent = parent_of.get(access)
+            where: cst.CSTNode = access
+            if use is UseKind.CALLED:
+                assert isinstance(parent, cst.Call)
                 problems = self.command.checker.call_problems(parent, new_name, legacy_name)
-                where: cst.CSTNode = parent
-                section = GuideSection.CALLS
-            elif isinstance(parent, cst.Arg) and isinstance(class_def := self.command.parent_of(parent), cst.ClassDef):
-                if parent not in class_def.bases:
-                    continue
+                where, section = parent, GuideSection.CALLS
+            elif use is UseKind.BASE:
+                class_def = parent_of.get(parent) if parent is not None else None
+                assert isinstance(class_def, cst.ClassDef)
                 problems = self.command.checker.subclass_problems(class_def, new_name, legacy_name)
                 where, section = class_def, GuideSection.SUBCLASSES
+            elif use is UseKind.VALUE:
+                problems = handoffs.value_problems(new_name, legacy_name)
+                section = GuideSection.HANDOFFS
+            elif use is UseKind.MEMBER_READ:
+                member = member_named(access, parent_of)
+                problem = handoffs.member_problem(new_name, legacy_name, member) if member else None
+                problems, section = ([problem] if problem else []), GuideSection.PATCHED_CLASSES
+            elif use is UseKind.PATCHED and not legacy_name.startswith("cudagraph."):
+                member = member_named(access, parent_of)
+                problems = [handoffs.patch_problem(new_name, legacy_name, [member] if member else [])]
+                section = GuideSection.PATCHED_CLASSES
             else:
                 continue
             if problems:
                 refused = True
-                short_old = legacy_name.rpartition(".")[2]
-                self.command.note(where, f"kept on the legacy {short_old}: {'; '.join(problems)}", section)
+                if use in (UseKind.CALLED, UseKind.BASE):
+                    self.command.note(where, f"kept on the legacy {short_old}: {'; '.join(problems)}", section)
+                else:
+                    self.command.note(where, "; ".join(problems), section)
         return refused
 
     def _record_module_uses(
@@ -660,6 +699,13 @@ def _shared_state_message(legacy: Rename, name: str) -> str:
         f"{name} stays on {legacy.old}: it shares state (capture flag, graph pool or forward context) with that "
         "engine's graph runner, which still sets it; move it with the runner (--move-shared-state)"
     )
+
+
+def _bound_elsewhere(scope: Scope, name: str) -> bool:
+    """Whether ``name`` is bound more than once in ``scope`` (``try``/``except ImportError`` or ``if``/``else``
+    branches each binding it): renaming the uses of one binding would leave the others' uses unbound, so the
+    rewritten import keeps the name as an alias and every branch still binds what is used after it."""
+    return len(scope.assignments[name]) > 1
 
 
 def _name_taken(scope: Scope, name: str, new_module: str) -> bool:

@@ -18,16 +18,17 @@ written with a note. :func:`rewrite_keywords` is that rewrite, shared with CG403
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import libcst as cst
 
 from ..renames import Rename, RenameKind, RenameTable
 from ..todo_comments import GuideSection
-from .base import MigrationCommand, splice
+from .base import Finding, MigrationCommand, QuickView, splice
 from .owners import OWNER_METADATA, OwnerResolver, canonicalizer_for
+from .same_spelled import keyword_findings, keyword_message
 
-__all__ = ["LegacyKeywords", "rewrite_keywords"]
+__all__ = ["LegacyKeywords", "planned_options", "rewrite_keywords"]
 
 _EMPTY_MODULE = cst.Module([])
 
@@ -42,6 +43,11 @@ class LegacyKeywords(MigrationCommand):
     def owners_by_trigger(cls, table: RenameTable) -> dict[str, tuple[str, ...]]:
         """Each row's trigger text and its owners."""
         return {f"{row.old}=": row.owners for row in table.of_kind(RenameKind.KWARG)}
+
+    @classmethod
+    def same_spelled(cls, view: QuickView) -> list[Finding]:
+        """Every legacy keyword of a file that reaches no owner, read off the :mod:`ast` tree."""
+        return keyword_findings(view.tree, view.table, cls.CODE)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Load the rows, then rewrite."""
@@ -59,10 +65,9 @@ class LegacyKeywords(MigrationCommand):
         owners = frozenset(owner for name in legacy for owner in self.rows[name].owners)
         callee = self.owners.class_types(original_node.func)
         if not callee & owners:
-            if not self.owners.is_known(original_node.func):
-                self.skip(
-                    original_node, f"{legacy[0]}=: callee not tied to {', '.join(sorted(owners))}; left as written"
-                )
+            takers = frozenset(owner for name in legacy for owner in self.rows[name].legacy_owners)
+            if not callee & takers:  # a legacy engine's ServerArgs/Engine is CG403's to list for review
+                self.skip(original_node, keyword_message(legacy[0], owners))
             return updated_node
         return rewrite_keywords(self, original_node, updated_node, self.rows)
 
@@ -76,55 +81,74 @@ def rewrite_keywords(
     that cannot be rewritten (a value known only at run time, a conflict with a keyword already passed) stays as
     written with a note on ``command``, at ``original``.
     """
-    passed = {
-        arg.keyword.value: _code(arg.value)
-        for arg in updated.args
-        if arg.keyword is not None and arg.keyword.value not in rows
+    items = [(arg.keyword.value if arg.keyword is not None else None, arg.value) for arg in updated.args]
+    plan = planned_options(command, original, items, rows)
+    if not plan:
+        return updated
+    replacements = {
+        index: [updated.args[index].with_changes(keyword=cst.Name(name), value=value) for name, value in new]
+        for index, new in plan.items()
     }
-    replacements: dict[int, list[cst.Arg]] = {}
-    for index, arg in enumerate(updated.args):
-        row = rows.get(arg.keyword.value) if arg.keyword is not None else None
+    return updated.with_changes(args=splice(updated.args, replacements))
+
+
+def planned_options(
+    command: MigrationCommand,
+    at: cst.CSTNode,
+    items: Sequence[tuple[str | None, cst.BaseExpression]],
+    rows: Mapping[str, Rename],
+) -> dict[int, list[tuple[str, cst.BaseExpression]]]:
+    """For each ``(option name, value)`` of ``items`` (keywords of a call, keys of a dict) named in ``rows``, by
+    index: the ``(name, value)`` pairs it becomes (empty: dropped). One that stays as written is absent, noted on
+    ``command`` at ``at``; each planned one counts as one edit of ``command``.
+
+    An option is never given twice: a replacement identical to one already given is dropped, a different one leaves
+    the legacy option as written with a note.
+    """
+    passed = {name: _code(value) for name, value in items if name is not None and name not in rows}
+    plan: dict[int, list[tuple[str, cst.BaseExpression]]] = {}
+    for index, (name, value) in enumerate(items):
+        row = rows.get(name) if name is not None else None
         if row is None:
             continue
-        new_args = _replacement(command, original, arg, row)
-        if new_args is None:
+        new_items = _replacement(command, at, value, row)
+        if new_items is None:
             continue
         kept = []
-        for new_arg in new_args:
-            assert new_arg.keyword is not None
-            name, code = new_arg.keyword.value, _code(new_arg.value)
-            if name not in passed:
-                passed[name] = code
-                kept.append(new_arg)
-            elif passed[name] != code:
+        for new_name, new_value in new_items:
+            code = _code(new_value)
+            if new_name not in passed:
+                passed[new_name] = code
+                kept.append((new_name, new_value))
+            elif passed[new_name] != code:
                 command.note(
-                    original,
-                    f"{row.old}= conflicts with {name}={passed[name]}; left as written",
+                    at,
+                    f"{row.old}= conflicts with {new_name}={passed[new_name]}; left as written",
                     GuideSection.RUN_TIME_VALUES,
                 )
                 break
         else:
-            replacements[index] = kept
+            plan[index] = kept
             command.edited()
-    if not replacements:
-        return updated
-    return updated.with_changes(args=splice(updated.args, replacements))
+    return plan
 
 
-def _replacement(command: MigrationCommand, call: cst.Call, arg: cst.Arg, row: Rename) -> list[cst.Arg] | None:
-    """The keywords ``arg`` becomes (empty: dropped), or None where it stays as written (noted on ``command``)."""
+def _replacement(
+    command: MigrationCommand, at: cst.CSTNode, value: cst.BaseExpression, row: Rename
+) -> list[tuple[str, cst.BaseExpression]] | None:
+    """The options ``row.old=value`` becomes (empty: dropped), or None where it stays as written (noted on
+    ``command``)."""
     if row.value is None:
         # each target gets its own copy of the value: no node may occur twice in the tree later rules analyse
-        return [arg.with_changes(keyword=cst.Name(target), value=arg.value.deep_clone()) for target in row.targets]
-    literal = arg.value.value if isinstance(arg.value, cst.Name) else None
+        return [(target, value.deep_clone()) for target in row.targets]
+    literal = value.value if isinstance(value, cst.Name) else None
     if literal == "True":
-        value = cst.SimpleString(repr(row.value).replace("'", '"'))
-        return [arg.with_changes(keyword=cst.Name(target), value=value) for target in row.targets]
+        return [(target, cst.SimpleString(repr(row.value).replace("'", '"'))) for target in row.targets]
     if literal == "False":
         return []
     command.note(
-        call,
-        f"{row.old}={_code(arg.value)} is not a literal True/False; set {row.new}= by hand",
+        at,
+        f"{row.old}={_code(value)} is not a literal True/False; set {row.new}= by hand",
         GuideSection.RUN_TIME_VALUES,
     )
     return None

@@ -31,6 +31,7 @@ from libcst.metadata import (
 
 from ..exports import ExportsManifest
 from ..renames import RenameKind, RenameTable
+from ..sglang_reexports import load_sglang_reexports
 
 UNKNOWN = None
 """What :meth:`OwnerResolver.instance_types` returns when the receiver's type cannot be known statically."""
@@ -44,12 +45,18 @@ class Canonicalizer:
     exports: ExportsManifest
     reexports: Mapping[str, str] = field(default_factory=dict)
     """Names the project re-exports from the legacy API (``project.module.Name -> new qualified name``)."""
+    sglang_reexports: Mapping[str, str] = field(default_factory=load_sglang_reexports)
+    """Names SGLang re-exports its ``ServerArgs`` and ``Engine`` under (:mod:`..sglang_reexports`)."""
 
     def canonical(self, qualified: str) -> str:
         """``legacy.module.Old`` -> ``new.module.New`` (symbol row, an exported name moved unchanged, a re-export);
-        ``legacy.module`` -> ``new.module``."""
+        ``legacy.module`` -> ``new.module``; a name SGLang re-exports ``ServerArgs`` or ``Engine`` under -> that
+        legacy owner (:mod:`..sglang_reexports`)."""
         if qualified in self.reexports:
             return self.reexports[qualified]
+        sglang_owner = self.sglang_reexports.get(qualified)
+        if sglang_owner is not None:  # SGLang's own re-export of ServerArgs or Engine: the owner it is
+            return sglang_owner
         legacy_module = self.table.modules.get(qualified)
         if legacy_module is not None:  # the module itself (``from sglang... import cuda_graph_runner as cgr``)
             return legacy_module.new
@@ -161,6 +168,10 @@ class OwnerResolver:
         if isinstance(parent, cst.IndentedBlock):
             parent = self.command.get_metadata(ParentNodeProvider, parent, None)
         return parent if isinstance(parent, cst.ClassDef) else None
+
+    def is_local_class(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` names a class defined in this file (the class itself, not an instance)."""
+        return bool(self._local_classes(node))
 
     def _local_classes(self, node: cst.CSTNode) -> list[cst.ClassDef]:
         if not isinstance(node, cst.Name):

@@ -14,11 +14,12 @@ Example:
     ('full', 'tc_piecewise')
 """
 
-from .bucket_schedules import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, DEFAULT_MAX_SIZE, default_buckets
+from .bucket_schedules import BUCKET_SCHEDULES, DECODE_MAX_BS_BY_GPU_MEMORY, default_buckets
 from .environment import Environment
 from .flags import ALIAS_FLAGS, LEGACY_FLAGS, MODERN_FLAGS, SGLANG_FLAGS, VLLM_FLAGS, add_cli_args
 from .legacy_values import LEGACY_BACKEND_VALUES
 from .memory_budget import MemoryBudget, read_memory_budget
+from .phase_config import exceeds_padding_ratio, smallest_bucket_holding
 from .renames import Rename, RenameKind, RenameTable, RenameTableError, load_renames, renames_path
 from .resolve import resolve
 from .rules import COMPATIBILITY_RULES, CompatibilityRule, RuleContext
@@ -27,7 +28,12 @@ from .values import backend_for_phase, read_padding_ratio, read_phase, read_torc
 from .vllm import VLLM_CUDAGRAPH_MODES
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
+    BUCKETS_OPTIONS,
     DEFAULT_CUDA_GRAPH_MODE,
+    DEFAULT_MAX_SIZE,
+    MAX_SIZE_OPTIONS,
+    MEMORY_BUDGET_OPTIONS,
+    PADDING_RATIO_OPTIONS,
     TC_PIECEWISE_COMPILERS,
     TORCH_COMPILE_MODES,
     Backend,
@@ -42,6 +48,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ALIAS_FLAGS",
     "ALLOWED_BACKENDS_PER_PHASE",
+    "BUCKETS_OPTIONS",
     "BUCKET_SCHEDULES",
     "COMPATIBILITY_RULES",
     "DECODE_MAX_BS_BY_GPU_MEMORY",
@@ -49,7 +56,10 @@ __all__ = [
     "DEFAULT_MAX_SIZE",
     "LEGACY_BACKEND_VALUES",
     "LEGACY_FLAGS",
+    "MAX_SIZE_OPTIONS",
+    "MEMORY_BUDGET_OPTIONS",
     "MODERN_FLAGS",
+    "PADDING_RATIO_OPTIONS",
     "SGLANG_FLAGS",
     "TC_PIECEWISE_COMPILERS",
     "TORCH_COMPILE_MODES",
@@ -74,6 +84,7 @@ __all__ = [
     "add_cli_args",
     "backend_for_phase",
     "default_buckets",
+    "exceeds_padding_ratio",
     "load_renames",
     "read_memory_budget",
     "read_padding_ratio",
@@ -81,4 +92,5 @@ __all__ = [
     "read_torch_compile_mode",
     "renames_path",
     "resolve",
+    "smallest_bucket_holding",
 ]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .environment import Environment
 from .values import read_phase
-from .vocabulary import ConfigError, Phase
+from .vocabulary import DEFAULT_MAX_SIZE, ConfigError, Phase
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,6 @@ BUCKET_SCHEDULES: dict[Phase, BucketSchedule] = {
     # 16..256 step 16 + 320..1024 step 64 + 1280.. step 256: 32 buckets up to the default 2048 tokens
     Phase.PREFILL: BucketSchedule((), (Segment(16, 16, 256), Segment(320, 64, 1024), Segment(1280, 256))),
 }
-
-DEFAULT_MAX_SIZE: dict[Phase, int] = {Phase.DECODE: 256, Phase.PREFILL: 2048}
-"""The largest captured shape when neither the user nor the GPU memory says otherwise."""
 
 DECODE_MAX_BS_BY_GPU_MEMORY: tuple[tuple[float, int], ...] = ((20, 32), (40, 128), (90, 256), (float("inf"), 512))
 """``(GPU memory below this many GiB, default largest decode batch)``: smaller GPUs hold fewer graphs' buffers."""

@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .bucket_schedules import DEFAULT_MAX_SIZE
 from .memory_budget import BUDGET_EXAMPLES, read_memory_budget
 from .mode_json import PHASE_OBJECT_EXAMPLE, read_mode
 from .origins import OriginKind
@@ -39,9 +38,24 @@ from .values import (
 )
 from .vllm import VLLM_CUDAGRAPH_MODES, read_compilation_config, read_enforce_eager, read_vllm_mode
 from .vocabulary import (
+    BACKEND_OPTIONS,
+    BUCKETS_OPTIONS,
+    COMPILE_CACHE_DIR_OPTION,
+    COMPILER_OPTION,
     DEFAULT_CUDA_GRAPH_MODE,
+    DEFAULT_MAX_SIZE,
+    DEFAULT_TORCH_COMPILE_MAX_BS,
+    DISABLE_OPTIONS,
+    ENABLE_TORCH_COMPILE_OPTION,
+    MAX_SIZE_OPTIONS,
+    MEMORY_BUDGET_OPTIONS,
+    MODE_OPTION,
+    PADDING_RATIO_OPTIONS,
+    SWITCH_OPTIONS,
     TC_PIECEWISE_COMPILERS,
+    TORCH_COMPILE_MODE_OPTION,
     TORCH_COMPILE_MODES,
+    TORCH_COMPILE_OPTION,
     Backend,
     Phase,
     allowed_backends,
@@ -194,43 +208,6 @@ def option_dest(option: str) -> str:
     """``--decode-cuda-graph-bs`` -> ``decode_cuda_graph_bs``."""
     return option.removeprefix("--").replace("-", "_")
 
-
-# Option strings that code elsewhere (``to_cli_args``, tests) refers to by meaning.
-MODE_OPTION = "--cuda-graph-mode"
-BACKEND_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-backend", Phase.PREFILL: "--prefill-cuda-graph-backend"}
-)
-DISABLE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-disable-cuda-graph", Phase.PREFILL: "--prefill-disable-cuda-graph"}
-)
-BUCKETS_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-bs", Phase.PREFILL: "--prefill-cuda-graph-tokens"}
-)
-MAX_SIZE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-max-bs", Phase.PREFILL: "--prefill-cuda-graph-max-tokens"}
-)
-PADDING_RATIO_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-max-padding-ratio", Phase.PREFILL: "--prefill-cuda-graph-max-padding-ratio"}
-)
-MEMORY_BUDGET_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-memory-budget", Phase.PREFILL: "--prefill-cuda-graph-memory-budget"}
-)
-COMPILER_OPTION = "--tc-piecewise-compiler"
-COMPILE_CACHE_DIR_OPTION = "--tc-piecewise-compile-cache-dir"
-TORCH_COMPILE_OPTION = "--torch-compile-max-bs"
-TORCH_COMPILE_MODE_OPTION = "--torch-compile-mode"
-ENABLE_TORCH_COMPILE_OPTION = "--enable-torch-compile"
-DEFAULT_TORCH_COMPILE_MAX_BS = 32
-"""SGLang's default largest batch compiled when ``--enable-torch-compile`` comes without ``--torch-compile-max-bs``."""
-SWITCH_OPTIONS: Mapping[str, str] = MappingProxyType(
-    {
-        "debug": "--debug-cuda-graph",
-        "enable_gc": "--enable-cudagraph-gc",
-        "disable_padding": "--disable-cuda-graph-padding",
-        "profile_capture": "--enable-profile-cuda-graph",
-    }
-)
-"""``CudaGraphConfig`` switch field -> the flag that turns it on."""
 
 _SHAPE_WORD = {Phase.DECODE: "batch sizes", Phase.PREFILL: "token counts"}
 

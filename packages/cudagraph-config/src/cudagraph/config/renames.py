@@ -69,7 +69,7 @@ class RenameKind(str, enum.Enum):
 
 _DOTTED_KINDS = frozenset({RenameKind.MODULE, RenameKind.SYMBOL})
 _REQUIRED_FIELDS = ("kind", "old", "new", "deprecated_in", "removed_in", "note")
-_OPTIONAL_FIELDS = ("also", "value", "owners", "legacy_owners", "parameters", "shared_state")
+_OPTIONAL_FIELDS = ("also", "value", "owners", "legacy_owners", "parameters", "shared_state", "still_shipped")
 _SCOPED_KINDS = frozenset(
     {RenameKind.ATTRIBUTE, RenameKind.METHOD, RenameKind.ENUM_MEMBER, RenameKind.CONFIG_STRING, RenameKind.KWARG}
 )
@@ -104,6 +104,10 @@ class Rename:
     parameters: tuple[tuple[str, str], ...] = ()
     """(symbol rows) ``(legacy parameter, new parameter)`` pairs where a function kept a parameter's meaning under
     another name (``set_global_graph_memory_pool(val)`` is ``(pool)``): a positional argument still means the same."""
+    still_shipped: bool = False
+    """(module rows) The legacy engine's newest release still ships this module under the same path, rebased on its
+    new runners (SGLang's EAGLE draft runners): its names are legacy only in a file that also uses a retired legacy
+    module, and SGLang's current code that imports them is left alone."""
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -242,6 +246,9 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
     shared_state = raw.get("shared_state", False)
     if not isinstance(shared_state, bool):
         raise RenameTableError(f"{where}: 'shared_state' must be true or false")
+    still_shipped = raw.get("still_shipped", False)
+    if not isinstance(still_shipped, bool) or (still_shipped and kind is not RenameKind.MODULE):
+        raise RenameTableError(f"{where}: 'still_shipped' must be true or false, and only on module rows")
     parameters = raw.get("parameters", {})
     if not isinstance(parameters, dict) or not all(
         isinstance(old, str) and isinstance(new, str) for old, new in parameters.items()
@@ -265,6 +272,7 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
         legacy_owners=tuple(legacy_owners),
         parameters=tuple(sorted(parameters.items())),
         shared_state=shared_state,
+        still_shipped=still_shipped,
     )
     if kind in _DOTTED_KINDS and not all(_is_dotted(name) for name in (row.old, row.new)):
         raise RenameTableError(f"{where}: {kind.value} rows need dotted Python paths, got {row.old!r} -> {row.new!r}")

@@ -20,18 +20,7 @@ from typing import cast
 
 from .bucket_schedules import default_buckets, default_max_size
 from .environment import Environment
-from .flags import (
-    ALL_FLAGS,
-    COMPILER_OPTION,
-    DEFAULT_TORCH_COMPILE_MAX_BS,
-    ENABLE_TORCH_COMPILE_OPTION,
-    FLAGS_BY_DEST,
-    SWITCH_OPTIONS,
-    TORCH_COMPILE_OPTION,
-    AnyFlag,
-    Arity,
-    LegacyFlag,
-)
+from .flags import ALL_FLAGS, FLAGS_BY_DEST, AnyFlag, Arity, LegacyFlag
 from .grid import MAX_APPENDED_NOTE
 from .legacy_values import legacy_value_message
 from .memory_budget import MemoryBudget
@@ -41,8 +30,13 @@ from .rules import CompatibilityRule, RuleContext, first_applicable_rule
 from .types import CudaGraphConfig, PhaseConfig
 from .values import Notes
 from .vocabulary import (
+    COMPILER_OPTION,
     DEFAULT_CUDA_GRAPH_MODE,
+    DEFAULT_TORCH_COMPILE_MAX_BS,
+    ENABLE_TORCH_COMPILE_OPTION,
+    SWITCH_OPTIONS,
     TC_PIECEWISE_COMPILERS,
+    TORCH_COMPILE_OPTION,
     Backend,
     ConfigError,
     LegacyFlagWarning,

@@ -14,9 +14,9 @@ import warnings
 from collections.abc import Sequence
 
 from .environment import Environment
-from .flags import SWITCH_OPTIONS, add_cli_args
+from .flags import add_cli_args
 from .resolve import resolve
-from .vocabulary import ConfigError
+from .vocabulary import SWITCH_OPTIONS, ConfigError
 
 EXIT_CONFIG_ERROR = 2
 

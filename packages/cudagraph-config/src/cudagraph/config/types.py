@@ -1,36 +1,24 @@
 """The resolved CUDA-graph configuration: one ``PhaseConfig`` per phase plus the global switches.
 
-Pure data plus its renderings (``to_dict``, ``explain``, ``to_cli_args``); nothing here parses flags or applies rules
-(see ``resolve``). ``PhaseConfig`` lives in ``phase_config`` and the phase and backend vocabulary in ``vocabulary``,
-both re-exported here; the account of a bucket grid that ``explain`` ends with is ``grid``'s. Never imports torch.
+Pure data plus its renderings as data and text (``to_dict``, ``explain``); nothing here parses or writes flags (the
+table is ``flags``'s; ``to_cli_args`` only calls ``cli_args``, which sits beside it) or applies rules (see
+``resolve``). ``PhaseConfig`` lives in ``phase_config`` and the phase and backend vocabulary in ``vocabulary``, both
+re-exported here; the account of a bucket grid that ``explain`` ends with is ``grid``'s. Never imports torch.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .bucket_schedules import default_buckets
-from .flags import (
-    BUCKETS_OPTIONS,
-    COMPILE_CACHE_DIR_OPTION,
-    COMPILER_OPTION,
-    MAX_SIZE_OPTIONS,
-    MEMORY_BUDGET_OPTIONS,
-    MODE_OPTION,
-    PADDING_RATIO_OPTIONS,
-    SWITCH_OPTIONS,
-    TORCH_COMPILE_MODE_OPTION,
-    TORCH_COMPILE_OPTION,
-)
+from .cli_args import config_cli_args
 from .grid import MAX_APPENDED_NOTE, explain_grid
 from .phase_config import PHASE_FIELDS, PhaseConfig
 from .vocabulary import (
     ALLOWED_BACKENDS_PER_PHASE,
     DEFAULT_CUDA_GRAPH_MODE,
     STEPS_EACH_PHASE_GRAPHS,
-    TC_PIECEWISE_COMPILERS,
+    SWITCH_OPTIONS,
     WHAT_EACH_BACKEND_CAPTURES,
     Backend,
     ConfigError,
@@ -193,45 +181,7 @@ class CudaGraphConfig:
             >>> from cudagraph.config import resolve
             >>> resolve(decode_cuda_graph_max_bs=16, prefill_disable_cuda_graph=True).to_cli_args()
             ['--cuda-graph-mode', '{"decode": "full", "prefill": "disabled"}', '--decode-cuda-graph-max-bs', '16']
+
+        Written by ``cli_args.config_cli_args``, beside the flags; the method stays for its callers.
         """
-        args = [MODE_OPTION, json.dumps({phase.value: self.backend(phase).value for phase in Phase})]
-        for phase in Phase:
-            phase_config = self.for_phase(phase)
-            if phase_config.enabled:
-                args += _phase_args(phase, phase_config)
-        if self.tc_piecewise_compiler != TC_PIECEWISE_COMPILERS[0]:
-            args += [COMPILER_OPTION, self.tc_piecewise_compiler]
-        if self.torch_compile_max_bs:
-            args += [TORCH_COMPILE_OPTION, str(self.torch_compile_max_bs)]
-        if self.torch_compile_mode is not None:
-            args += [TORCH_COMPILE_MODE_OPTION, self.torch_compile_mode]
-        if self.compile_cache_dir is not None:
-            args += _option_with_value(COMPILE_CACHE_DIR_OPTION, self.compile_cache_dir)
-        args += [option for switch, option in SWITCH_OPTIONS.items() if getattr(self, switch)]
-        return args
-
-
-def _phase_args(phase: Phase, phase_config: PhaseConfig) -> list[str]:
-    """The flags of one enabled phase's buckets (or max), padding ratio and memory budget."""
-    buckets, max_size = phase_config.buckets, phase_config.max_size
-    if not buckets:
-        raise ConfigError(f"{phase}: backend {phase_config.backend} with no buckets cannot be written as flags")
-    if max_size != buckets[-1]:
-        raise ConfigError(
-            f"{phase}: max_size {max_size} is not the last bucket {buckets[-1]}, which flags cannot give (resolve "
-            "always ends the buckets at the max); make the max the last bucket"
-        )
-    if buckets == default_buckets(phase, max_size):
-        args = [MAX_SIZE_OPTIONS[phase], str(max_size)]
-    else:
-        args = [BUCKETS_OPTIONS[phase], *(str(size) for size in buckets)]
-    if phase_config.max_padding_ratio is not None:
-        args += [PADDING_RATIO_OPTIONS[phase], repr(phase_config.max_padding_ratio)]
-    if phase_config.memory_budget is not None:
-        args += [MEMORY_BUDGET_OPTIONS[phase], str(phase_config.memory_budget)]
-    return args
-
-
-def _option_with_value(option: str, value: str) -> list[str]:
-    # A value that starts with "-" would read as an option of its own; argparse takes it glued to its flag.
-    return [f"{option}={value}"] if value.startswith("-") else [option, value]
+        return config_cli_args(self)

@@ -1,6 +1,8 @@
-"""The words of CUDA-graph configuration: phases, backends, compilers, defaults, and the one error type.
+"""The words of CUDA-graph configuration: phases, backends, compilers, option names, defaults, and the one error type.
 
-Pure data with no dependencies inside the package, so every other module can import it. Never imports torch.
+Pure data with no dependencies inside the package (its imports are the standard library only), so every other module
+can import it, and a reader finds every identifier and default in one place. How a flag's value is read, and the
+flag table itself, are ``flags``'s. Never imports torch.
 """
 
 from __future__ import annotations
@@ -95,6 +97,61 @@ by default (numerics of eager, little fusion). Not setting a mode means inductor
 CUDA_GRAPH_COMPILE_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
 """``torch.compile`` modes that capture CUDA graphs of their own (inductor's cudagraph trees): refused, since those
 graphs would be captured inside ours."""
+
+
+DEFAULT_MAX_SIZE: dict[Phase, int] = {Phase.DECODE: 256, Phase.PREFILL: 2048}
+"""The largest captured shape when neither the user nor the GPU memory says otherwise."""
+
+DEFAULT_TORCH_COMPILE_MAX_BS = 32
+"""SGLang's default largest batch compiled when ``--enable-torch-compile`` comes without ``--torch-compile-max-bs``."""
+
+# Option strings: the flag table (``flags``) defines each flag once with these names; code that names a flag by its
+# meaning (the flags a config renders back to, the flag an eager step's hint names) reads them here.
+MODE_OPTION = "--cuda-graph-mode"
+"""The JSON mode of every phase, the highest-precedence way to say one."""
+BACKEND_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-backend", Phase.PREFILL: "--prefill-cuda-graph-backend"}
+)
+"""Phase -> the flag that names its backend."""
+DISABLE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-disable-cuda-graph", Phase.PREFILL: "--prefill-disable-cuda-graph"}
+)
+"""Phase -> the switch that runs it eagerly."""
+BUCKETS_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-bs", Phase.PREFILL: "--prefill-cuda-graph-tokens"}
+)
+"""Phase -> the flag that lists its buckets (batch sizes for decode, token counts for prefill)."""
+MAX_SIZE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-max-bs", Phase.PREFILL: "--prefill-cuda-graph-max-tokens"}
+)
+"""Phase -> the flag that sets its largest bucket."""
+PADDING_RATIO_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-max-padding-ratio", Phase.PREFILL: "--prefill-cuda-graph-max-padding-ratio"}
+)
+"""Phase -> the flag that bounds how far a batch may be padded up to its bucket."""
+MEMORY_BUDGET_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-memory-budget", Phase.PREFILL: "--prefill-cuda-graph-memory-budget"}
+)
+"""Phase -> the flag that caps the device memory its graphs take."""
+COMPILER_OPTION = "--tc-piecewise-compiler"
+"""The compiler of ``tc_piecewise`` pieces (one of ``TC_PIECEWISE_COMPILERS``)."""
+COMPILE_CACHE_DIR_OPTION = "--tc-piecewise-compile-cache-dir"
+"""Where inductor keeps its caches for compiled pieces."""
+TORCH_COMPILE_OPTION = "--torch-compile-max-bs"
+"""Full decode graphs of batch sizes up to this capture an inductor-compiled forward."""
+TORCH_COMPILE_MODE_OPTION = "--torch-compile-mode"
+"""The ``torch.compile`` mode of every inductor-compiled forward (one of ``TORCH_COMPILE_MODES``)."""
+ENABLE_TORCH_COMPILE_OPTION = "--enable-torch-compile"
+"""SGLang's switch for compiled small full decode graphs (up to ``DEFAULT_TORCH_COMPILE_MAX_BS`` unless said)."""
+SWITCH_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "debug": "--debug-cuda-graph",
+        "enable_gc": "--enable-cudagraph-gc",
+        "disable_padding": "--disable-cuda-graph-padding",
+        "profile_capture": "--enable-profile-cuda-graph",
+    }
+)
+"""``CudaGraphConfig`` switch field -> the flag that turns it on."""
 
 
 class ConfigError(ValueError):

@@ -1,8 +1,10 @@
 """``cudagraph-engine``: generate tokens with a model directory or a random-weight preset.
 
 Scripts drive ``generate --json``: stdout then holds exactly one JSON object, ``{"outputs": [{"output_token_ids":
-[...]}, ...]}``, one entry per ``--prompt-token-ids`` in order; everything else (why graphs are off, capture
-progress) goes to stderr. The CUDA-graph flags are those of ``cudagraph.config.add_cli_args``.
+[...]}, ...], "speed": {...}}``, one output per ``--prompt-token-ids`` in order, and under ``speed`` the
+``speed.SpeedReport`` (prompt and generated tokens, time to first token, decode tokens per second, steps replayed and
+eager, capture time and graph memory), which is also one ``speed:`` log line on stderr; everything else (why graphs
+are off, capture progress) goes to stderr. The CUDA-graph flags are those of ``cudagraph.config.add_cli_args``.
 
 ``generate --cuda-graph-metrics [PATH]`` counts every step by where it went: at exit each phase's table (replays,
 real and padded tokens per bucket, eager steps by reason with the flag that would capture them) goes to stderr and
@@ -37,8 +39,10 @@ import torch
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Environment, Phase, add_cli_args, resolve
 from cudagraph.runner import ReplayMetrics
 
-from .attention import ATTENTION_BACKEND_CHOICES, AttentionBackendUnavailableError
+from .attention import ATTENTION_BACKEND_CHOICES, AttentionBackendError, AttentionBackendUnavailableError
+from .backend_checks import BackendChoices, check_backend_choices
 from .batch import SamplingParams
+from .config_lines import held_config_lines
 from .distributed import (
     ALL_REDUCE_CHOICES,
     DEFAULT_TIMEOUT_S,
@@ -53,7 +57,7 @@ from .distributed import (
     shutdown_tensor_parallel,
     torchrun_rank,
 )
-from .generate import StepPolicy, generate
+from .generate import Scheduler, StepPolicy
 from .kernels import KERNEL_BACKEND_CHOICES, KernelBackendError
 from .kv_cache import MAX_PAGE_SIZE, check_page_size
 from .model import (
@@ -69,6 +73,7 @@ from .model import (
 )
 from .model_runner import CacheConfig, ModelRunner
 from .speculative import Drafter, DraftModelDrafter, NgramDrafter
+from .speed import SpeedReport, engine_speed
 
 logger = logging.getLogger("cudagraph.engine")
 
@@ -77,6 +82,8 @@ EXIT_USAGE = 2
 """Bad input (an option, a model directory, a prompt): one line on stderr, no traceback (``--debug`` shows it)."""
 LOG_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
 """One format, with timestamps, for every cudagraph logger."""
+DEFAULT_MAX_CONTEXT_LEN = CacheConfig.max_context_len
+"""``--max-context-len`` when not given and the model has more positions than this (the KV cache's own default)."""
 DEFAULT_METRICS_PATH = Path("cuda_graph_metrics.json")
 """Where ``--cuda-graph-metrics`` without a path writes its JSON (relative to the working directory)."""
 
@@ -89,6 +96,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     EngineInputError,
     ModelLoadError,
     ConfigError,
+    AttentionBackendError,
     AttentionBackendUnavailableError,
     KernelBackendError,
     RankFailedError,
@@ -103,15 +111,31 @@ class _OneLineErrorParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def token_ids(text: str) -> list[int]:
-    """Parse ``1,2,3`` into token ids (argparse type)."""
+TOKEN_IDS_ALLOWED = "allowed: non-negative integers separated by commas, e.g. 1,2,3"
+"""What ``--prompt-token-ids`` takes, as each of its errors says."""
+
+
+def _token_id_problem(item: str) -> str | None:
+    # One item of a token list: what is wrong with it, or None.
+    if not item.strip():
+        return "is empty"
     try:
-        ids = [int(part) for part in text.split(",") if part.strip()]
+        value = int(item)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of token ids, e.g. 1,2,3") from None
-    if not ids or any(i < 0 for i in ids):
-        raise argparse.ArgumentTypeError(f"{text!r} must hold at least one non-negative token id, e.g. 1,2,3")
-    return ids
+        return f"{item.strip()!r} is not an integer"
+    return f"{value} is negative" if value < 0 else None
+
+
+def token_ids(text: str) -> list[int]:
+    """Parse ``1,2,3`` into token ids (argparse type). The error names the first bad item by its position: an empty
+    item (``1,,2``, ``1,2,``), one that is not an integer, or a negative one."""
+    items = text.split(",")
+    for position, item in enumerate(items, start=1):
+        problem = _token_id_problem(item)
+        if problem is not None:
+            where = f"item {position} of {len(items)}" if len(items) > 1 else "the only item"
+            raise argparse.ArgumentTypeError(f"{text!r}: {where} {problem}; {TOKEN_IDS_ALLOWED}")
+    return [int(item) for item in items]
 
 
 def positive_int(text: str) -> int:
@@ -173,8 +197,9 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-context-len",
         type=positive_int,
-        default=1024,
-        help="tokens per request in the KV cache, at most the model's max_position_embeddings",
+        default=None,
+        help="tokens per request in the KV cache, at most the model's max_position_embeddings (default: the smaller "
+        f"of max_position_embeddings and {DEFAULT_MAX_CONTEXT_LEN})",
     )
     parser.add_argument(
         "--page-size",
@@ -373,19 +398,46 @@ def build_drafter(args: argparse.Namespace, config: CudaGraphConfig) -> Drafter 
     return DraftModelDrafter(draft_runner, args.speculative_tokens)
 
 
-def check_prompts_fit(args: argparse.Namespace) -> None:
-    """Every prompt plus its new tokens (and, speculating, the last step's drafts) must fit a request's KV cache rows
-    (``--max-context-len``)."""
+def with_model_defaults(args: argparse.Namespace, model: ModelConfig) -> argparse.Namespace:
+    """``args`` with the defaults that depend on the model filled in: ``--max-context-len``, when not given, is the
+    smaller of the model's ``max_position_embeddings`` and ``DEFAULT_MAX_CONTEXT_LEN``. ``args`` is not changed."""
+    if args.max_context_len is not None:
+        return args
+    settled = argparse.Namespace(**vars(args))
+    settled.max_context_len = min(model.max_position_embeddings, DEFAULT_MAX_CONTEXT_LEN)
+    return settled
+
+
+def prompts_fit_problem(args: argparse.Namespace, model: ModelConfig | None = None) -> str | None:
+    """Why a prompt plus its new tokens (and, speculating, the last step's drafts) does not fit a request's KV cache
+    rows (``--max-context-len``), or ``None``. With ``model``, the advice never asks for more than its positions."""
     lookahead = getattr(args, "speculative_tokens", None) or 0
     for index, prompt in enumerate(args.prompt_token_ids):
         needed = len(prompt) + args.max_new_tokens + lookahead
-        if needed > args.max_context_len:
-            raise EngineInputError(
-                f"prompt {index} has {len(prompt)} tokens and asks for {args.max_new_tokens} more"
-                + (f" with {lookahead} drafts past them" if lookahead else "")
-                + f", {needed} in all, "
-                f"but the KV cache holds {args.max_context_len} per request: raise --max-context-len or shorten it"
+        if needed <= args.max_context_len:
+            continue
+        asked = (
+            f"prompt {index} has {len(prompt)} tokens and asks for {args.max_new_tokens} more"
+            + (f" with {lookahead} drafts past them" if lookahead else "")
+            + f", {needed} in all, "
+        )
+        if model is not None and args.max_context_len >= model.max_position_embeddings:
+            return asked + (
+                f"but the model has {model.max_position_embeddings} positions (max_position_embeddings), the most a "
+                "request can hold: shorten the prompt or lower --max-new-tokens"
             )
+        most = f" (up to {model.max_position_embeddings}, the model's positions)" if model is not None else ""
+        return asked + (
+            f"but the KV cache holds {args.max_context_len} per request: raise --max-context-len{most} or shorten it"
+        )
+    return None
+
+
+def check_prompts_fit(args: argparse.Namespace, model: ModelConfig | None = None) -> None:
+    """Raise ``EngineInputError`` when ``prompts_fit_problem`` finds a prompt that does not fit."""
+    problem = prompts_fit_problem(args, model)
+    if problem is not None:
+        raise EngineInputError(problem)
 
 
 @dataclass(frozen=True)
@@ -420,6 +472,7 @@ def _token_ids_beyond_vocabulary(args: argparse.Namespace, model: ModelConfig) -
 
 MODEL_CHECKS: tuple[ModelCheck, ...] = (
     ModelCheck(frozenset({"generate"}), _context_beyond_positions),
+    ModelCheck(frozenset({"generate"}), prompts_fit_problem),
     ModelCheck(frozenset({"generate"}), _token_ids_beyond_vocabulary),
 )
 """What the arguments must agree on with the model, checked before any weight is loaded."""
@@ -431,6 +484,17 @@ def check_against_model(args: argparse.Namespace, model: ModelConfig) -> None:
         problem = check.problem(args, model) if args.command in check.commands else None
         if problem is not None:
             raise EngineInputError(problem)
+
+
+def backend_choices_of(args: argparse.Namespace, tp_size: int = 1) -> BackendChoices:
+    """The backend choices ``args`` make (``--attention-backend``, ``--kernel-backend``, ``--dtype``, speculation)."""
+    return BackendChoices(
+        attention=args.attention_backend,
+        kernels=args.kernel_backend,
+        dtype=args.dtype,
+        tp_size=tp_size,
+        speculates=getattr(args, "speculative_tokens", None) is not None,
+    )
 
 
 def environment_of(device: torch.device) -> Environment:
@@ -536,8 +600,9 @@ def run_generate(
             drafter = build_drafter(args, config)
             if model_runner.decode_cuda_graph_runner is not None:
                 model_runner.init_verify_cuda_graph(args.speculative_tokens + 1)
-        policy = StepPolicy(mixed=args.mixed_steps, drafter=drafter)
-        outputs = generate(model_runner, args.prompt_token_ids, params, policy=policy)
+        scheduler = Scheduler(model_runner, policy=StepPolicy(mixed=args.mixed_steps, drafter=drafter))
+        outputs = scheduler.run(args.prompt_token_ids, params)
+        speed: SpeedReport = engine_speed(model_runner, args.prompt_token_ids, outputs, scheduler.stats)
     finally:
         if broadcaster is not None:
             broadcaster.stop()
@@ -547,7 +612,11 @@ def run_generate(
     if args.cuda_graph_metrics is not None:
         metrics = dict(model_runner.cuda_graph_metrics)
         report_cuda_graph_metrics(metrics, args.cuda_graph_metrics, verify=model_runner.verify_cuda_graph_metrics)
-    return {"outputs": [{"output_token_ids": output.output_token_ids} for output in outputs]}
+    logger.info("%s", speed.line())
+    return {
+        "outputs": [{"output_token_ids": output.output_token_ids} for output in outputs],
+        "speed": speed.to_dict(),
+    }
 
 
 def report_cuda_graph_metrics(
@@ -596,7 +665,9 @@ def tensor_parallel_rank(rank: int, world_size: int, init_method: str, payload: 
     args, local_rank = payload
     _configure_logging(args, rank)
     device = _rank_device(args, rank if local_rank is None else local_rank)
-    config = resolve(args, environment=environment_of(device))  # the same on every rank: same flags, same device
+    with held_config_lines() as config_lines:  # the same on every rank: same flags, same device
+        config = resolve(args, environment=environment_of(device))
+    config_lines.release()
     group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, args.dist_timeout))
     try:
         result = COMMANDS[args.command](args, config, group)
@@ -638,11 +709,16 @@ def _run(args: argparse.Namespace) -> int:
     device = _device(args)
     if args.command == "generate":
         check_step_kinds(args)
-        check_prompts_fit(args)
-    check_against_model(args, model_config_of(args))
-    config = resolve(args, environment=environment_of(device))
-    _log_graphs_off(config)
+    model = model_config_of(args)
+    args = with_model_defaults(args, model)
+    check_against_model(args, model)
     tp_size = tp_size_of(args)
+    # What resolve says (rule lines, warnings) waits until every backend choice has passed.
+    with held_config_lines() as config_lines:
+        config = resolve(args, environment=environment_of(device))
+    check_backend_choices(backend_choices_of(args, tp_size), model, device, config)
+    config_lines.release()
+    _log_graphs_off(config)
     under_torchrun = torchrun_rank()
     if (
         under_torchrun is not None

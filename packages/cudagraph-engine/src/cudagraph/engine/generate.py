@@ -17,9 +17,10 @@ Two step kinds change that loop (``StepPolicy``):
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -38,7 +39,7 @@ class GenerationOutput:
 
 @dataclass
 class GenerationStats:
-    """Steps the loop ran, by kind, and what speculation gained."""
+    """Steps the loop ran, by kind, what speculation gained, and how long it took (``speed`` reads these)."""
 
     prefill_steps: int = 0
     decode_steps: int = 0
@@ -48,6 +49,15 @@ class GenerationStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     """Drafts the target agreed with (each saved a decode step)."""
+    seconds: float = 0.0
+    """Wall time of ``Scheduler.run``."""
+    first_token_s: list[float] = field(default_factory=list)
+    """Per request, in the order their first tokens came: seconds from the start of ``run`` to that token."""
+    decode_seconds: float = 0.0
+    """Wall time of the decode and verify steps (each ends in a host read of its tokens, so it includes the
+    device's work)."""
+    decode_tokens: int = 0
+    """Tokens the decode and verify steps produced."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +114,8 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.stats = GenerationStats()
+        self._started = time.perf_counter()
+        self._tokens_made = 0
 
     def add(self, request: Request) -> None:
         """Queue ``request``; reject one that could never fit the cache (or, speculating, one that samples)."""
@@ -151,7 +163,17 @@ class Scheduler:
             self.policy.drafter.release(request)
 
     def step(self) -> None:
-        """One step of the policy's kind (see the module docstring); retire what finished."""
+        """One step of the policy's kind (see the module docstring); retire what finished. A decode or verify step
+        adds its wall time and its tokens to ``stats.decode_seconds`` and ``stats.decode_tokens``."""
+        started = time.perf_counter()
+        decodes_before = self.stats.decode_steps + self.stats.verify_steps
+        tokens_before = self._tokens_made
+        self._step()
+        if self.stats.decode_steps + self.stats.verify_steps > decodes_before:
+            self.stats.decode_seconds += time.perf_counter() - started
+            self.stats.decode_tokens += self._tokens_made - tokens_before
+
+    def _step(self) -> None:
         admitted = self._admit()
         if self.policy.mixed:
             self._mixed_step(admitted)
@@ -173,9 +195,14 @@ class Scheduler:
                 self.running.append(request)
 
     def _sample_into(self, requests: Sequence[Request], logits: torch.Tensor) -> None:
-        for request, token in zip(requests, sample(logits, requests), strict=True):
+        tokens = sample(logits, requests)  # reads the tokens to the host: the step's device work is done
+        now = time.perf_counter() - self._started
+        for request, token in zip(requests, tokens, strict=True):
             request.cached_len = len(request.token_ids)
+            if not request.output_ids:
+                self.stats.first_token_s.append(now)
             request.output_ids.append(token)
+        self._tokens_made += len(tokens)
 
     def _extend_step(self, requests: list[Request], limits: list[int] | None = None) -> None:
         """One extend step over ``requests`` (chunks of at most ``limits`` tokens); a request whose every token is
@@ -224,6 +251,7 @@ class Scheduler:
             room = request.params.max_new_tokens - len(request.output_ids)
             for token in new_tokens[:room]:
                 request.output_ids.append(token)
+                self._tokens_made += 1
                 if token in request.params.stop_token_ids:
                     break
             request.cached_len = len(request.token_ids) - 1
@@ -242,8 +270,10 @@ class Scheduler:
         requests = [Request(i, list(p), sp) for i, (p, sp) in enumerate(zip(prompts, per_prompt, strict=True))]
         for request in requests:
             self.add(request)
+        self._started = time.perf_counter()
         while not self.done:
             self.step()
+        self.stats.seconds = time.perf_counter() - self._started
         return [GenerationOutput(list(request.output_ids)) for request in requests]
 
     @property

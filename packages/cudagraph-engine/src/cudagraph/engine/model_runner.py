@@ -112,6 +112,35 @@ class ModelShape:
 GRAPHS_NEED_CUDA = "CUDA graphs need a CUDA device; the model runs on {device}, so every {phase} step runs eagerly"
 
 
+def check_graphs_fit_attention(config: CudaGraphConfig, attention: object, attention_name: str) -> None:
+    """Raise ``ConfigError`` when ``config``'s graphs need what the attention backend ``attention`` (an instance or
+    its class, called ``attention_name``) cannot do. Prefill ``full`` captures extend attention inside the graph:
+    only a backend that can (``captures_extend_attention``) runs it; any other is one clear error before anything is
+    captured."""
+    if config.backend(Phase.PREFILL) is not Backend.FULL:
+        return
+    if getattr(attention, "captures_extend_attention", False):
+        return
+    raise ConfigError(
+        f"prefill CUDA-graph backend 'full' captures attention inside the graph, which the {attention_name!r} "
+        "attention backend cannot yet (torch's extend attention loops over the requests on the host; FlashInfer's "
+        "graph prefill wrappers are not proven); use the 'triton' attention backend (--attention-backend triton), "
+        "or prefill 'breakable' or 'tc_piecewise' (--prefill-cuda-graph-backend breakable)"
+    )
+
+
+def check_verify_fits_attention(attention: object, attention_name: str) -> None:
+    """Raise ``ConfigError`` when the attention backend ``attention`` (an instance or its class, called
+    ``attention_name``) cannot run speculative verify steps (``supports_verify``)."""
+    if getattr(attention, "supports_verify", False):
+        return
+    raise ConfigError(
+        f"speculative decoding runs verify steps (several tokens per request, logits of each), which the "
+        f"{attention_name!r} attention backend cannot yet; use the 'triton' or 'torch' attention "
+        "backend (--attention-backend triton)"
+    )
+
+
 class ModelRunner:
     """Runs forward steps of one model over a paged KV cache, replaying CUDA graphs where they apply.
 
@@ -212,20 +241,8 @@ class ModelRunner:
         self.model.use_kernels(kernels)
 
     def check_graph_config(self, config: CudaGraphConfig) -> None:
-        """Raise ``ConfigError`` when this engine cannot run ``config``'s graphs. Prefill ``full`` captures extend
-        attention inside the graph: only an attention backend that can do that (``captures_extend_attention``) runs
-        it; any other is one clear error before anything is captured."""
-        if config.backend(Phase.PREFILL) is not Backend.FULL:
-            return
-        if getattr(self.attn_backend, "captures_extend_attention", False):
-            return
-        attention_backend = self.attention_backend_name
-        raise ConfigError(
-            f"prefill CUDA-graph backend 'full' captures attention inside the graph, which the {attention_backend!r} "
-            "attention backend cannot yet (torch's extend attention loops over the requests on the host; FlashInfer's "
-            "graph prefill wrappers are not proven); use the 'triton' attention backend (--attention-backend triton), "
-            "or prefill 'breakable' or 'tc_piecewise' (--prefill-cuda-graph-backend breakable)"
-        )
+        """Raise ``ConfigError`` when this engine cannot run ``config``'s graphs (``check_graphs_fit_attention``)."""
+        check_graphs_fit_attention(config, self.attn_backend, self.attention_backend_name)
 
     # -- requests ---------------------------------------------------------------------------------------------------
 
@@ -279,14 +296,9 @@ class ModelRunner:
         return self.verify_cuda_graph_runner
 
     def check_verify_support(self) -> None:
-        """Raise ``ConfigError`` when this engine's attention backend cannot run speculative verify steps."""
-        if getattr(self.attn_backend, "supports_verify", False):
-            return
-        raise ConfigError(
-            f"speculative decoding runs verify steps (several tokens per request, logits of each), which the "
-            f"{self.attention_backend_name!r} attention backend cannot yet; use the 'triton' or 'torch' attention "
-            "backend (--attention-backend triton)"
-        )
+        """Raise ``ConfigError`` when this engine's attention backend cannot run speculative verify steps
+        (``check_verify_fits_attention``)."""
+        check_verify_fits_attention(self.attn_backend, self.attention_backend_name)
 
     def init_prefill_cuda_graph(self) -> PrefillCudaGraphRunner | None:
         """Create and capture the prefill runner (``None``, with the reason logged, when prefill runs eagerly)."""

@@ -27,9 +27,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from cudagraph.config import Phase, read_padding_ratio
-from cudagraph.config.flags import BUCKETS_OPTIONS, MAX_SIZE_OPTIONS, MEMORY_BUDGET_OPTIONS, PADDING_RATIO_OPTIONS
-from cudagraph.config.phase_config import exceeds_padding_ratio, smallest_bucket_holding
+from cudagraph.config import (
+    BUCKETS_OPTIONS,
+    MAX_SIZE_OPTIONS,
+    MEMORY_BUDGET_OPTIONS,
+    PADDING_RATIO_OPTIONS,
+    Phase,
+    exceeds_padding_ratio,
+    read_padding_ratio,
+    smallest_bucket_holding,
+)
 
 
 @dataclass(frozen=True)

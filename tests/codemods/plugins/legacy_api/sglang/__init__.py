@@ -5,5 +5,6 @@ Written for ``tests/codemods/test_plugins.py`` only; nothing here is SGLang's co
 """
 
 from sglang.srt.entrypoints.engine import Engine
+from sglang.srt.server_args import ServerArgs
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "ServerArgs"]

@@ -8,12 +8,13 @@ which one it took and why it passed over the others.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..optional_import import import_optional
-from .choice import AUTO, AUTO_ORDER, AttentionTarget, choose_attention_backend
+from .choice import AUTO, AUTO_ORDER, AttentionTarget, auto_choice, choose_attention_backend, named_backend_problem
 from .op import attend, unified_attention
 from .torch_backend import DecodeMetadata, ExtendMetadata, TorchAttentionBackend
 
@@ -61,6 +62,11 @@ class AttentionBackendUnavailableError(RuntimeError):
     """An attention backend was asked for whose optional dependency is not installed; the message names the extra."""
 
 
+class AttentionBackendError(ValueError):
+    """An attention backend was asked for by name that cannot serve this model here: the message names the failed
+    condition and the alternative."""
+
+
 ATTENTION_BACKENDS: dict[str, Callable[..., Any]] = {
     "torch": _torch_backend,
     "flashinfer": _OptionalBackend(
@@ -96,6 +102,26 @@ def attention_backend_installed(name: str) -> bool:
     return True
 
 
+def attention_backend_class(name: str, target: AttentionTarget) -> type:
+    """The class of the attention backend ``name`` builds for ``target`` (``auto``: the one ``auto`` takes, chosen
+    without logging), imported but not built: its capabilities (``captures_extend_attention``, ``supports_verify``)
+    can be read before any model exists. A backend asked for by name that cannot run here raises
+    ``AttentionBackendUnavailableError`` (its package is missing) or ``AttentionBackendError`` (a condition fails),
+    as building it would, without reading a weight."""
+    if name == AUTO:
+        name, _ = auto_choice(target, attention_backend_installed)
+    factory = ATTENTION_BACKENDS.get(name)
+    if factory is None:
+        raise AttentionBackendError(
+            f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKEND_CHOICES)}"
+        )
+    backend_class = factory.load() if isinstance(factory, _OptionalBackend) else TorchAttentionBackend
+    problem = named_backend_problem(name, target, os.environ)
+    if problem is not None:
+        raise AttentionBackendError(problem)
+    return backend_class  # type: ignore[no-any-return]
+
+
 def make_attention_backend(name: str, req_to_token_pool: ReqToTokenPool, kv_pool: TokenToKVPool, shape: Any) -> Any:
     """The attention backend called ``name`` for this cache and model shape; ``auto``: the first of ``AUTO_ORDER``
     that can run here (``choice.choose_attention_backend``, which logs why)."""
@@ -112,12 +138,14 @@ __all__ = [
     "ATTENTION_BACKENDS",
     "ATTENTION_BACKEND_CHOICES",
     "AUTO_ORDER",
+    "AttentionBackendError",
     "AttentionBackendUnavailableError",
     "AttentionTarget",
     "DecodeMetadata",
     "ExtendMetadata",
     "TorchAttentionBackend",
     "attend",
+    "attention_backend_class",
     "attention_backend_installed",
     "choose_attention_backend",
     "make_attention_backend",

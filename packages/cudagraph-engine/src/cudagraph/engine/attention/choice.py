@@ -96,17 +96,10 @@ def unmet_requirement(name: str, target: AttentionTarget) -> AttentionRequiremen
     return next((req for req in ATTENTION_REQUIREMENTS[name] if not req.holds(target)), None)
 
 
-def choose_attention_backend(target: AttentionTarget, installed: Callable[[str], bool]) -> str:
-    """The backend ``auto`` takes for ``target``: the first of ``AUTO_ORDER`` whose conditions hold and whose
-    package is ``installed(name)`` (asked only of backends that have one). Logs one INFO line: the backend taken
-    and why each earlier one was passed over.
-
-    Example:
-        >>> import torch
-        >>> from cudagraph.engine.attention.choice import AttentionTarget, choose_attention_backend
-        >>> choose_attention_backend(AttentionTarget(torch.device("cpu"), torch.float32, 64), lambda name: True)
-        'torch'
-    """
+def auto_choice(target: AttentionTarget, installed: Callable[[str], bool]) -> tuple[str, list[str]]:
+    """The backend ``auto`` takes for ``target`` and why it passed over each earlier one, without logging: the first
+    of ``AUTO_ORDER`` whose conditions hold and whose package is ``installed(name)`` (asked only of backends that have
+    one)."""
     passed_over: list[str] = []
     for name in AUTO_ORDER:
         unmet = unmet_requirement(name, target)
@@ -116,7 +109,43 @@ def choose_attention_backend(target: AttentionTarget, installed: Callable[[str],
         if name in PACKAGES and not installed(name):
             passed_over.append(f"{name} needs the {PACKAGES[name]} package, which is not installed")
             continue
-        reasons = f" ({'; '.join(passed_over)})" if passed_over else ""
-        logger.info("attention backend auto: %s%s", name, reasons)
-        return name
+        return name, passed_over
     raise AssertionError(f"AUTO_ORDER ends with a backend that has no conditions: {AUTO_ORDER}")
+
+
+def choose_attention_backend(target: AttentionTarget, installed: Callable[[str], bool]) -> str:
+    """The backend ``auto`` takes for ``target`` (``auto_choice``). Logs one INFO line: the backend taken and why
+    each earlier one was passed over.
+
+    Example:
+        >>> import torch
+        >>> from cudagraph.engine.attention.choice import AttentionTarget, choose_attention_backend
+        >>> choose_attention_backend(AttentionTarget(torch.device("cpu"), torch.float32, 64), lambda name: True)
+        'torch'
+    """
+    name, passed_over = auto_choice(target, installed)
+    reasons = f" ({'; '.join(passed_over)})" if passed_over else ""
+    logger.info("attention backend auto: %s%s", name, reasons)
+    return name
+
+
+INTERPRETERS: Mapping[str, str] = MappingProxyType({"triton": "TRITON_INTERPRET"})
+"""Backend name -> the environment variable that, set to ``1``, runs its kernels on CPU tensors (slowly): asked for
+by name, the backend then needs no CUDA device (``auto`` never takes it off CUDA)."""
+
+
+def named_backend_problem(name: str, target: AttentionTarget, environ: Mapping[str, str]) -> str | None:
+    """Why backend ``name``, asked for by name, cannot serve ``target`` (its first unmet condition, and what to use
+    instead), or ``None``. Its package is not checked here (``attention.check_attention_backend`` does)."""
+    for requirement in ATTENTION_REQUIREMENTS[name]:
+        if requirement.holds(target):
+            continue
+        escape = INTERPRETERS.get(name)
+        if requirement is _CUDA and escape is not None and environ.get(escape) == "1":
+            continue
+        hint = f" ({escape}=1 runs its kernels on CPU tensors, slowly)" if requirement is _CUDA and escape else ""
+        return (
+            f"the {name} attention backend needs {requirement.needs}, but {requirement.found(target)}{hint}: "
+            "use --attention-backend torch or auto"
+        )
+    return None

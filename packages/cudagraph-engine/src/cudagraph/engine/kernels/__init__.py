@@ -36,6 +36,7 @@ from .registry import (
     KernelBackendError,
     KernelBackendUnavailableError,
     KernelTarget,
+    check_kernel_backend,
     select_kernels,
 )
 
@@ -51,5 +52,6 @@ __all__ = [
     "LayerKernels",
     "RotaryStep",
     "TorchKernels",
+    "check_kernel_backend",
     "select_kernels",
 ]

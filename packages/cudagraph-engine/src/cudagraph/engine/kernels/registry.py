@@ -200,6 +200,17 @@ def select_kernels(name: str, target: KernelTarget) -> LayerKernels:
     """
     if name == AUTO:
         return _select_auto(target)
+    return _named_factory(name, target)(target)
+
+
+def check_kernel_backend(name: str, target: KernelTarget) -> None:
+    """Raise what ``select_kernels(name, target)`` would raise, without building or warming anything up: a command
+    checks its choice with this before any weight is read. ``auto`` always passes (it falls back)."""
+    if name != AUTO:
+        _named_factory(name, target)
+
+
+def _named_factory(name: str, target: KernelTarget) -> KernelFactory:
     backend = KERNEL_BACKENDS.get(name)
     if backend is None:
         raise KernelBackendError(f"unknown kernel backend {name!r}; choose one of {', '.join(KERNEL_BACKEND_CHOICES)}")
@@ -209,7 +220,7 @@ def select_kernels(name: str, target: KernelTarget) -> LayerKernels:
         raise KernelBackendError(
             f"the {name} kernels need {unmet.needs}, but {unmet.found(target)}: use --kernel-backend torch or auto"
         )
-    return factory(target)
+    return factory
 
 
 def _select_auto(target: KernelTarget) -> LayerKernels:

@@ -96,6 +96,7 @@ class CudaGraphRunner:
     ):
         self.model_runner = model_runner
         self.device = model_runner.device
+        self.device_module = torch.get_device_module(self.device)
         self.graphs = {}
         self.output_buffers = {}
         self.disable_padding = model_runner.server_args.disable_cuda_graph_padding

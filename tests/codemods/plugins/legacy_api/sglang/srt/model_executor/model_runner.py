@@ -2,6 +2,7 @@
 
 import torch
 
+from sglang.srt import platforms
 from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 from sglang.srt.model_executor.piecewise_cuda_graph_runner import PiecewiseCudaGraphRunner
@@ -36,7 +37,11 @@ class ModelRunner:
         self.graph_runner = None
         if self.server_args.disable_cuda_graph:
             return
-        self.graph_runner = CudaGraphRunner(self)
+        if platforms.current_platform.is_out_of_tree():
+            graph_runner_cls = platforms.current_platform.get_graph_runner_cls()
+            self.graph_runner = graph_runner_cls(self)
+        else:
+            self.graph_runner = CudaGraphRunner(self)
 
     def init_piecewise_cuda_graphs(self, force_for_draft_worker: bool = False):
         """Initialize piecewise CUDA graph runner."""

@@ -1,0 +1,1 @@
+"""Counts the decode graph replays of whichever SGLang is installed, by patching its graph runner class."""

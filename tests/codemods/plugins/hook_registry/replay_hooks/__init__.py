@@ -1,0 +1,1 @@
+"""Around-hooks on SGLang's graph runner, registered by dotted method path, and a private-method patch helper."""

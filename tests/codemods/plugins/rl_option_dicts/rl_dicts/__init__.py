@@ -1,0 +1,1 @@
+"""An RL framework's rollout workers, driving SGLang with options gathered in dicts."""
