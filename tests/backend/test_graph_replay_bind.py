@@ -17,7 +17,7 @@ import torch
 
 from cudagraph.backend_utils import graph_replay_fn
 from cudagraph.backend_utils.replay import (
-    CHECKED_REPLAY_SOURCE,
+    CHECKED_REPLAY_SOURCES,
     CHECKED_REPLAY_TORCH_VERSIONS,
     native_replay_refusal,
 )
@@ -25,12 +25,12 @@ from cudagraph.backend_utils.replay import (
 
 def test_installed_torch_replays_with_the_body_the_bind_was_checked_against() -> None:
     """Fails on a torch whose ``CUDAGraph.replay`` changed: read the new body, decide whether the C++ call still
-    stands in for it (with no tracker and no hooks), then update ``CHECKED_REPLAY_SOURCE`` and the versions."""
+    stands in for it (with no tracker and no hooks), then add it to ``CHECKED_REPLAY_SOURCES`` with its version."""
     replay = torch.cuda.CUDAGraph.replay
     if replay is getattr(torch._C._CUDAGraph, "replay", None):
         return  # this torch runs the C++ replay directly: the bind is exactly it
     installed = textwrap.dedent(inspect.getsource(replay))
-    assert installed == CHECKED_REPLAY_SOURCE, (
+    assert installed in CHECKED_REPLAY_SOURCES, (
         f"torch {torch.__version__}: CUDAGraph.replay is not the body the bind was checked against "
         f"(torch {', '.join(CHECKED_REPLAY_TORCH_VERSIONS)}), so every graph falls back to the public replay.\n"
         f"installed:\n{installed}"
@@ -48,13 +48,15 @@ class _NativeGraph:
         self.native_replays += 1
 
 
-@pytest.fixture
-def graph_class(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[type[_NativeGraph]]:
-    """A graph class over the recording C++ stand-in whose Python ``replay`` has exactly the checked body (defined in
-    a real file, so ``inspect`` reads its source as it reads torch's)."""
+@pytest.fixture(params=CHECKED_REPLAY_SOURCES, ids=["with-tracker-check", "plain"])
+def graph_class(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[type[_NativeGraph]]:
+    """A graph class over the recording C++ stand-in whose Python ``replay`` has exactly one of the checked bodies
+    (defined in a real file, so ``inspect`` reads its source as it reads torch's)."""
     monkeypatch.setattr(torch._C, "_CUDAGraph", _NativeGraph)
     module_path = tmp_path / "checked_graph.py"
-    module_path.write_text("class CheckedGraph(_NativeGraph):\n" + textwrap.indent(CHECKED_REPLAY_SOURCE, "    "))
+    module_path.write_text("class CheckedGraph(_NativeGraph):\n" + textwrap.indent(request.param, "    "))
     spec = importlib.util.spec_from_file_location("checked_graph", module_path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

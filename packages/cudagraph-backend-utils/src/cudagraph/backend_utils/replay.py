@@ -1,11 +1,12 @@
 """Replay callables bound once, for loops that run every step: the less Python between two launches, the better.
 
 ``torch.cuda.CUDAGraph.replay`` is a Python method around the C++ replay. In the torch releases listed in
-``CHECKED_REPLAY_TORCH_VERSIONS`` its body is ``CHECKED_REPLAY_SOURCE``: check an optional input-liveness tracker,
-then call the C++ replay. For a graph with no tracker that body adds nothing, so its replay is bound straight to the
-C++ method (``torch._C._CUDAGraph.replay``), a private name. Newer torch does more in Python (instantiates a graph on
-demand, runs replay hooks, records replay streams), which the bound call would skip. So the bind is taken only where
-the Python replay can add nothing, and decided once per graph when it is bound (``native_replay_refusal``):
+``CHECKED_REPLAY_TORCH_VERSIONS`` its body is one of ``CHECKED_REPLAY_SOURCES``: call the C++ replay, after checking
+an optional input-liveness tracker (2.13). For a graph with no tracker that body adds nothing, so its replay is bound
+straight to the C++ method (``torch._C._CUDAGraph.replay``), a private name. Newer torch does more in Python
+(instantiates a graph on demand, runs replay hooks, records replay streams), which the bound call would skip. So the
+bind is taken only where the Python replay can add nothing, and decided once per graph when it is bound
+(``native_replay_refusal``):
 
 - the replay method the graph's class runs is the C++ one or has exactly the checked body (another body, a new torch
   or a subclass's override, keeps the public method);
@@ -25,7 +26,14 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["CHECKED_REPLAY_SOURCE", "CHECKED_REPLAY_TORCH_VERSIONS", "graph_replay_fn", "native_replay_refusal"]
+__all__ = [
+    "CHECKED_REPLAY_SOURCE",
+    "CHECKED_REPLAY_SOURCES",
+    "CHECKED_REPLAY_TORCH_VERSIONS",
+    "PLAIN_REPLAY_SOURCE",
+    "graph_replay_fn",
+    "native_replay_refusal",
+]
 
 CHECKED_REPLAY_SOURCE = '''def replay(self) -> None:
     r"""Replay the CUDA work captured by this graph."""
@@ -36,8 +44,18 @@ CHECKED_REPLAY_SOURCE = '''def replay(self) -> None:
 """The body of ``torch.cuda.CUDAGraph.replay`` (dedented source) that the bind was checked against: with no tracker
 it is the C++ replay and nothing else."""
 
-CHECKED_REPLAY_TORCH_VERSIONS: tuple[str, ...] = ("2.13.0",)
-"""The torch releases whose ``CUDAGraph.replay`` was read and found to be ``CHECKED_REPLAY_SOURCE``."""
+PLAIN_REPLAY_SOURCE = '''def replay(self) -> None:
+    r"""Replay the CUDA work captured by this graph."""
+    super().replay()
+'''
+"""The body of ``torch.cuda.CUDAGraph.replay`` in torch releases without the liveness tracker (2.11, read on the GPU
+machine's build): the C++ replay and nothing else."""
+
+CHECKED_REPLAY_SOURCES: tuple[str, ...] = (CHECKED_REPLAY_SOURCE, PLAIN_REPLAY_SOURCE)
+"""Every replay body the bind was checked against: for a graph with no tracker, each is the C++ replay alone."""
+
+CHECKED_REPLAY_TORCH_VERSIONS: tuple[str, ...] = ("2.11.0", "2.13.0")
+"""The torch releases whose ``CUDAGraph.replay`` was read and found to be one of ``CHECKED_REPLAY_SOURCES``."""
 
 _REPLAY_HOOK_ATTRIBUTES: tuple[str, ...] = ("_replay_start_hooks", "_replay_end_hooks")
 """Per-graph hook tables that newer torch runs around every replay (empty when none is registered)."""
@@ -56,7 +74,7 @@ def _replay_body_refusal(replay: object) -> str | None:
         source = textwrap.dedent(inspect.getsource(replay))  # type: ignore[arg-type]
     except (OSError, TypeError):
         return "its replay method has no Python source to check"
-    if source != CHECKED_REPLAY_SOURCE:
+    if source not in CHECKED_REPLAY_SOURCES:
         return (
             f"its replay method ({getattr(replay, '__qualname__', replay)!s}, torch {torch.__version__}) is not the "
             f"one the bind was checked against (torch {', '.join(CHECKED_REPLAY_TORCH_VERSIONS)})"
