@@ -30,15 +30,12 @@ from __future__ import annotations
 
 import ast
 import enum
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 
 import libcst as cst
 
 from ..api_scan import ast_dotted_name
 from ..renames import Rename, RenameKind, RenameTable
-from ..sglang_reexports import load_sglang_reexports
 from .base import (
     ORIGINAL_KEY,
     REWRITE_ENGINE_OPTIONS_KEY,
@@ -49,6 +46,7 @@ from .base import (
     dotted_name,
 )
 from .keywords import rewrite_keywords
+from .module_names import Binding, Frame, ModuleNames
 from .option_dicts import (
     ast_carriers,
     ast_dict_place,
@@ -263,124 +261,6 @@ def _cst_label(node: cst.BaseExpression) -> str:
 # --- the reporting half, over the ast tree -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Binding:
-    """One binding of a name in a scope: the classes its value is an instance of (None: unknown)."""
-
-    types: frozenset[str] | None
-    defines: bool = False
-    """Bound by an import, a ``def`` or a ``class``: a module, function or class, not an instance."""
-
-
-@dataclass
-class _Frame:
-    """The bindings of one scope."""
-
-    bindings: dict[str, list[_Binding]] = field(default_factory=lambda: defaultdict(list))
-    is_class: bool = False
-
-
-class ModuleNames:
-    """What the :mod:`ast` tree tells of a module's names, as far as :class:`.owners.OwnerResolver` would tell it:
-    imports by local name, the file's classes and their ancestors, annotations, assignments of a call."""
-
-    def __init__(self, tree: ast.Module) -> None:
-        self.imports: dict[str, set[str]] = defaultdict(set)
-        self.classes: dict[str, list[ast.ClassDef]] = defaultdict(list)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    local = alias.asname or alias.name.partition(".")[0]
-                    self.imports[local].add(alias.name if alias.asname else local)
-            elif isinstance(node, ast.ImportFrom):
-                module = "." * node.level + (node.module or "")
-                for alias in node.names:
-                    qualified = f"{module}{alias.name}" if module.endswith(".") else f"{module}.{alias.name}"
-                    self.imports[alias.asname or alias.name].add(qualified)
-            elif isinstance(node, ast.ClassDef):
-                self.classes[node.name].append(node)
-        self._ancestors: dict[int, frozenset[str]] = {}
-        self.sglang_reexports = load_sglang_reexports()
-        """Names SGLang re-exports its ``ServerArgs`` and ``Engine`` under: read as the class they are."""
-
-    def class_types(self, node: ast.expr) -> frozenset[str]:
-        """The qualified names ``node`` refers to, plus the ancestors of a class of this file."""
-        dotted = ast_dotted_name(node)
-        if dotted is None:
-            return frozenset()
-        head, _, rest = dotted.partition(".")
-        found = {f"{name}.{rest}" if rest else name for name in self.imports[head]} if head in self.imports else set()
-        if not found:
-            found.add(dotted)
-        found = {self.sglang_reexports.get(name, name) for name in found}
-        if not rest:
-            for class_def in self.classes.get(head, ()):
-                found |= self.ancestors(class_def)
-        return frozenset(found)
-
-    def ancestors(self, class_def: ast.ClassDef) -> frozenset[str]:
-        """The qualified names of ``class_def``'s bases, followed through classes of the same file."""
-        key = id(class_def)
-        if key not in self._ancestors:
-            self._ancestors[key] = frozenset()  # a cycle (a broken file) ends here
-            found: set[str] = set()
-            for base in class_def.bases:
-                found |= self.class_types(base)
-            self._ancestors[key] = frozenset(found)
-        return self._ancestors[key]
-
-    def annotation_types(self, annotation: ast.expr) -> frozenset[str] | None:
-        """``A``, ``A | None``, ``Optional[A]``: the classes named; a string annotation is not followed."""
-        found: set[str] = set()
-        for part in _union_members(annotation):
-            found |= self.class_types(part)
-        return frozenset(found) if found else None
-
-    def frame(self, body: Sequence[ast.stmt], *, is_class: bool = False) -> _Frame:
-        """The bindings of a module or class body."""
-        frame = _Frame(is_class=is_class)
-        self._bind(body, frame)
-        return frame
-
-    def function_frame(self, function: ast.FunctionDef | ast.AsyncFunctionDef, owner: ast.ClassDef | None) -> _Frame:
-        """The bindings of a function: its parameters (``self``/``cls`` of a method: its class's ancestors), then
-        its body."""
-        frame = _Frame()
-        arguments = function.args
-        positional = [*arguments.posonlyargs, *arguments.args]
-        for parameter in [*positional, arguments.vararg, *arguments.kwonlyargs, arguments.kwarg]:
-            if parameter is None:
-                continue
-            if parameter.annotation is not None:
-                types = self.annotation_types(parameter.annotation)
-            elif owner is not None and positional and parameter is positional[0] and not _is_static(function):
-                types = self.ancestors(owner)
-            else:
-                types = None
-            frame.bindings[parameter.arg].append(_Binding(types))
-        self._bind(function.body, frame)
-        return frame
-
-    def _bind(self, body: Sequence[ast.stmt], frame: _Frame) -> None:
-        typed: dict[int, frozenset[str] | None] = {}
-        for node in _scope_nodes(body):
-            if isinstance(node, ast.Assign):
-                types = self.class_types(node.value.func) if isinstance(node.value, ast.Call) else None
-                typed.update((id(target), types) for target in node.targets if isinstance(target, ast.Name))
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                typed[id(node.target)] = self.annotation_types(node.annotation)
-            elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                frame.bindings[node.id].append(_Binding(typed.get(id(node))))
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                frame.bindings[node.name].append(_Binding(None, defines=True))
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                for alias in node.names:
-                    local = alias.asname or alias.name.partition(".")[0]
-                    frame.bindings[local].append(_Binding(None, defines=True))
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                frame.bindings[node.name].append(_Binding(None))
-
-
 class OptionScan(ast.NodeVisitor):
     """The findings of :class:`LegacyEngineOptions` read off an :mod:`ast` tree, and whether it would rewrite."""
 
@@ -393,7 +273,7 @@ class OptionScan(ast.NodeVisitor):
         """Whether the file imports SGLang: only then are dicts with legacy option keys its options."""
         self._carriers: dict[str, set[str]] | None = None
         self.names = ModuleNames(tree)
-        self.frames: list[_Frame] = [self.names.frame(tree.body)]
+        self.frames: list[Frame] = [self.names.frame(tree.body)]
         self.methods_of: list[ast.ClassDef | None] = [None]
         """The class whose method is being visited (innermost last; None outside a method)."""
         self.findings: list[Finding] = []
@@ -426,13 +306,13 @@ class OptionScan(ast.NodeVisitor):
     def visit_Lambda(self, node: ast.Lambda) -> None:
         """Its parameters are of unknown type."""
         self._visit_all([*node.args.defaults, *(default for default in node.args.kw_defaults if default)])
-        frame = _Frame()
+        frame = Frame()
         arguments = node.args
         for parameter in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg]:
             if parameter is not None:
-                frame.bindings[parameter.arg].append(_Binding(None))
+                frame.bindings[parameter.arg].append(Binding(None))
         if arguments.kwarg is not None:
-            frame.bindings[arguments.kwarg.arg].append(_Binding(None))
+            frame.bindings[arguments.kwarg.arg].append(Binding(None))
         self.frames.append(frame)
         self.visit(node.body)
         self.frames.pop()
@@ -539,7 +419,7 @@ class OptionScan(ast.NodeVisitor):
         bindings = self._bindings(name)
         return bool(bindings) and all(binding.defines for binding in bindings)
 
-    def _bindings(self, name: str) -> list[_Binding]:
+    def _bindings(self, name: str) -> list[Binding]:
         """The bindings of ``name`` in the innermost scope that binds it (class bodies are not seen from inside
         their methods)."""
         for frame in reversed(self.frames):
@@ -548,36 +428,6 @@ class OptionScan(ast.NodeVisitor):
             if name in frame.bindings:
                 return frame.bindings[name]
         return []
-
-
-def _scope_nodes(body: Sequence[ast.stmt]) -> Iterator[ast.AST]:
-    """Every node of a scope's body, not descending into the scopes it opens (functions, classes, lambdas)."""
-    stack: list[ast.AST] = list(reversed(body))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            stack.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
-def _union_members(annotation: ast.expr) -> Iterator[ast.expr]:
-    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-        yield from _union_members(annotation.left)
-        yield from _union_members(annotation.right)
-    elif isinstance(annotation, ast.Subscript) and _last_name(annotation.value) == "Optional":
-        yield from _union_members(annotation.slice)
-    elif isinstance(annotation, (ast.Name, ast.Attribute)):
-        yield annotation
-
-
-def _last_name(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    return node.attr if isinstance(node, ast.Attribute) else None
-
-
-def _is_static(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any(_last_name(decorator) == "staticmethod" for decorator in function.decorator_list)
 
 
 def _ast_named_server_args(node: ast.expr) -> bool:

@@ -23,7 +23,7 @@ from pathlib import PurePath
 
 from ..api_scan import ast_dotted_name
 from ..renames import RenameKind, RenameTable
-from .engine_options import ModuleNames
+from .module_names import ModuleNames
 
 __all__ = ["ANY_PARSER", "DefinitionTies", "parser_owners"]
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from ..api_scan import ast_dotted_name
 from ..renames import RenameKind, RenameTable
 from .base import Finding, FindingKind
+from .module_names import ModuleNames, is_static, last_name, scope_nodes
 
 __all__ = [
     "MEMBER_KINDS",
@@ -197,7 +199,7 @@ class MemberScan(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         """``getattr(receiver, "old")`` and friends, ``patch.object(receiver, "old")``."""
-        callee = _dotted(node.func)
+        callee = ast_dotted_name(node.func)
         short = callee.rpartition(".")[2] if callee else None
         if short in NAME_STRING_CALLS | PATCH_OBJECT_CALLS and len(node.args) >= 2:
             name = node.args[1]
@@ -262,7 +264,7 @@ def _function_frame(function: ast.FunctionDef | ast.AsyncFunctionDef, method_of:
     for parameter in _parameters(function.args):
         if parameter.annotation is not None:
             bound = _Bound.KNOWN if _names_a_class(parameter.annotation) else _Bound.UNKNOWN
-        elif method_of is not None and positional and parameter is positional[0] and not _is_static(function):
+        elif method_of is not None and positional and parameter is positional[0] and not is_static(function):
             bound = _Bound.KNOWN
         else:
             bound = _Bound.UNKNOWN
@@ -273,7 +275,7 @@ def _function_frame(function: ast.FunctionDef | ast.AsyncFunctionDef, method_of:
 
 def _bind(body: Sequence[ast.stmt], frame: _Frame) -> None:
     typed: dict[int, str] = {}
-    for node in _scope_nodes(body):
+    for node in scope_nodes(body):
         if isinstance(node, ast.Assign):
             bound = _Bound.KNOWN if isinstance(node.value, ast.Call) else _Bound.UNKNOWN
             typed.update((id(target), bound) for target in node.targets if isinstance(target, ast.Name))
@@ -290,25 +292,15 @@ def _bind(body: Sequence[ast.stmt], frame: _Frame) -> None:
                 frame.bindings[alias.asname or alias.name.partition(".")[0]].append(_Bound.UNKNOWN)
 
 
-def _scope_nodes(body: Sequence[ast.stmt]) -> Iterator[ast.AST]:
-    """Every node of a scope's body, not descending into the scopes it opens (functions, classes, lambdas)."""
-    stack: list[ast.AST] = list(reversed(body))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            stack.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
 def _names_a_class(annotation: ast.expr) -> bool:
     """``A``, ``a.A``, ``A | None``, ``Optional[A]``: names a class (a string annotation is not followed)."""
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
         return _names_a_class(annotation.left) or _names_a_class(annotation.right)
-    if isinstance(annotation, ast.Subscript) and _last_name(annotation.value) == "Optional":
+    if isinstance(annotation, ast.Subscript) and last_name(annotation.value) == "Optional":
         return _names_a_class(annotation.slice)
     if isinstance(annotation, ast.Name):
         return annotation.id != "None"
-    return isinstance(annotation, ast.Attribute) and _dotted(annotation) is not None
+    return isinstance(annotation, ast.Attribute) and ast_dotted_name(annotation) is not None
 
 
 def _parameters(arguments: ast.arguments) -> Iterator[ast.arg]:
@@ -325,25 +317,6 @@ def _annotations(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[a
             yield parameter.annotation
     if function.returns is not None:
         yield function.returns
-
-
-def _is_static(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any(_last_name(decorator) == "staticmethod" for decorator in function.decorator_list)
-
-
-def _last_name(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    return node.attr if isinstance(node, ast.Attribute) else None
-
-
-def _dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return f"{head}.{node.attr}" if head is not None else None
-    return None
 
 
 # --- CG301, CG302, CG401: nothing to type, only where the spellings occur ------------------------------------------
@@ -378,7 +351,7 @@ def keyword_findings(tree: ast.Module, table: RenameTable, code: str) -> list[Fi
     that takes the option (``ServerArgs``, ``Engine``, a subclass of this file) is CG403's to list for review, not
     this rule's."""
     rows = {row.old: row for row in table.of_kind(RenameKind.KWARG)}
-    callees = _Callees(tree)
+    callees = ModuleNames(tree)
     findings = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -387,47 +360,8 @@ def keyword_findings(tree: ast.Module, table: RenameTable, code: str) -> list[Fi
         if not legacy:
             continue
         takers = frozenset(owner for name in legacy for owner in rows[name].legacy_owners)
-        if callees.types(node.func) & takers:
+        if callees.class_types(node.func) & takers:
             continue
         owners = frozenset(owner for name in legacy for owner in rows[name].owners)
         findings.append(Finding(FindingKind.SKIP, code, node.lineno, keyword_message(legacy[0], owners)))
     return findings
-
-
-class _Callees:
-    """What a callee names through the file's imports, and the ancestors of the file's own classes."""
-
-    def __init__(self, tree: ast.Module) -> None:
-        found: dict[str, set[str]] = defaultdict(set)
-        self.classes: dict[str, list[ast.ClassDef]] = defaultdict(list)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    local = alias.asname or alias.name.partition(".")[0]
-                    found[local].add(alias.name if alias.asname else local)
-            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-                for alias in node.names:
-                    found[alias.asname or alias.name].add(f"{node.module}.{alias.name}")
-            elif isinstance(node, ast.ClassDef):
-                self.classes[node.name].append(node)
-        self.imports: Mapping[str, frozenset[str]] = {name: frozenset(names) for name, names in found.items()}
-        self._ancestors: dict[int, frozenset[str]] = {}
-
-    def types(self, node: ast.expr) -> frozenset[str]:
-        """The qualified names ``node`` spells (``sglang.Engine``), with the ancestors of a class of this file."""
-        dotted = _dotted(node)
-        if dotted is None:
-            return frozenset()
-        head, _, rest = dotted.partition(".")
-        found = {f"{name}.{rest}" if rest else name for name in self.imports.get(head, ())}
-        if not rest:
-            for class_def in self.classes.get(head, ()):
-                found |= self._ancestry(class_def)
-        return frozenset(found)
-
-    def _ancestry(self, class_def: ast.ClassDef) -> frozenset[str]:
-        key = id(class_def)
-        if key not in self._ancestors:
-            self._ancestors[key] = frozenset()  # a cycle (a broken file) ends here
-            self._ancestors[key] = frozenset().union(*(self.types(base) for base in class_def.bases))
-        return self._ancestors[key]
