@@ -390,3 +390,21 @@ def test_the_opt_in_flags_on_the_command_line(tmp_path: Path, capsys: pytest.Cap
         assert (tmp_path / f"{name}.py").read_text() == (FIXTURES / f"{name}.{switch}.out.py").read_text()
     summary = capsys.readouterr().err
     assert "CG403  legacy-engine-options        16" in summary
+
+
+@pytest.mark.parametrize(
+    "import_line",
+    [
+        "from sglang.srt.server_args import ServerArgs",
+        "from sglang.srt.entrypoints.http_server import ServerArgs",  # SGLang's own re-export
+    ],
+)
+def test_a_server_args_call_is_listed_once_for_review_however_it_is_imported(import_line: str) -> None:
+    """The keyword rule's not-tied listing and CG403 read the file's names the same way: a call of SGLang's
+    ``ServerArgs`` is CG403's to list, never also CG401's as a callee not tied."""
+    source = f'{import_line}\n\nargs = ServerArgs(model_path="m", disable_cuda_graph=True)\n'
+    result = migrate_source(source, "driver/launch.py", RULES, TABLE, RunOptions())
+    assert [(finding.kind, finding.code, finding.line) for finding in result.findings] == [
+        (FindingKind.ARGV, "CG403", 3)
+    ]
+    assert not result.changed
