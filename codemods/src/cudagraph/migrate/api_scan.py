@@ -123,17 +123,8 @@ class SourceTree:
         tree, is_package = found
         names: dict[str, str] = {}
         for statement in tree.body:
-            if isinstance(statement, ast.ImportFrom):
-                source = self._absolute(module, is_package, statement.level, statement.module)
-                for alias in statement.names:
-                    names[alias.asname or alias.name] = f"{source}.{alias.name}"
-            elif isinstance(statement, ast.Import):
-                for alias in statement.names:
-                    if alias.asname:
-                        names[alias.asname] = alias.name
-                    else:
-                        head = alias.name.split(".")[0]
-                        names[head] = head
+            if isinstance(statement, (ast.Import, ast.ImportFrom)):
+                names.update(self._import_bindings(module, is_package, statement))
         return names
 
     def runtime_imports(self, module: str) -> dict[str, str]:
@@ -147,14 +138,8 @@ class SourceTree:
         tree, is_package = found
         names: dict[str, str] = {}
         for statement, nested in _runtime_statements(tree.body):
-            if isinstance(statement, ast.ImportFrom):
-                source = self._absolute(module, is_package, statement.level, statement.module)
-                for alias in statement.names:
-                    names[alias.asname or alias.name] = f"{source}.{alias.name}"
-            elif isinstance(statement, ast.Import):
-                for alias in statement.names:
-                    head = alias.name.split(".")[0]
-                    names[alias.asname or head] = alias.name if alias.asname else head
+            if isinstance(statement, (ast.Import, ast.ImportFrom)):
+                names.update(self._import_bindings(module, is_package, statement))
             elif isinstance(statement, ast.Assign):
                 lazy = _lazy_import(statement.value)
                 for target in statement.targets:
@@ -164,6 +149,20 @@ class SourceTree:
                         elif not nested:  # rebound to something else for good (a branch may not run)
                             names.pop(target.id, None)
         return names
+
+    @classmethod
+    def _import_bindings(
+        cls, module: str, is_package: bool, statement: ast.Import | ast.ImportFrom
+    ) -> Iterator[tuple[str, str]]:
+        """``(local name, qualified name)`` for each name an import statement of ``module`` binds."""
+        if isinstance(statement, ast.ImportFrom):
+            source = cls._absolute(module, is_package, statement.level, statement.module)
+            for alias in statement.names:
+                yield alias.asname or alias.name, f"{source}.{alias.name}"
+            return
+        for alias in statement.names:
+            head = alias.name.split(".")[0]
+            yield (alias.asname, alias.name) if alias.asname else (head, head)
 
     @staticmethod
     def _absolute(module: str, is_package: bool, level: int, name: str | None) -> str:
