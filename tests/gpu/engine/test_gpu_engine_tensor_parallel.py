@@ -1,5 +1,5 @@
 """Tensor parallel on two and four GPUs: TP=2 graphs (full, breakable, tc_piecewise) against TP=2 eager at every
-decode batch size 1..64, TP=4 against TP=4 eager, TP=2 against TP=1, the all-reduce choice, ranks with different
+decode batch size 1..64, TP=4 (full, breakable, tc_piecewise) against TP=4 eager, TP=2 against TP=1, the all-reduce choice, ranks with different
 memory budgets that still capture the same buckets, and ranks that exit.
 
 Needs at least two CUDA devices (four for the TP=4 tests; skipped with the reason otherwise). Every process keeps
@@ -52,7 +52,7 @@ def test_tp2_graphs_give_tp2_eager_tokens_at_every_batch_size(preset: str, backe
 
 
 @needs_four_gpus
-@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE, Backend.TC_PIECEWISE])
 def test_tp4_graphs_give_tp4_eager_tokens_at_every_batch_size(backend: Backend) -> None:
     eager = launch(workers.tensor_parallel, ("tiny-qwen3-random", "float32", "disabled", "auto"), 4)
     graphed = launch(workers.tensor_parallel, ("tiny-qwen3-random", "float32", str(backend), "auto"), 4)
