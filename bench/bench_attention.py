@@ -25,7 +25,12 @@ from bench_kernels import graph_time_us
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(path) for path in sorted(ROOT.glob("packages/*/src"))]
 
-from cudagraph.engine.kernels.triton.decode_attention import DECODE_TILE, DecodeTile, PagedDecodeKernel  # noqa: E402
+from cudagraph.engine.kernels.triton.decode_attention import (  # noqa: E402
+    DECODE_TILE,
+    DecodeRows,
+    DecodeTile,
+    PagedDecodeKernel,
+)
 from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool  # noqa: E402
 from cudagraph.engine.model import model_config_from_preset  # noqa: E402
 
@@ -87,7 +92,13 @@ class Setup:
         kernel = PagedDecodeKernel(heads, kv_heads, head_dim, head_dim**-0.5, self.max_context, self.q.device, tile)
         kernel.reserve(self.q.shape[0])
         launches = [
-            kernel.bind(self.q, buffer, self.output, self.req_pool.req_to_token, self.req_pool_indices, self.seq_lens)
+            kernel.bind(
+                self.q,
+                buffer,
+                self.output,
+                self.req_pool.req_to_token,
+                DecodeRows(self.req_pool_indices, self.seq_lens),
+            )
             for buffer in self.kv_pool.kv_buffer
         ]
 

@@ -22,7 +22,7 @@ pytest.importorskip(
 from cudagraph.backend_utils import ForwardContext, set_forward_context
 from cudagraph.engine.attention import TorchAttentionBackend, make_attention_backend, unified_attention
 from cudagraph.engine.attention.triton_backend import TritonAttentionBackend
-from cudagraph.engine.kernels.triton.decode_attention import PagedDecodeKernel
+from cudagraph.engine.kernels.triton.decode_attention import DecodeRows, PagedDecodeKernel
 from cudagraph.engine.kernels.triton.extend_attention import ExtendRows, PagedExtendKernel, extend_rows
 from cudagraph.engine.kv_cache import ReqToTokenPool, TokenToKVPool
 from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
@@ -77,7 +77,8 @@ class Cache:
 
 def decode(kernel: PagedDecodeKernel, cache: Cache, q: torch.Tensor) -> torch.Tensor:
     output = torch.full_like(q, float("nan"))
-    kernel(q, cache.kv_pool.kv_buffer[0], output, cache.req_pool.req_to_token, cache.req_pool_indices, cache.seq_lens)
+    rows = DecodeRows(cache.req_pool_indices, cache.seq_lens)
+    kernel(q, cache.kv_pool.kv_buffer[0], output, cache.req_pool.req_to_token, rows)
     return output
 
 
@@ -150,12 +151,13 @@ def test_a_bound_launch_reads_the_lengths_and_rows_given_after_binding() -> None
     cache = Cache([5, 290, 12, 161], 2, 32, torch.float32, seed=9)
     kernel = make_kernel(4, 2, 32, 512)
     seq_lens = torch.ones(4, dtype=torch.int32, device=DEVICE)
-    rows = torch.zeros(4, dtype=torch.int64, device=DEVICE)
+    req_pool_indices = torch.zeros(4, dtype=torch.int64, device=DEVICE)
     q = torch.randn(4, 4 * 32, device=DEVICE)
     output = torch.empty_like(q)
-    launch = kernel.bind(q, cache.kv_pool.kv_buffer[0], output, cache.req_pool.req_to_token, rows, seq_lens)
+    rows = DecodeRows(req_pool_indices, seq_lens)
+    launch = kernel.bind(q, cache.kv_pool.kv_buffer[0], output, cache.req_pool.req_to_token, rows)
     seq_lens.copy_(cache.seq_lens)
-    rows.copy_(cache.req_pool_indices)
+    req_pool_indices.copy_(cache.req_pool_indices)
     launch()
     torch.testing.assert_close(output.double(), cache.expected(q, 4, 32**-0.5), **TOLERANCE[torch.float32])
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cudagraph.engine.kernels.layer_set import TORCH_KERNELS
+from cudagraph.engine.kernels.layer_set import TORCH_KERNELS, QKHeads
 from cudagraph.engine.kernels.out_views import compute_into
 from cudagraph.engine.kernels.rotary import apply_rotary, rotary_cos_sin_halves_table, rotary_cos_sin_table
 from cudagraph.engine.model import dense_attend, model_config_from_preset, random_model
@@ -147,11 +147,12 @@ def test_the_composed_store_writes_rotated_keys_and_values_after_rotary(generato
     heads = torch.randn(TOKENS, num_q + 2 * num_k, head_dim, generator=generator)
     weight = 1 + 0.1 * torch.randn(num_q + num_k, head_dim, generator=generator)
     rotary = TORCH_KERNELS.rotary_step(TORCH_KERNELS.rotary_table(config, torch.float32, "cpu"), torch.arange(TOKENS))
-    expected = TORCH_KERNELS.norm_and_rotate(heads.clone(), weight, num_q, num_k, EPS, rotary)
+    q_and_k = QKHeads(num_q, num_k, weight, EPS)
+    expected = TORCH_KERNELS.norm_and_rotate(heads.clone(), q_and_k, rotary)
     cache = torch.zeros(TOKENS + 2, 2, num_k, head_dim)
     slots = torch.arange(TOKENS) + 1
     values = heads[:, num_q + num_k :].clone()
-    qk = TORCH_KERNELS.norm_rotate_and_store(heads, weight, num_q, num_k, EPS, rotary, (cache, slots))
+    qk = TORCH_KERNELS.norm_rotate_and_store(heads, q_and_k, rotary, (cache, slots))
     assert torch.equal(qk, expected)
     assert torch.equal(cache[slots, 0], expected[:, num_q:]) and torch.equal(cache[slots, 1], values)
     assert not cache[0].any() and not cache[-1].any()

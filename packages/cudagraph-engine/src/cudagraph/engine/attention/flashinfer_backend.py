@@ -41,14 +41,13 @@ import flashinfer
 import torch
 
 from cudagraph.backend_utils import is_capture_mode
-from cudagraph.runner import ForwardBatch, ForwardMode, ReplayMetadata
+from cudagraph.runner import ForwardBatch, ReplayMetadata
 
 from ..kernels.flashinfer.decode_attention import bind_decode_run
 from ..kernels.flashinfer.private_api import share_pinned_workspace
-from ..kv_cache import ReqToTokenPool, TokenToKVPool
 from .choice import FLASHINFER_HEAD_DIMS
 from .paging import ExtendLengths, HostPages, lay_out_pages
-from .torch_backend import TorchAttentionBackend, _in_order
+from .torch_backend import CaptureBatch, TorchAttentionBackend
 
 _FAST_DECODE_PLAN: Callable[..., None] | None = getattr(flashinfer.decode, "fast_decode_plan", None)
 """FlashInfer's ``plan`` for a graph wrapper whose buffers the graph fills (0.5 has it); None where it is absent."""
@@ -137,19 +136,13 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
     SUPPORTED_HEAD_DIMS = FLASHINFER_HEAD_DIMS
     """Head sizes FlashInfer 0.5.3 can merge split attention for (its decode planner may split whatever we ask)."""
 
-    def __init__(
-        self,
-        req_to_token_pool: ReqToTokenPool,
-        kv_pool: TokenToKVPool,
-        num_heads: int,
-        num_kv_heads: int,
-        head_dim: int,
-        scale: float | None = None,
-    ) -> None:
-        super().__init__(req_to_token_pool, kv_pool, num_heads, num_kv_heads, head_dim, scale)
+    def _set_up(self) -> None:
+        """Check the device, the head size and the page layout, then build the shared workspace and the eager
+        wrappers (graph wrappers come per captured bucket)."""
         device = self.req_to_token.device
         if device.type != "cuda":
             raise ValueError(f"the flashinfer attention backend needs a CUDA device, not {device}; use 'torch'")
+        head_dim, kv_pool = self.head_dim, self.kv_pool
         if head_dim not in self.SUPPORTED_HEAD_DIMS:
             raise ValueError(
                 f"the flashinfer attention backend supports head_dim {', '.join(map(str, self.SUPPORTED_HEAD_DIMS))}; "
@@ -163,6 +156,15 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
             )
         self.pages_per_row = self.graph_width // self.page_size
         """Columns of a page table: the pages one full request-to-token row spans."""
+        self._plan_options: dict[str, object] = {
+            "q_data_type": kv_pool.dtype,
+            "kv_data_type": kv_pool.dtype,
+            "sm_scale": self.scale,
+            # One CTA per row, whatever the batch: a padded graph batch then computes each real row exactly as the
+            # eager batch does (split-kv would partition differently for the bucket size and round differently).
+            "disable_split_kv": True,
+        }
+        """The keyword arguments of every ``plan`` (decode's and extend's)."""
         self._workspaces = _shared_workspaces(device)
         self._workspace = self._workspaces.float_buffer
         self._eager = _DecodeWrapper(
@@ -270,39 +272,33 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
             )
         return entry
 
-    def init_forward_metadata_capture_cuda_graph(
-        self,
-        batch_size: int,
-        num_tokens: int,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        forward_mode: ForwardMode,
-        **kwargs: object,
-    ) -> None:
+    def _capture_metadata(self, capture: CaptureBatch) -> None:
         """Decode: plan the wrapper of ``batch_size`` for the padding rows the capture runs with.
 
         Extend (``forward_batch`` is the static batch about to be captured): with ``attention_in_graph=True``
         (prefill ``full``) plan the wrapper of ``num_tokens`` tokens and ``batch_size`` request rows for a stand-in
         batch that fills the bucket (that plan fixes the kernel's tiling for the graph); otherwise attention is an
         eager break and the all-padding capture batch has nothing to attend."""
+        forward_mode, batch_size, num_tokens = capture.forward_mode, capture.batch_size, capture.num_tokens
         if forward_mode.is_extend():
             self.decode_wrapper = None
-            batch = kwargs.get("forward_batch")
+            batch = capture.options.get("forward_batch")
             if not isinstance(batch, ForwardBatch):
                 raise TypeError("the extend capture hook needs forward_batch=<the static ForwardBatch>")
             batch.attn_metadata = None
-            if kwargs.get("attention_in_graph"):
+            if capture.options.get("attention_in_graph"):
                 entry = self._graph_extend_wrapper(num_tokens, batch_size)
                 stand_in = ExtendLengths([num_tokens - batch_size + 1] + [1] * (batch_size - 1), [1] * batch_size)
-                self._plan_extend(entry, req_pool_indices, seq_lens, stand_in)
+                self._plan_extend(entry, capture.req_pool_indices, capture.seq_lens, stand_in)
                 batch.attn_metadata = entry
             return
         if not forward_mode.is_decode():
             self.decode_wrapper = None
             return
-        seq_lens_cpu = seq_lens.cpu()  # capture time: a sync is fine here
+        seq_lens_cpu = capture.seq_lens.cpu()  # capture time: a sync is fine here
         self.decode_wrapper = self._graph_wrapper(batch_size)
-        self._plan(self.decode_wrapper, req_pool_indices, seq_lens, seq_lens_cpu, self.pages_per_row, lay_out=False)
+        indices, seq_lens = capture.req_pool_indices, capture.seq_lens
+        self._plan(self.decode_wrapper, indices, seq_lens, seq_lens_cpu, self.pages_per_row, lay_out=False)
 
     def init_forward_metadata_replay_cuda_graph(self, metadata: ReplayMetadata) -> None:
         """Decode: re-plan the wrapper of ``metadata.batch_size`` rows for this step's lengths (host work, no device
@@ -370,21 +366,15 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
     def _plan_with(self, plan: Callable[..., None], entry: _DecodeWrapper, host: HostPages) -> None:
         """Call ``plan`` (a wrapper's ``plan`` or the bound ``fast_decode_plan``) with this backend's heads, dtypes
         and scale over ``entry``'s page ids."""
-        plan(
-            host.indptr,
-            entry.kv_indices[: host.total],
-            host.last_page_len,
-            self.num_heads,
-            self.num_kv_heads,
-            self.head_dim,
-            self.page_size,
-            q_data_type=self.kv_pool.dtype,
-            kv_data_type=self.kv_pool.dtype,
-            sm_scale=self.scale,
-            # One CTA per row, whatever the batch: a padded graph batch then computes each real row exactly as the
-            # eager batch does (split-kv would partition differently for the bucket size and round differently).
-            disable_split_kv=True,
-        )
+        plan(*self._paged_layout(entry.kv_indices, host), **self._plan_options)
+
+    def _paged_layout(self, kv_indices: torch.Tensor, host: HostPages) -> tuple[object, ...]:
+        """The positional arguments every ``plan`` here shares after the queries' ``indptr`` (extend's): the pages
+        of each row (``host`` over ``kv_indices``), then this backend's heads, head size and page size."""
+        return (
+            host.indptr, kv_indices[: host.total], host.last_page_len,
+            self.num_heads, self.num_kv_heads, self.head_dim, self.page_size,
+        )  # fmt: skip
 
     def _lay_out(
         self, entry: _DecodeWrapper, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor, pages_per_row: int
@@ -418,19 +408,7 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
             entry.kv_indices, self.req_to_token, req_pool_indices, seq_lens, self.page_size, self.pages_per_row
         )
         entry.wrapper.plan(
-            lengths.qo_indptr(),
-            host.indptr,
-            entry.kv_indices[: host.total],
-            host.last_page_len,
-            self.num_heads,
-            self.num_kv_heads,
-            self.head_dim,
-            self.page_size,
-            causal=True,
-            sm_scale=self.scale,
-            q_data_type=self.kv_pool.dtype,
-            kv_data_type=self.kv_pool.dtype,
-            disable_split_kv=True,
+            lengths.qo_indptr(), *self._paged_layout(entry.kv_indices, host), causal=True, **self._plan_options
         )
 
     # -- compute ----------------------------------------------------------------------------------------------------
@@ -439,40 +417,18 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         """Layer ``layer_id``'s cache as FlashInfer's single-tensor NHD layout ``[pages, 2, page_size, Hkv, D]``."""
         return self.kv_pool.kv_pages[layer_id].transpose(1, 2)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        output: torch.Tensor,
-        layer_id: int,
-        batch: ForwardBatch,
-        kv_stored: bool = False,
-    ) -> None:
-        """Store keys and values (unless ``kv_stored``); attend through the planned decode or extend wrapper."""
+    def _attend(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, batch: ForwardBatch) -> None:
+        """Attend through the planned decode or extend wrapper."""
         if batch.forward_mode.is_extend():
-            self._extend_paged(q, k, v, output, layer_id, batch, kv_stored)
+            self._extend_paged(q, output, layer_id, batch)
             return
-        if not kv_stored:
-            self.store_kv(k, v, layer_id, batch.out_cache_loc)
         assert self.decode_wrapper is not None, "init_forward_metadata was not called for this decode step"
         query, paged_kv, out = self._decode_views(q, output, layer_id)
         self.decode_wrapper.wrapper.run(query, paged_kv, out=out)
 
-    def _extend_paged(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        output: torch.Tensor,
-        layer_id: int,
-        batch: ForwardBatch,
-        kv_stored: bool,
-    ) -> None:
-        """Extend attention: the new tokens' keys and values go to their pages first, then one causal paged kernel
-        runs over each request's whole context. Token rows no request owns (bucket padding) come out as zeros."""
-        if not kv_stored:
-            self.store_kv(k, v, layer_id, batch.out_cache_loc)
+    def _extend_paged(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, batch: ForwardBatch) -> None:
+        """Extend attention (the new tokens' keys and values already in their pages): one causal paged kernel runs
+        over each request's whole context. Token rows no request owns (bucket padding) come out as zeros."""
         entry = batch.attn_metadata
         if not isinstance(entry, _ExtendWrapper):
             # No real request (a breakable capture's all-padding batch): nothing attends.
@@ -489,26 +445,16 @@ class FlashInferAttentionBackend(TorchAttentionBackend):
         shape = (real_rows, self.num_heads, self.head_dim)
         entry.wrapper.run(q[:real_rows].view(shape), self._paged_kv(layer_id), out=output[:real_rows].view(shape))
 
-    def bind_forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        output: torch.Tensor,
-        layer_id: int,
-        batch: ForwardBatch,
-        kv_stored: bool = False,
+    def _bind_attend(
+        self, q: torch.Tensor, output: torch.Tensor, layer_id: int, batch: ForwardBatch
     ) -> Callable[[], None] | None:
-        """``forward(...)`` bound now, for a breakable replay: decode through a graph wrapper becomes that wrapper's
-        kernel launch on views made once (the plan before each replay refills its buffers and plan info). ``None``
-        for extend batches and the eager wrapper, which replay through the op."""
+        """Decode through a graph wrapper bound now, for a breakable replay: that wrapper's kernel launch on views made
+        once (the plan before each replay refills its buffers and plan info). ``None`` for extend batches and the
+        eager wrapper, which replay through the op."""
         entry = self.decode_wrapper
         if not batch.forward_mode.is_decode() or entry is None or self._graph_wrappers.get(q.shape[0]) is not entry:
             return None
-        attend = bind_decode_run(entry.wrapper, *self._decode_views(q, output, layer_id))
-        if kv_stored:
-            return attend
-        return _in_order(*self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
+        return bind_decode_run(entry.wrapper, *self._decode_views(q, output, layer_id))
 
     def _decode_views(
         self, q: torch.Tensor, output: torch.Tensor, layer_id: int

@@ -29,6 +29,8 @@ import torch
 
 from cudagraph.backend_utils import get_forward_context, register_split_op
 
+from ..op_library import implement_op
+
 _LIBRARY = torch.library.Library("cudagraph_engine", "DEF")
 _LIBRARY.define(
     "unified_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) output, int layer_id, *, bool kv_stored=False) -> ()"
@@ -59,15 +61,10 @@ def _store_kv_meta(k: torch.Tensor, v: torch.Tensor, layer_id: int) -> None:
 
 
 # One implementation for every device: the backend in the forward context picks the kernels.
-_LIBRARY.impl("unified_attention", _unified_attention, "CompositeExplicitAutograd")
-_LIBRARY.impl("unified_attention", _unified_attention_meta, "Meta")
-_LIBRARY.impl("store_kv", _store_kv, "CompositeExplicitAutograd")
-_LIBRARY.impl("store_kv", _store_kv_meta, "Meta")
-
-unified_attention = torch.ops.cudagraph_engine.unified_attention
+unified_attention = implement_op(_LIBRARY, "unified_attention", _unified_attention, _unified_attention_meta)
 """The registered attention operator (an ``OpOverloadPacket``)."""
 
-store_kv = torch.ops.cudagraph_engine.store_kv
+store_kv = implement_op(_LIBRARY, "store_kv", _store_kv, _store_kv_meta)
 """The registered KV-store operator (an ``OpOverloadPacket``)."""
 
 # store_kv writes the cache, which its schema cannot name (the cache is not an argument): without this, dead-code

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +29,20 @@ from cudagraph.backend_utils import is_capture_mode
 from cudagraph.runner import ForwardBatch, ForwardMode, ReplayMetadata
 
 from ..kv_cache import ReqToTokenPool, TokenToKVPool
+
+
+@dataclass(frozen=True)
+class CaptureBatch:
+    """The arguments of the runner's capture hook (``init_forward_metadata_capture_cuda_graph``): the batch of one
+    bucket about to be captured."""
+
+    batch_size: int
+    num_tokens: int
+    req_pool_indices: torch.Tensor
+    seq_lens: torch.Tensor
+    forward_mode: ForwardMode
+    options: Mapping[str, object]
+    """The hook's keyword arguments (``forward_batch``, ``attention_in_graph``: an extend capture's)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,7 @@ class TorchAttentionBackend:
         head_dim: int,
         scale: float | None = None,
     ) -> None:
+        self._check_device(req_to_token_pool.req_to_token.device)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
         self.req_to_token = req_to_token_pool.req_to_token
@@ -128,6 +143,15 @@ class TorchAttentionBackend:
         self._masked_bias = torch.full((), float("-inf"), dtype=kv_pool.dtype, device=device)
         self._no_bias_f32 = torch.zeros((), dtype=torch.float32, device=device)
         self._masked_bias_f32 = torch.full((), float("-inf"), dtype=torch.float32, device=device)
+        self._set_up()
+
+    def _check_device(self, device: torch.device) -> None:
+        """Raise where this backend cannot run on ``device``, before anything is built (a backend of this family
+        overrides it; plain torch runs anywhere)."""
+
+    def _set_up(self) -> None:
+        """Build what a backend of this family keeps beside the shared metadata state, last in ``__init__`` (plain
+        torch keeps nothing more)."""
 
     # -- metadata ---------------------------------------------------------------------------------------------------
 
@@ -256,11 +280,17 @@ class TorchAttentionBackend:
         forward_mode: ForwardMode,
         **kwargs: object,
     ) -> None:
-        """Decode and verify: use the static view of ``batch_size`` rows (filled inside the captured forward)."""
-        if forward_mode.is_verify():
-            self.verify_metadata = self._verify_view(batch_size, num_tokens // batch_size)
+        """The runner's capture hook: its arguments as one ``CaptureBatch``, handed to ``_capture_metadata`` (the
+        step every backend of this family overrides)."""
+        self._capture_metadata(CaptureBatch(batch_size, num_tokens, req_pool_indices, seq_lens, forward_mode, kwargs))
+
+    def _capture_metadata(self, capture: CaptureBatch) -> None:
+        """Decode and verify: use the static view of ``capture.batch_size`` rows (filled inside the captured
+        forward)."""
+        if capture.forward_mode.is_verify():
+            self.verify_metadata = self._verify_view(capture.batch_size, capture.num_tokens // capture.batch_size)
             return
-        self.forward_metadata = self._graph_view(batch_size) if forward_mode.is_decode() else None
+        self.forward_metadata = self._graph_view(capture.batch_size) if capture.forward_mode.is_decode() else None
 
     def init_forward_metadata_replay_cuda_graph(self, metadata: ReplayMetadata) -> None:
         """Decode: point at the static view of ``metadata.batch_size`` rows; the graph refills it from the static
@@ -288,9 +318,13 @@ class TorchAttentionBackend:
         kv_stored: bool = False,
     ) -> None:
         """Store this step's keys and values (unless ``kv_stored``), then write attention of ``q`` over the cache
-        into ``output``."""
+        into ``output`` (``_attend``, the step every backend of this family overrides)."""
         if not kv_stored:
             self.store_kv(k, v, layer_id, batch.out_cache_loc)
+        self._attend(q, output, layer_id, batch)
+
+    def _attend(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, batch: ForwardBatch) -> None:
+        """Attention of ``q`` over the cache, which holds this step's keys and values already, into ``output``."""
         if batch.forward_mode.is_extend():
             self._extend(q, output, layer_id, batch)
         elif batch.forward_mode.is_verify():
@@ -311,19 +345,25 @@ class TorchAttentionBackend:
         kv_stored: bool = False,
     ) -> Callable[[], None] | None:
         """``forward(q, k, v, output, layer_id, batch, kv_stored)`` bound now, for a breakable replay: a zero-argument
-        callable with every lookup and view made once (the attention op's replay binder calls this at capture).
+        callable with every lookup and view made once (the attention op's replay binder calls this at capture): the
+        KV store (unless ``kv_stored``), then ``_bind_attend``'s launch; ``None`` where ``_bind_attend`` binds nothing,
+        so replay calls the op."""
+        attend = self._bind_attend(q, output, layer_id, batch)
+        if attend is None or kv_stored:
+            return attend
+        return _in_order(*self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
 
-        Decode over a graph's static metadata only, whose tensors stay where they are and are refilled every step;
-        ``None`` otherwise (extend batches build host-side metadata per step, so they replay through the op).
-        """
+    def _bind_attend(
+        self, q: torch.Tensor, output: torch.Tensor, layer_id: int, batch: ForwardBatch
+    ) -> Callable[[], None] | None:
+        """``_attend`` bound now (the step every backend of this family overrides). Here: decode over a graph's static
+        metadata only, whose tensors stay where they are and are refilled every step; ``None`` otherwise (extend
+        batches build host-side metadata per step, so they replay through the op)."""
         metadata = self.forward_metadata
         if not batch.forward_mode.is_decode() or not self._is_graph_view(metadata):
             return None
         assert metadata is not None
-        attend = self._decode_call(q, output, layer_id, metadata, self._shared_gather_buffer(metadata.kv_slots.numel()))
-        if kv_stored:
-            return attend
-        return _in_order(*self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
+        return self._decode_call(q, output, layer_id, metadata, self._shared_gather_buffer(metadata.kv_slots.numel()))
 
     def _is_graph_view(self, metadata: DecodeMetadata | None) -> bool:
         return metadata is not None and self._graph_views.get(metadata.kv_slots.shape[0]) is metadata

@@ -26,12 +26,11 @@ from collections.abc import Callable
 
 import torch
 
-from cudagraph.runner import ForwardBatch, ForwardMode, ReplayMetadata
+from cudagraph.runner import ForwardBatch, ReplayMetadata
 
-from ..kernels.triton.decode_attention import PagedDecodeKernel
+from ..kernels.triton.decode_attention import DecodeRows, PagedDecodeKernel
 from ..kernels.triton.extend_attention import ExtendRows, PagedExtendKernel, uniform_extend_batch
-from ..kv_cache import ReqToTokenPool, TokenToKVPool
-from .torch_backend import TorchAttentionBackend, _in_order
+from .torch_backend import CaptureBatch, TorchAttentionBackend
 
 
 class TritonAttentionBackend(TorchAttentionBackend):
@@ -45,32 +44,26 @@ class TritonAttentionBackend(TorchAttentionBackend):
     supports_verify = True
     """Verify steps run the extend kernel over rows made from the step's shapes (eager and inside full graphs)."""
 
-    def __init__(
-        self,
-        req_to_token_pool: ReqToTokenPool,
-        kv_pool: TokenToKVPool,
-        num_heads: int,
-        num_kv_heads: int,
-        head_dim: int,
-        scale: float | None = None,
-    ) -> None:
-        device = req_to_token_pool.req_to_token.device
+    def _check_device(self, device: torch.device) -> None:
+        """A CUDA device, or CPU tensors under ``TRITON_INTERPRET=1``."""
         if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError(
                 f"the triton attention backend needs a CUDA device, not {device} (TRITON_INTERPRET=1 runs its kernel "
                 "on CPU tensors, slowly); use 'torch'"
             )
-        super().__init__(req_to_token_pool, kv_pool, num_heads, num_kv_heads, head_dim, scale)
+
+    def _set_up(self) -> None:
+        """The decode kernel, its scratch reserved for a full request-to-token table, and the extend kernel."""
         self.decode_kernel = PagedDecodeKernel(
-            num_heads,
-            num_kv_heads,
-            head_dim,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
             self.scale,
             max_context=self.graph_width,
             device=self.req_to_token.device,
         )
         self.decode_kernel.reserve(int(self.req_to_token.shape[0]))
-        self.extend_kernel = PagedExtendKernel(num_heads, num_kv_heads, head_dim, self.scale)
+        self.extend_kernel = PagedExtendKernel(self.num_heads, self.num_kv_heads, self.head_dim, self.scale)
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
         """Decode: nothing (the kernel reads the batch's tables on the device). Extend and verify: the batch's
@@ -87,15 +80,7 @@ class TritonAttentionBackend(TorchAttentionBackend):
         no scratch)."""
         self.decode_kernel.reserve(max_bs)
 
-    def init_forward_metadata_capture_cuda_graph(
-        self,
-        batch_size: int,
-        num_tokens: int,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        forward_mode: ForwardMode,
-        **kwargs: object,
-    ) -> None:
+    def _capture_metadata(self, capture: CaptureBatch) -> None:
         """Nothing: a captured decode reads the runner's static ``req_pool_indices`` and ``seq_lens``."""
         self.forward_metadata = None
 
@@ -103,24 +88,12 @@ class TritonAttentionBackend(TorchAttentionBackend):
         """Nothing: the runner has copied the step into the static tensors the captured launches read."""
         self.forward_metadata = None
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        output: torch.Tensor,
-        layer_id: int,
-        batch: ForwardBatch,
-        kv_stored: bool = False,
-    ) -> None:
-        """Store this step's keys and values (unless ``kv_stored``), then attend in one launch: a row per request
-        (decode) or per block of a request's new tokens (extend and verify, its ``ExtendRows`` made on first use in
-        the step)."""
-        if not kv_stored:
-            self.store_kv(k, v, layer_id, batch.out_cache_loc)
+    def _attend(self, q: torch.Tensor, output: torch.Tensor, layer_id: int, batch: ForwardBatch) -> None:
+        """One launch: a row per request (decode) or per block of a request's new tokens (extend and verify, its
+        ``ExtendRows`` made on first use in the step)."""
         kv_buffer = self.kv_pool.kv_buffer[layer_id]
         if batch.forward_mode.is_decode():
-            self.decode_kernel(q, kv_buffer, output, self.req_to_token, batch.req_pool_indices, batch.seq_lens)
+            self.decode_kernel(q, kv_buffer, output, self.req_to_token, _decode_rows(batch))
             return
         rows = batch.attn_metadata
         if not isinstance(rows, ExtendRows):
@@ -128,29 +101,21 @@ class TritonAttentionBackend(TorchAttentionBackend):
             rows = batch.attn_metadata = self._rows_of(batch)
         self.extend_kernel(q, kv_buffer, output, self.req_to_token, rows)
 
-    def bind_forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        output: torch.Tensor,
-        layer_id: int,
-        batch: ForwardBatch,
-        kv_stored: bool = False,
+    def _bind_attend(
+        self, q: torch.Tensor, output: torch.Tensor, layer_id: int, batch: ForwardBatch
     ) -> Callable[[], None] | None:
         """The layer's launch with every argument bound now, straight to the compiled kernel's launcher (a breakable
-        capture's batch tensors are the runner's static ones), after the KV store unless ``kv_stored``. Extend binds
-        the batch's ``ExtendRows`` made inside the capture (``init_forward_metadata`` in the graph segment before the
-        first layer, which remakes them at every replay); ``None`` where the batch has none, so replay calls the op."""
+        capture's batch tensors are the runner's static ones). Extend binds the batch's ``ExtendRows`` made inside
+        the capture (``init_forward_metadata`` in the graph segment before the first layer, which remakes them at
+        every replay); ``None`` where the batch has none, so replay calls the op."""
         kv_buffer = self.kv_pool.kv_buffer[layer_id]
         if batch.forward_mode.is_decode():
-            attend = self.decode_kernel.bind(
-                q, kv_buffer, output, self.req_to_token, batch.req_pool_indices, batch.seq_lens
-            )
-        elif isinstance(batch.attn_metadata, ExtendRows):
-            attend = self.extend_kernel.bind(q, kv_buffer, output, self.req_to_token, batch.attn_metadata)
-        else:
-            return None
-        if kv_stored:
-            return attend
-        return _in_order(*self.kv_pool.bind_store(layer_id, batch.out_cache_loc, k, v), attend)
+            return self.decode_kernel.bind(q, kv_buffer, output, self.req_to_token, _decode_rows(batch))
+        if isinstance(batch.attn_metadata, ExtendRows):
+            return self.extend_kernel.bind(q, kv_buffer, output, self.req_to_token, batch.attn_metadata)
+        return None
+
+
+def _decode_rows(batch: ForwardBatch) -> DecodeRows:
+    """The decode kernel's rows of ``batch``: its table rows and lengths, read on the device."""
+    return DecodeRows(batch.req_pool_indices, batch.seq_lens)

@@ -7,7 +7,8 @@ optional package is a subpackage named after that package, holding its layer set
 ``LayerKernels`` implementation and its ``warm_up``) and the attention kernels it brings (``*_attention``):
 
 ``layer_set``
-    ``LayerKernels`` (the interface a layer computes through), ``RotaryStep``, ``ComposedKernels`` (compound
+    ``LayerKernels`` (the interface a layer computes through), ``RotaryStep``, ``QKHeads`` (a layer's q and k
+    heads and their norm), ``KVDestination``, ``ComposedKernels`` (compound
     operations from single ones) and ``TorchKernels`` (the reference: plain torch, runs anywhere, traces under
     ``torch.compile``). The torch attention backend computes with torch ops of its own, so it brings no kernel here.
 ``registry``
@@ -28,7 +29,7 @@ architecture (``model.architecture.ModelConfig``) only as a type; the model impo
 round. An engine author copies none of this: the kernels are here so the graphs are worth measuring.
 """
 
-from .layer_set import TORCH_KERNELS, ComposedKernels, LayerKernels, RotaryStep, TorchKernels
+from .layer_set import TORCH_KERNELS, ComposedKernels, KVDestination, LayerKernels, QKHeads, RotaryStep, TorchKernels
 from .registry import (
     AUTO_ORDER,
     KERNEL_BACKEND_CHOICES,
@@ -46,10 +47,12 @@ __all__ = [
     "KERNEL_BACKEND_CHOICES",
     "TORCH_KERNELS",
     "ComposedKernels",
+    "KVDestination",
     "KernelBackendError",
     "KernelBackendUnavailableError",
     "KernelTarget",
     "LayerKernels",
+    "QKHeads",
     "RotaryStep",
     "TorchKernels",
     "check_kernel_backend",

@@ -17,10 +17,11 @@ kernel.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from .out_views import compute_into
 from .rotary import apply_rotary, rotary_cos_sin_table
@@ -33,8 +34,23 @@ class RotaryStep(NamedTuple):
     """What ``rotate`` reads in one forward, built once for every layer by ``rotary_step``: the kernel set's
     rotary table (or its rows gathered at ``positions``, where the set gathers up front) and the positions."""
 
-    cos_sin: torch.Tensor
-    positions: torch.Tensor
+    cos_sin: Tensor
+    positions: Tensor
+
+
+KVDestination: TypeAlias = tuple[Tensor, Tensor]
+"""``(kv_buffer, slots)``: a layer's cache ``[slots, 2, Hk, D]`` and the rows this step's keys and values go to."""
+
+
+class QKHeads(NamedTuple):
+    """Where a layer's q and k heads sit in its fused q/k/v projection ``[T, H, D]`` (q heads first, then k, then
+    v), and Qwen3's per-head norm of them: ``norm_weight`` ``[Hq + Hk, D]`` holds one row per normed head (the q
+    norm's vector repeated for q heads, the k norm's for k heads), or is None where the model norms no heads."""
+
+    num_q_heads: int
+    num_k_heads: int
+    norm_weight: Tensor | None = None
+    eps: float = 0.0
 
 
 class LayerKernels(Protocol):
@@ -49,73 +65,49 @@ class LayerKernels(Protocol):
     """Whether ``norm_rotate_and_store`` writes the keys and values in the same kernel as rotary (a layer then
     stores them there, and its attention skips its own store); else a layer leaves the store to attention."""
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    def rms_norm(self, x: Tensor, weight: Tensor, eps: float) -> Tensor:
         """RMSNorm of ``x`` ``[T, hidden]`` over its last dimension, scaled by ``weight`` ``[hidden]``."""
         ...
 
-    def add_rms_norm(
-        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
         """``(rms_norm(x + residual), x + residual)``: the residual stream grows by ``x``, then is normed."""
         ...
 
-    def norm_and_rotate(
-        self,
-        heads: torch.Tensor,
-        norm_weight: torch.Tensor | None,
-        num_q_heads: int,
-        num_k_heads: int,
-        eps: float,
-        rotary: RotaryStep,
-    ) -> torch.Tensor:
-        """The q and k heads ``[T, Hq + Hk, D]`` of ``heads`` ``[T, H, D]`` (q heads first, then k, then v, left
-        alone), normed per head when ``norm_weight`` is given (Qwen3: ``[Hq + Hk, D]``, one row per normed head, the
-        q norm's vector repeated for q heads and the k norm's for k heads), then rotated by their positions; written
-        into ``heads`` where the set can."""
+    def norm_and_rotate(self, heads: Tensor, q_and_k: QKHeads, rotary: RotaryStep) -> Tensor:
+        """The q and k heads ``[T, Hq + Hk, D]`` of ``heads`` ``[T, H, D]`` (the v heads left alone), normed per head
+        where ``q_and_k`` has a norm weight, then rotated by their positions; written into ``heads`` where the set
+        can."""
         ...
 
     def norm_rotate_and_store(
-        self,
-        heads: torch.Tensor,
-        norm_weight: torch.Tensor | None,
-        num_q_heads: int,
-        num_k_heads: int,
-        eps: float,
-        rotary: RotaryStep,
-        kv_destination: tuple[torch.Tensor, torch.Tensor],
-    ) -> torch.Tensor:
+        self, heads: Tensor, q_and_k: QKHeads, rotary: RotaryStep, kv_destination: KVDestination
+    ) -> Tensor:
         """``norm_and_rotate``, and each token's rotated keys and its values (the ``Hk`` heads after the k heads)
         written to row ``slots[t]`` of ``kv_buffer`` ``[slots, 2, Hk, D]`` for ``kv_destination = (kv_buffer,
         slots)`` (keys, then values: a ``TokenToKVPool`` layer)."""
         ...
 
-    def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> Tensor:
         """The table ``rotary_step`` reads, built once per model, for every position below
         ``max_position_embeddings`` (its layout is the kernel set's own)."""
         ...
 
-    def rotary_step(self, table: torch.Tensor, positions: torch.Tensor) -> RotaryStep:
+    def rotary_step(self, table: Tensor, positions: Tensor) -> RotaryStep:
         """This forward's rotary input for the tokens at ``positions`` ``[T]`` (int64)."""
         ...
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """A projection: ``x @ weight.T (+ bias)`` for ``x`` ``[T, K]`` and ``weight`` ``[N, K]``; ``[T, N]``."""
         ...
 
-    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def silu_mul_linear(self, gate_up: Tensor, weight: Tensor) -> Tensor:
         """The down projection of ``silu(gate) * up``: ``gate_up`` ``[T, 2 * I]`` holds gate then up, ``weight`` is
         ``[N, I]``; ``[T, N]``."""
         ...
 
     def add_norm_linear(
-        self,
-        x: torch.Tensor,
-        residual: torch.Tensor,
-        norm_weight: torch.Tensor,
-        eps: float,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, x: Tensor, residual: Tensor, norm_weight: Tensor, eps: float, weight: Tensor, bias: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """``(linear(rms_norm(x + residual), weight, bias), x + residual)``: ``add_rms_norm`` and the projection
         after it (q/k/v, gate/up). The returned stream may be ``residual`` grown in place or a new tensor."""
         ...
@@ -129,36 +121,27 @@ class ComposedKernels(ABC):
     fuses_kv_store = False
 
     @abstractmethod
-    def add_rms_norm(
-        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
         """``LayerKernels.add_rms_norm``: the set's fused residual add + RMSNorm."""
 
     @abstractmethod
-    def qk_rms_norm(self, heads: torch.Tensor, weight: torch.Tensor, num_q_heads: int, eps: float) -> torch.Tensor:
+    def qk_rms_norm(self, heads: Tensor, weight: Tensor, num_q_heads: int, eps: float) -> Tensor:
         """Qwen3's head norms of the q then k heads at the front of ``heads`` ``[T, H, D]``, by ``weight``
         ``[Hq + Hk, D]`` (``LayerKernels.norm_and_rotate``); the normed heads ``[T, Hq + Hk, D]``, written into
         ``heads`` where the set can."""
 
     @abstractmethod
-    def rotate(self, qk_heads: torch.Tensor, num_q_heads: int, rotary: RotaryStep) -> torch.Tensor:
+    def rotate(self, qk_heads: Tensor, num_q_heads: int, rotary: RotaryStep) -> Tensor:
         """The q and k heads ``qk_heads`` ``[T, Hq + Hk, D]`` (q first) rotated by their positions, written into
         ``qk_heads`` where the set can."""
 
     @abstractmethod
-    def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+    def silu_and_mul(self, gate_up: Tensor) -> Tensor:
         """``silu(gate) * up`` for ``gate_up`` ``[T, 2 * I]`` holding gate then up; ``[T, I]``."""
 
-    def norm_and_rotate(
-        self,
-        heads: torch.Tensor,
-        norm_weight: torch.Tensor | None,
-        num_q_heads: int,
-        num_k_heads: int,
-        eps: float,
-        rotary: RotaryStep,
-    ) -> torch.Tensor:
+    def norm_and_rotate(self, heads: Tensor, q_and_k: QKHeads, rotary: RotaryStep) -> Tensor:
         """``qk_rms_norm`` (when there is a weight), then ``rotate``."""
+        num_q_heads, num_k_heads, norm_weight, eps = q_and_k
         if norm_weight is None:
             qk = heads[:, : num_q_heads + num_k_heads]
         else:
@@ -166,39 +149,27 @@ class ComposedKernels(ABC):
         return self.rotate(qk, num_q_heads, rotary)
 
     def norm_rotate_and_store(
-        self,
-        heads: torch.Tensor,
-        norm_weight: torch.Tensor | None,
-        num_q_heads: int,
-        num_k_heads: int,
-        eps: float,
-        rotary: RotaryStep,
-        kv_destination: tuple[torch.Tensor, torch.Tensor],
-    ) -> torch.Tensor:
+        self, heads: Tensor, q_and_k: QKHeads, rotary: RotaryStep, kv_destination: KVDestination
+    ) -> Tensor:
         """``norm_and_rotate``, then one ``index_put_`` of the k and v heads into the destination."""
-        qk = self.norm_and_rotate(heads, norm_weight, num_q_heads, num_k_heads, eps, rotary)
+        qk = self.norm_and_rotate(heads, q_and_k, rotary)
         kv_buffer, slots = kv_destination
+        num_q_heads, num_k_heads = q_and_k.num_q_heads, q_and_k.num_k_heads
         kv_heads = heads[:, num_q_heads : num_q_heads + 2 * num_k_heads].unflatten(1, (2, num_k_heads))
         kv_buffer.index_put_((slots,), kv_heads)
         return qk
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """``F.linear``."""
         return F.linear(x, weight, bias)
 
-    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def silu_mul_linear(self, gate_up: Tensor, weight: Tensor) -> Tensor:
         """``silu_and_mul``, then ``F.linear``."""
         return F.linear(self.silu_and_mul(gate_up), weight)
 
     def add_norm_linear(
-        self,
-        x: torch.Tensor,
-        residual: torch.Tensor,
-        norm_weight: torch.Tensor,
-        eps: float,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, x: Tensor, residual: Tensor, norm_weight: Tensor, eps: float, weight: Tensor, bias: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """``add_rms_norm`` (the set's own), then ``linear``."""
         normed, residual = self.add_rms_norm(x, residual, norm_weight, eps)
         return self.linear(normed, weight, bias), residual
@@ -215,37 +186,35 @@ class TorchKernels(ComposedKernels):
 
     name = "torch"
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    def rms_norm(self, x: Tensor, weight: Tensor, eps: float) -> Tensor:
         """Normalize and scale in float32, round once to ``x``'s dtype."""
         return F.rms_norm(x, weight.shape, weight, eps)
 
-    def add_rms_norm(
-        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
         """Add ``x`` into ``residual`` in place (rounded, as the reference adds), then norm the sum."""
         residual.add_(x)
         return F.rms_norm(residual, weight.shape, weight, eps), residual
 
-    def qk_rms_norm(self, heads: torch.Tensor, weight: torch.Tensor, num_q_heads: int, eps: float) -> torch.Tensor:
+    def qk_rms_norm(self, heads: Tensor, weight: Tensor, num_q_heads: int, eps: float) -> Tensor:
         """Norm every head of the contiguous projection (v's too, then dropped: cheaper than copying out the q/k
         slice), round, then scale the q and k heads by their rows of ``weight``, into ``heads`` when eager."""
         num_normed = weight.shape[0]
         normed = F.rms_norm(heads, heads.shape[-1:], eps=eps)
         return compute_into(heads[:, :num_normed], torch.mul, normed[:, :num_normed], weight)
 
-    def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> Tensor:
         """``rotary.rotary_cos_sin_table``: ``cos`` then signed ``sin`` per position, in the model dtype."""
         return rotary_cos_sin_table(config, dtype, device)
 
-    def rotary_step(self, table: torch.Tensor, positions: torch.Tensor) -> RotaryStep:
+    def rotary_step(self, table: Tensor, positions: Tensor) -> RotaryStep:
         """The table's rows at ``positions``, gathered once per forward rather than once per layer."""
         return RotaryStep(torch.index_select(table, 0, positions), positions)
 
-    def rotate(self, qk_heads: torch.Tensor, num_q_heads: int, rotary: RotaryStep) -> torch.Tensor:
+    def rotate(self, qk_heads: Tensor, num_q_heads: int, rotary: RotaryStep) -> Tensor:
         """q and k heads together in three kernels (``rotary.apply_rotary``), into ``qk_heads`` when eager."""
         return apply_rotary(qk_heads, rotary.cos_sin, out=qk_heads)
 
-    def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+    def silu_and_mul(self, gate_up: Tensor) -> Tensor:
         """``F.silu(gate) * up``, each rounded, as the reference computes it."""
         intermediate = gate_up.shape[-1] // 2
         return F.silu(gate_up[:, :intermediate]) * gate_up[:, intermediate:]

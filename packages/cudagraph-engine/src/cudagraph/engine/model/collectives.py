@@ -16,6 +16,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from ..op_library import implement_op
+
 
 class Communicator(Protocol):
     """The collectives of one process group, as the model's operators need them."""
@@ -77,15 +79,10 @@ def _all_gather_meta(tensor: torch.Tensor, group_name: str) -> torch.Tensor:
     return tensor.new_empty((communicator_for(group_name).world_size, *tensor.shape))
 
 
-_LIBRARY.impl("all_reduce_", _all_reduce_, "CompositeExplicitAutograd")
-_LIBRARY.impl("all_reduce_", _all_reduce_meta, "Meta")
-_LIBRARY.impl("all_gather", _all_gather, "CompositeExplicitAutograd")
-_LIBRARY.impl("all_gather", _all_gather_meta, "Meta")
-
-all_reduce_ = torch.ops.cudagraph_engine.all_reduce_
+all_reduce_ = implement_op(_LIBRARY, "all_reduce_", _all_reduce_, _all_reduce_meta)
 """The registered in-place all-reduce operator (an ``OpOverloadPacket``)."""
 
-all_gather = torch.ops.cudagraph_engine.all_gather
+all_gather = implement_op(_LIBRARY, "all_gather", _all_gather, _all_gather_meta)
 """The registered all-gather operator (an ``OpOverloadPacket``)."""
 
 

@@ -17,7 +17,7 @@ from typing import Protocol, cast
 import torch
 from torch import nn
 
-from ..kernels.layer_set import TORCH_KERNELS, LayerKernels, RotaryStep
+from ..kernels.layer_set import TORCH_KERNELS, LayerKernels, QKHeads, RotaryStep
 from .architecture import ModelConfig
 from .collectives import all_reduced
 
@@ -109,12 +109,7 @@ class Attention(KernelModule):
     (row-parallel: all-reduced over ``reduce_group`` when the model is sharded)."""
 
     def __init__(
-        self,
-        config: ModelConfig,
-        layer_id: int,
-        dtype: torch.dtype,
-        device: torch.device,
-        reduce_group: str | None = None,
+        self, config: ModelConfig, layer_id: int, dtype: torch.dtype, device: torch.device, reduce_group: str | None
     ) -> None:
         super().__init__()
         self.layer_id = layer_id
@@ -144,15 +139,17 @@ class Attention(KernelModule):
         """``forward`` from the q/k/v projection ``qkv`` ``[T, q_size + 2 * kv_size]`` on (a layer that computes it
         together with the norm before it passes it here); ``qkv`` is written in place."""
         heads = qkv.unflatten(-1, (-1, self.head_dim))  # q heads, then k heads, then v heads: a view of qkv
-        norm_weight, eps = (None, 0.0) if self.qk_norm is None else (self.qk_norm.weight, self.qk_norm.eps)
+        head_norm = self.qk_norm
+        if head_norm is None:
+            q_and_k = QKHeads(self.num_heads, self.num_kv_heads)
+        else:
+            q_and_k = QKHeads(self.num_heads, self.num_kv_heads, head_norm.weight, head_norm.eps)
         destination = self._kv_destination(attend)
         # Normed and rotated in qkv itself where the kernels can, so that v still follows k in every row.
         if destination is None:
-            qk = self.kernels.norm_and_rotate(heads, norm_weight, self.num_heads, self.num_kv_heads, eps, rotary)
+            qk = self.kernels.norm_and_rotate(heads, q_and_k, rotary)
         else:
-            qk = self.kernels.norm_rotate_and_store(
-                heads, norm_weight, self.num_heads, self.num_kv_heads, eps, rotary, destination
-            )
+            qk = self.kernels.norm_rotate_and_store(heads, q_and_k, rotary, destination)
         qk = qk.flatten(1)
         q, k = qk[:, : self.q_size], qk[:, self.q_size :]
         v = qkv[:, self.q_size + self.kv_size :]

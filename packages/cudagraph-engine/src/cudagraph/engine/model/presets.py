@@ -1,112 +1,83 @@
-"""Named model shapes for random-weight models: real architectures at benchmark size and tiny ones for CPU tests."""
+"""Named model shapes for random-weight models: real architectures at benchmark size and tiny ones for CPU tests.
+
+The presets are a table of differences: each row names a family base (what every preset of that family shares), the
+row's shape, and whatever else the row changes. A value set in a row wins over the base's.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from .architecture import ModelConfig, RopeScaling
 from .errors import ModelLoadError
 
-PRESETS: Mapping[str, ModelConfig] = MappingProxyType(
-    {
-        # Qwen3-0.6B's shapes (bf16): the benchmark model.
-        "qwen3-0.6b-random": ModelConfig(
-            model_type="qwen3",
-            hidden_size=1024,
-            num_layers=28,
-            num_heads=16,
-            num_kv_heads=8,
-            head_dim=128,
-            intermediate_size=3072,
-            vocab_size=151936,
-            rms_norm_eps=1e-6,
-            rope_theta=1_000_000.0,
-            max_position_embeddings=40960,
-            tie_word_embeddings=True,
-            torch_dtype="bfloat16",
-        ),
-        # Llama-3-8B's shapes (bf16, rope scaling left out): the tensor-parallel benchmark model.
-        "llama3-8b-random": ModelConfig(
-            model_type="llama",
-            hidden_size=4096,
-            num_layers=32,
-            num_heads=32,
-            num_kv_heads=8,
-            head_dim=128,
-            intermediate_size=14336,
-            vocab_size=128256,
-            rms_norm_eps=1e-5,
-            rope_theta=500_000.0,
-            max_position_embeddings=8192,
-            tie_word_embeddings=False,
-            torch_dtype="bfloat16",
-        ),
-        # Llama-3-70B's shapes (bf16, rope scaling left out): 80 layers, the tensor-parallel benchmark's large model.
-        "llama3-70b-random": ModelConfig(
-            model_type="llama",
-            hidden_size=8192,
-            num_layers=80,
-            num_heads=64,
-            num_kv_heads=8,
-            head_dim=128,
-            intermediate_size=28672,
-            vocab_size=128256,
-            rms_norm_eps=1e-5,
-            rope_theta=500_000.0,
-            max_position_embeddings=8192,
-            tie_word_embeddings=False,
-            torch_dtype="bfloat16",
-        ),
-        # Llama-3.2-1B's shapes (bf16, llama3 rope scaling): 16 layers, the benchmark's Llama model.
-        "llama3.2-1b-random": ModelConfig(
-            model_type="llama",
-            hidden_size=2048,
-            num_layers=16,
-            num_heads=32,
-            num_kv_heads=8,
-            head_dim=64,
-            intermediate_size=8192,
-            vocab_size=128256,
-            rms_norm_eps=1e-5,
-            rope_theta=500_000.0,
-            rope_scaling=RopeScaling("llama3", 32.0, 1.0, 4.0, 8192),
-            max_position_embeddings=131072,
-            tie_word_embeddings=True,
-            torch_dtype="bfloat16",
-        ),
-        # Tiny float32 models: a CPU forward takes milliseconds.
-        "tiny-qwen3-random": ModelConfig(
-            model_type="qwen3",
-            hidden_size=64,
-            num_layers=2,
-            num_heads=4,
-            num_kv_heads=2,
-            head_dim=32,
-            intermediate_size=128,
-            vocab_size=512,
-            rope_theta=1_000_000.0,
-            max_position_embeddings=4096,
-            tie_word_embeddings=True,
-            torch_dtype="float32",
-        ),
-        "tiny-llama-random": ModelConfig(
-            model_type="llama",
-            hidden_size=64,
-            num_layers=2,
-            num_heads=4,
-            num_kv_heads=1,
-            head_dim=16,
-            intermediate_size=160,
-            vocab_size=512,
-            rms_norm_eps=1e-5,
-            rope_theta=500_000.0,
-            max_position_embeddings=4096,
-            tie_word_embeddings=False,
-            torch_dtype="float32",
-        ),
-    }
+
+@dataclass(frozen=True)
+class _FamilyBase:
+    """The fields every preset of one family shares (bf16 at the real model's vocabulary and context)."""
+
+    model_type: str
+    vocab_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    torch_dtype: str = "bfloat16"
+
+
+_SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size")
+"""The columns of a row's shape, in order."""
+
+
+@dataclass(frozen=True)
+class _Preset:
+    """One row of the table: a family base, a shape, and the fields this row sets differently from the base."""
+
+    name: str
+    base: _FamilyBase
+    shape: tuple[int, int, int, int, int, int]
+    """The layer sizes, one per ``_SHAPE_FIELDS`` column."""
+    changes: Mapping[str, Any] = field(default_factory=dict)
+
+    def config(self) -> ModelConfig:
+        """The validated model config this row stands for."""
+        fields = {**vars(self.base), **dict(zip(_SHAPE_FIELDS, self.shape, strict=True)), **self.changes}
+        return ModelConfig(**fields)
+
+
+_QWEN3 = _FamilyBase("qwen3", 151936, 1e-6, 1_000_000.0, max_position_embeddings=40960, tie_word_embeddings=True)
+_LLAMA3 = _FamilyBase("llama", 128256, 1e-5, 500_000.0, max_position_embeddings=8192, tie_word_embeddings=False)
+
+_TINY: Mapping[str, Any] = MappingProxyType(
+    {"vocab_size": 512, "max_position_embeddings": 4096, "torch_dtype": "float32"}
 )
+"""What the tiny float32 presets change from their family: a CPU forward takes milliseconds."""
+
+_LLAMA3_2_ROPE = RopeScaling("llama3", 32.0, 1.0, 4.0, 8192)
+
+_TABLE = (
+    # Shape columns: hidden size, layers, heads, key/value heads, head dim, MLP intermediate size.
+    # Qwen3-0.6B's shapes (bf16): the benchmark model.
+    _Preset("qwen3-0.6b-random", _QWEN3, (1024, 28, 16, 8, 128, 3072)),
+    # Llama-3-8B's shapes (bf16, rope scaling left out): the tensor-parallel benchmark model.
+    _Preset("llama3-8b-random", _LLAMA3, (4096, 32, 32, 8, 128, 14336)),
+    # Llama-3-70B's shapes (bf16, rope scaling left out): 80 layers, the tensor-parallel benchmark's large model.
+    _Preset("llama3-70b-random", _LLAMA3, (8192, 80, 64, 8, 128, 28672)),
+    # Llama-3.2-1B's shapes (bf16, llama3 rope scaling): 16 layers, the benchmark's Llama model.
+    _Preset(
+        "llama3.2-1b-random",
+        _LLAMA3,
+        (2048, 16, 32, 8, 64, 8192),
+        {"rope_scaling": _LLAMA3_2_ROPE, "max_position_embeddings": 131072, "tie_word_embeddings": True},
+    ),
+    _Preset("tiny-qwen3-random", _QWEN3, (64, 2, 4, 2, 32, 128), _TINY),
+    _Preset("tiny-llama-random", _LLAMA3, (64, 2, 4, 1, 16, 160), _TINY),
+)
+
+PRESETS: Mapping[str, ModelConfig] = MappingProxyType({preset.name: preset.config() for preset in _TABLE})
 """Preset name -> model config (weights come from ``random_model``)."""
 
 

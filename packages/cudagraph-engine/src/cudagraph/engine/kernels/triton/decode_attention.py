@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+from torch import Tensor
 
 from cudagraph.backend_utils import FastLauncher, next_power_of_2
 
@@ -43,29 +44,11 @@ def online_softmax_step(
 
 @triton.jit
 def _paged_decode_kernel(
-    q_ptr,
-    q_row_stride,
-    kv_ptr,
-    kv_slot_stride,
-    kv_value_offset,
-    out_ptr,
-    out_row_stride,
-    req_to_token_ptr,
-    req_to_token_stride,
-    req_pool_indices_ptr,
-    seq_lens_ptr,
-    partial_out_ptr,
-    partial_lse_ptr,
-    arrivals_ptr,
-    scale_log2,
-    GROUP: tl.constexpr,
-    GROUP_BLOCK: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    SPLIT_TOKENS: tl.constexpr,
-    SPLITS: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+    q_ptr, q_row_stride, kv_ptr, kv_slot_stride, kv_value_offset, out_ptr, out_row_stride, req_to_token_ptr,
+    req_to_token_stride, req_pool_indices_ptr, seq_lens_ptr, partial_out_ptr, partial_lse_ptr, arrivals_ptr,
+    scale_log2, GROUP: tl.constexpr, GROUP_BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLIT_TOKENS: tl.constexpr, SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -162,16 +145,24 @@ DECODE_TILE = DecodeTile(block_n=128, min_split_tokens=256, max_splits=64, num_w
 (rows x cached tokens)."""
 
 
+class DecodeRows(NamedTuple):
+    """A decode batch's rows as the kernel reads them, on the device: each row's request (its row of the
+    request-to-token table) and its length in cached tokens."""
+
+    req_pool_indices: Tensor
+    seq_lens: Tensor
+
+
 @dataclass(frozen=True)
 class DecodeScratch:
     """Room for the split partials of ``rows`` batch rows and their arrival counts (zero between launches)."""
 
     rows: int
-    partial_out: torch.Tensor
+    partial_out: Tensor
     """float32, ``[rows * kv_heads * splits * group * head_dim]``."""
-    partial_lse: torch.Tensor
+    partial_lse: Tensor
     """float32, ``[rows * kv_heads * splits * group]``."""
-    arrivals: torch.Tensor
+    arrivals: Tensor
     """int32, ``[rows * kv_heads]``."""
 
 
@@ -228,65 +219,43 @@ class PagedDecodeKernel:
             self._outgrown.append(self.scratch)
             self.scratch = self._allocate(rows)
 
-    def __call__(
-        self,
-        q: torch.Tensor,
-        kv_buffer: torch.Tensor,
-        output: torch.Tensor,
-        req_to_token: torch.Tensor,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-    ) -> None:
-        """Attention of ``q`` ``[B, Hq*D]`` over the cached tokens of each row (``seq_lens[b]`` tokens at the slots of
-        ``req_to_token[req_pool_indices[b]]`` in the layer's ``kv_buffer`` ``[slots, 2, Hkv, D]``) into ``output``
-        ``[B, Hq*D]``. The tensors may differ from call to call (``FastLauncher`` keys the compiled kernel on what
-        Triton specializes on)."""
+    def __call__(self, q: Tensor, kv_buffer: Tensor, output: Tensor, req_to_token: Tensor, rows: DecodeRows) -> None:
+        """Attention of ``q`` ``[B, Hq*D]`` over the cached tokens of each row (``rows.seq_lens[b]`` tokens at the
+        slots of ``req_to_token[rows.req_pool_indices[b]]`` in the layer's ``kv_buffer`` ``[slots, 2, Hkv, D]``) into
+        ``output`` ``[B, Hq*D]``. The tensors may differ from call to call (``FastLauncher`` keys the compiled kernel
+        on what Triton specializes on)."""
         if q.shape[0]:
-            grid, args, constexprs = self._launch_arguments(
-                q, kv_buffer, output, req_to_token, req_pool_indices, seq_lens
-            )
+            grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, rows)
             _DECODE_LAUNCHER(grid, args, constexprs, self.tile.num_warps)
 
     def bind(
-        self,
-        q: torch.Tensor,
-        kv_buffer: torch.Tensor,
-        output: torch.Tensor,
-        req_to_token: torch.Tensor,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
+        self, q: Tensor, kv_buffer: Tensor, output: Tensor, req_to_token: Tensor, rows: DecodeRows
     ) -> Callable[[], None]:
         """The call ``self(q, kv_buffer, ...)`` as a zero-argument launch with every argument taken now, straight to
         the compiled kernel's launcher on CUDA (``cudagraph.backend_utils.direct_launch``): for tensors that keep
         their shapes and addresses, a graph's static buffers."""
         if not q.shape[0]:
             return _nothing
-        grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, req_pool_indices, seq_lens)
+        grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, rows)
         return _DECODE_LAUNCHER.bind(grid, args, constexprs, self.tile.num_warps)
 
     def _launch_arguments(
-        self,
-        q: torch.Tensor,
-        kv_buffer: torch.Tensor,
-        output: torch.Tensor,
-        req_to_token: torch.Tensor,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
+        self, q: Tensor, kv_buffer: Tensor, output: Tensor, req_to_token: Tensor, rows: DecodeRows
     ) -> tuple[tuple[int, int, int], tuple[Any, ...], dict[str, Any]]:
         """The grid, the runtime arguments and the constexprs of a launch over ``q``'s rows, the scratch grown for
         them first (refused while a graph is being captured: a captured launch cannot allocate)."""
-        rows = q.shape[0]
-        if rows > self.scratch.rows:
+        batch_size = q.shape[0]
+        if batch_size > self.scratch.rows:
             if q.is_cuda and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(
-                    f"triton decode attention has scratch for {self.scratch.rows} rows and a graph of {rows} is being "
-                    "captured; reserve(rows) before capturing (the backend's init_cuda_graph_state does)"
+                    f"triton decode attention has scratch for {self.scratch.rows} rows and a graph of {batch_size} is "
+                    "being captured; reserve(rows) before capturing (the backend's init_cuda_graph_state does)"
                 )
-            self.reserve(rows)
+            self.reserve(batch_size)
         scratch = self.scratch
         args = (
             q, q.stride(0), kv_buffer, kv_buffer.stride(0), kv_buffer.stride(1), output, output.stride(0),
-            req_to_token, req_to_token.stride(0), req_pool_indices, seq_lens,
+            req_to_token, req_to_token.stride(0), rows.req_pool_indices, rows.seq_lens,
             scratch.partial_out, scratch.partial_lse, scratch.arrivals, self.scale_log2,
         )  # fmt: skip
         constexprs = {
@@ -298,7 +267,7 @@ class PagedDecodeKernel:
             "SPLITS": self.splits,
             "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
         }
-        return (rows, self.num_kv_heads, self.splits), args, constexprs
+        return (batch_size, self.num_kv_heads, self.splits), args, constexprs
 
 
 def _nothing() -> None:

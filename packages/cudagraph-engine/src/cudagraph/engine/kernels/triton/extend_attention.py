@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from torch import Tensor
 
 from cudagraph.backend_utils import FastLauncher, cdiv, next_power_of_2
 from cudagraph.runner import PADDING_REQ_POOL_INDEX, ForwardBatch
@@ -30,27 +31,11 @@ from .decode_attention import online_softmax_step
 
 @triton.jit
 def _paged_extend_kernel(
-    q_ptr,
-    q_row_stride,
-    kv_ptr,
-    kv_slot_stride,
-    kv_value_offset,
-    out_ptr,
-    out_row_stride,
-    req_to_token_ptr,
-    req_to_token_stride,
-    token_rows_ptr,
-    token_lens_ptr,
-    block_starts_ptr,
-    block_counts_ptr,
-    scale_log2,
-    GROUP: tl.constexpr,
-    GROUP_BLOCK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+    q_ptr, q_row_stride, kv_ptr, kv_slot_stride, kv_value_offset, out_ptr, out_row_stride, req_to_token_ptr,
+    req_to_token_stride, token_rows_ptr, token_lens_ptr, block_starts_ptr, block_counts_ptr, scale_log2,
+    GROUP: tl.constexpr, GROUP_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
     block = tl.program_id(0)
     kv_head = tl.program_id(1)
     count = tl.load(block_counts_ptr + block)
@@ -105,10 +90,10 @@ class ExtendRows:
     """An extend batch laid out for the kernel, on the device: per new token, its request's row in the
     request-to-token table and its causal length; per block of tokens, its first token and token count (0: unused)."""
 
-    req_pool_indices: torch.Tensor
-    seq_lens: torch.Tensor
-    block_starts: torch.Tensor
-    block_counts: torch.Tensor
+    req_pool_indices: Tensor
+    seq_lens: Tensor
+    block_starts: Tensor
+    block_counts: Tensor
 
 
 def uniform_extend_batch(batch: ForwardBatch) -> ForwardBatch:
@@ -178,14 +163,7 @@ class PagedExtendKernel:
         """``extend_rows`` of ``batch`` in this kernel's blocks."""
         return extend_rows(batch, self.block_m)
 
-    def __call__(
-        self,
-        q: torch.Tensor,
-        kv_buffer: torch.Tensor,
-        output: torch.Tensor,
-        req_to_token: torch.Tensor,
-        rows: ExtendRows,
-    ) -> None:
+    def __call__(self, q: Tensor, kv_buffer: Tensor, output: Tensor, req_to_token: Tensor, rows: ExtendRows) -> None:
         """Attention of every new token's heads in ``q`` ``[T, Hq*D]`` into ``output`` ``[T, Hq*D]`` over the layer's
         ``kv_buffer`` ``[slots, 2, Hkv, D]``, laid out by ``rows`` (``rows_of`` the batch)."""
         blocks = rows.block_counts.shape[0]
@@ -194,12 +172,7 @@ class PagedExtendKernel:
         _EXTEND_LAUNCHER(*self._launch_arguments(q, kv_buffer, output, req_to_token, rows), self.num_warps)
 
     def bind(
-        self,
-        q: torch.Tensor,
-        kv_buffer: torch.Tensor,
-        output: torch.Tensor,
-        req_to_token: torch.Tensor,
-        rows: ExtendRows,
+        self, q: Tensor, kv_buffer: Tensor, output: Tensor, req_to_token: Tensor, rows: ExtendRows
     ) -> Callable[[], None]:
         """The call ``self(q, kv_buffer, output, req_to_token, rows)`` as a zero-argument launch with every argument
         taken now, straight to the compiled kernel's launcher on CUDA: for tensors that keep their shapes and
@@ -210,12 +183,7 @@ class PagedExtendKernel:
         return _EXTEND_LAUNCHER.bind(grid, args, constexprs, self.num_warps)
 
     def _launch_arguments(
-        self,
-        q: torch.Tensor,
-        kv_buffer: torch.Tensor,
-        output: torch.Tensor,
-        req_to_token: torch.Tensor,
-        rows: ExtendRows,
+        self, q: Tensor, kv_buffer: Tensor, output: Tensor, req_to_token: Tensor, rows: ExtendRows
     ) -> tuple[tuple[int, int], tuple[Any, ...], dict[str, Any]]:
         """The grid, the runtime arguments and the constexprs of a launch over ``rows``' blocks."""
         grid = (rows.block_counts.shape[0], self.num_kv_heads)

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
-from ..layer_set import RotaryStep
+from ..layer_set import KVDestination, QKHeads, RotaryStep
 from ..rotary import rotary_cos_sin_halves_table
 from . import ops
 
@@ -34,61 +35,40 @@ class TritonKernels:
     name = "triton"
     fuses_kv_store = True
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    def rms_norm(self, x: Tensor, weight: Tensor, eps: float) -> Tensor:
         """``ops.rms_norm`` into a new tensor."""
         return ops.rms_norm(x, weight, eps)
 
-    def add_rms_norm(
-        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
         """``residual += x`` and ``x = norm(residual)`` in one kernel, both in place."""
         return ops.add_rms_norm(x, residual, weight, eps)
 
-    def norm_and_rotate(
-        self,
-        heads: torch.Tensor,
-        norm_weight: torch.Tensor | None,
-        num_q_heads: int,
-        num_k_heads: int,
-        eps: float,
-        rotary: RotaryStep,
-    ) -> torch.Tensor:
+    def norm_and_rotate(self, heads: Tensor, q_and_k: QKHeads, rotary: RotaryStep) -> Tensor:
         """Head norms (when there is a weight) and rotary of the q and k heads in one kernel, in place."""
-        ops.qk_norm_rope(heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions)
-        return heads[:, : num_q_heads + num_k_heads]
+        return _norm_rotate(heads, q_and_k, rotary, None)
 
     def norm_rotate_and_store(
-        self,
-        heads: torch.Tensor,
-        norm_weight: torch.Tensor | None,
-        num_q_heads: int,
-        num_k_heads: int,
-        eps: float,
-        rotary: RotaryStep,
-        kv_destination: tuple[torch.Tensor, torch.Tensor],
-    ) -> torch.Tensor:
+        self, heads: Tensor, q_and_k: QKHeads, rotary: RotaryStep, kv_destination: KVDestination
+    ) -> Tensor:
         """Head norms, rotary and the KV store in one kernel: the keys are written rotated, the values as they are."""
-        ops.qk_norm_rope(
-            heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions, kv_destination
-        )
-        return heads[:, : num_q_heads + num_k_heads]
+        return _norm_rotate(heads, q_and_k, rotary, kv_destination)
 
-    def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> Tensor:
         """``rotary.rotary_cos_sin_halves_table``: float32 ``cos`` then ``sin`` halves per position."""
         return rotary_cos_sin_halves_table(config, device)
 
-    def rotary_step(self, table: torch.Tensor, positions: torch.Tensor) -> RotaryStep:
+    def rotary_step(self, table: Tensor, positions: Tensor) -> RotaryStep:
         """Nothing to gather: the kernel reads the table at the positions itself."""
         return RotaryStep(table, positions)
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """``ops.gemv`` for the few rows of a decode step, a cuBLAS matmul for wider steps."""
         tile = ops.gemv_tile(x.shape[0])
         if tile is None:
             return F.linear(x, weight, bias)
         return ops.gemv(x, weight, bias, tile=tile)
 
-    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def silu_mul_linear(self, gate_up: Tensor, weight: Tensor) -> Tensor:
         """The activation computed on the down projection's load; for wide steps, its own kernel then cuBLAS."""
         tile = ops.gemv_tile(gate_up.shape[0])
         if tile is None:
@@ -96,14 +76,8 @@ class TritonKernels:
         return ops.gemv(gate_up, weight, silu_mul=True, tile=tile)
 
     def add_norm_linear(
-        self,
-        x: torch.Tensor,
-        residual: torch.Tensor,
-        norm_weight: torch.Tensor,
-        eps: float,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, x: Tensor, residual: Tensor, norm_weight: Tensor, eps: float, weight: Tensor, bias: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """The residual add and the norm computed on the projection's load (the stream comes back as a new tensor);
         for wide steps, the fused add + norm kernel then cuBLAS."""
         tile = ops.gemv_tile(x.shape[0])
@@ -111,6 +85,19 @@ class TritonKernels:
             normed, residual = ops.add_rms_norm(x, residual, norm_weight, eps)
             return F.linear(normed, weight, bias), residual
         return ops.add_norm_gemv(x, residual, norm_weight, eps, weight, bias, tile=tile)
+
+
+def _norm_rotate(
+    heads: Tensor,
+    q_and_k: QKHeads,
+    rotary: RotaryStep,
+    kv_destination: KVDestination | None,
+) -> Tensor:
+    num_q_heads, num_k_heads, norm_weight, eps = q_and_k
+    ops.qk_norm_rope(
+        heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions, kv_destination
+    )
+    return heads[:, : num_q_heads + num_k_heads]
 
 
 def warm_up(kernels: TritonKernels, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
@@ -126,12 +113,11 @@ def warm_up(kernels: TritonKernels, config: ModelConfig, dtype: torch.dtype, dev
     rotary = kernels.rotary_step(
         kernels.rotary_table(config, dtype, device), torch.zeros(1, dtype=torch.int64, device=device)
     )
-    norm_weight = head_weight if config.qk_norm else None
-    qk = kernels.norm_and_rotate(heads, norm_weight, config.num_heads, config.num_kv_heads, 1e-6, rotary)
+    q_and_k = QKHeads(config.num_heads, config.num_kv_heads, head_weight if config.qk_norm else None, 1e-6)
+    qk = kernels.norm_and_rotate(heads, q_and_k, rotary)
     kv_buffer = torch.zeros((1, 2, config.num_kv_heads, config.head_dim), dtype=dtype, device=device)
     slots = torch.zeros(1, dtype=torch.int64, device=device)
-    args = (heads, norm_weight, config.num_heads, config.num_kv_heads, 1e-6, rotary)
-    kernels.norm_rotate_and_store(*args, (kv_buffer, slots))
+    kernels.norm_rotate_and_store(heads, q_and_k, rotary, (kv_buffer, slots))
     o_weight = torch.zeros((config.hidden_size, config.q_size), dtype=dtype, device=device)
     o_bias = torch.zeros(config.hidden_size, dtype=dtype, device=device) if config.o_bias else None
     kernels.linear(qk[:, : config.num_heads].flatten(1), o_weight, o_bias)
