@@ -212,7 +212,7 @@ def test_a_model_that_does_not_trace_falls_back_to_eager_with_one_warning(model_
     from cudagraph.backend import ModelTraceError
 
     class UntraceableBackend(CpuReplayBackend):
-        def prepare(self, runner) -> None:
+        def prepare(self, model_forward, entries) -> None:
             raise ModelTraceError("model_forward (model.py:12): graph break: Tensor.item()")
 
     runner = DecodeCudaGraphRunner(

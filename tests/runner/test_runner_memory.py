@@ -171,7 +171,7 @@ def test_a_model_that_does_not_trace_is_not_estimated_and_falls_back_to_eager(ca
     from cudagraph.backend import ModelTraceError
 
     class UntraceableBackend(CpuReplayBackend):
-        def prepare(self, runner) -> None:
+        def prepare(self, model_forward, entries) -> None:
             raise ModelTraceError("model_forward (model.py:12): graph break")
 
     model_runner = make_model_runner(config=decode_config())

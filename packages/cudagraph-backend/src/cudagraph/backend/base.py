@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -20,6 +20,7 @@ from cudagraph.backend_utils import (
     CaptureOptions,
     GraphPool,
     MemoryReading,
+    ShapeDescriptor,
     default_capture_stream,
     model_capture_mode,
     read_device_memory,
@@ -29,6 +30,7 @@ from cudagraph.backend_utils import (
 from cudagraph.config import Backend, Phase
 
 from .compile_forward import CompileStats
+from .entry_inputs import EntryInputs
 from .errors import CUDA_GRAPH_CAPTURE_FAILED_HINT, CudaGraphCaptureError
 
 
@@ -47,7 +49,7 @@ class GraphEntry:
     callable, the static output and, in debug mode, where the static inputs were at capture."""
 
     shape: int
-    """The shape descriptor: the runner's bucket (decode: batch size; prefill: token count)."""
+    """The shape: the runner's bucket (decode: batch size; prefill: token count)."""
     graph: Any
     """A ``torch.cuda.CUDAGraph`` or ``BreakableCUDAGraph`` (``None`` when the forward launched no work)."""
     replay: Callable[[], Any]
@@ -80,6 +82,13 @@ class GraphEntry:
         self.graph = None
         self.replay = _nothing_to_replay
         self.output = None
+
+
+def release_entries(entries: dict[int, GraphEntry]) -> None:
+    """Free the graph of every entry in ``entries`` and empty it (the end of a scratch session, or a cleanup)."""
+    for entry in entries.values():
+        entry.release()
+    entries.clear()
 
 
 class BaseCudaGraphBackend(abc.ABC):
@@ -119,11 +128,30 @@ class BaseCudaGraphBackend(abc.ABC):
         self._session_stream: torch.cuda.Stream | None = None
         self.compile_stats: CompileStats | None = None
         """What compiling the model forward cost, for a backend that compiles it (``None`` for one that does not)."""
+        self.descriptors: dict[int, ShapeDescriptor] = {}
+        """The shape descriptor of each shape, as ``prepare`` was given them (empty before it)."""
 
     # -- capture ----------------------------------------------------------------------------------------------------
 
-    def prepare(self, runner: object) -> None:  # noqa: B027 - a hook: full and breakable need nothing here
-        """Called by a runner before its capture loop (tc_piecewise compiles the model here)."""
+    def prepare(self, model_forward: Callable[..., Any] | None, entries: Mapping[int, EntryInputs]) -> None:
+        """Take what this backend graphs, before a runner's capture loop: ``model_forward``, the forward a compiling
+        backend traces (``model_forward(input_ids, positions) -> hidden``; ``None`` when the host has none), and each
+        entry's ``EntryInputs`` by shape (its ``ShapeDescriptor`` and static inputs).
+
+        The base keeps the descriptors (``descriptor``); tc_piecewise, and full with ``compile_max_shape``, compile
+        ``model_forward`` here. Nothing here reads the caller: a backend graphs what it is given.
+        """
+        self.descriptors = {shape: inputs.descriptor for shape, inputs in entries.items()}
+
+    def descriptor(self, shape: int) -> ShapeDescriptor:
+        """The ``ShapeDescriptor`` of ``shape``: the one ``prepare`` was given (a verify runner's knows its tokens per
+        request), else by this backend's phase (decode: one token a request; prefill or no phase: tokens)."""
+        descriptor = self.descriptors.get(shape)
+        if descriptor is not None:
+            return descriptor
+        if self.phase is Phase.DECODE:
+            return ShapeDescriptor.decode(shape)
+        return ShapeDescriptor.prefill(shape)
 
     def ensure_pool(self) -> GraphPool:
         """The pool this backend captures into, made on first use (on the process-wide handle, if shared)."""
@@ -225,8 +253,7 @@ class BaseCudaGraphBackend(abc.ABC):
             with self.capture_session():
                 yield
         finally:
-            for entry in self.entries.values():
-                entry.release()
+            release_entries(self.entries)
             self.pool.release()
             self.pool, self.entries = kept_pool, kept_entries
             torch.cuda.synchronize(self.device)
@@ -319,9 +346,7 @@ class BaseCudaGraphBackend(abc.ABC):
 
         A later capture session starts a new pool (on the same capture stream).
         """
-        for entry in self.entries.values():
-            entry.release()
-        self.entries.clear()
+        release_entries(self.entries)
         if self.pool is not None:
             self.pool.release()
         self.pool = None

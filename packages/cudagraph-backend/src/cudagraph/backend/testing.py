@@ -23,7 +23,7 @@ out-of-memory error, as the real backends report one.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +31,19 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from cudagraph.backend_utils import CaptureOptions, EagerCall, MemoryReading, break_options, model_capture_mode
+from cudagraph.backend_utils import (
+    CaptureOptions,
+    EagerCall,
+    MemoryReading,
+    ShapeDescriptor,
+    break_options,
+    model_capture_mode,
+)
 from cudagraph.config import Backend
 
-from .base import GraphEntry
+from .base import GraphEntry, release_entries
 from .compile_forward import CompileStats
+from .entry_inputs import EntryInputs
 from .errors import CUDA_GRAPH_CAPTURE_FAILED_HINT, CudaGraphCaptureError
 
 _aten = torch.ops.aten
@@ -185,6 +193,8 @@ class CpuReplayBackend:
         self.probed: list[int] = []
         self.replayed: list[int] = []
         self.prepared = 0
+        self.prepared_forward: Callable[..., Any] | None = None
+        self.descriptors: dict[int, ShapeDescriptor] = {}
         self.cleaned = 0
         self.compile_stats: CompileStats | None = None
         """Nothing is compiled here (the contract's attribute, for runners that report compile costs)."""
@@ -194,9 +204,12 @@ class CpuReplayBackend:
         self._outer: list[tuple[_SimulatedPool, dict[int, GraphEntry]]] = []
         self._peak = 0
 
-    def prepare(self, runner: object) -> None:
-        """Count the call (a real backend may compile the model here)."""
+    def prepare(self, model_forward: Callable[..., Any] | None, entries: Mapping[int, EntryInputs]) -> None:
+        """Count the call and keep the entries' descriptors, as a real backend does (one may compile the model
+        here); ``descriptors`` and ``prepared_forward`` hold what it was given."""
         self.prepared += 1
+        self.prepared_forward = model_forward
+        self.descriptors = {shape: inputs.descriptor for shape, inputs in entries.items()}
 
     @contextlib.contextmanager
     def capture_session(self, stream: object = None) -> Iterator[None]:
@@ -220,8 +233,7 @@ class CpuReplayBackend:
             with self.capture_session():
                 yield
         finally:
-            for entry in self.entries.values():
-                entry.release()
+            release_entries(self.entries)
             self._in_scratch = False
             self._pool, self.entries = self._outer.pop()
 
@@ -364,9 +376,7 @@ class CpuReplayBackend:
 
     def cleanup(self) -> None:
         """Forget every shape and release the pool."""
-        for entry in self.entries.values():
-            entry.release()
-        self.entries.clear()
+        release_entries(self.entries)
         self._pool = _SimulatedPool()
         self.cleaned += 1
 

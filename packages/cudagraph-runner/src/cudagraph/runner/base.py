@@ -28,8 +28,15 @@ from typing import Any, ClassVar
 import torch
 from tqdm import tqdm
 
-from cudagraph.backend import BaseCudaGraphBackend, ModelTraceError, make_backend, warmups_needed
-from cudagraph.backend_utils import CaptureOptions, ForwardContext, ForwardContextScope, MemoryReading, freeze_gc
+from cudagraph.backend import BaseCudaGraphBackend, EntryInputs, ModelTraceError, make_backend, warmups_needed
+from cudagraph.backend_utils import (
+    CaptureOptions,
+    ForwardContext,
+    ForwardContextScope,
+    MemoryReading,
+    ShapeDescriptor,
+    freeze_gc,
+)
 from cudagraph.config import ConfigError, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
 
 from .agreement import agreed_plan, agreement_of
@@ -211,6 +218,23 @@ class BaseCudaGraphRunner(abc.ABC):
             scope = _NO_CONTEXT if self._replay_reads_no_context() else ForwardContextScope(context)
             self.static_buckets[bucket] = StaticBucket(batch, context, scope)
 
+    @abc.abstractmethod
+    def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
+        """The shape the graph of ``bucket`` serves (what the backend keys and dispatches its capture by)."""
+
+    def _entry_inputs(self) -> dict[int, EntryInputs]:
+        """What the backend is built with for each bucket: its descriptor, its static batch's token inputs, and one
+        whole step on that batch (``prepare``'s entries)."""
+        forward = self.model_runner.forward
+        return {
+            bucket: EntryInputs(
+                self.shape_descriptor(bucket),
+                (static.batch.input_ids, static.batch.positions),
+                functools.partial(forward, static.batch),
+            )
+            for bucket, static in self.static_buckets.items()
+        }
+
     def _replay_reads_no_context(self) -> bool:
         """Whether no forward context needs setting around a replay (the graph computes attention metadata inside)."""
         return False
@@ -370,7 +394,9 @@ class BaseCudaGraphRunner(abc.ABC):
         if self._backend_prepared:
             return True
         try:
-            self.backend.prepare(self)
+            # The traceable part of the host's forward, for a backend that compiles it (optional for the others).
+            model_forward = getattr(self.model_runner, "model_forward", None)
+            self.backend.prepare(model_forward, self._entry_inputs())
         except ModelTraceError as error:
             # A model the compiler cannot trace still runs: this phase falls back to eager, said once, plainly.
             self.eager_reason = f"the model does not trace for {self.backend_name}: {error}"
