@@ -10,7 +10,7 @@ from runner_helpers import captured_runner, decode_batch, graph_config, make_mod
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.backend_utils import CaptureOptions
-from cudagraph.config import Backend, ConfigError, CudaGraphConfig, PhaseConfig
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, DecodeCudaGraphRunner, ForwardBatch, ForwardMode
 
 
@@ -120,11 +120,13 @@ def test_not_captured_runner_cannot_run_and_recapture_after_shutdown_works(model
     torch.testing.assert_close(runner.replay(batch), first)
 
 
-def test_a_disabled_phase_cannot_get_a_runner(model_runner) -> None:
+def test_a_runner_for_a_disabled_phase_is_a_caller_bug_not_a_second_decision(model_runner) -> None:
+    """The config decides that a phase runs eagerly; a runner asserts it was not made for one (no message of its
+    own for users: they read the config's)."""
     config = CudaGraphConfig(
         decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.BREAKABLE, (16,), 16)
     )
-    with pytest.raises(ConfigError, match="decode CUDA graphs are disabled"):
+    with pytest.raises(AssertionError, match="a decode runner for a phase the config does not graph"):
         DecodeCudaGraphRunner(model_runner, config, backend=CpuReplayBackend())
 
 

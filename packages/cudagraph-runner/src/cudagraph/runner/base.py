@@ -37,7 +37,7 @@ from cudagraph.backend_utils import (
     ShapeDescriptor,
     freeze_gc,
 )
-from cudagraph.config import ConfigError, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
+from cudagraph.config import CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
 
 from .agreement import agreed_plan, agreement_of
 from .capture_loop import CaptureLoop, out_of_memory_guarded
@@ -138,12 +138,9 @@ class BaseCudaGraphRunner(abc.ABC):
     ) -> None:
         phase_config: PhaseConfig = config.for_phase(self.phase)
         buckets = tuple(bucket for bucket in phase_config.buckets if bucket <= phase_config.max_size)
-        if not phase_config.enabled or not buckets:
-            raise ConfigError(
-                f"{self.phase} CUDA graphs are disabled in this config (backend {phase_config.backend}, "
-                f"buckets {list(phase_config.buckets)}, max size {phase_config.max_size}); run {self.phase} eagerly "
-                f"instead of creating a runner"
-            )
+        # The config decided whether this phase is graphed (``PhaseConfig.enabled``, with its buckets) and said why
+        # not where it resolved; a runner is made only for a phase it enabled.
+        assert phase_config.enabled and buckets, f"a {self.phase} runner for a phase the config does not graph"
         self.model_runner = model_runner
         self.config = config
         self.buckets: tuple[int, ...] = buckets
@@ -268,9 +265,10 @@ class BaseCudaGraphRunner(abc.ABC):
         return self.route(batch).bucket is not None
 
     def replay(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits of ``batch`` sliced to its real rows (eager forward when ``can_run`` is false): routed, then
-        ``replay_routed``."""
-        return self.replay_routed(batch, self.route(batch))
+        """Logits of ``batch`` sliced to its real rows (eager forward when ``can_run`` is false): routed (unless it
+        carries the route this runner gave for it, ``ForwardBatch.route``), then ``replay_routed``."""
+        route = batch.route
+        return self.replay_routed(batch, route if route is not None else self.route(batch))
 
     # -- routing ----------------------------------------------------------------------------------------------------
 

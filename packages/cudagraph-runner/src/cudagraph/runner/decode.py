@@ -28,6 +28,7 @@ from .protocols import ModelRunnerLike
 from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
 from .static_buffers import DECODE_FIELDS, StaticInputs
+from .step_inputs import StepInputs
 
 _DECODE = ForwardMode.DECODE
 _IDLE = ForwardMode.IDLE
@@ -168,10 +169,17 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             batch = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=batch_size, seq_lens_sum=total, **fields)
             logits = runner.replay(batch)
         """
+        return self.step_inputs(batch_size).views
+
+    def step_inputs(self, batch_size: int) -> StepInputs:
+        """The route of a step of ``batch_size`` requests in this runner's mode (what ``route`` gives its batch), and
+        its ``input_views``: one lookup, made before the batch is built; build the batch with ``route`` set to it
+        and ``replay`` takes it as given (``cudagraph.runner.step_inputs``)."""
         routes = self._routes_by_size
-        if batch_size < 1 or batch_size >= len(routes) or routes[batch_size].bucket is None:
-            return None
-        return self.inputs.views(batch_size * self.query_len, batch_size)
+        route = routes[batch_size] if 0 <= batch_size < len(routes) else self._route_beyond
+        if batch_size < 1 or route.bucket is None:
+            return StepInputs(route, None)
+        return StepInputs(route, self.inputs.views(batch_size * self.query_len, batch_size))
 
     def bucket_of(self, batch: ForwardBatch) -> int | None:
         """The bucket ``batch`` replays, or ``None`` when it must run eagerly."""
