@@ -12,7 +12,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import torch
 
@@ -82,6 +82,16 @@ class GraphEntry:
         self.graph = None
         self.replay = _nothing_to_replay
         self.output = None
+
+
+class BackendArgs(TypedDict, total=False):
+    """The keyword arguments of every backend (``BaseCudaGraphBackend``'s), which a subclass takes and passes on
+    whole (``**common: Unpack[BackendArgs]``)."""
+
+    phase: Phase | str | None
+    options: CaptureOptions | None
+    pool: GraphPool | None
+    share_global_pool: bool
 
 
 def release_entries(entries: dict[int, GraphEntry]) -> None:

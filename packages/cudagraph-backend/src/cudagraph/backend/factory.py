@@ -10,7 +10,7 @@ import torch
 from cudagraph.backend_utils import CaptureOptions, GraphPool
 from cudagraph.config import ALLOWED_BACKENDS_PER_PHASE, Backend, Phase, backend_for_phase, read_phase
 
-from .base import BaseCudaGraphBackend
+from .base import BackendArgs, BaseCudaGraphBackend
 from .breakable import BreakableCudaGraphBackend
 from .errors import BackendUnavailableError
 from .full import FullCudaGraphBackend
@@ -83,25 +83,15 @@ def make_backend(
             f"the {backend} CUDA-graph backend is not available yet in this release of cudagraph-backend; "
             f"for the {phase} phase use {available} instead, or disable its graphs"
         )
+    common = BackendArgs(phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
     if backend_class is TcPiecewiseCudaGraphBackend:
         return TcPiecewiseCudaGraphBackend(
             device,
-            phase=phase,
-            options=options,
-            pool=pool,
-            share_global_pool=share_global_pool,
             compiler=tc_piecewise_compiler or "eager",
             compile_mode=compile_mode,
             compile_cache_dir=compile_cache_dir,
+            **common,
         )
     if backend_class is FullCudaGraphBackend:
-        return FullCudaGraphBackend(
-            device,
-            phase=phase,
-            options=options,
-            pool=pool,
-            share_global_pool=share_global_pool,
-            compile_max_shape=compile_max_shape,
-            compile_mode=compile_mode,
-        )
-    return backend_class(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
+        return FullCudaGraphBackend(device, compile_max_shape=compile_max_shape, compile_mode=compile_mode, **common)
+    return backend_class(device, **common)

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cudagraph.backend_utils import CaptureOptions, GraphPool, graph_replay_fn, use_compiled_model_forward
-from cudagraph.config import Backend, Phase, read_torch_compile_mode
+from cudagraph.backend_utils import GraphPool, graph_replay_fn, use_compiled_model_forward
+from cudagraph.config import Backend, read_torch_compile_mode
 
-from .base import BaseCudaGraphBackend, GraphEntry, _nothing_to_replay
+from .base import BackendArgs, BaseCudaGraphBackend, GraphEntry, _nothing_to_replay
 from .compile_forward import CompileStats, compile_model_forward, counting_inductor
 from .entry_inputs import EntryInputs, entry_to_trace
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
 
@@ -47,16 +50,13 @@ class FullCudaGraphBackend(BaseCudaGraphBackend):
         self,
         device: torch.device | str | int | None = None,
         *,
-        phase: Phase | str | None = None,
-        options: CaptureOptions | None = None,
-        pool: GraphPool | None = None,
-        share_global_pool: bool = True,
         compile_max_shape: int = 0,
         compile_mode: str | None = None,
+        **common: Unpack[BackendArgs],
     ) -> None:
         if compile_mode is not None:  # bad input fails on any machine, before the device check
             read_torch_compile_mode("compile_mode", compile_mode)
-        super().__init__(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
+        super().__init__(device, **common)
         if compile_max_shape < 0:
             raise ValueError(f"compile_max_shape must be 0 (off) or a positive shape, not {compile_max_shape}")
         self.compile_max_shape = compile_max_shape

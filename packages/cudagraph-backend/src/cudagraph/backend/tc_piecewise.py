@@ -27,13 +27,12 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.fx
 
 from cudagraph.backend_utils import (
-    CaptureOptions,
     GraphDispatch,
     GraphMode,
     GraphPool,
@@ -41,9 +40,9 @@ from cudagraph.backend_utils import (
     enable_tc_piecewise_cuda_graph,
     graph_dispatch,
 )
-from cudagraph.config import Backend, Phase, read_torch_compile_mode
+from cudagraph.config import Backend, read_torch_compile_mode
 
-from .base import BaseCudaGraphBackend, GraphEntry
+from .base import BackendArgs, BaseCudaGraphBackend, GraphEntry
 from .compile_forward import ModelTraceError, compile_model_forward
 from .entry_inputs import EntryInputs, entry_to_trace
 from .piecewise import (
@@ -61,6 +60,9 @@ from .piecewise import (
     split_at_split_ops,
     split_graph,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
 
@@ -98,17 +100,14 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         self,
         device: torch.device | str | int | None = None,
         *,
-        phase: Phase | str | None = None,
-        options: CaptureOptions | None = None,
-        pool: GraphPool | None = None,
-        share_global_pool: bool = True,
         compiler: str = "eager",
         compile_mode: str | None = None,
         compile_cache_dir: str | os.PathLike[str] | None = None,
+        **common: Unpack[BackendArgs],
     ) -> None:
         if compile_mode is not None:  # bad input fails on any machine, before the device check
             read_torch_compile_mode("compile_mode", compile_mode)
-        super().__init__(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
+        super().__init__(device, **common)
         self.recordings = Recordings()
         """The shapes being captured now (what the wrappers record into)."""
         self.compiler = PiecewiseCompiler(
