@@ -168,7 +168,7 @@ def test_breakable_replay_is_one_segment_more_than_attention_breaks(model_runner
     runner, backend = captured_runner(model_runner, backend_kind=Backend.BREAKABLE)
     layers = model_runner.shape.num_layers
     for bucket in runner.buckets:
-        tape = backend.entries[bucket].graph
+        tape = backend.entry(bucket).graph
         assert (tape.num_segments, tape.num_eager_calls) == (layers + 1, layers)
 
 

@@ -37,6 +37,9 @@ def test_a_decode_runner_gives_each_bucket_its_descriptor_and_static_inputs(quer
         batch = runner.static_buckets[bucket].batch
         assert entry.token_inputs[0] is batch.input_ids and entry.token_inputs[1] is batch.positions
         assert entry.tokens == bucket * query_len == entry.token_inputs[0].shape[0]
+    # The backend keys what it captured by those descriptors.
+    assert set(backend.entries) == {ShapeDescriptor.uniform(bucket, query_len) for bucket in runner.buckets}
+    assert backend.shapes == runner.buckets and backend.entry(runner.max_size).shape == runner.max_size
     largest = backend.given[runner.max_size]
     torch.testing.assert_close(largest.run_step(), model_runner.forward(runner.static_buckets[runner.max_size].batch))
 

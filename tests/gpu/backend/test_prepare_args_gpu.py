@@ -50,6 +50,7 @@ def test_full_with_compiled_small_shapes_is_prepared_from_its_arguments_alone() 
         with backend.capture_session():
             for n in sorted(SHAPES, reverse=True):
                 backend.capture_one(n, entries[n].run_step)
+        assert set(backend.entries) == {ShapeDescriptor.decode(n) for n in SHAPES} and backend.shapes == SHAPES
         input_ids.copy_(torch.arange(8, device=device).flip(0) * 5)  # new values in the entries' static inputs
         for n in SHAPES:
             replayed = backend.replay(n).clone()

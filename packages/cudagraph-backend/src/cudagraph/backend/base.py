@@ -94,7 +94,7 @@ class BackendArgs(TypedDict, total=False):
     share_global_pool: bool
 
 
-def release_entries(entries: dict[int, GraphEntry]) -> None:
+def release_entries(entries: dict[ShapeDescriptor, GraphEntry]) -> None:
     """Free the graph of every entry in ``entries`` and empty it (the end of a scratch session, or a cleanup)."""
     for entry in entries.values():
         entry.release()
@@ -132,8 +132,8 @@ class BaseCudaGraphBackend(abc.ABC):
         self.options = options if options is not None else CaptureOptions()
         self.pool: GraphPool | None = pool
         self.share_global_pool = share_global_pool
-        self.entries: dict[int, GraphEntry] = {}
-        """Per-shape capture state, keyed by shape."""
+        self.entries: dict[ShapeDescriptor, GraphEntry] = {}
+        """Per-shape capture state, keyed by the shape's ``ShapeDescriptor`` (``descriptor(shape)``)."""
         self.capture_stream: torch.cuda.Stream | None = None
         self._session_stream: torch.cuda.Stream | None = None
         self.compile_stats: CompileStats | None = None
@@ -225,7 +225,7 @@ class BaseCudaGraphBackend(abc.ABC):
             entry.output = weak_ref_tensors(entry.output)
         if self.options.debug:
             entry.input_addresses = tuple(tensor.data_ptr() for tensor in static_inputs)
-        self.entries[shape] = entry
+        self.entries[self.descriptor(shape)] = entry
         return entry.output
 
     def _forward_for_shape(self, shape: int, forward_fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -299,15 +299,16 @@ class BaseCudaGraphBackend(abc.ABC):
 
     def has_shape(self, shape: int) -> bool:
         """Whether ``shape`` has been captured."""
-        return shape in self.entries
+        return self.descriptor(shape) in self.entries
 
     @property
     def shapes(self) -> tuple[int, ...]:
         """Captured shapes, ascending."""
-        return tuple(sorted(self.entries))
+        return tuple(sorted(entry.shape for entry in self.entries.values()))
 
-    def _entry(self, shape: int) -> GraphEntry:
-        entry = self.entries.get(shape)
+    def entry(self, shape: int) -> GraphEntry:
+        """What was captured for ``shape`` (a ``KeyError`` naming the captured shapes if it was not)."""
+        entry = self.entries.get(self.descriptor(shape))
         if entry is None:
             raise KeyError(
                 f"shape {shape} was not captured by this {self.backend} backend; captured: {list(self.shapes)}"
@@ -320,7 +321,7 @@ class BaseCudaGraphBackend(abc.ABC):
         In debug mode, ``static_inputs`` (the tensors passed at capture) are checked to still be at their
         capture-time addresses.
         """
-        entry = self._entry(shape)
+        entry = self.entry(shape)
         if self.options.debug and static_inputs is not None:
             entry.check_input_addresses(static_inputs)
         entry.replay()
@@ -328,16 +329,18 @@ class BaseCudaGraphBackend(abc.ABC):
 
     def replay_fn(self, shape: int) -> Callable[[], Any]:
         """A zero-argument callable doing what ``runtime_session`` plus ``replay(shape)`` do, bound once for a
-        runner's hot path: it returns the step's output, and does no lookups when the backend needs no runtime
-        session (full, breakable). Valid until ``shape`` is captured again, discarded or cleaned up."""
-        entry = self._entry(shape)
+        runner's hot path: it returns the step's output and does no lookups (a backend with a runtime session,
+        tc_piecewise, enters it around the bound replay). Valid until ``shape`` is captured again, discarded or cleaned
+        up."""
+        entry = self.entry(shape)
         if type(self).runtime_session is not BaseCudaGraphBackend.runtime_session:
-            return functools.partial(self._replay_in_session, shape)
+            return functools.partial(self._replay_in_session, entry)
         return functools.partial(_replay_then_return, entry.replay, entry.output)
 
-    def _replay_in_session(self, shape: int) -> Any:
+    def _replay_in_session(self, entry: GraphEntry) -> Any:
         with self.runtime_session():
-            return self.replay(shape)
+            entry.replay()
+            return entry.output
 
     def runtime_session(self) -> contextlib.AbstractContextManager[None]:
         """Context manager around one step of replays (full and breakable need none; tc_piecewise sets its flag)."""
@@ -347,7 +350,7 @@ class BaseCudaGraphBackend(abc.ABC):
 
     def discard(self, shape: int) -> None:
         """Free the graph of ``shape`` if it was captured."""
-        entry = self.entries.pop(shape, None)
+        entry = self.entries.pop(self.descriptor(shape), None)
         if entry is not None:
             entry.release()
 

@@ -130,13 +130,13 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
 
     def sequence(self, shape: int) -> ShapeSequence:
         """What a replay of ``shape`` runs (a ``KeyError`` naming the captured shapes if it was not captured)."""
-        graph = self._entry(shape).graph
+        graph = self.entry(shape).graph
         assert isinstance(graph, ShapeSequence)
         return graph
 
     def bound_split_calls(self, shape: int) -> int:
         """How many split-op calls of ``shape`` replay their op's pre-bound kernel call (the rest replay the op)."""
-        return self.sequence(shape).bound_split_calls if shape in self.entries else 0
+        return self.sequence(shape).bound_split_calls if self.has_shape(shape) else 0
 
     # -- compile ----------------------------------------------------------------------------------------------------
 

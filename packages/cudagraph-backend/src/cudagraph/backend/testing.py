@@ -188,7 +188,8 @@ class CpuReplayBackend:
         self.options = options if options is not None else CaptureOptions()
         self.memory = memory
         self.out_of_memory_shapes = frozenset(out_of_memory_shapes)
-        self.entries: dict[int, GraphEntry] = {}
+        self.entries: dict[ShapeDescriptor, GraphEntry] = {}
+        """Per-shape state keyed by ``descriptor(shape)``, as a real backend keys it."""
         self.captured_order: list[int] = []
         self.probed: list[int] = []
         self.replayed: list[int] = []
@@ -201,7 +202,7 @@ class CpuReplayBackend:
         self._in_session = False
         self._in_scratch = False
         self._pool = _SimulatedPool()
-        self._outer: list[tuple[_SimulatedPool, dict[int, GraphEntry]]] = []
+        self._outer: list[tuple[_SimulatedPool, dict[ShapeDescriptor, GraphEntry]]] = []
         self._peak = 0
 
     def prepare(self, model_forward: Callable[..., Any] | None, entries: Mapping[int, EntryInputs]) -> None:
@@ -272,7 +273,7 @@ class CpuReplayBackend:
             entry = GraphEntry(shape, tape, tape.replay, output)
         if self.options.debug:
             entry.input_addresses = tuple(tensor.data_ptr() for tensor in static_inputs)
-        self.entries[shape] = entry
+        self.entries[self.descriptor(shape)] = entry
         (self.probed if self._in_scratch else self.captured_order).append(shape)
         return output
 
@@ -281,13 +282,17 @@ class CpuReplayBackend:
         if memory is None:
             return 0
         pools = [self._pool, *(pool for pool, _ in self._outer)]
-        graphs = [*self.entries, *(shape for _, entries in self._outer for shape in entries)]
+        graphs = self._graph_shapes()
         return sum(pool.bytes for pool in pools) + sum(memory.graph(shape) for shape in graphs)
 
     def _kept_bytes(self) -> int:
         memory = self.memory
-        graphs = [*self.entries, *(shape for _, entries in self._outer for shape in entries)]
-        return sum(memory.graph(shape) for shape in graphs) if memory is not None else 0
+        return sum(memory.graph(shape) for shape in self._graph_shapes()) if memory is not None else 0
+
+    def _graph_shapes(self) -> list[int]:
+        """The shape of every graph kept, in this session's entries and the sessions around it."""
+        kept = [self.entries, *(entries for _, entries in self._outer)]
+        return [entry.shape for entries in kept for entry in entries.values()]
 
     def _run_forward(self, shape: int) -> None:
         """Account for one eager forward of ``shape`` (its activations live at once, then freed)."""
@@ -312,14 +317,24 @@ class CpuReplayBackend:
         self._peak = max(self._peak, self._kept_bytes() + memory.activation(shape))
         self._pool.bytes += growth
 
+    def descriptor(self, shape: int) -> ShapeDescriptor:
+        """The descriptor ``prepare`` was given for ``shape``, else one of ``shape`` tokens (the double has no
+        phase)."""
+        descriptor = self.descriptors.get(shape)
+        return descriptor if descriptor is not None else ShapeDescriptor.prefill(shape)
+
+    def entry(self, shape: int) -> GraphEntry:
+        """What was captured for ``shape`` (a ``KeyError`` if it was not)."""
+        return self.entries[self.descriptor(shape)]
+
     @property
     def shapes(self) -> tuple[int, ...]:
         """Captured shapes, ascending."""
-        return tuple(sorted(self.entries))
+        return tuple(sorted(entry.shape for entry in self.entries.values()))
 
     def discard(self, shape: int) -> None:
         """Free the graph of ``shape`` if it was captured (its pool memory stays with the pool)."""
-        entry = self.entries.pop(shape, None)
+        entry = self.entries.pop(self.descriptor(shape), None)
         if entry is not None:
             entry.release()
 
@@ -331,11 +346,11 @@ class CpuReplayBackend:
 
     def has_shape(self, shape: int) -> bool:
         """Whether ``shape`` has been captured."""
-        return shape in self.entries
+        return self.descriptor(shape) in self.entries
 
     def replay(self, shape: int, *, static_inputs: Sequence[torch.Tensor] | None = None) -> Any:
         """Replay ``shape`` (checking static input addresses in debug mode) and return its static output."""
-        entry = self.entries[shape]
+        entry = self.entry(shape)
         if self.options.debug and static_inputs is not None:
             entry.check_input_addresses(static_inputs)
         entry.replay()
@@ -344,7 +359,7 @@ class CpuReplayBackend:
 
     def replay_fn(self, shape: int) -> Callable[[], Any]:
         """``replay(shape)`` bound once, as a real backend binds it for a runner's hot path."""
-        entry = self.entries[shape]
+        entry = self.entry(shape)
         replayed = self.replayed
 
         def replay() -> Any:
