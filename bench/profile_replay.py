@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
         batch = synthetic_decode_batch(model_runner, args.batch_size, 128, seed=1)
         try:
             backend = runner.backend
-            entry = backend.entries[args.batch_size]
+            entry = backend.entry(args.batch_size)
             sequence = entry.graph
             figures: dict[str, object] = {"row": name, "kernels": type(model_runner.kernels).__name__}
             if hasattr(sequence, "launches"):

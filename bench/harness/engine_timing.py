@@ -357,7 +357,7 @@ def measure_host_costs(
                 _step_of("breakable", model_runner, batch, runners), model_runner.device, repeats=repeats
             )
             bucket = breakable.pad_to_bucket(batch_size)
-            breaks = breakable.backend.entries[bucket].graph.num_eager_calls if bucket is not None else 0
+            breaks = breakable.backend.entry(bucket).graph.num_eager_calls if bucket is not None else 0
             waited = raw_waited or full_waited or in_place_waited or breakable_waited
             costs.append(HostCost(batch_size, raw_us, full_us, in_place_us, breakable_us, breaks, waited))
             release_synthetic_batch(model_runner, batch, context_len)

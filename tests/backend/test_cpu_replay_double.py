@@ -47,7 +47,7 @@ def test_segments_replay_on_new_inputs_and_breaks_read_their_state_at_replay() -
         return h.sin()
 
     backend = capture(forward)
-    tape = backend.entries[4].graph
+    tape = backend.entry(4).graph
     assert (tape.num_segments, tape.num_eager_calls) == (2, 1)
     static_x.copy_(torch.arange(4.0))
     scale["value"], OFFSET["value"] = 100.0, 5.0

@@ -35,8 +35,9 @@ def test_unknown_names_are_config_errors_naming_the_value_and_the_allowed_ones(
 
 
 @pytest.mark.parametrize("phase", list(Phase))
-def test_disabled_is_a_config_error_not_a_backend(phase: Phase) -> None:
-    with pytest.raises(ConfigError, match="runs eagerly"):
+def test_disabled_is_the_configs_decision_not_a_backend(phase: Phase) -> None:
+    """``make_backend`` asserts what the config guarantees: nobody asks for the backend of a phase it disabled."""
+    with pytest.raises(AssertionError, match="runs eagerly"):
         make_backend(phase, "disabled", "cuda")
 
 

@@ -10,7 +10,7 @@ from runner_helpers import captured_runner, decode_batch, graph_config, make_mod
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.backend_utils import CaptureOptions
-from cudagraph.config import Backend, ConfigError, CudaGraphConfig, PhaseConfig
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.runner import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, DecodeCudaGraphRunner, ForwardBatch, ForwardMode
 
 
@@ -120,11 +120,13 @@ def test_not_captured_runner_cannot_run_and_recapture_after_shutdown_works(model
     torch.testing.assert_close(runner.replay(batch), first)
 
 
-def test_a_disabled_phase_cannot_get_a_runner(model_runner) -> None:
+def test_a_runner_for_a_disabled_phase_is_a_caller_bug_not_a_second_decision(model_runner) -> None:
+    """The config decides that a phase runs eagerly; a runner asserts it was not made for one (no message of its
+    own for users: they read the config's)."""
     config = CudaGraphConfig(
         decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.BREAKABLE, (16,), 16)
     )
-    with pytest.raises(ConfigError, match="decode CUDA graphs are disabled"):
+    with pytest.raises(AssertionError, match="a decode runner for a phase the config does not graph"):
         DecodeCudaGraphRunner(model_runner, config, backend=CpuReplayBackend())
 
 
@@ -166,7 +168,7 @@ def test_breakable_replay_is_one_segment_more_than_attention_breaks(model_runner
     runner, backend = captured_runner(model_runner, backend_kind=Backend.BREAKABLE)
     layers = model_runner.shape.num_layers
     for bucket in runner.buckets:
-        tape = backend.entries[bucket].graph
+        tape = backend.entry(bucket).graph
         assert (tape.num_segments, tape.num_eager_calls) == (layers + 1, layers)
 
 
@@ -212,7 +214,7 @@ def test_a_model_that_does_not_trace_falls_back_to_eager_with_one_warning(model_
     from cudagraph.backend import ModelTraceError
 
     class UntraceableBackend(CpuReplayBackend):
-        def prepare(self, runner) -> None:
+        def prepare(self, model_forward, entries) -> None:
             raise ModelTraceError("model_forward (model.py:12): graph break: Tensor.item()")
 
     runner = DecodeCudaGraphRunner(

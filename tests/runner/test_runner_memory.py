@@ -171,7 +171,7 @@ def test_a_model_that_does_not_trace_is_not_estimated_and_falls_back_to_eager(ca
     from cudagraph.backend import ModelTraceError
 
     class UntraceableBackend(CpuReplayBackend):
-        def prepare(self, runner) -> None:
+        def prepare(self, model_forward, entries) -> None:
             raise ModelTraceError("model_forward (model.py:12): graph break")
 
     model_runner = make_model_runner(config=decode_config())
@@ -251,7 +251,7 @@ def test_when_the_estimate_falls_short_the_running_capture_still_keeps_the_budge
     released = [b for b, reason in runner.skipped_buckets.items() if "released" in reason or "more needed" in reason]
     assert released, runner.skipped_buckets
     assert set(runner.captured_buckets) | set(runner.skipped_buckets) == set(DECODE_BUCKETS)
-    assert sorted(backend.entries) == list(runner.captured_buckets)
+    assert list(backend.shapes) == list(runner.captured_buckets)
     for bucket in runner.skipped_buckets:
         assert runner.static_buckets[bucket].replay is None
 
@@ -265,7 +265,7 @@ def test_an_out_of_memory_mid_capture_keeps_the_larger_graphs_and_skips_the_rest
     runner, backend = decode_runner(model_runner, kind=kind, out_of_memory_shapes=(4,))
     with caplog.at_level(logging.WARNING, logger="cudagraph.runner"):
         stats = runner.capture()  # never raises
-    assert runner.captured_buckets == (8, 12, 16) and sorted(backend.entries) == [8, 12, 16]
+    assert runner.captured_buckets == (8, 12, 16) and list(backend.shapes) == [8, 12, 16]
     assert runner.skipped_buckets == {
         1: "not tried after CUDA ran out of memory capturing 4",
         2: "not tried after CUDA ran out of memory capturing 4",
@@ -288,7 +288,7 @@ def test_a_device_too_small_for_every_graph_captures_what_fits_and_never_raises(
     runner, backend = decode_runner(model_runner, memory=memory)
     stats = runner.capture()
     assert runner.captured_buckets and runner.skipped_buckets
-    assert sorted(backend.entries) == list(runner.captured_buckets)
+    assert list(backend.shapes) == list(runner.captured_buckets)
     assert stats.bytes <= memory.total_bytes
     assert "CUDA out of memory while capturing" in runner.skipped_buckets.values()
 

@@ -168,7 +168,7 @@ def test_a_runner_that_fell_back_to_eager_routes_every_step_there() -> None:
     from cudagraph.backend import ModelTraceError
 
     class UntraceableBackend(CpuReplayBackend):
-        def prepare(self, runner: object) -> None:
+        def prepare(self, model_forward: object, entries: object) -> None:
             raise ModelTraceError("graph break")
 
     config = CudaGraphConfig(decode=PhaseConfig(Backend.FULL, (1, 2), 2), prefill=DISABLED)

@@ -39,7 +39,7 @@ def test_replay_equals_eager_at_several_shapes(tiny_llama: TinyLlama, backend_na
     capture(backend, harness, SHAPES)
     assert backend.shapes == tuple(sorted(SHAPES))
     if backend_name == "breakable":
-        graph = backend.entries[1].graph
+        graph = backend.entry(1).graph
         assert isinstance(graph, BreakableCUDAGraph)
         assert (graph.num_segments, graph.num_eager_calls) == (tiny_llama.layers + 1, tiny_llama.layers)
     worst = {}

@@ -25,7 +25,7 @@ def test_a_scratch_session_frees_what_it_captured_and_leaves_the_kept_graphs_alo
     try:
         with backend.capture_session():
             backend.capture_one(8, harness.forward_fn(8))
-        kept = backend.entries[8]
+        kept = backend.entry(8)
         before = read_device_memory()
         with backend.scratch_session():
             backend.warm_up(16, harness.forward_fn(16))
@@ -40,7 +40,7 @@ def test_a_scratch_session_frees_what_it_captured_and_leaves_the_kept_graphs_alo
         )
         assert during.reserved_bytes > before.reserved_bytes, "the scratch captures took memory of their own"
         assert (after.reserved_bytes, after.allocated_bytes) == (before.reserved_bytes, before.allocated_bytes)
-        assert backend.shapes == (8,) and backend.entries[8] is kept
+        assert backend.shapes == (8,) and backend.entry(8) is kept
         ids, positions = harness.random_step(8)
         torch.testing.assert_close(harness.replay(backend, ids, positions), harness.eager(ids, positions))
         backend.discard(8)

@@ -66,7 +66,7 @@ def test_breakable_replay_calls_bound_breaks_only_and_matches_eager(attention: s
         runner = graphed.decode_cuda_graph_runner
         assert runner is not None
         layers = graphed.shape.num_layers
-        assert all(runner.backend.entries[bucket].graph.num_eager_calls == layers for bucket in BUCKETS)
+        assert all(runner.backend.entry(bucket).graph.num_eager_calls == layers for bucket in BUCKETS)
         for batch_size in (1, 3, 8, 17, 40, 64):
             batch = decode_batch_of_lengths(graphed, context_lens(batch_size, batch_size), seed=batch_size)
             counter = DispatchedOps()

@@ -170,6 +170,10 @@ def test_tc_piecewise_verify_graphs_give_the_greedy_tokens(greedy_tokens) -> Non
         tokens, stats = run(graphed, StepPolicy(drafter=NgramDrafter(3)))
         verify = graphed.verify_cuda_graph_runner
         assert verify is not None and verify.stats.graphs == len(DECODE_BUCKETS)
+        # The backend was given each bucket's descriptor (prepare's entries), not left to guess it from its phase.
+        given = {bucket: verify.backend.descriptor(bucket) for bucket in verify.captured_buckets}
+        assert given == {bucket: verify.shape_descriptor(bucket) for bucket in verify.captured_buckets}
+        assert {descriptor.uniform_query_len for descriptor in given.values()} == {4}
         eager_steps = graphed.verify_cuda_graph_metrics.eager
     assert tokens == greedy_tokens
     assert eager_steps == 0 and stats.verify_steps > 0

@@ -5,6 +5,7 @@
 from .base import BaseCudaGraphBackend, GraphEntry
 from .breakable import BreakableCudaGraphBackend
 from .compile_forward import CompileStats
+from .entry_inputs import EntryInputs
 from .errors import (
     CUDA_GRAPH_CAPTURE_FAILED_HINT,
     TC_PIECEWISE_CUDA_GRAPH_CAPTURE_FAILED_MSG,
@@ -35,6 +36,7 @@ __all__ = [
     "BreakableCudaGraphBackend",
     "CompileStats",
     "CudaGraphCaptureError",
+    "EntryInputs",
     "FullCudaGraphBackend",
     "GraphEntry",
     "ModelTraceError",

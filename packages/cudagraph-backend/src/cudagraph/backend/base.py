@@ -10,9 +10,9 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import torch
 
@@ -20,6 +20,7 @@ from cudagraph.backend_utils import (
     CaptureOptions,
     GraphPool,
     MemoryReading,
+    ShapeDescriptor,
     default_capture_stream,
     model_capture_mode,
     read_device_memory,
@@ -29,6 +30,7 @@ from cudagraph.backend_utils import (
 from cudagraph.config import Backend, Phase
 
 from .compile_forward import CompileStats
+from .entry_inputs import EntryInputs
 from .errors import CUDA_GRAPH_CAPTURE_FAILED_HINT, CudaGraphCaptureError
 
 
@@ -47,7 +49,7 @@ class GraphEntry:
     callable, the static output and, in debug mode, where the static inputs were at capture."""
 
     shape: int
-    """The shape descriptor: the runner's bucket (decode: batch size; prefill: token count)."""
+    """The shape: the runner's bucket (decode: batch size; prefill: token count)."""
     graph: Any
     """A ``torch.cuda.CUDAGraph`` or ``BreakableCUDAGraph`` (``None`` when the forward launched no work)."""
     replay: Callable[[], Any]
@@ -82,6 +84,23 @@ class GraphEntry:
         self.output = None
 
 
+class BackendArgs(TypedDict, total=False):
+    """The keyword arguments of every backend (``BaseCudaGraphBackend``'s), which a subclass takes and passes on
+    whole (``**common: Unpack[BackendArgs]``)."""
+
+    phase: Phase | str | None
+    options: CaptureOptions | None
+    pool: GraphPool | None
+    share_global_pool: bool
+
+
+def release_entries(entries: dict[ShapeDescriptor, GraphEntry]) -> None:
+    """Free the graph of every entry in ``entries`` and empty it (the end of a scratch session, or a cleanup)."""
+    for entry in entries.values():
+        entry.release()
+    entries.clear()
+
+
 class BaseCudaGraphBackend(abc.ABC):
     """Capture and replay of one phase's shapes: warm-ups, capture into a shared pool, replay by shape, cleanup.
 
@@ -113,17 +132,36 @@ class BaseCudaGraphBackend(abc.ABC):
         self.options = options if options is not None else CaptureOptions()
         self.pool: GraphPool | None = pool
         self.share_global_pool = share_global_pool
-        self.entries: dict[int, GraphEntry] = {}
-        """Per-shape capture state, keyed by shape."""
+        self.entries: dict[ShapeDescriptor, GraphEntry] = {}
+        """Per-shape capture state, keyed by the shape's ``ShapeDescriptor`` (``descriptor(shape)``)."""
         self.capture_stream: torch.cuda.Stream | None = None
         self._session_stream: torch.cuda.Stream | None = None
         self.compile_stats: CompileStats | None = None
         """What compiling the model forward cost, for a backend that compiles it (``None`` for one that does not)."""
+        self.descriptors: dict[int, ShapeDescriptor] = {}
+        """The shape descriptor of each shape, as ``prepare`` was given them (empty before it)."""
 
     # -- capture ----------------------------------------------------------------------------------------------------
 
-    def prepare(self, runner: object) -> None:  # noqa: B027 - a hook: full and breakable need nothing here
-        """Called by a runner before its capture loop (tc_piecewise compiles the model here)."""
+    def prepare(self, model_forward: Callable[..., Any] | None, entries: Mapping[int, EntryInputs]) -> None:
+        """Take what this backend graphs, before a runner's capture loop: ``model_forward``, the forward a compiling
+        backend traces (``model_forward(input_ids, positions) -> hidden``; ``None`` when the host has none), and each
+        entry's ``EntryInputs`` by shape (its ``ShapeDescriptor`` and static inputs).
+
+        The base keeps the descriptors (``descriptor``); tc_piecewise, and full with ``compile_max_shape``, compile
+        ``model_forward`` here. Nothing here reads the caller: a backend graphs what it is given.
+        """
+        self.descriptors = {shape: inputs.descriptor for shape, inputs in entries.items()}
+
+    def descriptor(self, shape: int) -> ShapeDescriptor:
+        """The ``ShapeDescriptor`` of ``shape``: the one ``prepare`` was given (a verify runner's knows its tokens per
+        request), else by this backend's phase (decode: one token a request; prefill or no phase: tokens)."""
+        descriptor = self.descriptors.get(shape)
+        if descriptor is not None:
+            return descriptor
+        if self.phase is Phase.DECODE:
+            return ShapeDescriptor.decode(shape)
+        return ShapeDescriptor.prefill(shape)
 
     def ensure_pool(self) -> GraphPool:
         """The pool this backend captures into, made on first use (on the process-wide handle, if shared)."""
@@ -187,7 +225,7 @@ class BaseCudaGraphBackend(abc.ABC):
             entry.output = weak_ref_tensors(entry.output)
         if self.options.debug:
             entry.input_addresses = tuple(tensor.data_ptr() for tensor in static_inputs)
-        self.entries[shape] = entry
+        self.entries[self.descriptor(shape)] = entry
         return entry.output
 
     def _forward_for_shape(self, shape: int, forward_fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -225,8 +263,7 @@ class BaseCudaGraphBackend(abc.ABC):
             with self.capture_session():
                 yield
         finally:
-            for entry in self.entries.values():
-                entry.release()
+            release_entries(self.entries)
             self.pool.release()
             self.pool, self.entries = kept_pool, kept_entries
             torch.cuda.synchronize(self.device)
@@ -262,15 +299,16 @@ class BaseCudaGraphBackend(abc.ABC):
 
     def has_shape(self, shape: int) -> bool:
         """Whether ``shape`` has been captured."""
-        return shape in self.entries
+        return self.descriptor(shape) in self.entries
 
     @property
     def shapes(self) -> tuple[int, ...]:
         """Captured shapes, ascending."""
-        return tuple(sorted(self.entries))
+        return tuple(sorted(entry.shape for entry in self.entries.values()))
 
-    def _entry(self, shape: int) -> GraphEntry:
-        entry = self.entries.get(shape)
+    def entry(self, shape: int) -> GraphEntry:
+        """What was captured for ``shape`` (a ``KeyError`` naming the captured shapes if it was not)."""
+        entry = self.entries.get(self.descriptor(shape))
         if entry is None:
             raise KeyError(
                 f"shape {shape} was not captured by this {self.backend} backend; captured: {list(self.shapes)}"
@@ -283,7 +321,7 @@ class BaseCudaGraphBackend(abc.ABC):
         In debug mode, ``static_inputs`` (the tensors passed at capture) are checked to still be at their
         capture-time addresses.
         """
-        entry = self._entry(shape)
+        entry = self.entry(shape)
         if self.options.debug and static_inputs is not None:
             entry.check_input_addresses(static_inputs)
         entry.replay()
@@ -291,16 +329,18 @@ class BaseCudaGraphBackend(abc.ABC):
 
     def replay_fn(self, shape: int) -> Callable[[], Any]:
         """A zero-argument callable doing what ``runtime_session`` plus ``replay(shape)`` do, bound once for a
-        runner's hot path: it returns the step's output, and does no lookups when the backend needs no runtime
-        session (full, breakable). Valid until ``shape`` is captured again, discarded or cleaned up."""
-        entry = self._entry(shape)
+        runner's hot path: it returns the step's output and does no lookups (a backend with a runtime session,
+        tc_piecewise, enters it around the bound replay). Valid until ``shape`` is captured again, discarded or cleaned
+        up."""
+        entry = self.entry(shape)
         if type(self).runtime_session is not BaseCudaGraphBackend.runtime_session:
-            return functools.partial(self._replay_in_session, shape)
+            return functools.partial(self._replay_in_session, entry)
         return functools.partial(_replay_then_return, entry.replay, entry.output)
 
-    def _replay_in_session(self, shape: int) -> Any:
+    def _replay_in_session(self, entry: GraphEntry) -> Any:
         with self.runtime_session():
-            return self.replay(shape)
+            entry.replay()
+            return entry.output
 
     def runtime_session(self) -> contextlib.AbstractContextManager[None]:
         """Context manager around one step of replays (full and breakable need none; tc_piecewise sets its flag)."""
@@ -310,7 +350,7 @@ class BaseCudaGraphBackend(abc.ABC):
 
     def discard(self, shape: int) -> None:
         """Free the graph of ``shape`` if it was captured."""
-        entry = self.entries.pop(shape, None)
+        entry = self.entries.pop(self.descriptor(shape), None)
         if entry is not None:
             entry.release()
 
@@ -319,9 +359,7 @@ class BaseCudaGraphBackend(abc.ABC):
 
         A later capture session starts a new pool (on the same capture stream).
         """
-        for entry in self.entries.values():
-            entry.release()
-        self.entries.clear()
+        release_entries(self.entries)
         if self.pool is not None:
             self.pool.release()
         self.pool = None

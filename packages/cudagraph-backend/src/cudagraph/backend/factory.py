@@ -8,9 +8,9 @@ from types import MappingProxyType
 import torch
 
 from cudagraph.backend_utils import CaptureOptions, GraphPool
-from cudagraph.config import ALLOWED_BACKENDS_PER_PHASE, Backend, ConfigError, Phase, backend_for_phase, read_phase
+from cudagraph.config import ALLOWED_BACKENDS_PER_PHASE, Backend, Phase, backend_for_phase, read_phase
 
-from .base import BaseCudaGraphBackend
+from .base import BackendArgs, BaseCudaGraphBackend
 from .breakable import BreakableCudaGraphBackend
 from .errors import BackendUnavailableError
 from .full import FullCudaGraphBackend
@@ -62,23 +62,19 @@ def make_backend(
 ) -> BaseCudaGraphBackend:
     """The backend that captures ``phase`` with ``backend`` on ``device``.
 
-    Raises ``ConfigError`` for an unknown phase or backend, a pair the phase does not allow and
-    ``disabled`` (which means: run eagerly, no backend); ``BackendUnavailableError`` for a backend not built in this
-    release; ``CudaGraphsUnavailableError`` on a machine without CUDA. ``options``, ``pool`` and
-    ``share_global_pool`` go to the backend's constructor, ``tc_piecewise_compiler`` (``eager`` or ``inductor``;
-    default ``eager``) to the tc_piecewise backend only, ``compile_max_shape`` (shapes up to it capture an
-    inductor-compiled forward; ``--torch-compile-max-bs``) to the full backend only, and ``compile_mode`` (the
-    ``torch.compile`` mode of whatever inductor compiles, one of ``TORCH_COMPILE_MODES``; ``--torch-compile-mode``)
-    to both of those; ``compile_cache_dir`` (inductor's cache directory) to tc_piecewise.
+    Raises ``ConfigError`` for an unknown phase or backend or a pair the phase does not allow (``disabled``, which means
+    "run eagerly", is the config's decision: never ask for its backend); ``BackendUnavailableError`` for a backend not
+    built in this release; ``CudaGraphsUnavailableError`` on a machine without CUDA. ``options``, ``pool`` and
+    ``share_global_pool`` go to the backend's constructor, ``tc_piecewise_compiler`` (``eager`` or ``inductor``; default
+    ``eager``) to the tc_piecewise backend only, ``compile_max_shape`` (shapes up to it capture an inductor-compiled
+    forward; ``--torch-compile-max-bs``) to the full backend only, and ``compile_mode`` (the ``torch.compile`` mode of
+    whatever inductor compiles, one of ``TORCH_COMPILE_MODES``; ``--torch-compile-mode``) to both of those;
+    ``compile_cache_dir`` (inductor's cache directory) to tc_piecewise.
     """
     phase = read_phase("make_backend phase", phase)
     backend = backend_for_phase("make_backend backend", backend, phase)
-    if backend is Backend.DISABLED:
-        graph_backends = sorted(str(member) for member in ALLOWED_BACKENDS_PER_PHASE[phase] - {Backend.DISABLED})
-        raise ConfigError(
-            f"the {phase} phase is configured as {backend}: it runs eagerly and needs no graph backend "
-            f"(check the phase's `enabled` before making one); graph backends: {', '.join(graph_backends)}"
-        )
+    # ``disabled`` is the config's decision that the phase runs eagerly (``PhaseConfig.enabled``): no caller asks.
+    assert backend is not Backend.DISABLED, f"the {phase} phase runs eagerly: check its `enabled` before making one"
     backend_class = BACKEND_CLASSES[backend]
     if backend_class is None:
         allowed = ALLOWED_BACKENDS_PER_PHASE[phase]
@@ -87,25 +83,15 @@ def make_backend(
             f"the {backend} CUDA-graph backend is not available yet in this release of cudagraph-backend; "
             f"for the {phase} phase use {available} instead, or disable its graphs"
         )
+    common = BackendArgs(phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
     if backend_class is TcPiecewiseCudaGraphBackend:
         return TcPiecewiseCudaGraphBackend(
             device,
-            phase=phase,
-            options=options,
-            pool=pool,
-            share_global_pool=share_global_pool,
             compiler=tc_piecewise_compiler or "eager",
             compile_mode=compile_mode,
             compile_cache_dir=compile_cache_dir,
+            **common,
         )
     if backend_class is FullCudaGraphBackend:
-        return FullCudaGraphBackend(
-            device,
-            phase=phase,
-            options=options,
-            pool=pool,
-            share_global_pool=share_global_pool,
-            compile_max_shape=compile_max_shape,
-            compile_mode=compile_mode,
-        )
-    return backend_class(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
+        return FullCudaGraphBackend(device, compile_max_shape=compile_max_shape, compile_mode=compile_mode, **common)
+    return backend_class(device, **common)

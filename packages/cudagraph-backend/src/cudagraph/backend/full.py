@@ -9,16 +9,20 @@ forward.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cudagraph.backend_utils import CaptureOptions, GraphPool, graph_replay_fn, use_compiled_model_forward
-from cudagraph.config import Backend, Phase, read_torch_compile_mode
+from cudagraph.backend_utils import GraphPool, graph_replay_fn, use_compiled_model_forward
+from cudagraph.config import Backend, read_torch_compile_mode
 
-from .base import BaseCudaGraphBackend, GraphEntry, _nothing_to_replay
+from .base import BackendArgs, BaseCudaGraphBackend, GraphEntry, _nothing_to_replay
 from .compile_forward import CompileStats, compile_model_forward, counting_inductor
+from .entry_inputs import EntryInputs, entry_to_trace
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +35,8 @@ class FullCudaGraphBackend(BaseCudaGraphBackend):
 
     Args:
         compile_max_shape: shapes up to this one capture an inductor-compiled model forward (0: none). ``prepare``
-            compiles the host model runner's ``model_forward`` once, on the largest such bucket, with the token
-            dimension dynamic; a model that does not trace raises ``ModelTraceError``.
+            compiles the forward it is given once, on the largest such entry, with the token dimension dynamic; a
+            model that does not trace raises ``ModelTraceError``.
         compile_mode: ``torch.compile`` mode of that compilation, one of ``cudagraph.config.TORCH_COMPILE_MODES``
             (``--torch-compile-mode``; ``None``: inductor's defaults; ``"max-autotune-no-cudagraphs"`` tunes Triton
             matmuls against cuBLAS, slower to compile). Any other mode is a ``ConfigError``.
@@ -46,16 +50,13 @@ class FullCudaGraphBackend(BaseCudaGraphBackend):
         self,
         device: torch.device | str | int | None = None,
         *,
-        phase: Phase | str | None = None,
-        options: CaptureOptions | None = None,
-        pool: GraphPool | None = None,
-        share_global_pool: bool = True,
         compile_max_shape: int = 0,
         compile_mode: str | None = None,
+        **common: Unpack[BackendArgs],
     ) -> None:
         if compile_mode is not None:  # bad input fails on any machine, before the device check
             read_torch_compile_mode("compile_mode", compile_mode)
-        super().__init__(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
+        super().__init__(device, **common)
         if compile_max_shape < 0:
             raise ValueError(f"compile_max_shape must be 0 (off) or a positive shape, not {compile_max_shape}")
         self.compile_max_shape = compile_max_shape
@@ -65,28 +66,18 @@ class FullCudaGraphBackend(BaseCudaGraphBackend):
         if compile_max_shape:
             self.compile_stats = CompileStats()
 
-    def prepare(self, runner: object) -> None:
-        """With ``compile_max_shape``, compile the host model runner's ``model_forward`` on the largest bucket that
-        uses it (once: a recapture reuses it)."""
+    def prepare(self, model_forward: Callable[..., Any] | None, entries: Mapping[int, EntryInputs]) -> None:
+        """The base's, then with ``compile_max_shape``: compile ``model_forward`` on the largest entry that uses it
+        (once: a recapture reuses it)."""
+        super().prepare(model_forward, entries)
         if not self.compile_max_shape or self.compiled_forward is not None:
             return
         assert self.compile_stats is not None
-        model_runner = getattr(runner, "model_runner", None)
-        eager_forward = getattr(model_runner, "model_forward", None)
-        static_buckets = getattr(runner, "static_buckets", None) or {}
-        compiled_shapes = [shape for shape in static_buckets if shape <= self.compile_max_shape]
-        if eager_forward is None or not compiled_shapes:
-            raise TypeError(
-                "compiled small buckets need a runner with a static bucket up to "
-                f"{self.compile_max_shape} whose model_runner has model_forward(input_ids, positions) -> hidden; got "
-                f"{type(runner).__name__} with buckets {sorted(static_buckets)} and model runner "
-                f"{type(model_runner).__name__}"
-            )
-        batch = static_buckets[max(compiled_shapes)].batch
+        forward, entry = entry_to_trace("compiled small buckets", model_forward, entries, self.compile_max_shape)
         self.compiled_forward = compile_model_forward(
-            eager_forward,
-            lambda: model_runner.forward(batch),  # type: ignore[union-attr]
-            (batch.input_ids, batch.positions),
+            forward,
+            entry.run_step,
+            entry.token_inputs,
             counting_inductor(self.compile_stats, self.compile_mode),
             self.compile_stats,
         )

@@ -4,10 +4,10 @@ sequence of graph segments and split-op calls, with no dynamo and no FX at repla
 
 Workflow:
 
-1. ``prepare(runner)`` compiles the host model runner's ``model_forward(input_ids, positions)`` with
-   ``PiecewiseCompiler`` (``piecewise.compiler``) on the largest bucket's static batch, the token dimension dynamic,
-   so one compilation serves every bucket; each piece and split call in the split module is a wrapper
-   (``piecewise.wrappers``).
+1. ``prepare(model_forward, entries)`` compiles the forward it is given, ``model_forward(input_ids, positions)``,
+   with ``PiecewiseCompiler`` (``piecewise.compiler``) on the largest entry's static inputs (``EntryInputs``), the
+   token dimension dynamic, so one compilation serves every entry; each piece and split call in the split module is
+   a wrapper (``piecewise.wrappers``).
 2. ``capture_one(shape, forward_fn)`` warms up (the compiled forward runs eagerly, piece by piece), then runs
    ``forward_fn`` once more under a capture dispatch for the shape's ``ShapeDescriptor``: the wrappers record a
    ``ShapeSequence`` (``piecewise.sequence``), ending a graph segment at every split call. The code around the model
@@ -26,14 +26,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.fx
 
 from cudagraph.backend_utils import (
-    CaptureOptions,
     GraphDispatch,
     GraphMode,
     GraphPool,
@@ -41,10 +40,11 @@ from cudagraph.backend_utils import (
     enable_tc_piecewise_cuda_graph,
     graph_dispatch,
 )
-from cudagraph.config import Backend, Phase, read_torch_compile_mode
+from cudagraph.config import Backend, read_torch_compile_mode
 
-from .base import BaseCudaGraphBackend, GraphEntry
+from .base import BackendArgs, BaseCudaGraphBackend, GraphEntry
 from .compile_forward import ModelTraceError, compile_model_forward
+from .entry_inputs import EntryInputs, entry_to_trace
 from .piecewise import (
     BindableOpCall,
     GraphSegments,
@@ -60,6 +60,9 @@ from .piecewise import (
     split_at_split_ops,
     split_graph,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
 
@@ -97,17 +100,14 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         self,
         device: torch.device | str | int | None = None,
         *,
-        phase: Phase | str | None = None,
-        options: CaptureOptions | None = None,
-        pool: GraphPool | None = None,
-        share_global_pool: bool = True,
         compiler: str = "eager",
         compile_mode: str | None = None,
         compile_cache_dir: str | os.PathLike[str] | None = None,
+        **common: Unpack[BackendArgs],
     ) -> None:
         if compile_mode is not None:  # bad input fails on any machine, before the device check
             read_torch_compile_mode("compile_mode", compile_mode)
-        super().__init__(device, phase=phase, options=options, pool=pool, share_global_pool=share_global_pool)
+        super().__init__(device, **common)
         self.recordings = Recordings()
         """The shapes being captured now (what the wrappers record into)."""
         self.compiler = PiecewiseCompiler(
@@ -119,8 +119,6 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         )
         self.model_forward: Callable[..., Any] | None = None
         """The compiled ``model_forward`` (set by ``prepare``; run at warm-up and capture only)."""
-        self._descriptor_of: Callable[[int], ShapeDescriptor] | None = None
-        """The prepared runner's ``shape_descriptor`` (``None`` before ``prepare``, or for a runner without one)."""
         self.compile_stats: PiecewiseStats = self.compiler.stats
         """Compilations, pieces, split ops, compile seconds, pieces shared and cache use."""
 
@@ -130,52 +128,30 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
     def _wrap_split(self, index: int, module: torch.fx.GraphModule) -> Callable[..., Any]:
         return SplitCallWrapper(index, module, self.recordings, BindableOpCall.of(module))
 
-    def descriptor(self, shape: int) -> ShapeDescriptor:
-        """The shape descriptor of bucket ``shape``: the prepared runner's (``shape_descriptor``, which knows a verify
-        runner's tokens per request), else by this backend's phase (decode: requests; prefill: tokens)."""
-        if self._descriptor_of is not None:
-            return self._descriptor_of(shape)
-        if self.phase is Phase.DECODE:
-            return ShapeDescriptor.decode(shape)
-        return ShapeDescriptor.prefill(shape)
-
     def sequence(self, shape: int) -> ShapeSequence:
         """What a replay of ``shape`` runs (a ``KeyError`` naming the captured shapes if it was not captured)."""
-        graph = self._entry(shape).graph
+        graph = self.entry(shape).graph
         assert isinstance(graph, ShapeSequence)
         return graph
 
     def bound_split_calls(self, shape: int) -> int:
         """How many split-op calls of ``shape`` replay their op's pre-bound kernel call (the rest replay the op)."""
-        return self.sequence(shape).bound_split_calls if shape in self.entries else 0
+        return self.sequence(shape).bound_split_calls if self.has_shape(shape) else 0
 
     # -- compile ----------------------------------------------------------------------------------------------------
 
-    def prepare(self, runner: object) -> None:
-        """Compile the host model runner's ``model_forward`` once, on the largest bucket's static batch.
+    def prepare(self, model_forward: Callable[..., Any] | None, entries: Mapping[int, EntryInputs]) -> None:
+        """The base's, then compile ``model_forward`` once, on the largest entry's static inputs.
 
         Raises ``ModelTraceError`` (function, line, dynamo's reason) when the forward does not trace whole.
         """
-        self._descriptor_of = getattr(runner, "shape_descriptor", None)
+        super().prepare(model_forward, entries)
         if self.model_forward is not None:
             return
-        model_runner = getattr(runner, "model_runner", None)
-        eager_forward = getattr(model_runner, "model_forward", None)
-        static_buckets = getattr(runner, "static_buckets", None)
-        if eager_forward is None or not static_buckets:
-            raise TypeError(
-                "tc_piecewise needs a runner with static_buckets whose model_runner has "
-                "model_forward(input_ids, positions) -> hidden (the traceable part of its forward); "
-                f"got {type(runner).__name__} with model runner {type(model_runner).__name__}"
-            )
-        batch = static_buckets[max(static_buckets)].batch
+        forward, entry = entry_to_trace("tc_piecewise", model_forward, entries)
         with enable_tc_piecewise_cuda_graph():
             compiled = compile_model_forward(
-                eager_forward,
-                lambda: model_runner.forward(batch),  # type: ignore[union-attr]
-                (batch.input_ids, batch.positions),
-                self.compiler,
-                self.compile_stats,
+                forward, entry.run_step, entry.token_inputs, self.compiler, self.compile_stats
             )
         self.model_forward = compiled
         logger.info(
@@ -193,7 +169,9 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
     def capture_session(self, stream: torch.cuda.Stream | None = None) -> Iterator[None]:
         """The base session, with the compiled forward active (warm-ups run its pieces eagerly)."""
         if self.model_forward is None:
-            raise RuntimeError("TcPiecewiseCudaGraphBackend.prepare(runner) must run before capture_session()")
+            raise RuntimeError(
+                "TcPiecewiseCudaGraphBackend.prepare(model_forward, entries) must run before capture_session()"
+            )
         with super().capture_session(stream), enable_tc_piecewise_cuda_graph(self.model_forward):
             yield
 

@@ -23,7 +23,7 @@ out-of-memory error, as the real backends report one.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +31,19 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from cudagraph.backend_utils import CaptureOptions, EagerCall, MemoryReading, break_options, model_capture_mode
+from cudagraph.backend_utils import (
+    CaptureOptions,
+    EagerCall,
+    MemoryReading,
+    ShapeDescriptor,
+    break_options,
+    model_capture_mode,
+)
 from cudagraph.config import Backend
 
-from .base import GraphEntry
+from .base import GraphEntry, release_entries
 from .compile_forward import CompileStats
+from .entry_inputs import EntryInputs
 from .errors import CUDA_GRAPH_CAPTURE_FAILED_HINT, CudaGraphCaptureError
 
 _aten = torch.ops.aten
@@ -180,23 +188,29 @@ class CpuReplayBackend:
         self.options = options if options is not None else CaptureOptions()
         self.memory = memory
         self.out_of_memory_shapes = frozenset(out_of_memory_shapes)
-        self.entries: dict[int, GraphEntry] = {}
+        self.entries: dict[ShapeDescriptor, GraphEntry] = {}
+        """Per-shape state keyed by ``descriptor(shape)``, as a real backend keys it."""
         self.captured_order: list[int] = []
         self.probed: list[int] = []
         self.replayed: list[int] = []
         self.prepared = 0
+        self.prepared_forward: Callable[..., Any] | None = None
+        self.descriptors: dict[int, ShapeDescriptor] = {}
         self.cleaned = 0
         self.compile_stats: CompileStats | None = None
         """Nothing is compiled here (the contract's attribute, for runners that report compile costs)."""
         self._in_session = False
         self._in_scratch = False
         self._pool = _SimulatedPool()
-        self._outer: list[tuple[_SimulatedPool, dict[int, GraphEntry]]] = []
+        self._outer: list[tuple[_SimulatedPool, dict[ShapeDescriptor, GraphEntry]]] = []
         self._peak = 0
 
-    def prepare(self, runner: object) -> None:
-        """Count the call (a real backend may compile the model here)."""
+    def prepare(self, model_forward: Callable[..., Any] | None, entries: Mapping[int, EntryInputs]) -> None:
+        """Count the call and keep the entries' descriptors, as a real backend does (one may compile the model
+        here); ``descriptors`` and ``prepared_forward`` hold what it was given."""
         self.prepared += 1
+        self.prepared_forward = model_forward
+        self.descriptors = {shape: inputs.descriptor for shape, inputs in entries.items()}
 
     @contextlib.contextmanager
     def capture_session(self, stream: object = None) -> Iterator[None]:
@@ -220,8 +234,7 @@ class CpuReplayBackend:
             with self.capture_session():
                 yield
         finally:
-            for entry in self.entries.values():
-                entry.release()
+            release_entries(self.entries)
             self._in_scratch = False
             self._pool, self.entries = self._outer.pop()
 
@@ -260,7 +273,7 @@ class CpuReplayBackend:
             entry = GraphEntry(shape, tape, tape.replay, output)
         if self.options.debug:
             entry.input_addresses = tuple(tensor.data_ptr() for tensor in static_inputs)
-        self.entries[shape] = entry
+        self.entries[self.descriptor(shape)] = entry
         (self.probed if self._in_scratch else self.captured_order).append(shape)
         return output
 
@@ -269,13 +282,17 @@ class CpuReplayBackend:
         if memory is None:
             return 0
         pools = [self._pool, *(pool for pool, _ in self._outer)]
-        graphs = [*self.entries, *(shape for _, entries in self._outer for shape in entries)]
+        graphs = self._graph_shapes()
         return sum(pool.bytes for pool in pools) + sum(memory.graph(shape) for shape in graphs)
 
     def _kept_bytes(self) -> int:
         memory = self.memory
-        graphs = [*self.entries, *(shape for _, entries in self._outer for shape in entries)]
-        return sum(memory.graph(shape) for shape in graphs) if memory is not None else 0
+        return sum(memory.graph(shape) for shape in self._graph_shapes()) if memory is not None else 0
+
+    def _graph_shapes(self) -> list[int]:
+        """The shape of every graph kept, in this session's entries and the sessions around it."""
+        kept = [self.entries, *(entries for _, entries in self._outer)]
+        return [entry.shape for entries in kept for entry in entries.values()]
 
     def _run_forward(self, shape: int) -> None:
         """Account for one eager forward of ``shape`` (its activations live at once, then freed)."""
@@ -300,14 +317,24 @@ class CpuReplayBackend:
         self._peak = max(self._peak, self._kept_bytes() + memory.activation(shape))
         self._pool.bytes += growth
 
+    def descriptor(self, shape: int) -> ShapeDescriptor:
+        """The descriptor ``prepare`` was given for ``shape``, else one of ``shape`` tokens (the double has no
+        phase)."""
+        descriptor = self.descriptors.get(shape)
+        return descriptor if descriptor is not None else ShapeDescriptor.prefill(shape)
+
+    def entry(self, shape: int) -> GraphEntry:
+        """What was captured for ``shape`` (a ``KeyError`` if it was not)."""
+        return self.entries[self.descriptor(shape)]
+
     @property
     def shapes(self) -> tuple[int, ...]:
         """Captured shapes, ascending."""
-        return tuple(sorted(self.entries))
+        return tuple(sorted(entry.shape for entry in self.entries.values()))
 
     def discard(self, shape: int) -> None:
         """Free the graph of ``shape`` if it was captured (its pool memory stays with the pool)."""
-        entry = self.entries.pop(shape, None)
+        entry = self.entries.pop(self.descriptor(shape), None)
         if entry is not None:
             entry.release()
 
@@ -319,11 +346,11 @@ class CpuReplayBackend:
 
     def has_shape(self, shape: int) -> bool:
         """Whether ``shape`` has been captured."""
-        return shape in self.entries
+        return self.descriptor(shape) in self.entries
 
     def replay(self, shape: int, *, static_inputs: Sequence[torch.Tensor] | None = None) -> Any:
         """Replay ``shape`` (checking static input addresses in debug mode) and return its static output."""
-        entry = self.entries[shape]
+        entry = self.entry(shape)
         if self.options.debug and static_inputs is not None:
             entry.check_input_addresses(static_inputs)
         entry.replay()
@@ -332,7 +359,7 @@ class CpuReplayBackend:
 
     def replay_fn(self, shape: int) -> Callable[[], Any]:
         """``replay(shape)`` bound once, as a real backend binds it for a runner's hot path."""
-        entry = self.entries[shape]
+        entry = self.entry(shape)
         replayed = self.replayed
 
         def replay() -> Any:
@@ -364,9 +391,7 @@ class CpuReplayBackend:
 
     def cleanup(self) -> None:
         """Forget every shape and release the pool."""
-        for entry in self.entries.values():
-            entry.release()
-        self.entries.clear()
+        release_entries(self.entries)
         self._pool = _SimulatedPool()
         self.cleaned += 1
 

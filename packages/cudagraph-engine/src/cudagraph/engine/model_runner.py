@@ -29,6 +29,7 @@ from cudagraph.runner import (
     ForwardMode,
     PrefillCudaGraphRunner,
     ReplayMetrics,
+    StepInputs,
 )
 
 from .attention import make_attention_backend
@@ -270,11 +271,9 @@ class ModelRunner:
     # -- graphs -----------------------------------------------------------------------------------------------------
 
     def graphs_unavailable_reason(self, phase: Phase) -> str | None:
-        """Why ``phase`` runs eagerly (disabled, or no CUDA device), or ``None`` when it can be graphed."""
-        if not self.cuda_graph_config.for_phase(phase).enabled:
-            return (
-                f"{phase} CUDA graphs are disabled ({self.cuda_graph_config.sources.get(f'{phase}.backend', 'config')})"
-            )
+        """Why this engine cannot graph ``phase`` although its config may (no CUDA device), or ``None``. Whether the
+        phase is graphed at all is the config's to say (``PhaseConfig.enabled``), and it said why not where it
+        resolved."""
         if self.device.type != "cuda":
             return GRAPHS_NEED_CUDA.format(device=self.device, phase=phase)
         return None
@@ -313,12 +312,11 @@ class ModelRunner:
         metrics: ReplayMetrics | None = None,
         **runner_options: Any,
     ) -> RunnerT | None:
+        if not self.cuda_graph_config.for_phase(phase).enabled:
+            return None  # the config's decision, explained where it was resolved (a rule's line, or the user's flag)
         reason = self.graphs_unavailable_reason(phase)
         if reason is not None:
-            # A phase the config turned off was explained where it was resolved (a rule's line, or the user's flag):
-            # only graphs the config asked for and this device cannot run deserve a warning here.
-            asked_for = self.cuda_graph_config.for_phase(phase).enabled
-            logger.log(logging.WARNING if asked_for else logging.DEBUG, reason)
+            logger.warning(reason)  # graphs the config asked for and this device cannot run
             return None
         runner = runner_type(
             self,
@@ -371,7 +369,9 @@ class ModelRunner:
         else:
             runner = self.decode_cuda_graph_runner
         if runner is not None:
-            return runner.replay_routed(batch, runner.route(batch))
+            # The route the runner gave when the batch was built on its views (``step_inputs``), else routed now.
+            route = batch.route
+            return runner.replay_routed(batch, route if route is not None else runner.route(batch))
         phase = Phase.PREFILL if mode.is_extend() else Phase.DECODE
         metrics = self.verify_cuda_graph_metrics if mode.is_verify() else self.cuda_graph_metrics[phase]
         metrics.count_eager(self.runnerless_reason(phase), batch.num_tokens)
@@ -381,30 +381,41 @@ class ModelRunner:
         """Where a decode or verify step of ``batch_size`` requests can be written so that its replay copies nothing
         (the runner's ``input_views``); ``None`` for extend steps, without a runner, or when the step would run
         eagerly."""
+        step = self._uniform_step_inputs(mode, batch_size)
+        return step.views if step is not None else None
+
+    def _uniform_step_inputs(self, mode: ForwardMode, batch_size: int) -> StepInputs | None:
+        """The route and input views of a decode or verify step (``None`` for extend steps or without a runner)."""
         runner = self.verify_cuda_graph_runner if mode.is_verify() else self.decode_cuda_graph_runner
         if mode.is_extend() or runner is None:
             return None
-        return runner.input_views(batch_size)
+        return runner.step_inputs(batch_size)
 
     def extend_batch(self, requests: list[Request], limits: list[int] | None = None) -> ForwardBatch:
         """The extend step of ``requests`` (``batch.make_extend_batch``, chunks of at most ``limits``), written into
-        the prefill graph's input views where it will replay one (the replay then copies nothing)."""
+        the prefill graph's input views where it will replay one (the replay then copies nothing), carrying its
+        route (routed once, here)."""
         runner = self.prefill_cuda_graph_runner
-        views = None
-        if runner is not None:
-            views = runner.input_views(sum(extend_lens(requests, limits)), len(requests))
-        return make_extend_batch(requests, self.device, limits, views)
+        if runner is None:
+            return make_extend_batch(requests, self.device, limits)
+        step = runner.step_inputs(sum(extend_lens(requests, limits)), len(requests))
+        return _routed(make_extend_batch(requests, self.device, limits, step.views), step)
 
     def decode_batch(self, requests: list[Request]) -> ForwardBatch:
         """The decode step of ``requests`` (``batch.make_decode_batch``), written into the decode graph's input
-        views where it will replay one (the replay then copies nothing)."""
-        return make_decode_batch(requests, self.device, self.input_views(ForwardMode.DECODE, len(requests)))
+        views where it will replay one (the replay then copies nothing), carrying its route."""
+        step = self._uniform_step_inputs(ForwardMode.DECODE, len(requests))
+        if step is None:
+            return make_decode_batch(requests, self.device)
+        return _routed(make_decode_batch(requests, self.device, step.views), step)
 
     def verify_batch(self, requests: list[Request], drafts: list[list[int]]) -> ForwardBatch:
         """The verify step of ``requests`` and their ``drafts`` (``batch.make_verify_batch``), written into the verify
-        graph's input views where it will replay one."""
-        views = self.input_views(ForwardMode.TARGET_VERIFY, len(requests))
-        return make_verify_batch(requests, drafts, self.device, views)
+        graph's input views where it will replay one, carrying its route."""
+        step = self._uniform_step_inputs(ForwardMode.TARGET_VERIFY, len(requests))
+        if step is None:
+            return make_verify_batch(requests, drafts, self.device)
+        return _routed(make_verify_batch(requests, drafts, self.device, step.views), step)
 
     def runnerless_reason(self, phase: Phase) -> EagerReason:
         """Why a ``phase`` step runs eagerly while the phase has no graph runner: there is no CUDA device ("graphs
@@ -444,3 +455,9 @@ class ModelRunner:
             last_token = (batch.extend_start_loc + batch.extend_seq_lens - 1).clamp_min(0)
             hidden = hidden.index_select(0, last_token)
         return self.model.compute_logits(hidden)
+
+
+def _routed(batch: ForwardBatch, step: StepInputs) -> ForwardBatch:
+    """``batch`` carrying the route its runner gave for it (``ForwardBatch.route``), so it is not routed again."""
+    batch.route = step.route
+    return batch

@@ -17,6 +17,7 @@ from .protocols import AttentionBackendLike, ModelRunnerLike, ReqToTokenPoolLike
 from .replay_metadata import ReplayMetadata, bind_replay_hook
 from .routing import EagerReason, Route, RouteTable, pad_to_bucket
 from .stats import CaptureStats, ShapeCaptureStats
+from .step_inputs import StepInputs
 
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ __all__ = [
     "Route",
     "RouteTable",
     "ShapeCaptureStats",
+    "StepInputs",
     "__version__",
     "bind_replay_hook",
     "get_batch_sizes_to_capture",

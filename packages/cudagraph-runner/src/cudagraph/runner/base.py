@@ -23,14 +23,21 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import torch
 from tqdm import tqdm
 
-from cudagraph.backend import BaseCudaGraphBackend, ModelTraceError, make_backend, warmups_needed
-from cudagraph.backend_utils import CaptureOptions, ForwardContext, ForwardContextScope, MemoryReading, freeze_gc
-from cudagraph.config import ConfigError, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
+from cudagraph.backend import BaseCudaGraphBackend, EntryInputs, ModelTraceError, make_backend, warmups_needed
+from cudagraph.backend_utils import (
+    CaptureOptions,
+    ForwardContext,
+    ForwardContextScope,
+    MemoryReading,
+    ShapeDescriptor,
+    freeze_gc,
+)
+from cudagraph.config import CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
 
 from .agreement import agreed_plan, agreement_of
 from .capture_loop import CaptureLoop, out_of_memory_guarded
@@ -96,6 +103,17 @@ class StaticBucket:
         return logits[:rows]
 
 
+class RunnerArgs(TypedDict, total=False):
+    """The keyword arguments of every runner (``BaseCudaGraphRunner``'s), which a subclass takes and passes on whole
+    (``**options: Unpack[RunnerArgs]``)."""
+
+    backend: BaseCudaGraphBackend | None
+    show_progress: bool
+    num_warmups: int | None
+    capture_barrier: Callable[[], None] | None
+    metrics: ReplayMetrics | None
+
+
 class BaseCudaGraphRunner(abc.ABC):
     """Buckets, capture loop and teardown shared by the decode and prefill runners.
 
@@ -131,12 +149,9 @@ class BaseCudaGraphRunner(abc.ABC):
     ) -> None:
         phase_config: PhaseConfig = config.for_phase(self.phase)
         buckets = tuple(bucket for bucket in phase_config.buckets if bucket <= phase_config.max_size)
-        if not phase_config.enabled or not buckets:
-            raise ConfigError(
-                f"{self.phase} CUDA graphs are disabled in this config (backend {phase_config.backend}, "
-                f"buckets {list(phase_config.buckets)}, max size {phase_config.max_size}); run {self.phase} eagerly "
-                f"instead of creating a runner"
-            )
+        # The config decided whether this phase is graphed (``PhaseConfig.enabled``, with its buckets) and said why
+        # not where it resolved; a runner is made only for a phase it enabled.
+        assert phase_config.enabled and buckets, f"a {self.phase} runner for a phase the config does not graph"
         self.model_runner = model_runner
         self.config = config
         self.buckets: tuple[int, ...] = buckets
@@ -211,6 +226,23 @@ class BaseCudaGraphRunner(abc.ABC):
             scope = _NO_CONTEXT if self._replay_reads_no_context() else ForwardContextScope(context)
             self.static_buckets[bucket] = StaticBucket(batch, context, scope)
 
+    @abc.abstractmethod
+    def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
+        """The shape the graph of ``bucket`` serves (what the backend keys and dispatches its capture by)."""
+
+    def _entry_inputs(self) -> dict[int, EntryInputs]:
+        """What the backend is built with for each bucket: its descriptor, its static batch's token inputs, and one
+        whole step on that batch (``prepare``'s entries)."""
+        forward = self.model_runner.forward
+        return {
+            bucket: EntryInputs(
+                self.shape_descriptor(bucket),
+                (static.batch.input_ids, static.batch.positions),
+                functools.partial(forward, static.batch),
+            )
+            for bucket, static in self.static_buckets.items()
+        }
+
     def _replay_reads_no_context(self) -> bool:
         """Whether no forward context needs setting around a replay (the graph computes attention metadata inside)."""
         return False
@@ -244,9 +276,10 @@ class BaseCudaGraphRunner(abc.ABC):
         return self.route(batch).bucket is not None
 
     def replay(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits of ``batch`` sliced to its real rows (eager forward when ``can_run`` is false): routed, then
-        ``replay_routed``."""
-        return self.replay_routed(batch, self.route(batch))
+        """Logits of ``batch`` sliced to its real rows (eager forward when ``can_run`` is false): routed (unless it
+        carries the route this runner gave for it, ``ForwardBatch.route``), then ``replay_routed``."""
+        route = batch.route
+        return self.replay_routed(batch, route if route is not None else self.route(batch))
 
     # -- routing ----------------------------------------------------------------------------------------------------
 
@@ -370,7 +403,9 @@ class BaseCudaGraphRunner(abc.ABC):
         if self._backend_prepared:
             return True
         try:
-            self.backend.prepare(self)
+            # The traceable part of the host's forward, for a backend that compiles it (optional for the others).
+            model_forward = getattr(self.model_runner, "model_forward", None)
+            self.backend.prepare(model_forward, self._entry_inputs())
         except ModelTraceError as error:
             # A model the compiler cannot trace still runs: this phase falls back to eager, said once, plainly.
             self.eager_reason = f"the model does not trace for {self.backend_name}: {error}"

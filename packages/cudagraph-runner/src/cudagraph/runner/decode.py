@@ -13,21 +13,23 @@ token rows).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from cudagraph.backend import BaseCudaGraphBackend
 from cudagraph.backend_utils import ShapeDescriptor
 from cudagraph.config import ConfigError, CudaGraphConfig, Phase
 
-from .base import BaseCudaGraphRunner
+from .base import BaseCudaGraphRunner, RunnerArgs
 from .forward_batch import ForwardBatch, ForwardMode
-from .metrics import ReplayMetrics
 from .protocols import ModelRunnerLike
 from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
 from .static_buffers import DECODE_FIELDS, StaticInputs
+from .step_inputs import StepInputs
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _DECODE = ForwardMode.DECODE
 _IDLE = ForwardMode.IDLE
@@ -57,12 +59,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         model_runner: ModelRunnerLike,
         config: CudaGraphConfig,
         *,
-        backend: BaseCudaGraphBackend | None = None,
-        show_progress: bool = True,
-        num_warmups: int | None = None,
-        capture_barrier: Callable[[], None] | None = None,
-        metrics: ReplayMetrics | None = None,
         query_len: int = 1,
+        **options: Unpack[RunnerArgs],
     ) -> None:
         if isinstance(query_len, bool) or not isinstance(query_len, int) or query_len < 1:
             raise ConfigError(
@@ -74,15 +72,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         self.forward_mode: ForwardMode = _DECODE if query_len == 1 else ForwardMode.TARGET_VERIFY
         """The forward mode its graphs are captured in (decode, or target verify)."""
         self._graphed_modes = frozenset({self.forward_mode, _IDLE})
-        super().__init__(
-            model_runner,
-            config,
-            backend=backend,
-            show_progress=show_progress,
-            num_warmups=num_warmups,
-            capture_barrier=capture_barrier,
-            metrics=metrics,
-        )
+        super().__init__(model_runner, config, **options)
 
     def _tokens_per_size(self) -> int:
         return self.query_len
@@ -168,10 +158,17 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             batch = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=batch_size, seq_lens_sum=total, **fields)
             logits = runner.replay(batch)
         """
+        return self.step_inputs(batch_size).views
+
+    def step_inputs(self, batch_size: int) -> StepInputs:
+        """The route of a step of ``batch_size`` requests in this runner's mode (what ``route`` gives its batch), and
+        its ``input_views``: one lookup, made before the batch is built; build the batch with ``route`` set to it
+        and ``replay`` takes it as given (``cudagraph.runner.step_inputs``)."""
         routes = self._routes_by_size
-        if batch_size < 1 or batch_size >= len(routes) or routes[batch_size].bucket is None:
-            return None
-        return self.inputs.views(batch_size * self.query_len, batch_size)
+        route = routes[batch_size] if 0 <= batch_size < len(routes) else self._route_beyond
+        if batch_size < 1 or route.bucket is None:
+            return StepInputs(route, None)
+        return StepInputs(route, self.inputs.views(batch_size * self.query_len, batch_size))
 
     def bucket_of(self, batch: ForwardBatch) -> int | None:
         """The bucket ``batch`` replays, or ``None`` when it must run eagerly."""

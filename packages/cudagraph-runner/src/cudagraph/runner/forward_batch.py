@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from .routing import Route
 
 PADDING_REQ_POOL_INDEX = 0
 """Request-to-token row reserved as scratch: padded rows of a graph point here, the engine never hands it out."""
@@ -84,6 +87,9 @@ class ForwardBatch:
     extend_seq_lens_cpu: list[int] | None = None
     extend_prefix_lens_cpu: list[int] | None = None
     attn_metadata: Any = None
+    route: Route | None = None
+    """The step's route, when the runner gave it before the batch was built (``step_inputs``): its ``replay`` then
+    takes it as given instead of routing the batch again. ``None``: routed when it runs."""
 
     @property
     def num_tokens(self) -> int:

@@ -23,6 +23,7 @@ from .forward_batch import PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
 from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
 from .static_buffers import EXTEND_FIELDS, StaticInputs
+from .step_inputs import StepInputs
 
 _EXTEND = ForwardMode.EXTEND
 _TOO_MANY_REQUESTS = Route.eager(EagerReason.TOO_MANY_REQUESTS)
@@ -129,9 +130,16 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         copies nothing: the first rows of the static buffers by ``ForwardBatch`` field name (``num_tokens`` rows per
         token, ``batch_size`` per request, the extend fields included) and ``"seq_lens_cpu"``, the same tensors every
         call; ``None`` when that step would not replay a graph (see ``DecodeCudaGraphRunner.input_views``)."""
-        if num_tokens < 1 or batch_size < 1 or self._route_of(num_tokens, batch_size).bucket is None:
-            return None
-        return self.inputs.views(num_tokens, batch_size)
+        return self.step_inputs(num_tokens, batch_size).views
+
+    def step_inputs(self, num_tokens: int, batch_size: int) -> StepInputs:
+        """The route of an extend step of ``num_tokens`` tokens over ``batch_size`` requests (what ``route`` gives
+        its batch), and its ``input_views``: one lookup, made before the batch is built (see
+        ``DecodeCudaGraphRunner.step_inputs``)."""
+        route = self._route_of(num_tokens, batch_size)
+        if num_tokens < 1 or batch_size < 1 or route.bucket is None:
+            return StepInputs(route, None)
+        return StepInputs(route, self.inputs.views(num_tokens, batch_size))
 
     def replay_routed(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
         """Logits ``[batch_size, vocab]`` (each request's last token) from the graph of ``route``'s token bucket.

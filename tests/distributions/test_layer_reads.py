@@ -1,0 +1,131 @@
+"""No layer reaches up by reading: the backend packages never read an attribute named after a member of a runner or
+engine class (``runner.static_buckets``, ``getattr(runner, "model_runner")``), even without importing them.
+
+Imports are checked in ``test_workspace``; this checks what duck-typing would get past it. Read from the sources
+with ``ast``, nothing imported, so it runs without torch. The higher layer's members are the methods, class fields
+and ``self.`` attributes of every class in ``cudagraph.runner`` and of the engine's ``ModelRunner`` (what a runner
+is built with), less the names the lower packages define themselves and a few generic names that torch objects and
+compiled kernels carry too.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .workspace import ROOT, load_distributions
+
+DISTRIBUTIONS = load_distributions()
+
+LOWER = ("cudagraph-backend", "cudagraph-backend-utils")
+"""The packages that graph what they are given and must not know who gives it."""
+
+OWN = (*LOWER, "cudagraph-config")
+"""The packages whose own member names a lower package may read (a shared word is not a reach up)."""
+
+ENGINE_CLASSES = {ROOT / "packages/cudagraph-engine/src/cudagraph/engine/model_runner.py": ("ModelRunner",)}
+"""Engine classes a runner hands around (every class of ``cudagraph.runner`` counts as well)."""
+
+GENERIC = {
+    "dtype": "a tensor's",
+    "size": "a tensor's",
+    "run": "an FX interpreter's and a compiled kernel's",
+}
+"""Member names of a higher class that torch objects have too, with whose: reading them is not a reach up."""
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+def _class_members(cls: ast.ClassDef) -> Iterator[str]:
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            yield node.target.id
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _is_self(node.value):
+            yield node.attr
+
+
+def members(paths: Iterable[Path], classes: tuple[str, ...] | None = None) -> set[str]:
+    """Member names of the classes in ``paths`` (only those named ``classes``, when given)."""
+    found: set[str] = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and (classes is None or node.name in classes):
+                found.update(_class_members(node))
+    return found
+
+
+def higher_members() -> set[str]:
+    """Member names only a runner or engine class has (see the module docstring)."""
+    runner = members(DISTRIBUTIONS["cudagraph-runner"].source.rglob("*.py"))
+    engine = set().union(*(members([path], classes) for path, classes in ENGINE_CLASSES.items()))
+    own = members(path for name in OWN for path in DISTRIBUTIONS[name].source.rglob("*.py"))
+    return (runner | engine) - own - GENERIC.keys()
+
+
+def attribute_reads(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """``(line, name)`` of every attribute read of an object other than ``self`` or ``cls``: ``x.name``, and
+    ``getattr(x, "name")`` or ``hasattr(x, "name")`` (duck-typing by string)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and not _is_self(node.value):
+            yield node.lineno, node.attr
+        elif _is_getattr(node) and isinstance(node.args[1].value, str):  # type: ignore[attr-defined]
+            yield node.lineno, node.args[1].value  # type: ignore[attr-defined]
+
+
+def _is_getattr(node: ast.AST) -> bool:
+    """``getattr(x, "<constant>", ...)`` or ``hasattr(x, "<constant>")``."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "hasattr")
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+    )
+
+
+def reaches_up(source: str, higher: set[str]) -> list[str]:
+    """``line: name`` of each read in ``source`` named after a member of a higher layer."""
+    return [f"{line}: {name}" for line, name in attribute_reads(ast.parse(source)) if name in higher]
+
+
+def test_the_higher_members_are_the_runner_and_engine_words() -> None:
+    higher = higher_members()
+    assert {"model_runner", "static_buckets", "shape_descriptor", "input_views", "captured_buckets"} <= higher
+    # Words the backends own as well are theirs to read (tc_piecewise keeps its compiled ``model_forward``,
+    # the forward context its ``attn_backend``).
+    assert not {"options", "device", "phase", "backend", "replay", "model_forward", "attn_backend"} & higher
+
+
+@pytest.mark.parametrize("name", LOWER)
+def test_the_backend_packages_read_no_member_of_a_runner_or_an_engine(name: str) -> None:
+    higher = higher_members()
+    problems = [
+        f"{path.relative_to(ROOT)}:{where}"
+        for path in sorted(DISTRIBUTIONS[name].source.rglob("*.py"))
+        for where in reaches_up(path.read_text(), higher)
+    ]
+    assert problems == [], "take what the backend needs as arguments (prepare's EntryInputs) instead of reading it"
+
+
+def test_a_backend_that_reads_its_runner_is_named() -> None:
+    """What ``prepare`` did before it was given its arguments: every way of reading the runner is caught."""
+    source = (
+        "def prepare(self, runner):\n"
+        "    describe = getattr(runner, 'shape_descriptor', None)\n"
+        "    forward = runner.model_runner.captured_buckets\n"
+        "    hasattr(runner, 'static_buckets')\n"
+        "    self.options.debug\n"
+    )
+    assert sorted(reaches_up(source, higher_members())) == [
+        "2: shape_descriptor",
+        "3: captured_buckets",
+        "3: model_runner",
+        "4: static_buckets",
+    ]
