@@ -169,7 +169,10 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             logits = runner.replay(batch)
         """
         routes = self._routes_by_size
-        if batch_size < 1 or batch_size >= len(routes) or routes[batch_size].bucket is None:
+        if batch_size < 1 or batch_size >= len(routes):
+            return None
+        bucket = routes[batch_size].bucket
+        if bucket is None or bucket in self._pending:  # eager, or captured on first use over padding
             return None
         return self.inputs.views(batch_size * self.query_len, batch_size)
 
@@ -184,6 +187,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         The returned tensor views the graph's static output: it is overwritten by the next replay.
         """
         bucket = route.bucket
+        if bucket in self._pending:  # lazy policy: this step captures the bucket, then replays it
+            bucket = (route := self._capture_on_first_use(route)).bucket
         if bucket is None:
             return self._run_eagerly(batch, route)
         batch_size = batch.batch_size

@@ -129,7 +129,10 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         copies nothing: the first rows of the static buffers by ``ForwardBatch`` field name (``num_tokens`` rows per
         token, ``batch_size`` per request, the extend fields included) and ``"seq_lens_cpu"``, the same tensors every
         call; ``None`` when that step would not replay a graph (see ``DecodeCudaGraphRunner.input_views``)."""
-        if num_tokens < 1 or batch_size < 1 or self._route_of(num_tokens, batch_size).bucket is None:
+        if num_tokens < 1 or batch_size < 1:
+            return None
+        bucket = self._route_of(num_tokens, batch_size).bucket
+        if bucket is None or bucket in self._pending:  # eager, or captured on first use over padding
             return None
         return self.inputs.views(num_tokens, batch_size)
 
@@ -139,6 +142,8 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         Eager when the route has no bucket. The returned tensor views the graph's static output.
         """
         bucket = route.bucket
+        if bucket in self._pending:  # lazy policy: this step captures the bucket, then replays it
+            bucket = (route := self._capture_on_first_use(route)).bucket
         if bucket is None:
             return self._run_eagerly(batch, route)
         num_tokens, batch_size = int(batch.input_ids.shape[0]), batch.batch_size
