@@ -12,6 +12,7 @@ from runner_helpers import StubModelRunner, make_model_runner, stub_decode_batch
 from test_runner_memory import MEMORY, MiB, decode_batch, simulated_total
 
 from cudagraph.backend.testing import CpuReplayBackend, SimulatedDeviceMemory
+from cudagraph.backend_utils import CaptureOptions
 from cudagraph.config import Backend, CapturePolicy, CudaGraphConfig, MemoryBudget, PhaseConfig
 from cudagraph.runner import DecodeCudaGraphRunner, EagerReason
 from cudagraph.runner.agreement import ANOTHER_RANK_HAS_NO_ROOM, ANOTHER_RANK_RAN_OUT
@@ -39,11 +40,11 @@ def lazy_runner(
     memory: SimulatedDeviceMemory | None = None,
     out_of_memory_shapes: tuple[int, ...] = (),
     barrier: object = None,
+    debug: bool = False,
 ) -> tuple[DecodeCudaGraphRunner, CpuReplayBackend]:
     model_runner = model_runner if model_runner is not None else StubModelRunner()
-    backend = CpuReplayBackend(kind, memory=memory, out_of_memory_shapes=out_of_memory_shapes)
-    if barrier is not None:
-        backend.options = dataclasses.replace(backend.options, barrier=barrier)
+    options = CaptureOptions(barrier=barrier, debug=debug)  # type: ignore[arg-type]
+    backend = CpuReplayBackend(kind, options=options, memory=memory, out_of_memory_shapes=out_of_memory_shapes)
     runner = DecodeCudaGraphRunner(model_runner, config or lazy_config(), backend=backend, show_progress=False)
     runner.capture()
     return runner, backend
