@@ -38,7 +38,7 @@ def graph_read_tensors(model_runner: object) -> Mapping[str, torch.Tensor]:
         return dict(named())
     model = getattr(model_runner, "model", None)
     if isinstance(model, torch.nn.Module):
-        tensors = dict(model.named_parameters(remove_duplicate=False))
+        tensors: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
         tensors.update(model.named_buffers(remove_duplicate=False))
         return tensors
     return {}
