@@ -164,6 +164,28 @@ def test_a_capture_that_runs_out_of_memory_leaves_its_bucket_eager_and_the_other
     assert runner.captured_buckets == (8,) and backend.replayed == [8]
 
 
+def test_a_capture_that_fails_otherwise_leaves_its_bucket_eager_with_the_error_and_the_step_runs() -> None:
+    model_runner = StubModelRunner()
+    runner, backend = lazy_runner(model_runner)
+    capture_one = backend.capture_one
+
+    def failing(shape, forward_fn, **kwargs):  # type: ignore[no-untyped-def]
+        if shape == 2:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return capture_one(shape, forward_fn, **kwargs)
+
+    backend.capture_one = failing  # type: ignore[method-assign]
+    for seed in range(2):
+        batch = stub_decode_batch(2, seed=seed)
+        torch.testing.assert_close(runner.replay(batch), model_runner.forward(batch).clone())
+    assert runner.skipped_buckets == {
+        2: "its capture failed on first use: operation not permitted when stream is capturing"
+    }
+    assert runner.metrics.lazy_captures == 1 and runner.metrics.eager_count(EagerReason.OVER_BUDGET) == 2
+    runner.replay(stub_decode_batch(4))
+    assert runner.captured_buckets == (4,)
+
+
 class ScriptedGroup:
     """A tensor-parallel group of this rank and one other, whose answers are scripted: the other rank's value for
     each ``agree_min`` call, in order (1 where the script runs out)."""

@@ -14,7 +14,9 @@ loaded:
    runner's graphs already take; otherwise it stays eager for good, with its reason in ``skipped_buckets``, and
    its sizes route ``OVER_BUDGET``. A capture that measures over the limit is released the same way. Graphs are
    never released to make room: the buckets already captured are the ones steps use.
-3. On a tensor-parallel rank each decision (fits, captured without running out of memory) is shared through the
+3. A capture that fails (out of memory, or any other error) keeps nothing of the bucket, which stays eager with the
+   failure as its reason; the step runs eagerly.
+4. On a tensor-parallel rank each decision (fits, captured without running out of memory) is shared through the
    group's ``agree`` (the minimum over the ranks, ``cudagraph.runner.agreement``), so a bucket that cannot be
    captured on one rank stays eager on all. Every rank routes the same steps, so they all reach this call at the
    same step and make the same calls to ``agree``.
@@ -122,19 +124,23 @@ class LazyCapture:
                 else ANOTHER_RANK_HAS_NO_ROOM
             )
             return False
-        ran_out = False
+        failure: str | None = None
         stats = None
         try:
             stats = self.runner._capture_one_shape(bucket)
         except Exception as error:
-            if not is_out_of_memory(error):
-                raise
+            # The step must still run, and the other ranks still wait for this rank's answer: a capture that fails
+            # for any reason leaves its bucket eager, said once, rather than failing the step.
+            failure = (
+                OUT_OF_MEMORY_WHILE_CAPTURING
+                if is_out_of_memory(error)
+                else f"its capture failed on first use: {error}"
+            )
             drop_failed_frames(error)
-            ran_out = True
-        if not everywhere(self.agree, not ran_out):
-            if not ran_out:
+        if not everywhere(self.agree, failure is None):
+            if failure is None:
                 self.runner._release_shape(bucket)  # captured here, not on another rank: no rank may replay it
-            self.skipped[bucket] = OUT_OF_MEMORY_WHILE_CAPTURING if ran_out else ANOTHER_RANK_RAN_OUT
+            self.skipped[bucket] = failure or ANOTHER_RANK_RAN_OUT
             return False
         assert stats is not None
         if guard is not None:
