@@ -199,13 +199,13 @@ CASES = [
         ["--cuda-graph-mode", '{"decode": {"backend": "full", "max_padding": 1.5}}'],
         {"cuda_graph_mode": '{"decode": {"backend": "full", "max_padding": 1.5}}'},
         "--cuda-graph-mode: unknown key 'max_padding' in the decode object; allowed keys: backend, max_padding_ratio, "
-        "memory_budget (closest: 'max_padding_ratio'); e.g. " + PHASE_OBJECT,
+        "memory_budget, capture_policy (closest: 'max_padding_ratio'); e.g. " + PHASE_OBJECT,
     ),
     (
         ["--cuda-graph-config", '{"prefill": {"budget": "2GiB"}}'],
         {"cuda_graph_config": '{"prefill": {"budget": "2GiB"}}'},
         "--cuda-graph-config: unknown key 'budget' in the prefill object; allowed keys: backend, max_padding_ratio, "
-        "memory_budget (closest: 'memory_budget'); e.g. " + PHASE_OBJECT,
+        "memory_budget, capture_policy (closest: 'memory_budget'); e.g. " + PHASE_OBJECT,
     ),
     (
         ["--cuda-graph-mode", '{"decode": {"max_padding_ratio": 0.9}}'],
@@ -365,7 +365,7 @@ def test_error_message_is_exact_on_both_routes(argv: list[str], keywords: dict[s
         (
             {"cuda_graph_mode": {"decode": {1: "full"}}},
             "--cuda-graph-mode: unknown key 1 in the decode object; allowed keys: backend, max_padding_ratio, "
-            "memory_budget (closest: 'memory_budget'); e.g. " + PHASE_OBJECT,
+            "memory_budget, capture_policy (closest: 'memory_budget'); e.g. " + PHASE_OBJECT,
         ),
         (
             {"decode_cuda_graph_max_padding_ratio": True},

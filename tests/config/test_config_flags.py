@@ -53,6 +53,8 @@ ISSUE_FLAGS = {
     "--prefill-cuda-graph-max-padding-ratio",
     "--decode-cuda-graph-memory-budget",
     "--prefill-cuda-graph-memory-budget",
+    "--decode-cuda-graph-capture-policy",
+    "--prefill-cuda-graph-capture-policy",
     "--tc-piecewise-compiler",
     "--tc-piecewise-compile-cache-dir",
     "--torch-compile-max-bs",

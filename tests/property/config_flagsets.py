@@ -26,6 +26,7 @@ from cudagraph.config import (
     TORCH_COMPILE_MODES,
     VLLM_FLAGS,
     Backend,
+    CapturePolicy,
     ConfigError,
     CudaGraphConfig,
     Environment,
@@ -34,6 +35,7 @@ from cudagraph.config import (
     resolve,
 )
 from cudagraph.config.flags import (
+    CAPTURE_POLICY_OPTIONS,
     COMPILE_CACHE_DIR_OPTION,
     FLAGS_BY_DEST,
     MEMORY_BUDGET_OPTIONS,
@@ -169,11 +171,19 @@ JUNK_BUDGETS = ["0", "-1", "101%", "0%", "x", "", "1/2", "2XB", "%", "GiB", "1e9
 any_budget = st.one_of(valid_budget, st.sampled_from(JUNK_BUDGETS))
 valid_directory = st.sampled_from(["/tmp/inductor", "cache", "./a b", "-dashed", "~/x", "0", "C:\\cache"])
 any_directory = st.one_of(valid_directory, st.just(""))
+valid_capture_policy = st.sampled_from([policy.value for policy in CapturePolicy])
+any_capture_policy = st.one_of(valid_capture_policy, st.sampled_from(["LAZY", "Eager", "on_demand", "", " lazy"]))
 
 # A phase's JSON value: a backend name, or an object of its settings (JSON numbers or strings).
 _JSON_RATIO = st.one_of(valid_ratio_number, valid_ratio)
 valid_phase_object = st.fixed_dictionaries(
-    {}, optional={"backend": valid_backend, "max_padding_ratio": _JSON_RATIO, "memory_budget": valid_budget}
+    {},
+    optional={
+        "backend": valid_backend,
+        "max_padding_ratio": _JSON_RATIO,
+        "memory_budget": valid_budget,
+        "capture_policy": valid_capture_policy,
+    },
 )
 any_phase_object = st.fixed_dictionaries(
     {},
@@ -181,6 +191,7 @@ any_phase_object = st.fixed_dictionaries(
         "backend": any_backend,
         "max_padding_ratio": st.one_of(_JSON_RATIO, st.sampled_from([*JUNK_RATIOS, 0.5, None, True])),
         "memory_budget": st.one_of(any_budget, st.sampled_from([0, -1, 1.5, None, [1]])),
+        "capture_policy": st.one_of(any_capture_policy, st.sampled_from([None, 1, True])),
         "max_padding": valid_ratio_number,  # an unknown key
         "buckets": st.just([1, 2]),
     },
@@ -257,7 +268,15 @@ VALUE_KINDS: dict[object, ValueKind] = {
         valid_mode,
         any_mode,
         json.dumps(
-            {phase: {"backend": "disabled", "max_padding_ratio": 2, "memory_budget": "1GiB"} for phase in PHASE_NAMES}
+            {
+                phase: {
+                    "backend": "disabled",
+                    "max_padding_ratio": 2,
+                    "memory_budget": "1GiB",
+                    "capture_policy": "lazy",
+                }
+                for phase in PHASE_NAMES
+            }
         ),
     ),
     "--cudagraph-mode": ValueKind(valid_vllm_mode, any_vllm_mode, "NONE"),
@@ -273,6 +292,7 @@ VALUE_KINDS: dict[object, ValueKind] = {
     "--torch-compile-mode": ValueKind(valid_compile_mode, any_compile_mode, "default"),
     "ratio": ValueKind(valid_ratio, any_ratio, "2"),
     "budget": ValueKind(valid_budget, any_budget, "1GiB"),
+    "capture_policy": ValueKind(valid_capture_policy, any_capture_policy, "lazy"),
     COMPILE_CACHE_DIR_OPTION: ValueKind(valid_directory, any_directory, "/tmp/inductor"),
 }
 
@@ -290,6 +310,8 @@ def _value_kind(option: str) -> ValueKind:
         return VALUE_KINDS["ratio"]
     if target in MEMORY_BUDGET_OPTIONS.values():
         return VALUE_KINDS["budget"]
+    if target in CAPTURE_POLICY_OPTIONS.values():
+        return VALUE_KINDS["capture_policy"]
     if target.endswith("compiler"):
         return VALUE_KINDS["compiler"]
     return VALUE_KINDS["sizes" if FLAGS_BY_DEST[dest(target)].arity is Arity.MANY else "max"]
@@ -385,6 +407,8 @@ def valid_flag_sets(draw: st.DrawFn) -> FlagSet:
             flags[dest(PADDING_RATIO_OPTIONS[phase])] = draw(valid_ratio)
         if draw(st.integers(0, 2)) == 0:
             flags[dest(MEMORY_BUDGET_OPTIONS[phase])] = draw(valid_budget)
+        if draw(st.integers(0, 2)) == 0:
+            flags[dest(CAPTURE_POLICY_OPTIONS[phase])] = draw(valid_capture_policy)
     for switch in (
         "debug_cuda_graph",
         "enable_cudagraph_gc",

@@ -101,6 +101,7 @@ PHASE_ONLY_FLAGS = {
         "--cuda-graph-max-bs",
         "--decode-cuda-graph-max-padding-ratio",
         "--decode-cuda-graph-memory-budget",
+        "--decode-cuda-graph-capture-policy",
     ],
     Phase.PREFILL: [
         "--prefill-cuda-graph-backend",
@@ -114,6 +115,7 @@ PHASE_ONLY_FLAGS = {
         "--piecewise-cuda-graph-max-tokens",
         "--prefill-cuda-graph-max-padding-ratio",
         "--prefill-cuda-graph-memory-budget",
+        "--prefill-cuda-graph-capture-policy",
     ],
 }
 for _options in PHASE_ONLY_FLAGS.values():

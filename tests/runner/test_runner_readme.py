@@ -20,3 +20,19 @@ def test_the_routing_example_runs_and_prints_its_table() -> None:
     with contextlib.redirect_stdout(printed):
         exec(compile(example, str(README), "exec"), {"__name__": "runner_readme_example"})
     assert printed.getvalue() == shown
+
+
+def test_the_lifecycle_example_runs_after_the_routing_example_and_prints_what_its_comments_say() -> None:
+    text = README.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    routing = next(block for block in blocks if "metrics.table()" in block)
+    lifecycle = next(block for block in blocks if "capture_policy=CapturePolicy.LAZY" in block)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        namespace = {"__name__": "runner_readme_example"}
+        exec(compile(routing, str(README), "exec"), namespace)
+        start = len(printed.getvalue())
+        exec(compile(lifecycle, str(README), "exec"), namespace)
+    expected = [line.split("  # ", 1)[1] for line in lifecycle.splitlines() if line.startswith("print(")]
+    assert len(expected) == 6
+    assert printed.getvalue()[start:].splitlines() == expected

@@ -42,6 +42,7 @@ from .capture_state import (
     model_capture_mode,
     use_compiled_model_forward,
 )
+from .captured_addresses import AddressRecord, TensorAddress, describe_moved
 from .errors import BreakableCaptureError, CudaGraphsUnavailableError, exception_chain, require_cuda
 from .forward_context import ForwardContext, ForwardContextScope, get_forward_context, set_forward_context
 from .gc_control import freeze_gc
@@ -80,6 +81,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CAPTURE_ERROR_MODES",
     "NATIVE_LAUNCH_VERSIONS",
+    "AddressRecord",
     "BreakOptions",
     "BreakableCUDAGraph",
     "BreakableCaptureError",
@@ -99,6 +101,7 @@ __all__ = [
     "MemoryReading",
     "ReplayBinder",
     "ShapeDescriptor",
+    "TensorAddress",
     "__version__",
     "add_eager",
     "break_options",
@@ -107,6 +110,7 @@ __all__ = [
     "cdiv",
     "compiled_model_forward",
     "default_capture_stream",
+    "describe_moved",
     "direct_launch",
     "eager_break",
     "enable_tc_piecewise_cuda_graph",

@@ -13,8 +13,10 @@ from .bucket_schedules import default_buckets
 from .phase_config import PhaseConfig
 from .vocabulary import (
     BUCKETS_OPTIONS,
+    CAPTURE_POLICY_OPTIONS,
     COMPILE_CACHE_DIR_OPTION,
     COMPILER_OPTION,
+    DEFAULT_CAPTURE_POLICY,
     MAX_SIZE_OPTIONS,
     MEMORY_BUDGET_OPTIONS,
     MODE_OPTION,
@@ -36,8 +38,8 @@ def config_cli_args(config: CudaGraphConfig) -> list[str]:
 
     The backends go into ``--cuda-graph-mode``, which locks them against compatibility rules; buckets are spelled out
     unless they are the default schedule of their max, in which case the max alone says it. Padding ratios, memory
-    budgets and the compile cache directory follow as their own flags when set. A config that no flags can give (an
-    enabled phase without buckets, or whose last bucket is not its max) is a ``ConfigError``.
+    budgets, a lazy capture policy and the compile cache directory follow as their own flags when set. A config that
+    no flags can give (an enabled phase without buckets, or whose last bucket is not its max) is a ``ConfigError``.
     """
     args = [MODE_OPTION, json.dumps({phase.value: config.backend(phase).value for phase in Phase})]
     for phase in Phase:
@@ -74,6 +76,8 @@ def _phase_args(phase: Phase, phase_config: PhaseConfig) -> list[str]:
         args += [PADDING_RATIO_OPTIONS[phase], repr(phase_config.max_padding_ratio)]
     if phase_config.memory_budget is not None:
         args += [MEMORY_BUDGET_OPTIONS[phase], str(phase_config.memory_budget)]
+    if phase_config.capture_policy is not DEFAULT_CAPTURE_POLICY:
+        args += [CAPTURE_POLICY_OPTIONS[phase], phase_config.capture_policy.value]
     return args
 
 

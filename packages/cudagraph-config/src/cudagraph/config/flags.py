@@ -28,6 +28,7 @@ from .values import (
     Claims,
     Notes,
     read_backend,
+    read_capture_policy,
     read_compiler,
     read_directory,
     read_padding_ratio,
@@ -40,8 +41,10 @@ from .vllm import VLLM_CUDAGRAPH_MODES, read_compilation_config, read_enforce_ea
 from .vocabulary import (
     BACKEND_OPTIONS,
     BUCKETS_OPTIONS,
+    CAPTURE_POLICY_OPTIONS,
     COMPILE_CACHE_DIR_OPTION,
     COMPILER_OPTION,
+    DEFAULT_CAPTURE_POLICY,
     DEFAULT_CUDA_GRAPH_MODE,
     DEFAULT_MAX_SIZE,
     DEFAULT_TORCH_COMPILE_MAX_BS,
@@ -57,6 +60,7 @@ from .vocabulary import (
     TORCH_COMPILE_MODES,
     TORCH_COMPILE_OPTION,
     Backend,
+    CapturePolicy,
     Phase,
     allowed_backends,
     phase_key,
@@ -243,6 +247,10 @@ def _memory_budget_reader(key: str) -> Reader:
     return lambda label, raw, notes: {key: read_memory_budget(label, raw)}
 
 
+def _capture_policy_reader(key: str) -> Reader:
+    return lambda label, raw, notes: {key: read_capture_policy(label, raw)}
+
+
 def _switch_reader(key: str) -> Reader:
     return lambda label, raw, notes: {key: read_switch(label, raw)}
 
@@ -301,6 +309,15 @@ def _phase_flags(phase: Phase) -> list[Flag]:
             f"the most device memory the {phase} graphs may take: {BUDGET_EXAMPLES.replace('%', '%%')}; capture "
             "stops before exceeding it (default: no cap)",
             "SIZE",
+        ),
+        Flag(
+            CAPTURE_POLICY_OPTIONS[phase],
+            Arity.ONE,
+            OriginKind.FLAG,
+            _capture_policy_reader(phase_key(phase, "capture_policy")),
+            f"when the {phase} graphs are captured: eager, every bucket at start-up; lazy, each bucket by the first "
+            f"step routed to it, which replays it (default: {DEFAULT_CAPTURE_POLICY})",
+            "{" + ",".join(policy.value for policy in CapturePolicy) + "}",
         ),
     ]
 

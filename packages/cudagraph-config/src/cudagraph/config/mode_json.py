@@ -13,7 +13,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .memory_budget import read_memory_budget
-from .values import MODE_EXAMPLE, Claims, Notes, read_backend, read_json_object, read_padding_ratio, read_phase
+from .values import (
+    MODE_EXAMPLE,
+    Claims,
+    Notes,
+    read_backend,
+    read_capture_policy,
+    read_json_object,
+    read_padding_ratio,
+    read_phase,
+)
 from .vocabulary import ConfigError, Phase, phase_key
 
 PHASE_OBJECT_EXAMPLE = '{"decode": {"backend": "full", "max_padding_ratio": 1.5, "memory_budget": "2GiB"}}'
@@ -35,6 +44,7 @@ PHASE_JSON_KEYS: tuple[PhaseJsonKey, ...] = (
     PhaseJsonKey("backend", read_backend, labelled=False),
     PhaseJsonKey("max_padding_ratio", lambda label, raw, phase, notes: read_padding_ratio(label, raw), labelled=True),
     PhaseJsonKey("memory_budget", lambda label, raw, phase, notes: read_memory_budget(label, raw), labelled=True),
+    PhaseJsonKey("capture_policy", lambda label, raw, phase, notes: read_capture_policy(label, raw), labelled=True),
 )
 """The keys a phase's JSON object may hold."""
 

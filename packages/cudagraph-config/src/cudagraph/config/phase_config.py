@@ -11,9 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .memory_budget import MemoryBudget
-from .vocabulary import Backend
+from .vocabulary import DEFAULT_CAPTURE_POLICY, Backend, CapturePolicy
 
-PHASE_FIELDS: tuple[str, ...] = ("backend", "buckets", "max_size", "max_padding_ratio", "memory_budget")
+PHASE_FIELDS: tuple[str, ...] = (
+    "backend",
+    "buckets",
+    "max_size",
+    "max_padding_ratio",
+    "memory_budget",
+    "capture_policy",
+)
 """The fields of a ``PhaseConfig``, in display order; ``<phase>.<field>`` is each one's key in ``sources``."""
 
 
@@ -57,6 +64,9 @@ class PhaseConfig:
     memory_budget: MemoryBudget | None = None
     """The most device memory this phase's graphs may take; capture stops before exceeding it (``None``: no cap).
     ``None`` when the backend is ``disabled``."""
+    capture_policy: CapturePolicy = DEFAULT_CAPTURE_POLICY
+    """When the phase's graphs are captured: every bucket at start-up (``eager``), or each bucket by the first step
+    routed to it (``lazy``). ``eager`` when the backend is ``disabled``."""
 
     @property
     def enabled(self) -> bool:

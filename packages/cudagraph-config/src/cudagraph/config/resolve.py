@@ -31,6 +31,7 @@ from .types import CudaGraphConfig, PhaseConfig
 from .values import Notes
 from .vocabulary import (
     COMPILER_OPTION,
+    DEFAULT_CAPTURE_POLICY,
     DEFAULT_CUDA_GRAPH_MODE,
     DEFAULT_TORCH_COMPILE_MAX_BS,
     ENABLE_TORCH_COMPILE_OPTION,
@@ -38,6 +39,7 @@ from .vocabulary import (
     TC_PIECEWISE_COMPILERS,
     TORCH_COMPILE_OPTION,
     Backend,
+    CapturePolicy,
     ConfigError,
     LegacyFlagWarning,
     OverriddenSettingWarning,
@@ -241,14 +243,17 @@ def _phase_config(phase: Phase, backend: Backend, resolution: _Resolution, envir
     """The phase's buckets, max size, padding ratio and memory budget; a disabled phase has none of them."""
     buckets, max_size = _phase_shapes(phase, backend, resolution, environment)
     ratio_key, budget_key = phase_key(phase, "max_padding_ratio"), phase_key(phase, "memory_budget")
+    policy_key = phase_key(phase, "capture_policy")
     if backend is Backend.DISABLED:
         resolution.sources[ratio_key] = resolution.sources[budget_key] = _disabled_source(phase)
+        resolution.sources[policy_key] = _disabled_source(phase)
         _note_unused_settings(phase, resolution)
         return PhaseConfig(backend, buckets, max_size)
     # The readers in ``values`` and ``memory_budget`` produced these types; the casts only tell the type checker.
     ratio = cast("float | None", resolution.value(ratio_key, None))
     budget = cast("MemoryBudget | None", resolution.value(budget_key, None))
-    return PhaseConfig(backend, buckets, max_size, max_padding_ratio=ratio, memory_budget=budget)
+    policy = cast(CapturePolicy, resolution.value(policy_key, DEFAULT_CAPTURE_POLICY))
+    return PhaseConfig(backend, buckets, max_size, max_padding_ratio=ratio, memory_budget=budget, capture_policy=policy)
 
 
 def _disabled_source(phase: Phase) -> str:

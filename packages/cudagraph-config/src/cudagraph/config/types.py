@@ -20,7 +20,9 @@ from .vocabulary import (
     STEPS_EACH_PHASE_GRAPHS,
     SWITCH_OPTIONS,
     WHAT_EACH_BACKEND_CAPTURES,
+    WHAT_EACH_CAPTURE_POLICY_DOES,
     Backend,
+    CapturePolicy,
     ConfigError,
     Phase,
     phase_key,
@@ -111,7 +113,7 @@ class CudaGraphConfig:
             phase_config = self.for_phase(phase)
             for name in PHASE_FIELDS:
                 value = getattr(phase_config, name)
-                values[phase_key(phase, name)] = value.value if isinstance(value, Backend) else value
+                values[phase_key(phase, name)] = value.value if isinstance(value, (Backend, CapturePolicy)) else value
         values["tc_piecewise_compiler"] = self.tc_piecewise_compiler
         values["torch_compile_max_bs"] = self.torch_compile_max_bs
         values["torch_compile_mode"] = self.torch_compile_mode
@@ -124,7 +126,8 @@ class CudaGraphConfig:
         """A JSON-ready dict: ``decode`` and ``prefill`` hold the backend names, the rest sits alongside.
 
         Keys: ``decode``, ``decode_buckets``, ``decode_max_size``, ``decode_max_padding_ratio`` (``None``: no limit),
-        ``decode_memory_budget`` (its spelling, e.g. ``"2GiB"`` or ``"20%"``; ``None``: no cap), the same for
+        ``decode_memory_budget`` (its spelling, e.g. ``"2GiB"`` or ``"20%"``; ``None``: no cap),
+        ``decode_capture_policy`` (``"eager"`` or ``"lazy"``), the same for
         ``prefill``, ``tc_piecewise_compiler``, ``torch_compile_max_bs``, ``torch_compile_mode`` (``None``: inductor's
         defaults), ``compile_cache_dir`` (``None``: inductor's own), ``debug``, ``enable_gc``, ``disable_padding``,
         ``profile_capture`` and ``sources``.
@@ -138,6 +141,7 @@ class CudaGraphConfig:
             result[f"{phase.value}_max_size"] = phase_config.max_size
             result[f"{phase.value}_max_padding_ratio"] = phase_config.max_padding_ratio
             result[f"{phase.value}_memory_budget"] = None if budget is None else str(budget)
+            result[f"{phase.value}_capture_policy"] = phase_config.capture_policy.value
         result["tc_piecewise_compiler"] = self.tc_piecewise_compiler
         result["torch_compile_max_bs"] = self.torch_compile_max_bs
         result["torch_compile_mode"] = self.torch_compile_mode
@@ -150,7 +154,8 @@ class CudaGraphConfig:
     def explain(self) -> str:
         """One line per value: key, value, and where it came from (JSON, flag, legacy flag, default or rule); then per
         phase a ``<phase>.captures`` line saying what its backend's graphs hold, a ``<phase>.steps`` line saying which
-        steps they replay (uniform steps for decode, every other step for prefill) and, for an enabled phase, the
+        steps they replay (uniform steps for decode, every other step for prefill) and, for an enabled phase, a
+        ``<phase>.captured`` line saying when its graphs are captured (its capture policy) and the
         ``<phase>.grid``, ``<phase>.padding`` and ``<phase>.replays`` lines of its bucket grid (see ``grid``)."""
         rows = [
             (key, _format_value(value), self.sources.get(key, "not recorded")) for key, value in self.values().items()
@@ -159,6 +164,9 @@ class CudaGraphConfig:
         for phase in Phase:
             notes.append((phase_key(phase, "captures"), WHAT_EACH_BACKEND_CAPTURES[phase][self.backend(phase)]))
             notes.append((phase_key(phase, "steps"), STEPS_EACH_PHASE_GRAPHS[phase]))
+            if self.for_phase(phase).enabled:
+                policy = self.for_phase(phase).capture_policy
+                notes.append((phase_key(phase, "captured"), WHAT_EACH_CAPTURE_POLICY_DOES[policy]))
             appended = MAX_APPENDED_NOTE in self.sources.get(phase_key(phase, "buckets"), "")
             notes += explain_grid(
                 phase, self.for_phase(phase), max_appended=appended, disable_padding=self.disable_padding

@@ -22,6 +22,7 @@ from .vocabulary import (
     TC_PIECEWISE_COMPILERS,
     TORCH_COMPILE_MODES,
     Backend,
+    CapturePolicy,
     ConfigError,
     LegacyFlagWarning,
     Phase,
@@ -163,6 +164,14 @@ def read_torch_compile_mode(label: str, raw: object) -> str:
     if raw not in TORCH_COMPILE_MODES:
         raise ConfigError(f"{label}: unknown torch.compile mode {raw!r}; allowed: {allowed}")
     return str(raw)
+
+
+def read_capture_policy(label: str, raw: object) -> CapturePolicy:
+    """``raw`` as a ``CapturePolicy`` (its value: ``eager`` or ``lazy``, exactly)."""
+    for policy in CapturePolicy:
+        if raw == policy.value:
+            return policy
+    raise ConfigError(f"{label}: unknown capture policy {raw!r}; allowed: {_names([p.value for p in CapturePolicy])}")
 
 
 PADDING_RATIO_ALLOWED = "a number >= 1, e.g. 1.5 (a batch whose bucket is more than 1.5 times its size runs eagerly)"

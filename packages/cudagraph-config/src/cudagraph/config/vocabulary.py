@@ -34,6 +34,29 @@ class Backend(str, enum.Enum):
         return self.value
 
 
+class CapturePolicy(str, enum.Enum):
+    """When a phase's graphs are captured: ``eager`` captures every bucket at start-up (before the first step);
+    ``lazy`` captures a bucket the first time a step is routed to it, and that step replays it."""
+
+    EAGER = "eager"
+    LAZY = "lazy"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+DEFAULT_CAPTURE_POLICY = CapturePolicy.EAGER
+"""Every bucket captured at start-up, as before capture policies existed."""
+
+WHAT_EACH_CAPTURE_POLICY_DOES: Mapping[CapturePolicy, str] = MappingProxyType(
+    {
+        CapturePolicy.EAGER: "every bucket captured at start-up, before the first step",
+        CapturePolicy.LAZY: "nothing captured at start-up; a bucket is captured by the first step routed to it, "
+        "which replays it",
+    }
+)
+"""Capture policy -> one line saying when graphs are captured (``--explain`` prints it)."""
+
 DEFAULT_CUDA_GRAPH_MODE: Mapping[Phase, Backend] = MappingProxyType(
     {Phase.DECODE: Backend.FULL, Phase.PREFILL: Backend.BREAKABLE}
 )
@@ -133,6 +156,10 @@ MEMORY_BUDGET_OPTIONS: Mapping[Phase, str] = MappingProxyType(
     {Phase.DECODE: "--decode-cuda-graph-memory-budget", Phase.PREFILL: "--prefill-cuda-graph-memory-budget"}
 )
 """Phase -> the flag that caps the device memory its graphs take."""
+CAPTURE_POLICY_OPTIONS: Mapping[Phase, str] = MappingProxyType(
+    {Phase.DECODE: "--decode-cuda-graph-capture-policy", Phase.PREFILL: "--prefill-cuda-graph-capture-policy"}
+)
+"""Phase -> the flag that says when its graphs are captured (``eager``: at start-up; ``lazy``: on first use)."""
 COMPILER_OPTION = "--tc-piecewise-compiler"
 """The compiler of ``tc_piecewise`` pieces (one of ``TC_PIECEWISE_COMPILERS``)."""
 COMPILE_CACHE_DIR_OPTION = "--tc-piecewise-compile-cache-dir"

@@ -32,6 +32,7 @@ from cudagraph.runner import (
     StepInputs,
 )
 
+from . import lifecycle
 from .attention import make_attention_backend
 from .attention.op import attend
 from .batch import Request, extend_lens, make_decode_batch, make_extend_batch, make_verify_batch
@@ -219,6 +220,12 @@ class ModelRunner:
         self.verify_cuda_graph_metrics = ReplayMetrics(Phase.DECODE, label="verify")
         """Every verify step ``run`` took (speculative decoding): kept apart from decode's, whose buckets count
         one-token steps."""
+        self.weights_version = 0
+        """Bumped by every ``update_weights``."""
+        self.asleep = False
+        """Between ``sleep()`` and ``wake()``: graphs and KV cache given back, steps refused."""
+        self.memory_levels = lifecycle.MemoryLevels()
+        """Free device memory before ``sleep``, asleep and after ``wake`` (the latest cycle; CUDA only)."""
 
     def kernels_for(self, config: CudaGraphConfig) -> LayerKernels:
         """The kernel set this engine's ``kernel_backend`` picks when its graphs follow ``config``: with ``auto``,
@@ -353,6 +360,31 @@ class ModelRunner:
                 runner.shutdown()
         self.decode_cuda_graph_runner = self.verify_cuda_graph_runner = self.prefill_cuda_graph_runner = None
 
+    # -- across the engine's life (``cudagraph.engine.lifecycle``) ---------------------------------------------------
+
+    def graph_read_tensors(self) -> dict[str, torch.Tensor]:
+        """What the graphs read beyond the runners' static buffers (weights, buffers, KV cache, request table): the
+        runners record their addresses at capture."""
+        return lifecycle.graph_read_tensors(self)
+
+    def update_weights(
+        self, weights: Mapping[str, torch.Tensor], *, in_place: bool = True, on_moved: str = "recapture"
+    ) -> lifecycle.WeightUpdate:
+        """Write ``weights`` (name -> value) into the model: in place (graphs stay valid, nothing recaptured), or
+        with new memory (``in_place=False``: graphs that read it are captured again, or refused with
+        ``on_moved="raise"``). Never lets a step replay old weights."""
+        return lifecycle.update_weights(self, weights, in_place=in_place, on_moved=on_moved)
+
+    def sleep(self) -> lifecycle.MemoryLevels:
+        """Give back every graph (and its pool) and the KV cache; the weights stay. Steps are refused until
+        ``wake()``; requests in flight lose their cache."""
+        return lifecycle.sleep(self)
+
+    def wake(self) -> lifecycle.MemoryLevels:
+        """Re-allocate the KV cache and capture the graphs again (all, or on first use under the lazy policy); a
+        runner that cannot runs eagerly and says why."""
+        return lifecycle.wake(self)
+
     # -- steps ------------------------------------------------------------------------------------------------------
 
     def run(self, batch: ForwardBatch) -> torch.Tensor:
@@ -372,6 +404,7 @@ class ModelRunner:
             # The route the runner gave when the batch was built on its views (``step_inputs``), else routed now.
             route = batch.route
             return runner.replay_routed(batch, route if route is not None else runner.route(batch))
+        lifecycle.refuse_while_asleep(self)
         phase = Phase.PREFILL if mode.is_extend() else Phase.DECODE
         metrics = self.verify_cuda_graph_metrics if mode.is_verify() else self.cuda_graph_metrics[phase]
         metrics.count_eager(self.runnerless_reason(phase), batch.num_tokens)

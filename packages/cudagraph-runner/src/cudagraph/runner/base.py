@@ -37,11 +37,15 @@ from cudagraph.backend_utils import (
     ShapeDescriptor,
     freeze_gc,
 )
-from cudagraph.config import CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
+from cudagraph.config import CapturePolicy, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
 
+from . import lifecycle
 from .agreement import agreed_plan, agreement_of
 from .capture_loop import CaptureLoop, out_of_memory_guarded
 from .forward_batch import ForwardBatch
+from .graph_inputs import GraphInputGuard, graph_read_tensors, moved_error
+from .lazy_capture import LazyCapture
+from .lifecycle import RunnerAsleepError, RunnerState
 from .memory_plan import (
     CaptureMemoryEstimate,
     ProbeCapture,
@@ -192,6 +196,18 @@ class BaseCudaGraphRunner(abc.ABC):
         """The most device memory this runner's graphs may take (``PhaseConfig.memory_budget``; ``None``: no cap)."""
         self._memory_estimate: CaptureMemoryEstimate | None = None
         self._backend_prepared = False
+        self.capture_policy: CapturePolicy = phase_config.capture_policy
+        """When graphs are captured: every planned bucket in ``capture()`` (eager), or each by the first step routed
+        to it (lazy; ``cudagraph.runner.lazy_capture``)."""
+        self._lazy: LazyCapture | None = None
+        self._pending: set[int] = set()
+        """Planned buckets a step captures on first use (lazy policy; empty otherwise): read on every step."""
+        self.state: RunnerState = RunnerState.AWAKE
+        """Where the runner is in its life (``sleep``, ``wake``; ``cudagraph.runner.lifecycle``)."""
+        self.wake_failure: str | None = None
+        """Why the latest ``wake()`` could not capture (the runner then runs eagerly), or None."""
+        self.graph_inputs = GraphInputGuard(functools.partial(graph_read_tensors, model_runner))
+        """Where each graph's weights and caches were when it was captured (``refresh_graphs`` checks them)."""
         # bucket_by_size[n]: the bucket a batch of n replays (n = 0 is an idle batch, which replays the smallest).
         self.bucket_by_size: list[int | None] = [self.pad_to_bucket(max(n, 1)) for n in range(self.max_size + 1)]
         self.max_padding_ratio: float | None = check_padding_ratio(self.phase, phase_config.max_padding_ratio)
@@ -295,7 +311,7 @@ class BaseCudaGraphRunner(abc.ABC):
         """The route of every size, from the buckets the latest capture holds graphs of (end of ``capture``)."""
         table = RouteTable.build(
             self.buckets,
-            self.captured_buckets,
+            self._lazy.routable if self._lazy is not None else self.captured_buckets,
             disable_padding=self.config.disable_padding,
             max_padding_ratio=self.max_padding_ratio,
             requests_of=self._request_rows,
@@ -304,7 +320,12 @@ class BaseCudaGraphRunner(abc.ABC):
 
     def _close_routes(self) -> None:
         """Every step eager: not captured (or fallen back to eager, when ``eager_reason`` says why)."""
-        reason = EagerReason.EAGER_FALLBACK if self.eager_reason is not None else EagerReason.NOT_CAPTURED
+        if self.state is RunnerState.ASLEEP:
+            reason = EagerReason.ASLEEP
+        elif self.eager_reason is not None:
+            reason = EagerReason.EAGER_FALLBACK
+        else:
+            reason = EagerReason.NOT_CAPTURED
         self._set_routes(RouteTable.closed(reason))
 
     def _set_routes(self, table: RouteTable) -> None:
@@ -319,6 +340,11 @@ class BaseCudaGraphRunner(abc.ABC):
     def _run_eagerly(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
         """The eager forward of a batch routed eagerly, counted under its reason."""
         assert route.reason is not None, "an eager route always names its reason"
+        if route.reason is EagerReason.ASLEEP:
+            raise RunnerAsleepError(
+                f"a {self.phase} step reached a runner that is asleep (its graphs and the KV cache were given "
+                "back): call wake() before stepping"
+            )
         self.metrics.count_eager(route.reason, batch.num_tokens)
         return self.model_runner.forward(batch)
 
@@ -353,10 +379,13 @@ class BaseCudaGraphRunner(abc.ABC):
         if estimate is None and self.memory_budget is not None:
             estimate = self.estimate_capture_memory()
         free_at_start = self.backend.memory_reading().free_bytes
+        self.graph_inputs.start_session()
         # On a tensor-parallel rank (a capture barrier that agrees) the plan and every decision of the loop are
         # shared, so every rank captures and keeps the same buckets (cudagraph.runner.agreement).
         agree = agreement_of(self.backend.options.barrier)
         plan = agreed_plan(plan_capture(self.buckets, estimate, self.memory_budget, free_at_start), self.buckets, agree)
+        if self.capture_policy is CapturePolicy.LAZY:
+            return self._start_lazy(LazyCapture(self, plan, estimate, free_at_start, agree), started)
         loop = CaptureLoop(
             self.backend,
             plan,
@@ -396,6 +425,67 @@ class BaseCudaGraphRunner(abc.ABC):
                 skipped_summary(self.skipped_buckets),
             )
         return self.stats
+
+    def _start_lazy(self, lazy: LazyCapture, started: float) -> CaptureStats:
+        """Capture nothing now: route every planned bucket, each captured by the first step routed to it."""
+        self._lazy = lazy
+        self._pending = lazy.pending
+        self.captured = True
+        self.captured_buckets = ()
+        self.skipped_buckets = dict(sorted(lazy.skipped.items()))
+        self._build_routes()
+        self.stats = CaptureStats(seconds=time.perf_counter() - started, skipped=dict(self.skipped_buckets))
+        logger.info(
+            "%s CUDA graphs (%s) capture on first use: %d buckets planned, none captured yet",
+            self.phase,
+            self.backend_name,
+            len(lazy.pending),
+        )
+        return self.stats
+
+    def _capture_on_first_use(self, route: Route) -> Route:
+        """Capture ``route``'s pending bucket for the step routed to it (``cudagraph.runner.lazy_capture``); the
+        route the step takes then: the same, or eager (``OVER_BUDGET``) when the bucket could not be captured."""
+        lazy = self._lazy
+        assert lazy is not None and route.bucket is not None
+        kept = lazy.capture(route.bucket)
+        self.captured_buckets = tuple(sorted(lazy.kept))
+        self.skipped_buckets = dict(sorted(lazy.skipped.items()))
+        if kept:
+            return route
+        self._build_routes()
+        return Route.eager(EagerReason.OVER_BUDGET)
+
+    # -- across the engine's life -----------------------------------------------------------------------------------
+
+    def sleep(self) -> None:
+        """Release every graph and the pool they live in (the static buffers stay); steps are refused until
+        ``wake()`` (``cudagraph.runner.lifecycle``)."""
+        lifecycle.sleep(self)
+
+    def wake(self) -> RunnerState:
+        """Capture again over the same static buffers (every planned bucket, or none under the lazy policy): the
+        next step replays. A failure leaves the runner running eagerly, ``eager_reason`` saying why (state
+        ``failed``); returns the state."""
+        return lifecycle.wake(self)
+
+    def refresh_graphs(self, *, on_moved: str = "recapture") -> tuple[int, ...]:
+        """Check that every graph's weights and caches are where it was captured to read them; the buckets whose
+        are not are recaptured (with ``on_moved="recapture"``, all of this runner's graphs: they share their
+        record) or refused with one ``GraphInputsMovedError`` (``on_moved="raise"``). Returns the stale buckets.
+
+        Reads every graph-read tensor once: call it when weights may have moved (``ModelRunner.update_weights`` does),
+        not per step. A copy into the same memory moves nothing, so nothing is recaptured."""
+        if on_moved not in ("recapture", "raise"):
+            raise ValueError(f"on_moved={on_moved!r}: allowed: 'recapture', 'raise'")
+        stale = self.graph_inputs.stale()
+        if not stale:
+            return ()
+        if on_moved == "raise":
+            raise moved_error(self.phase, stale)
+        logger.info("%s CUDA graphs of %d buckets read moved tensors: capturing again", self.phase, len(stale))
+        lifecycle.recapture(self)
+        return tuple(sorted(stale))
 
     def _prepare_backend(self) -> bool:
         """Prepare the backend once (tc_piecewise compiles the model here); False when the model does not trace, in
@@ -507,6 +597,7 @@ class BaseCudaGraphRunner(abc.ABC):
         """Free the graph of ``shape`` and what its static bucket bound to it (the capture loop's budget rule)."""
         self.backend.discard(shape)
         self.static_buckets[shape].release()
+        self.graph_inputs.forget(shape)
 
     def _profiled_capture(self, shape: int) -> ShapeCaptureStats:
         """Capture ``shape`` under torch.profiler (``--enable-profile-cuda-graph``) and log where the trace went."""
@@ -533,6 +624,7 @@ class BaseCudaGraphRunner(abc.ABC):
         else:
             output = self.backend.capture_one(shape, forward_fn)
         self.static_buckets[shape].bind_replay(self.backend.replay_fn(shape), output, self._output_row_counts(shape))
+        self.graph_inputs.record(shape)
         return output
 
     def replay_graph(self, shape: int) -> torch.Tensor:
@@ -551,6 +643,7 @@ class BaseCudaGraphRunner(abc.ABC):
         on every step)."""
         scope = static_bucket.context_scope
         if self._debug_replay:
+            self.graph_inputs.check(shape, self.phase)
             with self.backend.runtime_session(), scope:
                 logits = self.replay_graph(shape)
         elif scope is _NO_CONTEXT:
@@ -610,6 +703,9 @@ class BaseCudaGraphRunner(abc.ABC):
         self.captured = False
         self.captured_buckets = ()
         self.skipped_buckets = {}
+        self.graph_inputs.clear()
+        self._lazy = None
+        self._pending = set()
         self._close_routes()
 
     def __repr__(self) -> str:

@@ -166,7 +166,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         and ``replay`` takes it as given (``cudagraph.runner.step_inputs``)."""
         routes = self._routes_by_size
         route = routes[batch_size] if 0 <= batch_size < len(routes) else self._route_beyond
-        if batch_size < 1 or route.bucket is None:
+        if batch_size < 1 or route.bucket is None or route.bucket in self._pending:
+            # eager, or captured on first use (over padding rows, so not in the views)
             return StepInputs(route, None)
         return StepInputs(route, self.inputs.views(batch_size * self.query_len, batch_size))
 
@@ -181,6 +182,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         The returned tensor views the graph's static output: it is overwritten by the next replay.
         """
         bucket = route.bucket
+        if bucket in self._pending:  # lazy policy: this step captures the bucket, then replays it
+            bucket = (route := self._capture_on_first_use(route)).bucket
         if bucket is None:
             return self._run_eagerly(batch, route)
         batch_size = batch.batch_size

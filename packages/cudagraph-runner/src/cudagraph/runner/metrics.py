@@ -115,6 +115,10 @@ class ReplayMetrics:
         self.eager_tokens: list[int] = [0] * len(_REASONS)
         self.warnings = 0
         """Warnings logged so far (at most one per window)."""
+        self.lazy_captures = 0
+        """Buckets captured on first use (the lazy capture policy), each by the step that replayed it first."""
+        self.lazy_capture_seconds = 0.0
+        """Wall time those captures took, warm-ups included."""
         self._start_window()
 
     # -- counting (every step) --------------------------------------------------------------------------------------
@@ -139,6 +143,11 @@ class ReplayMetrics:
                 self._warn()
         if self._window_steps >= self.window:
             self._start_window()
+
+    def count_lazy_capture(self, seconds: float) -> None:
+        """One bucket captured on first use, taking ``seconds`` (counted whether or not it kept its graph)."""
+        self.lazy_captures += 1
+        self.lazy_capture_seconds += seconds
 
     # -- windows ----------------------------------------------------------------------------------------------------
 
@@ -246,11 +255,15 @@ class ReplayMetrics:
             "eager_reasons": [row.as_dict() for row in self.eager_rows()],
             "window": self.window,
             "warnings": self.warnings,
+            "lazy_captures": self.lazy_captures,
+            "lazy_capture_seconds": round(self.lazy_capture_seconds, 6),
         }
 
     def table(self) -> str:
         """Plain text: a summary line, the bucket rows, then the eager reasons with their counts."""
         lines = [f"{self.label} CUDA graphs: steps {self.steps}, replayed {self.replays}, eager {self.eager}"]
+        if self.lazy_captures:
+            lines[0] += f", captured on first use {self.lazy_captures} ({1000 * self.lazy_capture_seconds:.1f} ms)"
         bucket_rows = self.bucket_rows()
         if bucket_rows:
             header: tuple[str, ...] = ("bucket", "replays", "real tokens", "padded tokens", "padding %")

@@ -137,7 +137,8 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         its batch), and its ``input_views``: one lookup, made before the batch is built (see
         ``DecodeCudaGraphRunner.step_inputs``)."""
         route = self._route_of(num_tokens, batch_size)
-        if num_tokens < 1 or batch_size < 1 or route.bucket is None:
+        if num_tokens < 1 or batch_size < 1 or route.bucket is None or route.bucket in self._pending:
+            # eager, or captured on first use (over padding rows, so not in the views)
             return StepInputs(route, None)
         return StepInputs(route, self.inputs.views(num_tokens, batch_size))
 
@@ -147,6 +148,8 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         Eager when the route has no bucket. The returned tensor views the graph's static output.
         """
         bucket = route.bucket
+        if bucket in self._pending:  # lazy policy: this step captures the bucket, then replays it
+            bucket = (route := self._capture_on_first_use(route)).bucket
         if bucket is None:
             return self._run_eagerly(batch, route)
         num_tokens, batch_size = int(batch.input_ids.shape[0]), batch.batch_size

@@ -62,6 +62,7 @@ class EagerReason(enum.Enum):
     OVER_PADDED = "over_padded"
     TOO_MANY_REQUESTS = "too_many_requests"
     QUERY_LEN_NOT_CAPTURED = "query_len_not_captured"
+    ASLEEP = "asleep"
 
     @property
     def text(self) -> str:
@@ -99,6 +100,7 @@ _REASONS: Mapping[EagerReason, _ReasonInfo] = MappingProxyType(
         EagerReason.QUERY_LEN_NOT_CAPTURED: _ReasonInfo(
             "a uniform step whose tokens per request no graph was captured for (a verify runner serves one length)"
         ),
+        EagerReason.ASLEEP: _ReasonInfo("the runner is asleep (graphs and KV cache given back; refused)"),
     }
 )
 
