@@ -49,11 +49,15 @@ TEST_REQUIREMENTS = (
     "transformers>=4.50",
     "triton>=3.2; sys_platform == 'linux' and platform_machine == 'x86_64'",
 )
-# What `tests` leaves to its own sessions: the real trees (`realtrees`); the GPU tests are collected and skip with one
-# line on a machine without CUDA (this session installs a CPU torch). Two workers, each test file on one of them
-# (module fixtures are built once): 2m45s instead of 4m20s of pytest on a 2-core machine. Tests share no files or ports
-# across processes (tmp_path, free ports for the tensor-parallel ranks).
-FAST_SELECTION = ("-m", "not realtrees", "-n", "auto", "--dist", "loadfile")
+# What `tests` leaves to its own sessions: the real trees (`realtrees`) and the deep variants marked `slow` (`slow`:
+# the tensor-parallel launches at TP=4 and other sizes, the shared-budget captures, the inductor compile, the wheel
+# builds; `tests` keeps a fast variant of each case); the GPU tests are collected and skip with one line on a machine
+# without CUDA (this session installs a CPU torch). Two workers, each test file on one of them (module fixtures are
+# built once). Tests share no files or ports across processes (tmp_path, free ports for the tensor-parallel ranks).
+FAST_SELECTION = ("-m", "not realtrees and not slow", "-n", "auto", "--dist", "loadfile")
+SLOW_SELECTION = ("-m", "slow and not realtrees", "-n", "auto", "--dist", "loadfile")
+"""What ``nox -s slow`` runs: every test ``FAST_SELECTION`` leaves out for being ``slow`` (the real trees are
+``realtrees``'s)."""
 # The tests of the two distributions that need no torch (cudagraph-config, cudagraph-migrate), for `torchfree`: every
 # test module that imports no torch package and runs no code that does.
 TORCH_FREE_TESTS = (
@@ -124,6 +128,14 @@ def tests(session: nox.Session) -> None:
     """
     install_workspace(session, *TEST_REQUIREMENTS)
     session.run("pytest", *FAST_SELECTION, *(session.posargs or ["-q"]))
+
+
+@nox.session(venv_backend="virtualenv")
+def slow(session: nox.Session) -> None:
+    """The deep variants ``tests`` leaves out (marked ``slow``): tensor parallel over gloo at TP=4 and the other
+    shapes, the shared capture budget, the migration's second run of every plugin, the inductor compile, the wheels."""
+    install_workspace(session, *TEST_REQUIREMENTS)
+    session.run("pytest", *SLOW_SELECTION, *(session.posargs or ["-q"]))
 
 
 @nox.session(venv_backend="virtualenv")
