@@ -1,6 +1,7 @@
 """What ``nox -s tests`` leaves out is run by another session that CI runs: the tests marked ``slow`` are not in the
 README's command (``FAST_SELECTION``), ``nox -s slow`` runs exactly those (``SLOW_SELECTION``), and ``.ci/run`` runs
-``nox -s slow``. The noxfile is read with :mod:`ast` (this module imports neither nox nor torch)."""
+``nox -s slow``, as the GitHub workflow's tests job does. The noxfile is read with :mod:`ast` (this module imports
+neither nox nor torch)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,9 @@ def test_ci_runs_the_slow_session_beside_the_readme_command() -> None:
     # a line of its own at the top level of the script (not inside a loop or a function, not commented out)
     top_level = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines() if not line[:1].isspace()]
     assert "nox -s slow" in top_level, "`.ci/run` must run `nox -s slow` (the tests marked slow)"
+
+
+def test_the_github_tests_job_runs_the_slow_session_too() -> None:
+    workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    runs = [line.strip() for line in workflow.splitlines() if line.strip().startswith("- run: nox -s ")]
+    assert '- run: nox -s slow --force-python "${{ matrix.python }}"' in runs
