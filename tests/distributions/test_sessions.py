@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
-from .workspace import ROOT
+from .workspace import ROOT, load_distributions
 
 NOXFILE = ast.parse((ROOT / "noxfile.py").read_text())
 
@@ -97,3 +98,14 @@ def test_the_github_tests_job_runs_the_slow_session_too() -> None:
     workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
     runs = [line.strip() for line in workflow.splitlines() if line.strip().startswith("- run: nox -s ")]
     assert '- run: nox -s slow --force-python "${{ matrix.python }}"' in runs
+
+
+@pytest.mark.parametrize("name", sorted(load_distributions()))
+def test_the_venv_holds_what_each_distribution_builds_with(name: str) -> None:
+    """The torch sessions build the workspace without build isolation, against ``BUILD_REQUIREMENTS``: each
+    distribution's ``[build-system] requires`` must be among them, at a range that admits the installed one."""
+    installed = {Requirement(text).name: Requirement(text) for text in noxfile_constant("BUILD_REQUIREMENTS")}
+    for text in load_distributions()[name].pyproject["build-system"]["requires"]:
+        needed = Requirement(text)
+        assert needed.name in installed, f"{name} builds with {needed}, which BUILD_REQUIREMENTS lacks"
+        assert installed[needed.name].specifier == needed.specifier, (installed[needed.name], needed)
