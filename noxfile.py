@@ -5,7 +5,8 @@ virtualenv; ``build`` and ``packaging`` build the distributions and install each
 ``slow`` (the deep variants marked ``slow``: more tensor-parallel ranks and shapes, the shared capture budget, the
 inductor compile, ...; ``tests`` keeps a fast variant of each case), ``realtrees`` (released SGLang trees, downloaded)
 and ``property`` (hypothesis, ``-- --hypothesis-profile=deep`` for the long search) are the slow checks that ``tests``
-leaves to their own sessions; ``.ci/run`` runs all of them. @TIMES@
+leaves to their own sessions; ``.ci/run`` runs all of them.
+Times on a 2-core machine: the README's "Tests and CI".
 
 Torch is installed with pip as the pinned CPU build (``TORCH_CPU``): pip finds that wheel on a local disk or, with
 PyTorch's CPU index as an extra index (the GitHub workflows set ``PIP_EXTRA_INDEX_URL``), prefers its ``+cpu`` build;
