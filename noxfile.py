@@ -2,8 +2,11 @@
 
 ``nox -s tests`` (the default) and ``nox -s migrate`` are the two commands a fresh machine needs. Both build their own
 virtualenv; ``build`` and ``packaging`` build the distributions and install each one alone, as a user would.
-``realtrees`` (released SGLang trees, downloaded) and ``property`` (hypothesis, ``-- --hypothesis-profile=deep`` for
-the long search) are the slow checks that ``tests`` leaves to their own sessions; ``.ci/run`` runs all of them.
+``slow`` (the deep variants marked ``slow``: more tensor-parallel ranks and shapes, the shared capture budget, the
+inductor compile, ...; ``tests`` keeps a fast variant of each case), ``realtrees`` (released SGLang trees, downloaded)
+and ``property`` (hypothesis, ``-- --hypothesis-profile=deep`` for the long search) are the slow checks that ``tests``
+leaves to their own sessions; ``.ci/run`` runs all of them.
+Times on a 2-core machine: the README's "Tests and CI".
 
 Torch is installed with pip as the pinned CPU build (``TORCH_CPU``): pip finds that wheel on a local disk or, with
 PyTorch's CPU index as an extra index (the GitHub workflows set ``PIP_EXTRA_INDEX_URL``), prefers its ``+cpu`` build;
@@ -49,11 +52,15 @@ TEST_REQUIREMENTS = (
     "transformers>=4.50",
     "triton>=3.2; sys_platform == 'linux' and platform_machine == 'x86_64'",
 )
-# What `tests` leaves to its own sessions: the real trees (`realtrees`); the GPU tests are collected and skip with one
-# line on a machine without CUDA (this session installs a CPU torch). Two workers, each test file on one of them
-# (module fixtures are built once): 2m45s instead of 4m20s of pytest on a 2-core machine. Tests share no files or ports
-# across processes (tmp_path, free ports for the tensor-parallel ranks).
-FAST_SELECTION = ("-m", "not realtrees", "-n", "auto", "--dist", "loadfile")
+# What `tests` leaves to its own sessions: the real trees (`realtrees`) and the deep variants marked `slow` (`slow`:
+# the tensor-parallel launches at TP=4 and other sizes, the shared-budget captures, the inductor compile, the wheel
+# builds; `tests` keeps a fast variant of each case); the GPU tests are collected and skip with one line on a machine
+# without CUDA (this session installs a CPU torch). Two workers, each test file on one of them (module fixtures are
+# built once). Tests share no files or ports across processes (tmp_path, free ports for the tensor-parallel ranks).
+FAST_SELECTION = ("-m", "not realtrees and not slow", "-n", "auto", "--dist", "loadfile")
+SLOW_SELECTION = ("-m", "slow and not realtrees", "-n", "auto", "--dist", "loadfile")
+"""What ``nox -s slow`` runs: every test ``FAST_SELECTION`` leaves out for being ``slow`` (the real trees are
+``realtrees``'s)."""
 # The tests of the two distributions that need no torch (cudagraph-config, cudagraph-migrate), for `torchfree`: every
 # test module that imports no torch package and runs no code that does.
 TORCH_FREE_TESTS = (
@@ -105,15 +112,28 @@ def cuda_torch_reason(session: nox.Session) -> str | None:
     )
 
 
+BUILD_REQUIREMENTS = ("hatchling>=1.27", "editables>=0.3")
+"""What the workspace packages build with (their ``[build-system] requires``, and what hatchling asks for an editable
+build): installed once into the venv, so the seven editable builds need no isolated build environment each."""
+FAST_INSTALL = ("--no-compile",)
+"""pip byte-compiles nothing at install (torch, transformers and triton hold thousands of modules); Python compiles a
+module the first time it is imported, which is the only time its byte code is needed."""
+
+
 def install_workspace(session: nox.Session, *extra: str) -> None:
     """Install torch (the CPU build; with ``CUDAGRAPH_SKIP_CUDA_TORCH=1``, skip the session where only a CUDA build is
-    to be had), every workspace package editable, and ``extra``."""
+    to be had), every workspace package editable, and ``extra``.
+
+    Two pip calls: torch with the build requirements, then the workspace built against those (no build isolation) with
+    ``extra``. On a 2-core machine this is about a quarter of the time that one isolated build environment a package
+    and compiling every installed module took.
+    """
     reason = cuda_torch_reason(session)
     if reason is not None:
         session.skip(reason)
-    session.install(TORCH_CPU)
+    session.install(*FAST_INSTALL, TORCH_CPU, *BUILD_REQUIREMENTS)
     editable = [arg for package in WORKSPACE_PACKAGES for arg in ("-e", package)]
-    session.install(*editable, *extra)
+    session.install(*FAST_INSTALL, "--no-build-isolation", *editable, *extra)
 
 
 @nox.session(venv_backend="virtualenv")
@@ -124,6 +144,15 @@ def tests(session: nox.Session) -> None:
     """
     install_workspace(session, *TEST_REQUIREMENTS)
     session.run("pytest", *FAST_SELECTION, *(session.posargs or ["-q"]))
+
+
+@nox.session(venv_backend="virtualenv")
+def slow(session: nox.Session) -> None:
+    """The deep variants ``tests`` leaves out (marked ``slow``): tensor parallel over gloo at TP=4 and the other
+    shapes, the shared capture budget, the stuck rank, the plugins' tests before migration, the inductor compile, the
+    memory-plan property, the wheels."""
+    install_workspace(session, *TEST_REQUIREMENTS)
+    session.run("pytest", *SLOW_SELECTION, *(session.posargs or ["-q"]))
 
 
 @nox.session(venv_backend="virtualenv")

@@ -181,6 +181,7 @@ def test_every_piece_between_two_attention_calls_is_the_same_graph() -> None:
     assert _structure(pieces[0]) != middle[0]  # the embedding piece is another graph: the comparison can tell
 
 
+@pytest.mark.slow  # a real inductor compile of three pieces: about 20 s on a 2-core machine (`nox -s slow`)
 @pytest.mark.skipif(
     shutil.which(os.environ.get("CXX", "g++")) is None,
     reason=("inductor needs a C++ compiler for CPU pieces: install g++ (or point CXX at one)"),

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -90,6 +91,9 @@ _MODEL_RUNNER = ModelRunner(
 RUNNER_BUCKETS = (1, 2, 4, 8)
 
 
+# Each example captures a real (tiny) model's buckets: about 20 s for the 15 on a 2-core machine, so `nox -s slow` and
+# `nox -s property` run it, not `nox -s tests`.
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     total_mib=st.integers(4, 80),
