@@ -33,6 +33,7 @@ GENERIC = {
     "dtype": "a tensor's",
     "size": "a tensor's",
     "run": "an FX interpreter's and a compiled kernel's",
+    "clear": "a dict's and a list's",
 }
 """Member names of a higher class that torch objects have too, with whose: reading them is not a reach up."""
 

@@ -63,7 +63,7 @@ def test_start_up_captures_nothing_and_the_first_step_captures_its_bucket_and_re
     # Each bucket captured once, by its first step, in the order steps reached them; every step replayed.
     assert backend.captured_order == [4, 1, 8]
     assert backend.replayed == [4, 4, 1, 4, 8, 4]
-    assert runner.captured_buckets == (1, 4, 8) and 2 not in backend.entries
+    assert runner.captured_buckets == (1, 4, 8) and 2 not in backend.shapes
     assert runner.metrics.replays == 6 and runner.metrics.eager == 0
     assert runner.metrics.lazy_captures == 3 and runner.metrics.lazy_capture_seconds > 0
     assert runner.metrics.to_dict()["lazy_captures"] == 3

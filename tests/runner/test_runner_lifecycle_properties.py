@@ -101,4 +101,4 @@ def test_every_step_of_any_life_gives_the_eager_logits_of_the_current_weights(
             assert runner.wake() is RunnerState.AWAKE
             asleep = False
             expected = set() if policy is CapturePolicy.LAZY else {1, 2, 4, 8}
-            assert set(backend.entries) == expected
+            assert set(backend.shapes) == expected

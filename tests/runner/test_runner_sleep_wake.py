@@ -55,7 +55,7 @@ def test_sleep_gives_back_graphs_and_kv_cache_and_wake_replays_again(kind: Backe
     assert runner.route(graph_and_eager).reason is EagerReason.ASLEEP
     model_runner.wake()
     assert runner.state is RunnerState.AWAKE and not model_runner.asleep
-    assert runner.captured_buckets == (1, 2, 4, 8) and sorted(backend.entries) == [1, 2, 4, 8]
+    assert runner.captured_buckets == (1, 2, 4, 8) and sorted(backend.shapes) == [1, 2, 4, 8]
     assert all(page.untyped_storage().nbytes() == page.numel() * page.element_size() for page in pages)
     assert {name: tensor.data_ptr() for name, tensor in runner.inputs.tensors.items()} == input_addresses
     replayed = len(backend.replayed)

@@ -1,6 +1,6 @@
-"""Tensor parallel on two and four GPUs: TP=2 graphs (full, breakable, tc_piecewise) against TP=2 eager at every
-decode batch size 1..64, TP=4 (full, breakable, tc_piecewise) against TP=4 eager, TP=2 against TP=1, the all-reduce choice, ranks with different
-memory budgets that still capture the same buckets, and ranks that exit.
+"""Tensor parallel on two and four GPUs: TP=2 and TP=4 graphs (full, breakable, tc_piecewise) against eager of the
+same size at every decode batch size 1..64, TP=2 against TP=1, the all-reduce choice, ranks with different memory
+budgets that still capture the same buckets, and ranks that exit.
 
 Needs at least two CUDA devices (four for the TP=4 tests; skipped with the reason otherwise). Every process keeps
 NVLink multicast off (the launcher sets ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``,
