@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypedDict
+from typing import Any, ClassVar
 
 import torch
 from tqdm import tqdm
@@ -105,17 +105,6 @@ class StaticBucket:
             if view is not None:
                 return view
         return logits[:rows]
-
-
-class RunnerArgs(TypedDict, total=False):
-    """The keyword arguments of every runner (``BaseCudaGraphRunner``'s), which a subclass takes and passes on whole
-    (``**options: Unpack[RunnerArgs]``)."""
-
-    backend: BaseCudaGraphBackend | None
-    show_progress: bool
-    num_warmups: int | None
-    capture_barrier: Callable[[], None] | None
-    metrics: ReplayMetrics | None
 
 
 class BaseCudaGraphRunner(abc.ABC):

@@ -13,23 +13,22 @@ token rows).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 
+from cudagraph.backend import BaseCudaGraphBackend
 from cudagraph.backend_utils import ShapeDescriptor
 from cudagraph.config import ConfigError, CudaGraphConfig, Phase
 
-from .base import BaseCudaGraphRunner, RunnerArgs
+from .base import BaseCudaGraphRunner
 from .forward_batch import ForwardBatch, ForwardMode
+from .metrics import ReplayMetrics
 from .protocols import ModelRunnerLike
 from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
 from .static_buffers import DECODE_FIELDS, StaticInputs
 from .step_inputs import StepInputs
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 _DECODE = ForwardMode.DECODE
 _IDLE = ForwardMode.IDLE
@@ -59,8 +58,12 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         model_runner: ModelRunnerLike,
         config: CudaGraphConfig,
         *,
+        backend: BaseCudaGraphBackend | None = None,
+        show_progress: bool = True,
+        num_warmups: int | None = None,
+        capture_barrier: Callable[[], None] | None = None,
+        metrics: ReplayMetrics | None = None,
         query_len: int = 1,
-        **options: Unpack[RunnerArgs],
     ) -> None:
         if isinstance(query_len, bool) or not isinstance(query_len, int) or query_len < 1:
             raise ConfigError(
@@ -72,7 +75,15 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         self.forward_mode: ForwardMode = _DECODE if query_len == 1 else ForwardMode.TARGET_VERIFY
         """The forward mode its graphs are captured in (decode, or target verify)."""
         self._graphed_modes = frozenset({self.forward_mode, _IDLE})
-        super().__init__(model_runner, config, **options)
+        super().__init__(
+            model_runner,
+            config,
+            backend=backend,
+            show_progress=show_progress,
+            num_warmups=num_warmups,
+            capture_barrier=capture_barrier,
+            metrics=metrics,
+        )
 
     def _tokens_per_size(self) -> int:
         return self.query_len
