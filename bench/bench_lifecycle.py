@@ -143,6 +143,7 @@ def measure(preset: str, backend: str, max_bs: int, attention: str) -> Lifecycle
 
     engine = _engine(preset, backend, max_bs, "eager", attention, max_reqs=max_bs + 8)
     try:
+        torch.cuda.empty_cache()  # the earlier engines' blocks, still cached, would otherwise come back during capture
         before = free_device_bytes(engine.device)
         runner = engine.init_decode_cuda_graph()
         assert runner is not None and before is not None

@@ -59,7 +59,8 @@ def engine(backend: Backend, policy: CapturePolicy = CapturePolicy.EAGER) -> Ite
 def workload(seed: int) -> tuple[list[list[int]], list[SamplingParams]]:
     """Twelve prompts wanting 1..12 tokens, so decode walks through batch sizes 11..1."""
     generator = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(0, 512, (int(n),), generator=generator).tolist() for n in torch.randint(2, 20, (12,))]
+    lengths = torch.randint(2, 20, (12,), generator=generator).tolist()
+    prompts = [torch.randint(0, 512, (n,), generator=generator).tolist() for n in lengths]
     return prompts, [SamplingParams(max_new_tokens=i + 1) for i in range(12)]
 
 
