@@ -85,6 +85,7 @@ class LazyCapture:
         self.pending.discard(bucket)
         started = time.perf_counter()
         runner.inputs.pad_from(0, 0)  # captured over padding rows, as at start-up
+        runner.graph_inputs.start_session()  # weights may have moved since the last capture: read where they are now
         backend = runner.backend
         with freeze_gc(enable_gc=not backend.options.freeze_gc), backend.capture_session():
             kept = self._capture_within_budget(bucket)
