@@ -98,12 +98,7 @@ class CaptureLoop:
 
     def __post_init__(self) -> None:
         self.skipped.update(self.plan.skipped)
-        plan = self.plan
-        self._guard = (
-            BudgetGuard(plan.limit_bytes, plan.budget, self.estimate)
-            if plan.budget is not None and plan.limit_bytes is not None
-            else None
-        )
+        self._guard = self.plan.guard(self.estimate)
 
     def run(self) -> None:
         """Capture the plan's buckets, largest first, in one capture session with the garbage collector frozen."""

@@ -37,7 +37,7 @@ from cudagraph.backend_utils import freeze_gc, is_out_of_memory
 
 from .agreement import ANOTHER_RANK_HAS_NO_ROOM, ANOTHER_RANK_RAN_OUT, Agree, everywhere
 from .capture_loop import drop_failed_frames
-from .memory_plan import OUT_OF_MEMORY_WHILE_CAPTURING, BudgetGuard, CaptureMemoryEstimate, CapturePlan, format_bytes
+from .memory_plan import OUT_OF_MEMORY_WHILE_CAPTURING, CaptureMemoryEstimate, CapturePlan, format_bytes
 from .stats import ShapeCaptureStats
 
 if TYPE_CHECKING:  # the runner calls this module, never the other way round at import
@@ -66,12 +66,7 @@ class LazyCapture:
     def __post_init__(self) -> None:
         self.pending = set(self.plan.buckets)
         self.skipped.update(self.plan.skipped)
-        plan = self.plan
-        self._guard = (
-            BudgetGuard(plan.limit_bytes, plan.budget, self.estimate)
-            if plan.budget is not None and plan.limit_bytes is not None
-            else None
-        )
+        self._guard = self.plan.guard(self.estimate)
 
     @property
     def routable(self) -> tuple[int, ...]:

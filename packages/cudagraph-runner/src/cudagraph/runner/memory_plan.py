@@ -274,6 +274,12 @@ class CapturePlan:
     """The budget in bytes (``None``: no budget)."""
     budget: MemoryBudget | None = None
 
+    def guard(self, estimate: CaptureMemoryEstimate | None) -> BudgetGuard | None:
+        """The rule that keeps a capture of this plan within its budget (``None`` without a budget)."""
+        if self.budget is None or self.limit_bytes is None:
+            return None
+        return BudgetGuard(self.limit_bytes, self.budget, estimate)
+
 
 def plan_capture(
     buckets: Sequence[int],
