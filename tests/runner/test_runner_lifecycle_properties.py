@@ -41,13 +41,17 @@ OPERATIONS = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    kind=st.sampled_from([Backend.FULL, Backend.BREAKABLE]),
-    policy=st.sampled_from(list(CapturePolicy)),
-    debug=st.booleans(),
-    operations=st.lists(OPERATIONS, min_size=1, max_size=25),
-)
+LIVES = {
+    "kind": st.sampled_from([Backend.FULL, Backend.BREAKABLE]),
+    "policy": st.sampled_from(list(CapturePolicy)),
+    "debug": st.booleans(),
+    "operations": st.lists(OPERATIONS, min_size=1, max_size=25),
+}
+"""Random lives: the backend double, the capture policy, debug replays, and what happens in which order."""
+
+
+@settings(max_examples=15, deadline=None)
+@given(**LIVES)
 # Weights moved silently before a bucket's first use: captured then, its graph reads the new memory and replays (and
 # is not refused), while a bucket captured before the move is.
 @example(Backend.FULL, CapturePolicy.LAZY, True, [("replace_silently", 0), ("step", 1), ("step", 1)])
@@ -55,6 +59,21 @@ OPERATIONS = st.one_of(
 def test_every_step_of_any_life_gives_the_eager_logits_of_the_current_weights(
     kind: Backend, policy: CapturePolicy, debug: bool, operations: list[tuple[str, int]]
 ) -> None:
+    live(kind, policy, debug, operations)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(**LIVES)
+def test_every_step_of_many_more_lives_gives_the_eager_logits_of_the_current_weights(
+    kind: Backend, policy: CapturePolicy, debug: bool, operations: list[tuple[str, int]]
+) -> None:
+    """The same property searched ten times longer (``nox -s slow``)."""
+    live(kind, policy, debug, operations)
+
+
+def live(kind: Backend, policy: CapturePolicy, debug: bool, operations: list[tuple[str, int]]) -> None:
+    """Live ``operations`` with a graphed runner, checking every step against eager with the weights of that step."""
     model_runner = WeightedStub()
     runner, backend = lazy_runner(model_runner, lazy_config(policy=policy), kind, debug=debug)
     asleep = False
