@@ -150,3 +150,16 @@ def test_tp2_ngram_speculation_replays_verify_graphs_and_gives_the_greedy_tokens
     assert json.loads(capsys.readouterr().out)["outputs"] == plain["outputs"]
     verify = json.loads(metrics.read_text())["verify"]
     assert verify["steps"] > 0 and verify["replays"] == verify["steps"], verify
+
+
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+def test_tp2_lazy_capture_sleep_and_wake_give_eager_tokens_and_the_same_buckets_on_both_ranks(backend: Backend) -> None:
+    ranks = launch(workers.lazy_life_on_rank, ("tiny-qwen3-random", backend.value), 2)
+    assert all(rank["started_with"] == [] for rank in ranks), "lazy: nothing captured before the first step"
+    assert ranks[0]["after_first"] and ranks[0]["after_first"] == ranks[1]["after_first"]
+    assert all(rank["asleep_with"] == [] for rank in ranks), "asleep: every graph given back"
+    assert ranks[0]["after_wake"] == ranks[1]["after_wake"] and ranks[0]["after_wake"]
+    assert all(rank["equal"] == [True, True] for rank in ranks)
+    assert all(rank["replayed_after_wake"] > 0 and rank["state"] == "AWAKE" for rank in ranks)
+    assert ranks[0]["lazy_captures"] == ranks[1]["lazy_captures"] > len(ranks[0]["after_first"])
+    assert all(rank["freed_by_sleep"] > 0 for rank in ranks)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
+from cudagraph.config import Backend, CapturePolicy, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.distributed import (
     DrivingModelRunner,
@@ -175,3 +175,66 @@ def tensor_parallel(
     if rank != 0:
         return None
     return {**result, "logits": logits, "all_reduce": choice.kind, "reason": choice.reason}
+
+
+LIFE_BUCKETS = (1, 2, 4, 8, 16)
+
+
+def _life_tokens(engine: ModelRunner, seed: int) -> list[list[int]]:
+    """Greedy tokens of twelve prompts wanting 1..12 tokens (decode walks through batch sizes 12..1)."""
+    prompts, params = shrinking_workload(count=12, seed=seed)
+    return [out.output_token_ids for out in generate(engine, prompts, params)]
+
+
+def lazy_life_on_rank(rank: int, world_size: int, init_method: str, payload: tuple[str, str]) -> Any:
+    """One rank of a TP group living a life under the lazy policy with ``decode`` graphs: generate, sleep, wake,
+    generate. Every rank runs the same steps in lock step (an eager engine of the same shard beside the graphed
+    one); rank 0 returns every rank's captured buckets after each generation, lazy capture counts, bytes sleep gave
+    back, and whether each generation equalled the eager engine's tokens."""
+    preset, decode = payload
+    device = torch.device("cuda", rank)
+    group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, timeout_s=120.0))
+    cache = CacheConfig(max_num_reqs=24, max_context_len=64, num_kv_slots=262144)
+    lazy = CudaGraphConfig(
+        decode=PhaseConfig(Backend(decode), LIFE_BUCKETS, 16, capture_policy=CapturePolicy.LAZY),
+        prefill=PhaseConfig(Backend.DISABLED, (), 0),
+    )
+    eager_config = CudaGraphConfig(
+        decode=PhaseConfig(Backend.DISABLED, (), 0), prefill=PhaseConfig(Backend.DISABLED, (), 0)
+    )
+    try:
+        config = model_config_from_preset(preset)
+        model = random_model(config, seed=3, dtype="float32", device=device, shard=group.shard_plan())
+        group.choose_all_reduce("auto", model.dtype, 16 * config.hidden_size)
+        eager = ModelRunner(model, eager_config, cache_config=cache)
+        graphed = ModelRunner(model, lazy, cache_config=cache, capture_barrier=group.capture_barrier)
+        try:
+            runner = graphed.init_decode_cuda_graph()
+            assert runner is not None
+            started_with = list(runner.captured_buckets)
+            first_equal = _life_tokens(graphed, 1) == _life_tokens(eager, 1)
+            after_first = list(runner.captured_buckets)
+            levels = graphed.sleep()
+            asleep_with = list(runner.captured_buckets)
+            graphed.wake()
+            replays = runner.metrics.replays
+            second_equal = _life_tokens(graphed, 2) == _life_tokens(eager, 2)
+            mine = {
+                "started_with": started_with,
+                "after_first": after_first,
+                "asleep_with": asleep_with,
+                "after_wake": list(runner.captured_buckets),
+                "equal": [first_equal, second_equal],
+                "replayed_after_wake": runner.metrics.replays - replays,
+                "lazy_captures": runner.metrics.lazy_captures,
+                "freed_by_sleep": levels.freed_by_sleep,
+                "state": runner.state.name,
+            }
+        finally:
+            graphed.shutdown()
+            eager.shutdown()
+        everyone: list[Any] = [None] * world_size
+        dist.all_gather_object(everyone, mine, group=group.cpu_group)
+    finally:
+        shutdown_tensor_parallel(group)
+    return everyone if rank == 0 else None
