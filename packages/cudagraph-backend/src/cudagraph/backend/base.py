@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
+import gc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypedDict
@@ -363,6 +364,10 @@ class BaseCudaGraphBackend(abc.ABC):
         if self.pool is not None:
             self.pool.release()
         self.pool = None
+        # Objects made while capturing were frozen for the capture (``freeze_gc``) and then sit in the oldest
+        # generation; a reference cycle among them that still holds a pool tensor (a compiled piece's output, say)
+        # would keep the pool's segments until the next full collection, which may never come before ``wake``.
+        gc.collect()
         # The capture stream is kept: torch keeps a cuBLAS workspace per stream for the life of the process, so a
         # new stream per capture session would grow memory with every recapture.
         torch.cuda.synchronize(self.device)
