@@ -46,7 +46,7 @@ def plugins(draw: st.DrawFn) -> tuple[str, bool]:
         params = ", ".join(["self", *override])
         lines += ["", f"    def capture_one_batch_size({params}):", "        return None"]
         signature = Signature(tuple(Param(name, ParamKind.POSITIONAL_OR_KEYWORD, True) for name in ["self", *override]))
-        hook = NEW.method("capture_one_shape")
+        hook = NEW.method("capture_bucket")
         assert hook is not None
         accepted = accepted and signature.override_problem(hook) is None
     arguments = ", ".join([*(f"a{index}" for index in range(positional)), *(f"{name}=None" for name in keywords)])

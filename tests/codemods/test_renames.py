@@ -95,7 +95,7 @@ def test_issue_renames() -> None:
         "piecewise_cuda_graph_runner": "prefill_cuda_graph_runner",
         "init_device_graphs": "init_decode_cuda_graph",
         "init_piecewise_cuda_graphs": "init_prefill_cuda_graph",
-        "capture_one_batch_size": "capture_one_shape",
+        "capture_one_batch_size": "capture_bucket",
     }
     assert {row.old: row.new for row in TABLE.of_kind(RenameKind.CONFIG_STRING)} == {
         "tcpiecewise": "tc_piecewise",

@@ -243,9 +243,9 @@ def test_the_legacy_call_of_the_decode_runner_lacks_its_config() -> None:
 
 
 def test_the_legacy_capture_hook_cannot_stand_in_for_the_new_one() -> None:
-    hook = _runner("DecodeCudaGraphRunner").method("capture_one_shape")
+    hook = _runner("DecodeCudaGraphRunner").method("capture_bucket")
     assert hook is not None
-    assert hook.spelled() == "(self, shape)"
+    assert hook.spelled() == "(self, bucket)"
     legacy = Signature(
         (
             SELF,
@@ -255,25 +255,25 @@ def test_the_legacy_capture_hook_cannot_stand_in_for_the_new_one() -> None:
         )
     )
     assert legacy.override_problem(hook) == (
-        "the override(bs, forward, stream_idx=...) requires forward, which callers of the base(shape) need not pass"
+        "the override(bs, forward, stream_idx=...) requires forward, which callers of the base(bucket) need not pass"
     )
-    # The base calls its hook as self.capture_one_shape(shape): renaming the parameter keeps that call working,
-    # and only a caller naming it (shape=...) would break.
+    # The base calls its hook as self.capture_bucket(bucket): renaming the parameter keeps that call working,
+    # and only a caller naming it (bucket=...) would break.
     renamed = Signature((SELF, Param("bs", ParamKind.POSITIONAL_OR_KEYWORD, True)))
     assert renamed.override_problem(hook) is None
     assert renamed.override_problem(hook, required_by_name=True) == (
-        "the base(shape) may be called with shape=...; the override(bs) has no shape"
+        "the base(bucket) may be called with bucket=...; the override(bs) has no bucket"
     )
-    positional_only = Signature((SELF, Param("shape", ParamKind.POSITIONAL_ONLY, True)))
+    positional_only = Signature((SELF, Param("bucket", ParamKind.POSITIONAL_ONLY, True)))
     assert positional_only.override_problem(hook) is None
     assert positional_only.override_problem(hook, required_by_name=True) == (
-        "the base(shape) may be called with shape=...; the override(shape, /) has no shape"
+        "the base(bucket) may be called with bucket=...; the override(bucket, /) has no bucket"
     )
     assert Signature((SELF, Param("shape", ParamKind.POSITIONAL_OR_KEYWORD, True))).override_problem(hook) is None
     positional_catch_all = Signature((SELF, Param("args", ParamKind.VAR_POSITIONAL, False)))
     assert positional_catch_all.override_problem(hook) is None
     assert positional_catch_all.override_problem(hook, required_by_name=True) == (
-        "the base(shape) may be called with shape=...; the override(*args) has no shape"
+        "the base(bucket) may be called with bucket=...; the override(*args) has no bucket"
     )
     forwarding = Signature(
         (SELF, Param("args", ParamKind.VAR_POSITIONAL, False), Param("kwargs", ParamKind.VAR_KEYWORD, False))

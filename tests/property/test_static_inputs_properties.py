@@ -47,7 +47,7 @@ def test_every_load_leaves_the_step_in_front_and_padding_behind(sequence: list[t
                 fields[name] = tensor.clone()
         batch = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=rows, seq_lens_sum=0, **fields)
         with DispatchedOps() as ops:
-            inputs.load(batch, rows, rows)
+            inputs.copy_in(batch, rows, rows)
         copies = [op for op in ops.computed if "copy" in op]
         if in_place == set(NAMES):
             assert copies == [], f"a step written wholly in place copied {copies}"

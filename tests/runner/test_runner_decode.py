@@ -202,7 +202,7 @@ def test_profile_capture_writes_a_trace_of_the_largest_capture_and_logs_its_path
     try:
         trace = json.loads(runner.profile_trace.read_text())
         assert trace["traceEvents"], "the trace holds the capture's events"
-        assert f"capture of shape 8: {runner.profile_trace}" in caplog.text
+        assert f"capture of bucket 8: {runner.profile_trace}" in caplog.text
     finally:
         runner.profile_trace.unlink()
     plain = DecodeCudaGraphRunner(model_runner, model_runner.cuda_graph_config, backend=CpuReplayBackend(Backend.FULL))

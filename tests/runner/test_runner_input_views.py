@@ -45,7 +45,7 @@ def test_a_step_written_into_the_views_replays_without_a_copy_and_gives_the_copi
     in_place = make_decode_batch(requests, model_runner.device, views)
     assert in_place.input_ids is views["input_ids"] and in_place.seq_lens_cpu is views["seq_lens_cpu"]
     # The test double's replay copies its outputs back (as a breakable graph's eager calls do): all a step may copy.
-    graph_copies = copies_dispatched(lambda: runner.replay_graph(runner.pad_to_bucket(batch_size)))
+    graph_copies = copies_dispatched(lambda: runner.replay_bucket(runner.pad_to_bucket(batch_size)))
     logits: list[torch.Tensor] = []
     assert copies_dispatched(lambda: logits.append(runner.replay(in_place))) == graph_copies
     torch.testing.assert_close(logits[0], copied)
@@ -57,7 +57,7 @@ def test_a_copied_step_still_copies_every_field() -> None:
     runner, _ = captured_runner(model_runner)
     batch = decode_batch(model_runner, 3)
     copies = copies_dispatched(lambda: runner.replay(batch))
-    graph_copies = copies_dispatched(lambda: runner.replay_graph(runner.pad_to_bucket(3)))  # planned for it now
+    graph_copies = copies_dispatched(lambda: runner.replay_bucket(runner.pad_to_bucket(3)))  # planned for it now
     # One fused copy of the int64 fields, one copy of the int32 seq_lens (the host mirror is off: torch attention).
     input_copies = list(copies)
     for op in graph_copies:
@@ -87,7 +87,7 @@ def test_only_fields_written_in_place_skip_their_copy() -> None:
     own = make_decode_batch(requests, model_runner.device)
     views["input_ids"].copy_(own.input_ids)
     mixed = own.__class__(**{**own.__dict__, "input_ids": views["input_ids"]})
-    assert copies_dispatched(lambda: inputs.load(mixed, 2, 2))  # positions, slots, rows and lengths still copy
+    assert copies_dispatched(lambda: inputs.copy_in(mixed, 2, 2))  # positions, slots, rows and lengths still copy
     for spec in DECODE_FIELDS:
         assert torch.equal(inputs.tensors[spec.name][:2], getattr(own, spec.name)), spec.name
 

@@ -138,7 +138,7 @@ def test_the_padding_policy_sends_a_batch_eager_exactly_when_its_ratio_is_exceed
         assert runner.can_run(batch) is (bucket is not None)
         backend.replayed.clear()
         calls = model_runner.forward_calls
-        logits = runner.replay_routed(batch, route)
+        logits = runner.replay(batch, route)
         assert backend.replayed == ([bucket] if bucket is not None else [])
         assert model_runner.forward_calls - calls == 1, "a replay reruns the recorded forward once, eager runs it once"
         if size:
@@ -212,7 +212,7 @@ def test_metrics_count_exactly_the_steps_each_route_took(sizes: list[int], ratio
             want_eager[route.reason] += 1
         else:
             want_replays[route.bucket] += 1
-        runner.replay_routed(batch, route)
+        runner.replay(batch, route)
     metrics = runner.metrics
     assert Counter(backend.replayed) == want_replays
     assert {row.bucket: row.replays for row in metrics.bucket_rows() if row.replays} == dict(want_replays)
@@ -242,7 +242,7 @@ def test_the_prefill_runner_routes_by_tokens_and_request_rows() -> None:
 
 def test_the_engine_takes_the_runners_route_once_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """``ModelRunner.run`` decides nothing itself: it asks the runner's ``route`` once and hands that route to
-    ``replay_routed`` (no ``can_run``, no second bucket lookup), whether the step replays or runs eagerly."""
+    ``replay`` (no ``can_run``, no second bucket lookup), whether the step replays or runs eagerly."""
     model_runner = make_model_runner()
     runner = DecodeCudaGraphRunner(
         model_runner, model_runner.cuda_graph_config, backend=CpuReplayBackend(), show_progress=False
@@ -251,21 +251,22 @@ def test_the_engine_takes_the_runners_route_once_per_step(monkeypatch: pytest.Mo
     model_runner.decode_cuda_graph_runner = runner
     routed: list[Route] = []
     taken: list[Route] = []
-    route, replay_routed = runner.route, runner.replay_routed
+    route, replay = runner.route, runner.replay
 
     def counting_route(batch: ForwardBatch) -> Route:
         routed.append(route(batch))
         return routed[-1]
 
-    def counting_replay_routed(batch: ForwardBatch, given: Route) -> torch.Tensor:
+    def counting_replay(batch: ForwardBatch, given: Route | None = None) -> torch.Tensor:
+        assert given is not None, "the engine handed its route on"
         taken.append(given)
-        return replay_routed(batch, given)
+        return replay(batch, given)
 
     def no_second_decision(batch: ForwardBatch) -> bool:
         raise AssertionError("the engine asked can_run besides route")
 
     monkeypatch.setattr(runner, "route", counting_route)
-    monkeypatch.setattr(runner, "replay_routed", counting_replay_routed)
+    monkeypatch.setattr(runner, "replay", counting_replay)
     monkeypatch.setattr(runner, "can_run", no_second_decision)
     for size in (3, 9):  # 3 replays bucket 4; 9 is larger than the largest bucket (8)
         model_runner.run(stub_decode_batch_of(model_runner, size))

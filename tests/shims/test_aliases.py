@@ -59,7 +59,7 @@ class EngineModelRunner(LegacyAliasesMixin):
         self.prefill_cuda_graph_runner = "prefill-runner"
         return "prefill"
 
-    def capture_one_shape(self) -> str:
+    def capture_bucket(self) -> str:
         return "not a runner's method"
 
 
@@ -93,7 +93,7 @@ def test_legacy_attributes_read_and_write_the_new_ones() -> None:
 
 
 def test_the_mixin_gets_only_the_rows_it_owns() -> None:
-    # capture_one_batch_size belongs to the runners: a model runner with a capture_one_shape of its own does not get it
+    # capture_one_batch_size belongs to the runners: a model runner with a capture_bucket of its own does not get it
     assert set(installed_legacy_aliases(EngineModelRunner)) == {
         "graph_runner",
         "piecewise_cuda_graph_runner",

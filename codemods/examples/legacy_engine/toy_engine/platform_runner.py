@@ -1,7 +1,7 @@
 """A platform's decode graph runner, written against the legacy runner's internals.
 
 It overrides the legacy per-batch-size capture hook and keeps its own graph table, as platform plugins of
-SGLang-style engines do. The new decode runner captures through ``capture_one_shape(shape)`` and has no ``graphs``
+SGLang-style engines do. The new decode runner captures through ``capture_bucket(bucket)`` and has no ``graphs``
 table, so a migration cannot move this class by renaming: it stays on the legacy name, marked for a manual step.
 """
 

@@ -166,8 +166,8 @@ class Signature:
         keywords are refused one at a time, and adding arguments never makes a required one missing.
 
         The calls counted pass the base's required positional parameters by position, as a base calling its own
-        hook does (``self.capture_one_shape(shape)``), so an override may rename them. ``required_by_name=True``
-        counts every call Python allows, those naming such a parameter (``shape=...``) included.
+        hook does (``self.capture_bucket(bucket)``), so an override may rename them. ``required_by_name=True``
+        counts every call Python allows, those naming such a parameter (``bucket=...``) included.
         """
         mine, theirs = self.without_first(), base.without_first()
         if theirs.takes_var_positional and not mine.takes_var_positional:

@@ -403,7 +403,7 @@ class ModelRunner:
         if runner is not None:
             # The route the runner gave when the batch was built on its views (``step_inputs``), else routed now.
             route = batch.route
-            return runner.replay_routed(batch, route if route is not None else runner.route(batch))
+            return runner.replay(batch, route if route is not None else runner.route(batch))
         lifecycle.refuse_while_asleep(self)
         phase = Phase.PREFILL if mode.is_extend() else Phase.DECODE
         metrics = self.verify_cuda_graph_metrics if mode.is_verify() else self.cuda_graph_metrics[phase]

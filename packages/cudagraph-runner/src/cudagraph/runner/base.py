@@ -1,7 +1,7 @@
 """The part every runner shares: buckets, the capture loop, capture stats and teardown.
 
-The loop captures largest shape first into the backend's one shared pool with the garbage collector frozen, so the
-smaller graphs reuse the memory the largest one reserved. Subclasses own their static buffers and say how one shape
+The loop captures largest bucket first into the backend's one shared pool with the garbage collector frozen, so the
+smaller graphs reuse the memory the largest one reserved. Subclasses own their static buffers and say how one bucket
 is fed (``_prepare_capture``) and replayed (``replay``). Everything device-specific (capturing, replaying, reading
 memory) is the backend's: this module runs the same code whatever backend it is given.
 
@@ -20,6 +20,7 @@ import logging
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,58 @@ logger = logging.getLogger(__name__)
 
 _NO_CONTEXT = contextlib.nullcontext()
 """The ``with`` block of a bucket whose replay reads no forward context (stateless, so one serves every bucket)."""
+
+
+RENAMED_METHODS: dict[str, str] = {
+    "capture_one_shape": "capture_bucket",
+    "replay_graph": "replay_bucket",
+    "replay_routed": "replay",
+}
+"""Runner methods renamed after cudagraph-runner 0.1.0 (old name: new name); the old names stay until 1.0.0."""
+
+
+def _warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
+    warnings.warn(
+        f"{old}() is deprecated since cudagraph-runner 0.2.0 and will be removed in 1.0.0; use {new}() "
+        f"(`nox -s migrate` rewrites calls and overrides)",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def _beneath(runner: object, new: str) -> Callable[..., Any]:
+    """The implementation of ``new`` that a deprecated alias forwards to: the one beneath an override that serves
+    under both names (so that the override's ``super().old(...)`` reaches the real method, not itself)."""
+    return getattr(type(runner), f"_{new}_beneath", None) or getattr(type(runner), new)
+
+
+def _serve_under_new_name(cls: type, old: str, new: str) -> None:
+    """Let ``cls``'s override of ``old`` answer calls of ``new`` too (``replay``'s ``route`` made optional)."""
+    warnings.warn(
+        f"{cls.__qualname__} overrides {old}(), renamed {new}() after cudagraph-runner 0.1.0; the override now "
+        f"serves as {new}() (rename it: `nox -s migrate` does)",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    override = vars(cls)[old]
+    setattr(cls, f"_{new}_beneath", getattr(super(cls, cls), new))
+    if new == "replay":
+
+        def replay(self: Any, batch: ForwardBatch, route: Route | None = None) -> torch.Tensor:
+            if route is None:
+                route = batch.route if batch.route is not None else self.route(batch)
+            return override(self, batch, route)  # type: ignore[no-any-return]
+
+        setattr(cls, new, replay)
+    else:
+        setattr(cls, new, override)
+
+
+def _profiler_activities() -> list[torch.profiler.ProfilerActivity]:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return activities
 
 
 @dataclass
@@ -129,6 +182,14 @@ class BaseCudaGraphRunner(abc.ABC):
     inputs: StaticInputs
     """The static input buffers (allocated by the subclass for its largest bucket)."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that still overrides a method under its 0.1.0 name keeps working: the override serves under
+        the new name too (the base calls the new name), with one ``DeprecationWarning`` naming the class."""
+        super().__init_subclass__(**kwargs)
+        for old, new in RENAMED_METHODS.items():
+            if old in vars(cls) and new not in vars(cls):
+                _serve_under_new_name(cls, old, new)
+
     def __init__(
         self,
         model_runner: ModelRunnerLike,
@@ -150,7 +211,7 @@ class BaseCudaGraphRunner(abc.ABC):
         self.buckets: tuple[int, ...] = buckets
         """The shapes this runner captures: the phase's buckets up to its ``max_size``, ascending."""
         self.max_size: int = self.buckets[-1]
-        """The largest captured shape: static buffers are sized for it, and larger batches run eagerly."""
+        """The largest captured bucket: static buffers are sized for it, and larger batches run eagerly."""
         self.device = torch.device(model_runner.device)
         # SGLang's --torch-compile-max-bs: compiled small batch sizes, decode only.
         compile_max_shape = config.torch_compile_max_bs if self.phase is Phase.DECODE else 0
@@ -220,7 +281,7 @@ class BaseCudaGraphRunner(abc.ABC):
 
     @abc.abstractmethod
     def _static_batch(self, bucket: int) -> ForwardBatch:
-        """A batch of ``bucket`` rows viewing the static buffers: what the graph of that shape is captured with."""
+        """A batch of ``bucket`` rows viewing the static buffers: what the graph of that bucket is captured with."""
 
     def _index_static_buckets(self, attn_backend: object) -> None:
         """One ``StaticBucket`` per bucket: its static batch and the forward context its eager breaks read."""
@@ -233,7 +294,7 @@ class BaseCudaGraphRunner(abc.ABC):
 
     @abc.abstractmethod
     def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
-        """The shape the graph of ``bucket`` serves (what the backend keys and dispatches its capture by)."""
+        """The bucket the graph of ``bucket`` serves (what the backend keys and dispatches its capture by)."""
 
     def _entry_inputs(self) -> dict[int, EntryInputs]:
         """What the backend is built with for each bucket: its descriptor, its static batch's token inputs, and one
@@ -253,8 +314,8 @@ class BaseCudaGraphRunner(abc.ABC):
         return False
 
     @abc.abstractmethod
-    def _output_row_counts(self, shape: int) -> Iterable[int]:
-        """The row counts a replay of ``shape`` returns (its output is sliced to them once, at capture)."""
+    def _output_row_counts(self, bucket: int) -> Iterable[int]:
+        """The row counts a replay of ``bucket`` returns (its output is sliced to them once, at capture)."""
 
     def _release_static_buffers(self) -> None:
         """Drop every static buffer so ``shutdown`` leaves nothing on the device."""
@@ -262,8 +323,8 @@ class BaseCudaGraphRunner(abc.ABC):
         self.inputs.release()
 
     @abc.abstractmethod
-    def _prepare_capture(self, shape: int) -> Callable[[], torch.Tensor]:
-        """Point the attention metadata at ``shape``'s static buffers and return the forward to capture."""
+    def _prepare_capture(self, bucket: int) -> Callable[[], torch.Tensor]:
+        """Point the attention metadata at ``bucket``'s static buffers and return the forward to capture."""
 
     @abc.abstractmethod
     def route(self, batch: ForwardBatch) -> Route:
@@ -271,20 +332,16 @@ class BaseCudaGraphRunner(abc.ABC):
         the table built after capture; nothing is allocated)."""
 
     @abc.abstractmethod
-    def replay_routed(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
-        """Logits of ``batch`` sliced to its real rows, taking ``route`` (``route(batch)``, decided by the caller)
-        as given: its bucket's graph replays, or ``model_runner.forward`` runs eagerly. Either way it is counted in
-        ``metrics``."""
+    def replay(self, batch: ForwardBatch, route: Route | None = None) -> torch.Tensor:
+        """Logits of ``batch`` sliced to its real rows: its bucket's graph replays, or ``model_runner.forward`` runs
+        eagerly; either way it is counted in ``metrics``. ``route`` is where the batch goes when the caller already
+        asked (``route(batch)``; a batch may also carry it, ``ForwardBatch.route``); otherwise it is looked up here.
+
+        The returned tensor views the graph's static output: the next replay overwrites it."""
 
     def can_run(self, batch: ForwardBatch) -> bool:
         """Whether ``batch`` can replay a captured graph (otherwise the caller runs it eagerly)."""
         return self.route(batch).bucket is not None
-
-    def replay(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits of ``batch`` sliced to its real rows (eager forward when ``can_run`` is false): routed (unless it
-        carries the route this runner gave for it, ``ForwardBatch.route``), then ``replay_routed``."""
-        route = batch.route
-        return self.replay_routed(batch, route if route is not None else self.route(batch))
 
     # -- routing ----------------------------------------------------------------------------------------------------
 
@@ -340,7 +397,7 @@ class BaseCudaGraphRunner(abc.ABC):
     # -- shared -----------------------------------------------------------------------------------------------------
 
     def pad_to_bucket(self, size: int) -> int | None:
-        """The captured shape a batch of ``size`` replays: ``size`` itself when padding is disabled, else the
+        """The captured bucket a batch of ``size`` replays: ``size`` itself when padding is disabled, else the
         smallest bucket that holds it; ``None`` when no bucket fits."""
         return padded_bucket(self.buckets, size, disable_padding=self.config.disable_padding)
 
@@ -380,8 +437,8 @@ class BaseCudaGraphRunner(abc.ABC):
             plan,
             estimate,
             free_at_start,
-            self._capture_shape,
-            self._release_shape,
+            self._capture_timed,
+            self._release_bucket,
             self._progress,
             agree=agree,
         )
@@ -536,19 +593,19 @@ class BaseCudaGraphRunner(abc.ABC):
         with freeze_gc(enable_gc=not backend.options.freeze_gc), backend.scratch_session():
             self._warm_up_every_bucket()
             while shapes:
-                shape = shapes.pop(0)
-                before, ran_out = out_of_memory_guarded(functools.partial(self._probe_capture, shape))
+                bucket = shapes.pop(0)
+                before, ran_out = out_of_memory_guarded(functools.partial(self._probe_capture, bucket))
                 if ran_out or before is None:
                     gc.collect()  # the failed forward's frames and tensors, now that the error is handled
                     if probes:
                         break  # a smaller probe did not fit beside the larger ones: estimate from those that did
-                    out_of_memory.append(shape)  # the largest does not fit now: probe the next largest instead
-                    shapes = list(probe_shapes([bucket for bucket in self.buckets if bucket < shape]))
+                    out_of_memory.append(bucket)  # the largest does not fit now: probe the next largest instead
+                    shapes = list(probe_shapes([smaller for smaller in self.buckets if smaller < bucket]))
                     continue
                 after = backend.memory_reading()
                 probes.append(
                     ProbeCapture(
-                        shape,
+                        bucket,
                         bytes=before.free_bytes - after.free_bytes,
                         peak_bytes=max(0, after.peak_allocated_bytes - before.allocated_bytes),
                         kept_bytes=after.allocated_bytes - before.allocated_bytes,
@@ -556,75 +613,86 @@ class BaseCudaGraphRunner(abc.ABC):
                 )
         return probes, out_of_memory
 
-    def _probe_capture(self, shape: int) -> MemoryReading:
-        """Warm ``shape`` up, read the memory (the peak restarting), capture it; the reading before the capture."""
-        forward_fn = self._prepare_capture(shape)
-        self.backend.warm_up(shape, forward_fn)
+    def _probe_capture(self, bucket: int) -> MemoryReading:
+        """Warm ``bucket`` up, read the memory (the peak restarting), capture it; the reading before the capture."""
+        forward_fn = self._prepare_capture(bucket)
+        self.backend.warm_up(bucket, forward_fn)
         before = self.backend.memory_reading(reset_peak=True)
-        self.backend.capture_one(shape, forward_fn)
+        self.backend.capture_one(bucket, forward_fn)
         return before
 
-    def _warm_up(self, shape: int) -> None:
-        self.backend.warm_up(shape, self._prepare_capture(shape))
+    def _warm_up(self, bucket: int) -> None:
+        self.backend.warm_up(bucket, self._prepare_capture(bucket))
 
     def _warm_up_every_bucket(self) -> None:
         """One warm-up forward of each bucket, largest first (one that runs out of memory is left to its probe)."""
         ran_out = False
-        for shape in sorted(self.buckets, reverse=True):
-            _, failed = out_of_memory_guarded(functools.partial(self._warm_up, shape))
+        for bucket in sorted(self.buckets, reverse=True):
+            _, failed = out_of_memory_guarded(functools.partial(self._warm_up, bucket))
             ran_out |= failed
         if ran_out:
             gc.collect()
 
-    def _capture_shape(self, shape: int, first: bool) -> ShapeCaptureStats:
-        """Capture one shape for the capture loop (the first under torch.profiler with ``profile_capture``)."""
+    def _release_bucket(self, bucket: int) -> None:
+        """Free the graph of ``bucket`` and what its static bucket bound to it (the capture loop's budget rule)."""
+        self.backend.discard(bucket)
+        self.static_buckets[bucket].release()
+        self.graph_inputs.forget(bucket)
+
+    # -- capture: ``capture()`` for every bucket (none under ``lazy``), ``capture_bucket()`` for one -----------------
+
+    def capture_bucket(self, bucket: int) -> torch.Tensor:
+        """Capture ``bucket`` alone (inside ``capture``'s session) and return its static output."""
+        forward_fn = self._prepare_capture(bucket)
+        if self.backend.options.debug:
+            # The backend records where the static inputs were and checks them before every replay.
+            output = self.backend.capture_one(bucket, forward_fn, static_inputs=self.static_input_tensors(bucket))
+        else:
+            output = self.backend.capture_one(bucket, forward_fn)
+        self.static_buckets[bucket].bind_replay(self.backend.replay_fn(bucket), output, self._output_row_counts(bucket))
+        self.graph_inputs.record(bucket)
+        return output
+
+    def _capture_timed(self, bucket: int, first: bool = False) -> ShapeCaptureStats:
+        """``capture_bucket`` and what it cost, for the capture loop and the capture on first use (``first``: the
+        loop's first bucket, captured under torch.profiler when ``profile_capture`` is on)."""
         if first and self.config.profile_capture:
-            return self._profiled_capture(shape)
-        return self._capture_one_shape(shape)
+            with torch.profiler.profile(activities=_profiler_activities()) as profiler:
+                stats = self._capture_timed(bucket)
+            self._export_capture_profile(profiler, bucket)
+            return stats
+        started = time.perf_counter()
+        # Per bucket, the allocator's reserved growth (no sync, no cache flush, so the loop stays fast); the total in
+        # ``capture`` is the honest driver-side figure, which also counts instantiated graphs.
+        reserved_before = self.backend.memory_reading(settle=False).reserved_bytes
+        self.capture_bucket(bucket)
+        used = max(0, self.backend.memory_reading(settle=False).reserved_bytes - reserved_before)
+        return ShapeCaptureStats(shape=bucket, seconds=time.perf_counter() - started, bytes=used)
 
-    def _release_shape(self, shape: int) -> None:
-        """Free the graph of ``shape`` and what its static bucket bound to it (the capture loop's budget rule)."""
-        self.backend.discard(shape)
-        self.static_buckets[shape].release()
-        self.graph_inputs.forget(shape)
-
-    def _profiled_capture(self, shape: int) -> ShapeCaptureStats:
-        """Capture ``shape`` under torch.profiler (``--enable-profile-cuda-graph``) and log where the trace went."""
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=activities) as profiler:
-            stats = self._capture_one_shape(shape)
-        descriptor, trace = tempfile.mkstemp(prefix=f"cudagraph-capture-{self.phase}-{shape}-", suffix=".json")
+    def _export_capture_profile(self, profiler: torch.profiler.profile, bucket: int) -> None:
+        """Write the profile of ``bucket``'s capture (``--enable-profile-cuda-graph``) and log where it went."""
+        descriptor, trace = tempfile.mkstemp(prefix=f"cudagraph-capture-{self.phase}-{bucket}-", suffix=".json")
         os.close(descriptor)
         profiler.export_chrome_trace(trace)
         self.profile_trace = Path(trace)
         logger.info(
-            "profile of the %s capture of shape %s: %s (open in chrome://tracing or Perfetto)", self.phase, shape, trace
+            "profile of the %s capture of bucket %s: %s (open in chrome://tracing or Perfetto)",
+            self.phase,
+            bucket,
+            trace,
         )
-        return stats
 
-    def capture_one_shape(self, shape: int) -> torch.Tensor:
-        """Capture ``shape`` alone (inside ``capture``'s session) and return its static output."""
-        forward_fn = self._prepare_capture(shape)
+    # -- replay: ``replay(batch)`` for a step, ``replay_bucket()`` for a bucket's graph alone -----------------------
+
+    def replay_bucket(self, bucket: int) -> torch.Tensor:
+        """Replay the captured ``bucket`` over whatever its static buffers hold and return its static output (in
+        debug mode, after checking that the static buffers are where the graph was captured to read them)."""
         if self.backend.options.debug:
-            # The backend records where the static inputs were and checks them before every replay.
-            output = self.backend.capture_one(shape, forward_fn, static_inputs=self.static_input_tensors(shape))
-        else:
-            output = self.backend.capture_one(shape, forward_fn)
-        self.static_buckets[shape].bind_replay(self.backend.replay_fn(shape), output, self._output_row_counts(shape))
-        self.graph_inputs.record(shape)
-        return output
+            return self.backend.replay(bucket, static_inputs=self.static_input_tensors(bucket))
+        return self.backend.replay(bucket)
 
-    def replay_graph(self, shape: int) -> torch.Tensor:
-        """Replay the captured ``shape`` and return its static output (in debug mode, after checking that the static
-        buffers are where the graph was captured to read them)."""
-        if self.backend.options.debug:
-            return self.backend.replay(shape, static_inputs=self.static_input_tensors(shape))
-        return self.backend.replay(shape)
-
-    def _replay_bucket(self, shape: int, static_bucket: StaticBucket, rows: int) -> Any:
-        """Replay ``shape`` (its inputs loaded, its attention metadata planned) and return its first ``rows`` rows.
+    def _replay_static(self, bucket: int, static_bucket: StaticBucket, rows: int) -> Any:
+        """Replay ``bucket`` (its inputs loaded, its attention metadata planned) and return its first ``rows`` rows.
 
         The bound replay runs inside the bucket's forward context scope (eager breaks that replay through their op
         read the batch from it); debug mode goes through the backend's ``replay``, which first checks the static
@@ -632,9 +700,9 @@ class BaseCudaGraphRunner(abc.ABC):
         on every step)."""
         scope = static_bucket.context_scope
         if self._debug_replay:
-            self.graph_inputs.check(shape, self.phase)
+            self.graph_inputs.check(bucket, self.phase)
             with self.backend.runtime_session(), scope:
-                logits = self.replay_graph(shape)
+                logits = self.replay_bucket(bucket)
         elif scope is _NO_CONTEXT:
             logits = static_bucket.replay()  # type: ignore[misc]  # bound at capture
         else:
@@ -642,28 +710,36 @@ class BaseCudaGraphRunner(abc.ABC):
                 logits = static_bucket.replay()  # type: ignore[misc]  # bound at capture
         return static_bucket.rows_of(logits, rows)
 
-    def static_input_tensors(self, shape: int) -> list[torch.Tensor]:
-        """The static buffers the graph of ``shape`` reads (checked against capture-time addresses in debug mode)."""
+    def static_input_tensors(self, bucket: int) -> list[torch.Tensor]:
+        """The static buffers the graph of ``bucket`` reads (checked against capture-time addresses in debug mode)."""
         return list(self.inputs.tensors.values())
 
-    def _capture_one_shape(self, shape: int) -> ShapeCaptureStats:
-        started = time.perf_counter()
-        # Per shape, the allocator's reserved growth (no sync, no cache flush, so the loop stays fast); the total in
-        # ``capture`` is the honest driver-side figure, which also counts instantiated graphs.
-        reserved_before = self.backend.memory_reading(settle=False).reserved_bytes
-        self.capture_one_shape(shape)
-        used = max(0, self.backend.memory_reading(settle=False).reserved_bytes - reserved_before)
-        return ShapeCaptureStats(shape=shape, seconds=time.perf_counter() - started, bytes=used)
+    # -- names of an earlier release, kept one release with a warning ------------------------------------------------
+
+    def capture_one_shape(self, shape: int) -> torch.Tensor:
+        """Deprecated alias of ``capture_bucket`` (removed in 1.0.0)."""
+        _warn_renamed("capture_one_shape", "capture_bucket")
+        return _beneath(self, "capture_bucket")(self, shape)
+
+    def replay_graph(self, shape: int) -> torch.Tensor:
+        """Deprecated alias of ``replay_bucket`` (removed in 1.0.0)."""
+        _warn_renamed("replay_graph", "replay_bucket")
+        return _beneath(self, "replay_bucket")(self, shape)
+
+    def replay_routed(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
+        """Deprecated alias of ``replay(batch, route)`` (removed in 1.0.0)."""
+        _warn_renamed("replay_routed", "replay")
+        return _beneath(self, "replay")(self, batch, route)
 
     def _progress(self, shapes: list[int]) -> Iterable[int]:
         # SGLang's wording, which users grep for: "Capturing batches (bs=8 avail_mem=71.20 GiB)".
         what, key = ("batches", "bs") if self.phase is Phase.DECODE else ("tokens", "num_tokens")
         bar = tqdm(shapes, desc=f"Capturing {what}", unit="graph", disable=not self.show_progress, leave=False)
-        for shape in bar:
+        for bucket in bar:
             if self.show_progress:
                 free = self.backend.memory_reading(settle=False).free_bytes
-                bar.set_description(f"Capturing {what} ({key}={shape} avail_mem={free / 2**30:.2f} GiB)")
-            yield shape
+                bar.set_description(f"Capturing {what} ({key}={bucket} avail_mem={free / 2**30:.2f} GiB)")
+            yield bucket
 
     @property
     def recompiles_at_replay(self) -> int:

@@ -1,15 +1,15 @@
 """The capture loop: a runner's planned buckets, largest first, into one shared pool, within a memory budget and
 through the device running out of memory.
 
-1. Each planned bucket is captured in turn (``capture_shape``), largest first, so smaller graphs reuse the pool the
+1. Each planned bucket is captured in turn (``capture_bucket``), largest first, so smaller graphs reuse the pool the
    largest one grew.
-2. With a budget, ``BudgetGuard``'s rule runs around each shape: before it, the largest graphs held are released
-   until the shape fits, or it is skipped; after it, graphs are released until the memory used is within the
+2. With a budget, ``BudgetGuard``'s rule runs around each bucket: before it, the largest graphs held are released
+   until the bucket fits, or it is skipped; after it, graphs are released until the memory used is within the
    budget again. The buckets that keep graphs therefore stay a prefix of the ascending buckets.
 3. A capture that runs out of device memory is freed by the backend (nothing of it stays), the graphs captured
    before it are kept, and it and every smaller bucket are skipped: the device has no room left, and trying each
    would only fail again, slowly.
-4. On a tensor-parallel rank every decision above (capture this shape, release the largest graph, drop a capture
+4. On a tensor-parallel rank every decision above (capture this bucket, release the largest graph, drop a capture
    that ran out of memory) is shared through ``agree`` before it is acted on, so every rank keeps the same buckets
    (``cudagraph.runner.agreement``).
 
@@ -69,9 +69,9 @@ def out_of_memory_guarded(call: Callable[[], T]) -> tuple[T | None, bool]:
 class CaptureLoop:
     """One run of the capture loop (see the module docstring): ``run()``, then read ``kept`` and ``skipped``.
 
-    ``capture_shape(shape, first)`` captures one shape and says what it cost (``first``: the first shape of the
-    run); ``release_shape(shape)`` frees a captured shape's graph and everything the runner bound to it;
-    ``progress`` wraps the shapes in the progress bar; ``agree`` shares each decision with the other ranks of a
+    ``capture_bucket(bucket, first)`` captures one bucket and says what it cost (``first``: the first bucket of the
+    run); ``release_bucket(bucket)`` frees a captured bucket's graph and everything the runner bound to it;
+    ``progress`` wraps the buckets in the progress bar; ``agree`` shares each decision with the other ranks of a
     tensor-parallel group (``one_rank`` alone).
     """
 
@@ -79,13 +79,13 @@ class CaptureLoop:
     plan: CapturePlan
     estimate: CaptureMemoryEstimate | None
     free_at_start: int
-    capture_shape: Callable[[int, bool], ShapeCaptureStats]
-    release_shape: Callable[[int], None]
+    capture_bucket: Callable[[int, bool], ShapeCaptureStats]
+    release_bucket: Callable[[int], None]
     progress: Callable[[list[int]], Iterable[int]]
     kept: dict[int, ShapeCaptureStats] = field(default_factory=dict)
-    """Captured shapes that hold graphs, by shape."""
+    """Captured buckets that hold graphs, by bucket."""
     skipped: dict[int, str] = field(default_factory=dict)
-    """Planned or captured shapes left without a graph, each with why."""
+    """Planned or captured buckets left without a graph, each with why."""
     pool_held: bool = False
     """Whether this run's captures hold pool memory (from the first capture until the pool is renewed)."""
     agree: Agree = one_rank
@@ -102,14 +102,14 @@ class CaptureLoop:
 
     def run(self) -> None:
         """Capture the plan's buckets, largest first, in one capture session with the garbage collector frozen."""
-        shapes = sorted(self.plan.buckets, reverse=True)
+        buckets = sorted(self.plan.buckets, reverse=True)
         ran_out = False
         with freeze_gc(enable_gc=not self.backend.options.freeze_gc), self.backend.capture_session():
-            for index, shape in enumerate(self.progress(shapes)):
-                if not self._capture_within_budget(shape, first=index == 0):
+            for index, bucket in enumerate(self.progress(buckets)):
+                if not self._capture_within_budget(bucket, first=index == 0):
                     ran_out = True
-                    for smaller in shapes[index + 1 :]:
-                        self.skipped[smaller] = f"not tried after CUDA ran out of memory capturing {shape}"
+                    for smaller in buckets[index + 1 :]:
+                        self.skipped[smaller] = f"not tried after CUDA ran out of memory capturing {bucket}"
                     break
         if ran_out:
             # The failed forward's frames (and the tensors they held) are garbage now; free them before measuring.
@@ -119,28 +119,28 @@ class CaptureLoop:
             self.backend.renew_pool()
             self.pool_held = False
 
-    def _capture_within_budget(self, shape: int, *, first: bool) -> bool:
-        """Capture ``shape`` under the budget's rule; False when the device ran out of memory capturing it (here or,
+    def _capture_within_budget(self, bucket: int, *, first: bool) -> bool:
+        """Capture ``bucket`` under the budget's rule; False when the device ran out of memory capturing it (here or,
         on a tensor-parallel rank, on another rank). Every rank makes the same calls to ``agree`` in the same
         order, whether it has a budget or not."""
         guard = self._guard
 
         def no_room(used: int) -> bool:
-            return guard is not None and not guard.fits(used, shape, pool_held=self.pool_held)
+            return guard is not None and not guard.fits(used, bucket, pool_held=self.pool_held)
 
         used_before = self._release_while(no_room)
         fits_here = not no_room(used_before)
         if not everywhere(self.agree, fits_here):
-            self.skipped[shape] = (
-                guard.skip_reason(used_before, shape, pool_held=self.pool_held)
+            self.skipped[bucket] = (
+                guard.skip_reason(used_before, bucket, pool_held=self.pool_held)
                 if guard is not None and not fits_here
                 else ANOTHER_RANK_HAS_NO_ROOM
             )
             return True
-        estimated = guard.estimated_need(shape, pool_held=self.pool_held) if guard is not None else 0
+        estimated = guard.estimated_need(bucket, pool_held=self.pool_held) if guard is not None else 0
         ran_out = False
         try:
-            self.kept[shape] = self.capture_shape(shape, first)
+            self.kept[bucket] = self.capture_bucket(bucket, first)
         except Exception as error:
             if not is_out_of_memory(error):
                 raise
@@ -149,9 +149,9 @@ class CaptureLoop:
         if not everywhere(self.agree, not ran_out):
             if not ran_out:
                 # Captured here, not on another rank: no rank may replay it.
-                self.release_shape(shape)
-                del self.kept[shape]
-            self.skipped[shape] = OUT_OF_MEMORY_WHILE_CAPTURING if ran_out else ANOTHER_RANK_RAN_OUT
+                self.release_bucket(bucket)
+                del self.kept[bucket]
+            self.skipped[bucket] = OUT_OF_MEMORY_WHILE_CAPTURING if ran_out else ANOTHER_RANK_RAN_OUT
             return False
         self.pool_held = True
         if guard is not None:
@@ -172,7 +172,7 @@ class CaptureLoop:
             reason = guard.release_reason(used) if guard is not None and over(used) else ANOTHER_RANK_RELEASED
             if self.kept:
                 largest = max(self.kept)
-                self.release_shape(largest)
+                self.release_bucket(largest)
                 del self.kept[largest]
                 self.skipped[largest] = reason
             elif self.pool_held:
@@ -184,5 +184,5 @@ class CaptureLoop:
         return used
 
     def captured_stats(self) -> tuple[ShapeCaptureStats, ...]:
-        """What each kept shape cost, in capture order (largest first)."""
-        return tuple(self.kept[shape] for shape in sorted(self.kept, reverse=True))
+        """What each kept bucket cost, in capture order (largest first)."""
+        return tuple(self.kept[bucket] for bucket in sorted(self.kept, reverse=True))

@@ -89,7 +89,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         return self.query_len
 
     def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
-        """The shape the graph of ``bucket`` requests serves."""
+        """The bucket the graph of ``bucket`` requests serves."""
         return ShapeDescriptor.uniform(bucket, self.query_len)
 
     def _allocate_static_buffers(self) -> None:
@@ -109,10 +109,10 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     def _replay_reads_no_context(self) -> bool:
         return self.backend.captures_attn_metadata
 
-    def _output_row_counts(self, shape: int) -> Iterable[int]:
-        """The output rows of every batch size that pads to ``shape`` (0, an idle batch, pads to the smallest): a
+    def _output_row_counts(self, bucket: int) -> Iterable[int]:
+        """The output rows of every batch size that pads to ``bucket`` (0, an idle batch, pads to the smallest): a
         row per request in decode, a row per token in verify."""
-        return [size * self.query_len for size, bucket in enumerate(self.bucket_by_size) if bucket == shape]
+        return [size * self.query_len for size, bucket in enumerate(self.bucket_by_size) if bucket == bucket]
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """A batch of ``bucket`` requests viewing the static buffers: what a graph of that size was captured with."""
@@ -130,10 +130,10 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             seq_lens_cpu=self.inputs.seq_lens_cpu[:bucket],
         )
 
-    def _prepare_capture(self, shape: int) -> Callable[[], torch.Tensor]:
-        batch = self.static_buckets[shape].batch
+    def _prepare_capture(self, bucket: int) -> Callable[[], torch.Tensor]:
+        batch = self.static_buckets[bucket].batch
         self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph(
-            shape, shape * self.query_len, batch.req_pool_indices, batch.seq_lens, self.forward_mode
+            bucket, bucket * self.query_len, batch.req_pool_indices, batch.seq_lens, self.forward_mode
         )
         forward = self.model_runner.forward
         return lambda: forward(batch)
@@ -186,12 +186,14 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         """The bucket ``batch`` replays, or ``None`` when it must run eagerly."""
         return self.route(batch).bucket
 
-    def replay_routed(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
+    def replay(self, batch: ForwardBatch, route: Route | None = None) -> torch.Tensor:
         """Logits from the graph of ``route``'s bucket (eager when it has none): ``[batch_size, vocab]`` in decode,
         ``[batch_size * query_len, vocab]`` in verify.
 
         The returned tensor views the graph's static output: it is overwritten by the next replay.
         """
+        if route is None:
+            route = batch.route if batch.route is not None else self.route(batch)
         bucket = route.bucket
         if bucket in self._pending:  # lazy policy: this step captures the bucket, then replays it
             bucket = (route := self._capture_on_first_use(route)).bucket
@@ -202,7 +204,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         inputs = self.inputs
         mode = self.forward_mode
         if batch.forward_mode is mode:
-            inputs.load(batch, batch_size * self.query_len, batch_size)
+            inputs.copy_in(batch, batch_size * self.query_len, batch_size)
         else:
             inputs.pad_from(0, 0)  # idle: every row is padding
         static_bucket = self.static_buckets[bucket]
@@ -224,4 +226,4 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
                 query_len=self.query_len,
             )
         )
-        return self._replay_bucket(bucket, static_bucket, batch_size * self.query_len)
+        return self._replay_static(bucket, static_bucket, batch_size * self.query_len)

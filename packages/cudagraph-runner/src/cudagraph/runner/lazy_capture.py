@@ -123,7 +123,7 @@ class LazyCapture:
         failure: str | None = None
         stats = None
         try:
-            stats = self.runner._capture_one_shape(bucket)
+            stats = self.runner._capture_timed(bucket)
         except Exception as error:
             # The step must still run, and the other ranks still wait for this rank's answer: a capture that fails
             # for any reason leaves its bucket eager, said once, rather than failing the step.
@@ -135,7 +135,7 @@ class LazyCapture:
             drop_failed_frames(error)
         if not everywhere(self.agree, failure is None):
             if failure is None:
-                self.runner._release_shape(bucket)  # captured here, not on another rank: no rank may replay it
+                self.runner._release_bucket(bucket)  # captured here, not on another rank: no rank may replay it
             self.skipped[bucket] = failure or ANOTHER_RANK_RAN_OUT
             return False
         assert stats is not None
@@ -143,7 +143,7 @@ class LazyCapture:
             used = self._used_bytes()
             guard.observe(need, used - used_before)
             if not everywhere(self.agree, used <= guard.limit_bytes):
-                self.runner._release_shape(bucket)
+                self.runner._release_bucket(bucket)
                 self.skipped[bucket] = guard.release_reason(used)
                 return False
         self.kept[bucket] = stats

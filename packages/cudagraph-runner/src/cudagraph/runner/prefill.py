@@ -46,7 +46,7 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         return bool(self.backend.captures_attn_metadata)
 
     def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
-        """The shape the graph of ``bucket`` tokens serves: any mix of requests (prefill, chunked prefill, decodes
+        """The bucket the graph of ``bucket`` tokens serves: any mix of requests (prefill, chunked prefill, decodes
         mixed in), so no uniform query length."""
         return ShapeDescriptor.prefill(bucket)
 
@@ -67,9 +67,9 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         self._attention_in_graph = self.attention_in_graph
         self._index_static_buckets(attn_backend)
 
-    def _output_row_counts(self, shape: int) -> Iterable[int]:
-        """Every request count the graph of ``shape`` tokens has rows for."""
-        return range(self.requests_per_graph(shape) + 1)
+    def _output_row_counts(self, bucket: int) -> Iterable[int]:
+        """Every request count the graph of ``bucket`` tokens has rows for."""
+        return range(self.requests_per_graph(bucket) + 1)
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """All-padding batch of ``bucket`` tokens viewing the static buffers: what the graph is captured with."""
@@ -93,11 +93,11 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             extend_prefix_lens_cpu=[],
         )
 
-    def _prepare_capture(self, shape: int) -> Callable[[], torch.Tensor]:
-        batch = self.static_buckets[shape].batch
+    def _prepare_capture(self, bucket: int) -> Callable[[], torch.Tensor]:
+        batch = self.static_buckets[bucket].batch
         self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph(
-            self.requests_per_graph(shape),
-            shape,
+            self.requests_per_graph(bucket),
+            bucket,
             batch.req_pool_indices,
             batch.seq_lens,
             ForwardMode.EXTEND,
@@ -142,11 +142,13 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             return StepInputs(route, None)
         return StepInputs(route, self.inputs.views(num_tokens, batch_size))
 
-    def replay_routed(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
+    def replay(self, batch: ForwardBatch, route: Route | None = None) -> torch.Tensor:
         """Logits ``[batch_size, vocab]`` (each request's last token) from the graph of ``route``'s token bucket.
 
         Eager when the route has no bucket. The returned tensor views the graph's static output.
         """
+        if route is None:
+            route = batch.route if batch.route is not None else self.route(batch)
         bucket = route.bucket
         if bucket in self._pending:  # lazy policy: this step captures the bucket, then replays it
             bucket = (route := self._capture_on_first_use(route)).bucket
@@ -155,7 +157,7 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         num_tokens, batch_size = int(batch.input_ids.shape[0]), batch.batch_size
         self.metrics.count_replay(num_tokens)
         inputs = self.inputs
-        inputs.load(batch, num_tokens, batch_size)
+        inputs.copy_in(batch, num_tokens, batch_size)
         static_bucket = self.static_buckets[bucket]
         static_batch = static_bucket.batch
         # The captured forward and its eager breaks see this very batch object: its tensors stay the padded static
@@ -179,4 +181,4 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
                 self._attention_in_graph,
             )
         )
-        return self._replay_bucket(bucket, static_bucket, batch_size)
+        return self._replay_static(bucket, static_bucket, batch_size)

@@ -131,7 +131,7 @@ class StaticInputs:
         """The first ``rows`` rows of buffer ``name``."""
         return self.tensors[name][:rows]
 
-    def load(self, batch: ForwardBatch, num_tokens: int, num_requests: int) -> None:
+    def copy_in(self, batch: ForwardBatch, num_tokens: int, num_requests: int) -> None:
         """Copy ``batch``'s fields into the first rows (none that are ``views`` already), then re-pad rows a larger
         earlier batch left behind."""
         plan = self._plan(num_tokens, num_requests)
@@ -147,7 +147,7 @@ class StaticInputs:
         field name, and ``seq_lens_cpu``'s as ``"seq_lens_cpu"``: one read-only mapping of the same tensor objects
         at every call (built once per size, like the load's plan). A batch
         built from them, its values written in place, loads without a copy. Rows past them are re-padded by
-        ``load`` as usual; write only these rows, and only after the previous step's reads are queued (same
+        ``copy_in`` as usual; write only these rows, and only after the previous step's reads are queued (same
         stream)."""
         return self._plan(num_tokens, num_requests).views
 
