@@ -128,36 +128,34 @@ DEFAULT_MAX_SIZE: dict[Phase, int] = {Phase.DECODE: 256, Phase.PREFILL: 2048}
 DEFAULT_TORCH_COMPILE_MAX_BS = 32
 """SGLang's default largest batch compiled when ``--enable-torch-compile`` comes without ``--torch-compile-max-bs``."""
 
+
+def _per_phase(decode: str, prefill: str) -> Mapping[Phase, str]:
+    """A read-only ``Phase -> option`` table."""
+    return MappingProxyType({Phase.DECODE: decode, Phase.PREFILL: prefill})
+
+
 # Option strings: the flag table (``flags``) defines each flag once with these names; code that names a flag by its
 # meaning (the flags a config renders back to, the flag an eager step's hint names) reads them here.
 MODE_OPTION = "--cuda-graph-mode"
 """The JSON mode of every phase, the highest-precedence way to say one."""
-BACKEND_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-backend", Phase.PREFILL: "--prefill-cuda-graph-backend"}
-)
+BACKEND_OPTIONS: Mapping[Phase, str] = _per_phase("--decode-cuda-graph-backend", "--prefill-cuda-graph-backend")
 """Phase -> the flag that names its backend."""
-DISABLE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-disable-cuda-graph", Phase.PREFILL: "--prefill-disable-cuda-graph"}
-)
+DISABLE_OPTIONS: Mapping[Phase, str] = _per_phase("--decode-disable-cuda-graph", "--prefill-disable-cuda-graph")
 """Phase -> the switch that runs it eagerly."""
-BUCKETS_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-bs", Phase.PREFILL: "--prefill-cuda-graph-tokens"}
-)
+BUCKETS_OPTIONS: Mapping[Phase, str] = _per_phase("--decode-cuda-graph-bs", "--prefill-cuda-graph-tokens")
 """Phase -> the flag that lists its buckets (batch sizes for decode, token counts for prefill)."""
-MAX_SIZE_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-max-bs", Phase.PREFILL: "--prefill-cuda-graph-max-tokens"}
-)
+MAX_SIZE_OPTIONS: Mapping[Phase, str] = _per_phase("--decode-cuda-graph-max-bs", "--prefill-cuda-graph-max-tokens")
 """Phase -> the flag that sets its largest bucket."""
-PADDING_RATIO_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-max-padding-ratio", Phase.PREFILL: "--prefill-cuda-graph-max-padding-ratio"}
+PADDING_RATIO_OPTIONS: Mapping[Phase, str] = _per_phase(
+    "--decode-cuda-graph-max-padding-ratio", "--prefill-cuda-graph-max-padding-ratio"
 )
 """Phase -> the flag that bounds how far a batch may be padded up to its bucket."""
-MEMORY_BUDGET_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-memory-budget", Phase.PREFILL: "--prefill-cuda-graph-memory-budget"}
+MEMORY_BUDGET_OPTIONS: Mapping[Phase, str] = _per_phase(
+    "--decode-cuda-graph-memory-budget", "--prefill-cuda-graph-memory-budget"
 )
 """Phase -> the flag that caps the device memory its graphs take."""
-CAPTURE_POLICY_OPTIONS: Mapping[Phase, str] = MappingProxyType(
-    {Phase.DECODE: "--decode-cuda-graph-capture-policy", Phase.PREFILL: "--prefill-cuda-graph-capture-policy"}
+CAPTURE_POLICY_OPTIONS: Mapping[Phase, str] = _per_phase(
+    "--decode-cuda-graph-capture-policy", "--prefill-cuda-graph-capture-policy"
 )
 """Phase -> the flag that says when its graphs are captured (``eager``: at start-up; ``lazy``: on first use)."""
 COMPILER_OPTION = "--tc-piecewise-compiler"

@@ -383,6 +383,15 @@ class BaseCudaGraphRunner(abc.ABC):
         self._route_wrong_mode = table.wrong_mode
         self._debug_replay = bool(self.backend.options.debug)
 
+    def _taken_route(self, batch: ForwardBatch, route: Route | None) -> Route:
+        """The route a step takes: ``route`` as given, else the one the batch carries, else looked up; under the lazy
+        policy a bucket not captured yet is captured now (and the route says where the step goes after that)."""
+        if route is None:
+            route = batch.route if batch.route is not None else self.route(batch)
+        if route.bucket in self._pending:
+            route = self._capture_on_first_use(route)
+        return route
+
     def _run_eagerly(self, batch: ForwardBatch, route: Route) -> torch.Tensor:
         """The eager forward of a batch routed eagerly, counted under its reason."""
         assert route.reason is not None, "an eager route always names its reason"

@@ -192,11 +192,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
 
         The returned tensor views the graph's static output: it is overwritten by the next replay.
         """
-        if route is None:
-            route = batch.route if batch.route is not None else self.route(batch)
+        route = self._taken_route(batch, route)
         bucket = route.bucket
-        if bucket in self._pending:  # lazy policy: this step captures the bucket, then replays it
-            bucket = (route := self._capture_on_first_use(route)).bucket
         if bucket is None:
             return self._run_eagerly(batch, route)
         batch_size = batch.batch_size

@@ -147,11 +147,8 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
 
         Eager when the route has no bucket. The returned tensor views the graph's static output.
         """
-        if route is None:
-            route = batch.route if batch.route is not None else self.route(batch)
+        route = self._taken_route(batch, route)
         bucket = route.bucket
-        if bucket in self._pending:  # lazy policy: this step captures the bucket, then replays it
-            bucket = (route := self._capture_on_first_use(route)).bucket
         if bucket is None:
             return self._run_eagerly(batch, route)
         num_tokens, batch_size = int(batch.input_ids.shape[0]), batch.batch_size
