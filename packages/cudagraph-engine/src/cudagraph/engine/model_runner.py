@@ -28,7 +28,6 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
-from cudagraph.backend import BaseCudaGraphBackend
 from cudagraph.backend_utils import ForwardContext, compiled_model_forward, set_forward_context
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Phase
 from cudagraph.runner import (
@@ -358,10 +357,10 @@ class ModelRunner:
         return self.prefill_cuda_graph_runner
 
     def capture_cuda_graph_variant(
-        self, phase: Phase, *, lora: bool, backend: BaseCudaGraphBackend | None = None
+        self, phase: Phase, *, lora: bool, backend: Any = None
     ) -> DecodeCudaGraphRunner | PrefillCudaGraphRunner:
         """Create, capture and install ``phase``'s runner of one variant (``lora``: the adapters applied) on
-        ``backend`` (default: the phase's configured one), whatever the device: what a benchmark measuring one
+        ``backend`` (a graph backend the runners take; default: the phase's configured one), whatever the device: what a benchmark measuring one
         variant, or a test on the CPU double (``cudagraph.backend.testing.CpuReplayBackend``), builds. A runner the
         variant had is shut down first."""
         runner_type: type[DecodeCudaGraphRunner] | type[PrefillCudaGraphRunner]
