@@ -108,6 +108,21 @@ def test_an_adapter_loaded_in_place_replays_without_recapture(model, adapters) -
         assert tokens == greedy(reference, [prompt], [None])[0]
 
 
+def test_sleep_and_wake_capture_the_lora_variant_again_with_the_adapters_applied(model, adapters, expected) -> None:
+    prompt_list, want = expected
+    model_runner = lora_engine(model, adapters)
+    capture_both_variants(model_runner)
+    runner = model_runner.lora_decode_cuda_graph_runner
+    assert runner is not None
+    model_runner.sleep()
+    assert runner.captured_buckets == ()
+    model_runner.wake()
+    assert runner.captured_buckets == (1, 2, 4, 8)
+    replays = runner.metrics.replays
+    assert greedy(model_runner, prompt_list, NAMES) == want
+    assert runner.metrics.replays > replays
+
+
 def test_unloading_an_adapter_gives_its_slot_the_base_model(model, adapters) -> None:
     model_runner = lora_engine(model, adapters)
     slot = model_runner.lora.slot_of["b"]
