@@ -360,9 +360,9 @@ class ModelRunner:
         self, phase: Phase, *, lora: bool, backend: Any = None
     ) -> DecodeCudaGraphRunner | PrefillCudaGraphRunner:
         """Create, capture and install ``phase``'s runner of one variant (``lora``: the adapters applied) on
-        ``backend`` (a graph backend the runners take; default: the phase's configured one), whatever the device: what a benchmark measuring one
-        variant, or a test on the CPU double (``cudagraph.backend.testing.CpuReplayBackend``), builds. A runner the
-        variant had is shut down first."""
+        ``backend`` (a graph backend the runners take; default: the phase's configured one), whatever the device:
+        what a benchmark measuring one variant, or a test on the CPU double
+        (``cudagraph.backend.testing.CpuReplayBackend``), builds. A runner the variant had is shut down first."""
         runner_type: type[DecodeCudaGraphRunner] | type[PrefillCudaGraphRunner]
         runner_type = DecodeCudaGraphRunner if phase is Phase.DECODE else PrefillCudaGraphRunner
         attribute = f"{'lora_' if lora else ''}{phase}_cuda_graph_runner"
