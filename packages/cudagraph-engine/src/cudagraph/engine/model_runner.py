@@ -35,6 +35,7 @@ from cudagraph.runner import (
     EagerReason,
     ForwardBatch,
     ForwardMode,
+    ModelRunnerLike,
     PrefillCudaGraphRunner,
     ReplayMetrics,
     StepInputs,
@@ -363,14 +364,16 @@ class ModelRunner:
         ``backend`` (a graph backend the runners take; default: the phase's configured one), whatever the device:
         what a benchmark measuring one variant, or a test on the CPU double
         (``cudagraph.backend.testing.CpuReplayBackend``), builds. A runner the variant had is shut down first."""
-        runner_type: type[DecodeCudaGraphRunner] | type[PrefillCudaGraphRunner]
-        runner_type = DecodeCudaGraphRunner if phase is Phase.DECODE else PrefillCudaGraphRunner
         attribute = f"{'lora_' if lora else ''}{phase}_cuda_graph_runner"
         old = getattr(self, attribute)
         if old is not None:
             old.shutdown()
         metrics = (self.lora_cuda_graph_metrics if lora else self.cuda_graph_metrics)[phase]
-        runner = self._make_runner(phase, runner_type, metrics=metrics, lora=lora, backend=backend)
+        runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner
+        if phase is Phase.DECODE:
+            runner = self._make_runner(phase, DecodeCudaGraphRunner, metrics=metrics, lora=lora, backend=backend)
+        else:
+            runner = self._make_runner(phase, PrefillCudaGraphRunner, metrics=metrics, lora=lora, backend=backend)
         setattr(self, attribute, runner)
         return runner
 
@@ -403,8 +406,9 @@ class ModelRunner:
         """A captured runner of ``phase``; ``lora``: its forwards apply the adapters (``LoraForwardHost``)."""
         if lora and self.lora is None:
             raise ConfigError("a LoRA graph variant needs LoRA: build the ModelRunner with a lora_config")
+        host: ModelRunnerLike = LoraForwardHost(self) if lora else self
         runner = runner_type(
-            LoraForwardHost(self) if lora else self,
+            host,
             self.cuda_graph_config,
             show_progress=self.show_progress,
             capture_barrier=self.capture_barrier,

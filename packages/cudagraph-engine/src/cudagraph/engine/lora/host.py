@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from cudagraph.runner import AttentionBackendLike, ForwardBatch, ReqToTokenPoolLike
+
 
 class LoraForwardHost:
     """``model_runner`` with a forward that applies the step's adapters."""
@@ -20,23 +22,24 @@ class LoraForwardHost:
     def __init__(self, model_runner: Any) -> None:
         self.model_runner = model_runner
         self.device: torch.device = model_runner.device
+        self.dtype: torch.dtype = model_runner.dtype
 
     @property
-    def attn_backend(self) -> Any:
+    def attn_backend(self) -> AttentionBackendLike:
         """The model runner's attention backend."""
-        return self.model_runner.attn_backend
+        return self.model_runner.attn_backend  # type: ignore[no-any-return]
 
     @property
-    def req_to_token_pool(self) -> Any:
+    def req_to_token_pool(self) -> ReqToTokenPoolLike:
         """The model runner's request-to-token table."""
-        return self.model_runner.req_to_token_pool
+        return self.model_runner.req_to_token_pool  # type: ignore[no-any-return]
 
     @property
     def model(self) -> Any:
         """The model runner's model."""
         return self.model_runner.model
 
-    def forward(self, batch: Any) -> torch.Tensor:
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """The model runner's forward of ``batch`` with the adapters applied."""
         return self.model_runner.lora_forward(batch)  # type: ignore[no-any-return]
 
