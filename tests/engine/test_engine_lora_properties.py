@@ -33,11 +33,13 @@ def test_the_delta_of_each_token_is_its_slots_low_rank_product(slots, max_rank, 
     seed = data.draw(st.integers(0, 2**16), label="seed")
     generator = torch.Generator().manual_seed(seed)
     targets = (LORA_TARGETS["q_proj"], LORA_TARGETS["v_proj"])
-    rows, in_features, width = ((0, 5), (7, 10)), 6, 12
+    rows, in_features, width = ((1, 5), (7, 12)), 6, 14  # rows 0, 5, 6, 12, 13: no target's
     a = torch.randn((len(targets), slots, max_rank, in_features), generator=generator, dtype=torch.float64)
-    b = tuple(
-        torch.randn((stop - start, slots, max_rank), generator=generator, dtype=torch.float64) for start, stop in rows
-    )
+    # Target t's B in its own rows of column block t, zeros elsewhere (the layout AdapterSlots keeps).
+    b = torch.zeros((11, len(targets), slots, max_rank), dtype=torch.float64)  # rows 1..11
+    for target, (start, stop) in enumerate(rows):
+        block = torch.randn((stop - start, slots, max_rank), generator=generator, dtype=torch.float64)
+        b[start - 1 : stop - 1, target] = block
     scaling = data.draw(st.lists(st.floats(-2, 2), min_size=slots, max_size=slots), label="scaling")
     table = torch.zeros((slots + 1, slots * max_rank), dtype=torch.float64)
     for slot, value in enumerate(scaling):
@@ -50,7 +52,7 @@ def test_the_delta_of_each_token_is_its_slots_low_rank_product(slots, max_rank, 
         if slot == slots:  # the no-adapter row
             continue
         for target, (start, stop) in enumerate(rows):
-            delta = (x[token] @ a[target, slot].T) @ b[target][:, slot].T
+            delta = (x[token] @ a[target, slot].T) @ b[start - 1 : stop - 1, target, slot].T
             want[token, start:stop] += scaling[slot] * delta
     projection = ProjectionSlots(targets, a, b, rows)
     add_lora_delta(out, x, projection, token_scales(torch.tensor(indices), table))

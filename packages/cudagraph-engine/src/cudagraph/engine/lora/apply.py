@@ -3,8 +3,8 @@
 
 Per token ``t`` with slot ``s = idx[t]``: ``delta[t] = scale[s] * (x[t] @ A_s^T) @ B_s^T``. It is computed for every
 slot at once with fixed shapes: one matmul shrinks ``x`` by every slot's (and, for q/k/v, every target's) A, a
-per-token row of ``scale_table`` keeps that token's slot's ranks scaled and zeroes the rest, and one matmul per
-target expands by every slot's B straight into the projection's output rows. No gather of per-token factors, no
+per-token row of ``scale_table`` keeps that token's slot's ranks scaled and zeroes the rest, and one matmul expands
+by every target's and slot's B straight into the projection's output rows. No gather of per-token factors, no
 host sync, no shape that depends on the indices: what a CUDA graph needs, on CPU and GPU alike. The extra work is
 ``slots * max_rank`` columns per matmul, small beside the projection itself.
 """
@@ -27,6 +27,5 @@ def add_lora_delta(out: torch.Tensor, x: torch.Tensor, projection: ProjectionSlo
     each token through the slot ``scales`` ``[T, slots * max_rank]`` (``token_scales``) selects."""
     num_targets = len(projection.targets)
     shrunk = torch.mm(x, projection.a.flatten(0, 2).t())  # [T, targets * slots * max_rank]
-    shrunk = shrunk.unflatten(1, (num_targets, -1)).mul_(scales.unsqueeze(1))
-    for index, ((start, stop), b) in enumerate(zip(projection.rows, projection.b, strict=True)):
-        out[:, start:stop].addmm_(shrunk[:, index], b.flatten(1).t())
+    shrunk.unflatten(1, (num_targets, -1)).mul_(scales.unsqueeze(1))
+    out[:, projection.row_start : projection.row_stop].addmm_(shrunk, projection.b.flatten(1).t())

@@ -1,9 +1,11 @@
 """``AdapterSlots``: the device tensors every LoRA graph reads, allocated once and written in place.
 
 Per layer and projection (``qkv``, ``o``): ``a`` stacks every target's A factors, ``[targets, slots, max_rank, in]``
-(so one matmul shrinks the input for all of q, k and v), and each target's B is ``[out, slots, max_rank]`` (so one
-matmul expands every slot's ranks at once). ``scale_table`` ``[slots + 1, slots * max_rank]`` holds, in row ``s``,
-slot ``s``'s scaling over that slot's ranks and zeros elsewhere; its last row, all zeros, is the "no adapter" row.
+(so one matmul shrinks the input for all of q, k and v), and ``b`` holds every target's B in its own rows and its
+own column block, ``[rows, targets, slots, max_rank]``, zeros elsewhere (so one matmul expands every target's and
+every slot's ranks into the projection's output at once: the zero blocks cost a little bandwidth, far less than the
+launches they save). ``scale_table`` ``[slots + 1, slots * max_rank]`` holds, in row ``s``, slot ``s``'s scaling
+over that slot's ranks and zeros elsewhere; its last row, all zeros, is the "no adapter" row.
 
 Loading copies into these tensors (``copy_``; an adapter of smaller rank is padded with zeros) and unloading zeroes
 a slot: their storage never moves, so captured graphs stay valid and see the new adapter on their next replay.
@@ -26,10 +28,26 @@ class ProjectionSlots:
     targets: tuple[LoraTarget, ...]
     a: torch.Tensor
     """``[len(targets), slots, max_rank, in]``."""
-    b: tuple[torch.Tensor, ...]
-    """Per target, ``[out, slots, max_rank]``."""
+    b: torch.Tensor
+    """``[row_stop - row_start, len(targets), slots, max_rank]``: target ``t``'s B in its own rows of column block
+    ``t``, zeros elsewhere."""
     rows: tuple[tuple[int, int], ...]
     """Per target, the output rows of the projection it adds to."""
+
+    @property
+    def row_start(self) -> int:
+        """The first output row any target adds to (``b``'s row 0)."""
+        return min(start for start, _ in self.rows)
+
+    @property
+    def row_stop(self) -> int:
+        """One past the last output row any target adds to."""
+        return max(stop for _, stop in self.rows)
+
+    def target_b(self, index: int) -> torch.Tensor:
+        """Target ``index``'s B: ``[out, slots, max_rank]``, a view of ``b``."""
+        start, stop = self.rows[index]
+        return self.b[start - self.row_start : stop - self.row_start, index]
 
 
 class AdapterSlots:
@@ -52,12 +70,11 @@ class AdapterSlots:
                 if not targets:
                     continue
                 in_features = targets[0].in_features(model_config)
+                rows = tuple(t.rows(model_config) for t in targets)
+                span = max(stop for _, stop in rows) - min(start for start, _ in rows)
                 a = torch.zeros((len(targets), slots, rank, in_features), dtype=dtype, device=device)
-                b = tuple(
-                    torch.zeros((t.out_features(model_config), slots, rank), dtype=dtype, device=device)
-                    for t in targets
-                )
-                layer[projection] = ProjectionSlots(targets, a, b, tuple(t.rows(model_config) for t in targets))
+                b = torch.zeros((span, len(targets), slots, rank), dtype=dtype, device=device)
+                layer[projection] = ProjectionSlots(targets, a, b, rows)
             self.projections.append(layer)
         self.scale_table = torch.zeros((slots + 1, slots * rank), dtype=dtype, device=device)
         """Row ``s``: slot ``s``'s scaling over its ranks' columns; the last row (``none_index``) is all zeros."""
@@ -88,7 +105,7 @@ class AdapterSlots:
     def b(self, layer: int, target: str) -> torch.Tensor:
         """Target ``target``'s stacked B of ``layer``: ``[slots, out, max_rank]`` (a view of the slot storage)."""
         slots, index = self._projection(layer, target)
-        return slots.b[index].permute(1, 0, 2)
+        return slots.target_b(index).permute(1, 0, 2)
 
     def check(self, adapter: LoraAdapter) -> None:
         """Raise ``LoraError`` when ``adapter`` does not fit these slots (rank, targets, layers, shapes)."""
@@ -127,8 +144,7 @@ class AdapterSlots:
         for layer in self.projections:
             for projection in layer.values():
                 projection.a[:, slot].zero_()
-                for b in projection.b:
-                    b[:, slot].zero_()
+                projection.b[:, :, slot].zero_()
         self._set_scaling(slot, 0.0)
 
     def _set_scaling(self, slot: int, scaling: float) -> None:
@@ -142,6 +158,5 @@ class AdapterSlots:
         for layer_id, layer in enumerate(self.projections):
             for name, projection in layer.items():
                 tensors[f"lora.layers.{layer_id}.{name}.a"] = projection.a
-                for target, b in zip(projection.targets, projection.b, strict=True):
-                    tensors[f"lora.layers.{layer_id}.{target.name}.b"] = b
+                tensors[f"lora.layers.{layer_id}.{name}.b"] = projection.b
         return tensors
