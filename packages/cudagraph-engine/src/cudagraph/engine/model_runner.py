@@ -474,7 +474,9 @@ class ModelRunner:
     def lora_forward(self, batch: ForwardBatch) -> torch.Tensor:
         """``forward`` with the adapters applied, per token through the slot indices of the step's batch (what the
         LoRA variant's runners capture and run)."""
-        with self._lora_manager().step.applying():
+        step = self._lora_manager().step
+        with step.applying():
+            step.gather_scales(batch.input_ids.shape[0])  # once a forward, captured with it; the layers read it
             return self.forward(batch)
 
     @property

@@ -10,7 +10,7 @@ on the q/k/v and output projections, so one captured graph serves any mix of loa
 """
 
 from .adapter import LoraAdapter, LoraFactors
-from .apply import add_lora_delta, token_scales
+from .apply import add_lora_delta
 from .config import LORA_TARGETS, LoraConfig, LoraError, LoraTarget
 from .manager import LayerAdapters, LoraManager
 from .slots import AdapterSlots, ProjectionSlots
@@ -29,5 +29,4 @@ __all__ = [
     "LoraTarget",
     "ProjectionSlots",
     "add_lora_delta",
-    "token_scales",
 ]

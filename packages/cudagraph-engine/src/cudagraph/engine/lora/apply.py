@@ -12,19 +12,14 @@ host sync, no shape that depends on the indices: what a CUDA graph needs, on CPU
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .slots import ProjectionSlots
 
 
-def token_scales(indices: torch.Tensor, scale_table: torch.Tensor) -> torch.Tensor:
-    """``[T, slots * max_rank]``: each token's row of ``scale_table`` (its slot's scaling over its ranks)."""
-    return F.embedding(indices, scale_table)
-
-
 def add_lora_delta(out: torch.Tensor, x: torch.Tensor, projection: ProjectionSlots, scales: torch.Tensor) -> None:
     """Add every target's LoRA delta of ``x`` ``[T, in]`` to its rows of ``out`` ``[T, projection out]``, in place,
-    each token through the slot ``scales`` ``[T, slots * max_rank]`` (``token_scales``) selects."""
+    each token through the slot its row of ``scales`` ``[T, slots * max_rank]`` selects (its row of the slots'
+    ``scale_table``: that slot's scaling over its ranks, zeros elsewhere; ``LoraStep.gather_scales``)."""
     num_targets = len(projection.targets)
     shrunk = torch.mm(x, projection.a.flatten(0, 2).t())  # [T, targets * slots * max_rank]
     shrunk.unflatten(1, (num_targets, -1)).mul_(scales.unsqueeze(1))

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .adapter import LoraAdapter
-from .apply import add_lora_delta, token_scales
+from .apply import add_lora_delta
 from .config import LoraConfig, LoraError
 from .slots import AdapterSlots, ProjectionSlots
 from .step import LoraStep
@@ -26,7 +26,6 @@ class LayerAdapters:
 
     def __init__(self, step: LoraStep, slots: AdapterSlots, layer_id: int) -> None:
         self.step = step
-        self.scale_table = slots.scale_table
         self.qkv: ProjectionSlots | None = slots.projections[layer_id].get("qkv")
         self.o: ProjectionSlots | None = slots.projections[layer_id].get("o")
 
@@ -37,8 +36,7 @@ class LayerAdapters:
 
     def _add(self, projection: ProjectionSlots | None, x: torch.Tensor, out: torch.Tensor) -> None:
         if projection is not None:
-            scales = token_scales(self.step.indices[: x.shape[0]], self.scale_table)
-            add_lora_delta(out, x, projection, scales)
+            add_lora_delta(out, x, projection, self.step.scales[: x.shape[0]])
 
     def add_to_qkv(self, x: torch.Tensor, qkv: torch.Tensor) -> None:
         """Add the q/k/v deltas of the normed input ``x`` to ``qkv`` in place."""
@@ -69,7 +67,7 @@ class LoraManager:
             raise LoraError("LoRA adapters on a tensor-parallel shard are not supported yet: run the model on one rank")
         self.config = config
         self.slots = AdapterSlots(config, model.local_config, len(model.layers), model.dtype, model.device)
-        self.step = LoraStep(max_num_tokens, self.slots.none_index, model.device)
+        self.step = LoraStep(max_num_tokens, self.slots.scale_table)
         self.slot_of: dict[str, int] = {}
         """Loaded adapters: name -> slot."""
         for layer_id, layer in enumerate(model.layers):
@@ -117,4 +115,4 @@ class LoraManager:
 
     def named_tensors(self) -> dict[str, torch.Tensor]:
         """What the LoRA graphs read besides the model: the slots and the index buffer."""
-        return {**self.slots.named_tensors(), "lora.indices": self.step.indices}
+        return {**self.slots.named_tensors(), "lora.indices": self.step.indices, "lora.scales": self.step.scales}
