@@ -255,12 +255,10 @@ class ModelRunner:
             self.lora = LoraManager(lora_config, model, self._max_step_tokens())
 
     def _max_step_tokens(self) -> int:
-        """The most tokens a step can bring (every request its whole context, or the largest graph bucket)."""
-        cache = self.cache_config
-        return max(
-            cache.max_num_reqs * cache.max_context_len,
-            *(self.cuda_graph_config.for_phase(phase).max_size for phase in Phase),
-        )
+        """The most tokens a forward can bring: each new token takes a KV slot, and a graph bucket may pad past the
+        step's tokens (what the LoRA index and scale buffers are sized for)."""
+        graph_tokens = (self.cuda_graph_config.for_phase(phase).max_size for phase in Phase)
+        return max(self.cache_config.resolved_slots(), *graph_tokens)
 
     def kernels_for(self, config: CudaGraphConfig) -> LayerKernels:
         """The kernel set this engine's ``kernel_backend`` picks when its graphs follow ``config``: with ``auto``,

@@ -42,7 +42,7 @@ class LoraStep:
         if len(per_token) > self.capacity:
             raise LoraError(
                 f"a step of {len(per_token)} tokens exceeds the LoRA index buffer ({self.capacity} tokens): build the "
-                "model runner with a larger cache (max_num_reqs * max_context_len bounds a step)"
+                "model runner with more KV slots (a step's new tokens each take one)"
             )
         if per_token:
             host = torch.tensor(per_token, dtype=torch.int64)
