@@ -16,8 +16,10 @@ from safetensors.torch import save_file
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend, Phase
 from cudagraph.engine.batch import Request, SamplingParams
+from cudagraph.engine.generate import Scheduler, StepPolicy
 from cudagraph.engine.lora import LoraAdapter, LoraConfig, LoraError
 from cudagraph.engine.model_runner import ModelRunner
+from cudagraph.engine.speculative import NgramDrafter
 
 NAMES = ("a", "b", None, "a", None, "b")
 """Six requests: two through each adapter, two through none."""
@@ -121,6 +123,16 @@ def test_sleep_and_wake_capture_the_lora_variant_again_with_the_adapters_applied
     replays = runner.metrics.replays
     assert greedy(model_runner, prompt_list, NAMES) == want
     assert runner.metrics.replays > replays
+
+
+def test_speculative_verify_steps_apply_each_requests_adapter(model, adapters, expected) -> None:
+    prompt_list, want = expected
+    model_runner = lora_engine(model, adapters)
+    params = [SamplingParams(max_new_tokens=8, lora_name=name) for name in NAMES]
+    scheduler = Scheduler(model_runner, policy=StepPolicy(drafter=NgramDrafter(num_tokens=2)))
+    got = [output.output_token_ids for output in scheduler.run(prompt_list, params)]
+    assert got == want
+    assert scheduler.stats.verify_steps > 0 and scheduler.stats.decode_steps == 0
 
 
 def test_unloading_an_adapter_gives_its_slot_the_base_model(model, adapters) -> None:
