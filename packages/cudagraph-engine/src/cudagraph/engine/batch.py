@@ -20,12 +20,15 @@ from cudagraph.runner import ForwardBatch, ForwardMode
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How one request samples: greedy when ``temperature`` is 0."""
+    """How one request samples: greedy when ``temperature`` is 0; ``lora_name``: through that adapter."""
 
     max_new_tokens: int = 16
     temperature: float = 0.0
     seed: int = 0
     stop_token_ids: tuple[int, ...] = ()
+    lora_name: str | None = None
+    """The LoRA adapter the request runs through: the name it was loaded under (``ModelRunner.load_lora_adapter``,
+    as SGLang's ``lora_path`` or vLLM's ``LoRARequest`` name); ``None``: the base model."""
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

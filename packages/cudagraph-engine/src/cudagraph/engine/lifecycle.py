@@ -67,11 +67,13 @@ def free_device_bytes(device: torch.device) -> tuple[int, int] | None:
 
 
 def graph_runners(model_runner: ModelRunner) -> Iterator[BaseCudaGraphRunner]:
-    """The model runner's graph runners that exist (decode, verify, prefill)."""
+    """The model runner's graph runners that exist (decode, verify, prefill, then the LoRA variants)."""
     for runner in (
         model_runner.decode_cuda_graph_runner,
         model_runner.verify_cuda_graph_runner,
         model_runner.prefill_cuda_graph_runner,
+        model_runner.lora_decode_cuda_graph_runner,
+        model_runner.lora_prefill_cuda_graph_runner,
     ):
         if runner is not None:
             yield runner
@@ -79,7 +81,8 @@ def graph_runners(model_runner: ModelRunner) -> Iterator[BaseCudaGraphRunner]:
 
 def graph_read_tensors(model_runner: ModelRunner) -> dict[str, torch.Tensor]:
     """What the model runner's graphs read beyond the runners' static buffers: the model's parameters and buffers
-    (every name, tied ones included), each layer's KV pages and the request-to-token table."""
+    (every name, tied ones included), each layer's KV pages, the request-to-token table, and the LoRA slots and
+    index buffer when the engine serves adapters."""
     model: Any = model_runner.model
     tensors: dict[str, torch.Tensor] = {}
     if isinstance(model, torch.nn.Module):
@@ -88,6 +91,8 @@ def graph_read_tensors(model_runner: ModelRunner) -> dict[str, torch.Tensor]:
     for layer, pages in enumerate(model_runner.token_to_kv_pool.kv_pages):
         tensors[f"kv_cache.{layer}"] = pages
     tensors["req_to_token"] = model_runner.req_to_token_pool.req_to_token
+    if model_runner.lora is not None:
+        tensors.update(model_runner.lora.named_tensors())
     return tensors
 
 

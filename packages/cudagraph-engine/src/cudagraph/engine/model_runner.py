@@ -9,13 +9,21 @@ prefill mixed with decodes) to the prefill phase's runner (``breakable`` or ``tc
 is counted in ``cuda_graph_metrics`` (verify steps in ``verify_cuda_graph_metrics``). ``forward`` is also what the
 graph runners capture, so it must stay free of host syncs and value-dependent shapes whenever ``is_capture_mode()``
 is on.
+
+With a ``lora_config`` the engine serves LoRA adapters (``cudagraph.engine.lora``) and keeps two graph variants per
+phase: the plain runners above, and ``lora_decode_cuda_graph_runner`` / ``lora_prefill_cuda_graph_runner``, captured
+with the adapters applied at ``max_rank`` (their steps counted in ``lora_cuda_graph_metrics``). A variant is keyed by
+what changes the captured work, never by adapter: a step whose requests use any adapter replays the LoRA variant,
+the adapters' per-token slot indices written into a persistent buffer when its batch is built; any other step
+replays the plain one. ``cuda_graph_variant_replays`` says how often each variant replayed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import torch
@@ -27,6 +35,7 @@ from cudagraph.runner import (
     EagerReason,
     ForwardBatch,
     ForwardMode,
+    ModelRunnerLike,
     PrefillCudaGraphRunner,
     ReplayMetrics,
     StepInputs,
@@ -38,6 +47,8 @@ from .attention.op import attend
 from .batch import Request, extend_lens, make_decode_batch, make_extend_batch, make_verify_batch
 from .kernels import KernelTarget, LayerKernels, select_kernels
 from .kv_cache import ReqToTokenPool, TokenToKVPool, check_page_size, pages_for
+from .lora import LoraAdapter, LoraConfig, LoraError, LoraManager
+from .lora.host import LoraForwardHost
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +186,7 @@ class ModelRunner:
         show_progress: bool = False,
         capture_barrier: Callable[[], None] | None = None,
         log_capture_estimate: bool = False,
+        lora_config: LoraConfig | None = None,
     ) -> None:
         first_parameter = next(iter(model.parameters()))
         self.model = model
@@ -226,6 +238,27 @@ class ModelRunner:
         """Between ``sleep()`` and ``wake()``: graphs and KV cache given back, steps refused."""
         self.memory_levels = lifecycle.MemoryLevels()
         """Free device memory before ``sleep``, asleep and after ``wake`` (the latest cycle; CUDA only)."""
+        self.lora: LoraManager | None = None
+        """The LoRA adapters' slots and step indices (``lora_config``), or ``None``: no adapters."""
+        self.lora_decode_cuda_graph_runner: DecodeCudaGraphRunner | None = None
+        """Decode graphs with the adapters applied: what a decode step whose requests use any adapter replays."""
+        self.lora_prefill_cuda_graph_runner: PrefillCudaGraphRunner | None = None
+        """Prefill graphs with the adapters applied."""
+        self.lora_cuda_graph_metrics: dict[Phase, ReplayMetrics] = {
+            phase: ReplayMetrics(phase, label=f"{phase} lora") for phase in Phase
+        }
+        """Every step ``run`` took with adapters, per phase (speculative verify steps with adapters run eagerly and
+        count here under decode)."""
+        self._lora_batch: ForwardBatch | None = None
+        """The latest batch built with adapters (``run`` takes the LoRA variant for it alone)."""
+        if lora_config is not None:
+            self.lora = LoraManager(lora_config, model, self._max_step_tokens())
+
+    def _max_step_tokens(self) -> int:
+        """The most tokens a forward can bring: each new token takes a KV slot, and a graph bucket may pad past the
+        step's tokens (what the LoRA index and scale buffers are sized for)."""
+        graph_tokens = (self.cuda_graph_config.for_phase(phase).max_size for phase in Phase)
+        return max(self.cache_config.resolved_slots(), *graph_tokens)
 
     def kernels_for(self, config: CudaGraphConfig) -> LayerKernels:
         """The kernel set this engine's ``kernel_backend`` picks when its graphs follow ``config``: with ``auto``,
@@ -257,7 +290,8 @@ class ModelRunner:
     def hold(self, request: Request) -> Request:
         """Give ``request`` its place in the KV cache, what admitting it takes: a request row and KV slots for its
         whole budget (``Request.budget``), the row pointing at them. Returns it. ``CacheFullError`` when the cache
-        has no room, with nothing taken."""
+        has no room, with nothing taken; ``LoraError`` when it names an adapter that is not loaded."""
+        self._check_adapter(request)
         row = self.req_to_token_pool.alloc()
         try:
             slots = self.token_to_kv_pool.alloc(request.budget)
@@ -286,8 +320,14 @@ class ModelRunner:
         return None
 
     def init_decode_cuda_graph(self) -> DecodeCudaGraphRunner | None:
-        """Create and capture the decode runner (``None``, with the reason logged, when decode runs eagerly)."""
+        """Create and capture the decode runner (``None``, with the reason logged, when decode runs eagerly), and with
+        LoRA its LoRA variant after it (into the same graph pool: both follow the phase's backend, which shares the
+        process-wide pool by default)."""
         self.decode_cuda_graph_runner = self._init_runner(Phase.DECODE, DecodeCudaGraphRunner)
+        if self.lora is not None:
+            self.lora_decode_cuda_graph_runner = self._init_runner(
+                Phase.DECODE, DecodeCudaGraphRunner, metrics=self.lora_cuda_graph_metrics[Phase.DECODE], lora=True
+            )
         return self.decode_cuda_graph_runner
 
     def init_verify_cuda_graph(self, query_len: int) -> DecodeCudaGraphRunner | None:
@@ -309,7 +349,31 @@ class ModelRunner:
     def init_prefill_cuda_graph(self) -> PrefillCudaGraphRunner | None:
         """Create and capture the prefill runner (``None``, with the reason logged, when prefill runs eagerly)."""
         self.prefill_cuda_graph_runner = self._init_runner(Phase.PREFILL, PrefillCudaGraphRunner)
+        if self.lora is not None:
+            self.lora_prefill_cuda_graph_runner = self._init_runner(
+                Phase.PREFILL, PrefillCudaGraphRunner, metrics=self.lora_cuda_graph_metrics[Phase.PREFILL], lora=True
+            )
         return self.prefill_cuda_graph_runner
+
+    def capture_cuda_graph_variant(
+        self, phase: Phase, *, lora: bool, backend: Any = None
+    ) -> DecodeCudaGraphRunner | PrefillCudaGraphRunner:
+        """Create, capture and install ``phase``'s runner of one variant (``lora``: the adapters applied) on
+        ``backend`` (a graph backend the runners take; default: the phase's configured one), whatever the device:
+        what a benchmark measuring one variant, or a test on the CPU double
+        (``cudagraph.backend.testing.CpuReplayBackend``), builds. A runner the variant had is shut down first."""
+        attribute = f"{'lora_' if lora else ''}{phase}_cuda_graph_runner"
+        old = getattr(self, attribute)
+        if old is not None:
+            old.shutdown()
+        metrics = (self.lora_cuda_graph_metrics if lora else self.cuda_graph_metrics)[phase]
+        runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner
+        if phase is Phase.DECODE:
+            runner = self._make_runner(phase, DecodeCudaGraphRunner, metrics=metrics, lora=lora, backend=backend)
+        else:
+            runner = self._make_runner(phase, PrefillCudaGraphRunner, metrics=metrics, lora=lora, backend=backend)
+        setattr(self, attribute, runner)
+        return runner
 
     def _init_runner(
         self,
@@ -317,6 +381,7 @@ class ModelRunner:
         runner_type: type[RunnerT],
         *,
         metrics: ReplayMetrics | None = None,
+        lora: bool = False,
         **runner_options: Any,
     ) -> RunnerT | None:
         if not self.cuda_graph_config.for_phase(phase).enabled:
@@ -325,8 +390,23 @@ class ModelRunner:
         if reason is not None:
             logger.warning(reason)  # graphs the config asked for and this device cannot run
             return None
+        return self._make_runner(phase, runner_type, metrics=metrics, lora=lora, **runner_options)
+
+    def _make_runner(
+        self,
+        phase: Phase,
+        runner_type: type[RunnerT],
+        *,
+        metrics: ReplayMetrics | None,
+        lora: bool,
+        **runner_options: Any,
+    ) -> RunnerT:
+        """A captured runner of ``phase``; ``lora``: its forwards apply the adapters (``LoraForwardHost``)."""
+        if lora and self.lora is None:
+            raise ConfigError("a LoRA graph variant needs LoRA: build the ModelRunner with a lora_config")
+        host: ModelRunnerLike = LoraForwardHost(self) if lora else self
         runner = runner_type(
-            self,
+            host,
             self.cuda_graph_config,
             show_progress=self.show_progress,
             capture_barrier=self.capture_barrier,
@@ -355,10 +435,54 @@ class ModelRunner:
 
     def shutdown(self) -> None:
         """Free every graph runner (the model and the KV cache stay)."""
-        for runner in (self.decode_cuda_graph_runner, self.verify_cuda_graph_runner, self.prefill_cuda_graph_runner):
-            if runner is not None:
-                runner.shutdown()
+        for runner in lifecycle.graph_runners(self):
+            runner.shutdown()
         self.decode_cuda_graph_runner = self.verify_cuda_graph_runner = self.prefill_cuda_graph_runner = None
+        self.lora_decode_cuda_graph_runner = self.lora_prefill_cuda_graph_runner = None
+
+    # -- LoRA adapters (``cudagraph.engine.lora``) ------------------------------------------------------------------
+
+    def load_lora_adapter(self, name: str, source: LoraAdapter | str | Path) -> int:
+        """Load adapter ``name`` from ``source`` (a ``LoraAdapter`` or a PEFT directory) into a slot, in place: the
+        captured graphs stay valid, and the next step of a request using ``name`` replays with it. Returns the
+        slot (``name``'s own when it was loaded before: replaced)."""
+        return self._lora_manager().load(name, source)
+
+    def unload_lora_adapter(self, name: str) -> None:
+        """Zero ``name``'s slot and free it (in place, like loading)."""
+        self._lora_manager().unload(name)
+
+    def _lora_manager(self) -> LoraManager:
+        if self.lora is None:
+            raise LoraError("this ModelRunner serves no LoRA adapters: build it with a lora_config")
+        return self.lora
+
+    def _check_adapter(self, request: Request) -> None:
+        name = request.params.lora_name
+        if name is not None:
+            self._lora_manager().index_of(name)
+
+    def _write_lora_step(self, requests: Sequence[Request], tokens: Sequence[int]) -> bool:
+        """Write the step's per-token adapter indices (when any request uses an adapter); whether it uses one."""
+        names = [request.params.lora_name for request in requests]
+        if self.lora is None or all(name is None for name in names):
+            return False
+        return self.lora.write_step(names, tokens)
+
+    def lora_forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """``forward`` with the adapters applied, per token through the slot indices of the step's batch (what the
+        LoRA variant's runners capture and run)."""
+        step = self._lora_manager().step
+        with step.applying():
+            step.gather_scales(batch.input_ids.shape[0])  # once a forward, captured with it; the layers read it
+            return self.forward(batch)
+
+    @property
+    def cuda_graph_variant_replays(self) -> dict[str, int]:
+        """Graph replays per variant for this engine's life, by metrics label: ``decode`` and ``prefill`` (the plain
+        graphs), ``decode lora`` and ``prefill lora`` (the LoRA variant's), ``verify``."""
+        every = [*self.cuda_graph_metrics.values(), *self.lora_cuda_graph_metrics.values()]
+        return {metrics.label: metrics.replays for metrics in [*every, self.verify_cuda_graph_metrics]}
 
     # -- across the engine's life (``cudagraph.engine.lifecycle``) ---------------------------------------------------
 
@@ -391,24 +515,32 @@ class ModelRunner:
         """Logits of ``batch``: the graph runner of its kind routes it once and replays it or runs it eagerly
         (counting it either way); without a runner it runs eagerly, counted under ``runnerless_reason``.
 
-        Decode: a row per request; verify: a row per token; extend: a row per request (its last token)."""
-        runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner | None
+        Decode: a row per request; verify: a row per token; extend: a row per request (its last token). A batch the
+        model runner built with adapters (``decode_batch``, ``extend_batch``, ``verify_batch``) goes to the LoRA
+        variant; verify steps have none, so theirs run eagerly with the adapters applied."""
         mode = batch.forward_mode
-        if mode.is_extend():
-            runner = self.prefill_cuda_graph_runner
-        elif mode.is_verify():
-            runner = self.verify_cuda_graph_runner
-        else:
-            runner = self.decode_cuda_graph_runner
+        uses_lora = batch is self._lora_batch
+        runner = self._runner_for(mode, uses_lora)
         if runner is not None:
             # The route the runner gave when the batch was built on its views (``step_inputs``), else routed now.
             route = batch.route
             return runner.replay(batch, route if route is not None else runner.route(batch))
         lifecycle.refuse_while_asleep(self)
         phase = Phase.PREFILL if mode.is_extend() else Phase.DECODE
+        if uses_lora:
+            self.lora_cuda_graph_metrics[phase].count_eager(self.runnerless_reason(phase), batch.num_tokens)
+            return self.lora_forward(batch)
         metrics = self.verify_cuda_graph_metrics if mode.is_verify() else self.cuda_graph_metrics[phase]
         metrics.count_eager(self.runnerless_reason(phase), batch.num_tokens)
         return self.forward(batch)
+
+    def _runner_for(self, mode: ForwardMode, lora: bool) -> DecodeCudaGraphRunner | PrefillCudaGraphRunner | None:
+        """The runner of a step of ``mode``, of the LoRA variant when ``lora`` (none for verify steps)."""
+        if mode.is_extend():
+            return self.lora_prefill_cuda_graph_runner if lora else self.prefill_cuda_graph_runner
+        if mode.is_verify():
+            return None if lora else self.verify_cuda_graph_runner
+        return self.lora_decode_cuda_graph_runner if lora else self.decode_cuda_graph_runner
 
     def input_views(self, mode: ForwardMode, batch_size: int) -> Mapping[str, torch.Tensor] | None:
         """Where a decode or verify step of ``batch_size`` requests can be written so that its replay copies nothing
@@ -417,38 +549,50 @@ class ModelRunner:
         step = self._uniform_step_inputs(mode, batch_size)
         return step.views if step is not None else None
 
-    def _uniform_step_inputs(self, mode: ForwardMode, batch_size: int) -> StepInputs | None:
-        """The route and input views of a decode or verify step (``None`` for extend steps or without a runner)."""
-        runner = self.verify_cuda_graph_runner if mode.is_verify() else self.decode_cuda_graph_runner
-        if mode.is_extend() or runner is None:
+    def _uniform_step_inputs(self, mode: ForwardMode, batch_size: int, lora: bool = False) -> StepInputs | None:
+        """The route and input views of a decode or verify step (``None`` for extend steps or without a runner), on
+        the LoRA variant's runner when ``lora``."""
+        runner = None if mode.is_extend() else self._runner_for(mode, lora)
+        if runner is None:
             return None
+        assert isinstance(runner, DecodeCudaGraphRunner)
         return runner.step_inputs(batch_size)
+
+    def _built(self, batch: ForwardBatch, lora: bool) -> ForwardBatch:
+        """``batch``, remembered as the LoRA step when ``lora`` (its indices are written): ``run`` reads this."""
+        self._lora_batch = batch if lora else None
+        return batch
 
     def extend_batch(self, requests: list[Request], limits: list[int] | None = None) -> ForwardBatch:
         """The extend step of ``requests`` (``batch.make_extend_batch``, chunks of at most ``limits``), written into
         the prefill graph's input views where it will replay one (the replay then copies nothing), carrying its
         route (routed once, here)."""
-        runner = self.prefill_cuda_graph_runner
+        lens = extend_lens(requests, limits)
+        lora = self._write_lora_step(requests, lens)
+        runner = self._runner_for(ForwardMode.EXTEND, lora)
         if runner is None:
-            return make_extend_batch(requests, self.device, limits)
-        step = runner.step_inputs(sum(extend_lens(requests, limits)), len(requests))
-        return _routed(make_extend_batch(requests, self.device, limits, step.views), step)
+            return self._built(make_extend_batch(requests, self.device, limits), lora)
+        assert isinstance(runner, PrefillCudaGraphRunner)
+        step = runner.step_inputs(sum(lens), len(requests))
+        return self._built(_routed(make_extend_batch(requests, self.device, limits, step.views), step), lora)
 
     def decode_batch(self, requests: list[Request]) -> ForwardBatch:
         """The decode step of ``requests`` (``batch.make_decode_batch``), written into the decode graph's input
         views where it will replay one (the replay then copies nothing), carrying its route."""
-        step = self._uniform_step_inputs(ForwardMode.DECODE, len(requests))
+        lora = self._write_lora_step(requests, [1] * len(requests))
+        step = self._uniform_step_inputs(ForwardMode.DECODE, len(requests), lora)
         if step is None:
-            return make_decode_batch(requests, self.device)
-        return _routed(make_decode_batch(requests, self.device, step.views), step)
+            return self._built(make_decode_batch(requests, self.device), lora)
+        return self._built(_routed(make_decode_batch(requests, self.device, step.views), step), lora)
 
     def verify_batch(self, requests: list[Request], drafts: list[list[int]]) -> ForwardBatch:
         """The verify step of ``requests`` and their ``drafts`` (``batch.make_verify_batch``), written into the verify
         graph's input views where it will replay one, carrying its route."""
-        step = self._uniform_step_inputs(ForwardMode.TARGET_VERIFY, len(requests))
+        lora = self._write_lora_step(requests, [len(draft) + 1 for draft in drafts])
+        step = self._uniform_step_inputs(ForwardMode.TARGET_VERIFY, len(requests), lora)
         if step is None:
-            return make_verify_batch(requests, drafts, self.device)
-        return _routed(make_verify_batch(requests, drafts, self.device, step.views), step)
+            return self._built(make_verify_batch(requests, drafts, self.device), lora)
+        return self._built(_routed(make_verify_batch(requests, drafts, self.device, step.views), step), lora)
 
     def runnerless_reason(self, phase: Phase) -> EagerReason:
         """Why a ``phase`` step runs eagerly while the phase has no graph runner: there is no CUDA device ("graphs

@@ -54,6 +54,26 @@ class KVStoringAttendFn(AttendFn, Protocol):
         ...
 
 
+class ProjectionAdapters(Protocol):
+    """Low-rank deltas an engine adds to a layer's projections (LoRA: ``cudagraph.engine.lora``), set on
+    ``Attention.adapters``. While ``active`` (a host switch, fixed for a captured graph) the layer adds them in place to
+    its q/k/v projection and to its output projection, and computes the norm before q/k/v apart from the projection
+    (the adapters read the normed input, which a fused norm + projection never materializes)."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the forward now running applies the deltas."""
+        ...
+
+    def add_to_qkv(self, x: torch.Tensor, qkv: torch.Tensor) -> None:
+        """Add the q/k/v deltas of the normed input ``x`` ``[T, hidden]`` to ``qkv`` in place."""
+        ...
+
+    def add_to_o(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        """Add the output projection's delta of the attention output ``x`` to ``out`` ``[T, hidden]`` in place."""
+        ...
+
+
 def _parameter(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> nn.Parameter:
     return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
 
@@ -106,7 +126,10 @@ class HeadRMSNorm(nn.Module):
 class Attention(KernelModule):
     """Grouped-query self-attention around a caller-supplied ``attend``: fused q/k/v projection (with Qwen2's
     bias), Qwen3's per-head q/k norms and rotary (both in place in the projection), and the output projection
-    (row-parallel: all-reduced over ``reduce_group`` when the model is sharded)."""
+    (row-parallel: all-reduced over ``reduce_group`` when the model is sharded). ``adapters``, when an engine sets
+    them, add low-rank deltas to both projections while active."""
+
+    adapters: ProjectionAdapters | None = None
 
     def __init__(
         self, config: ModelConfig, layer_id: int, dtype: torch.dtype, device: torch.device, reduce_group: str | None
@@ -133,7 +156,11 @@ class Attention(KernelModule):
     def forward(self, x: torch.Tensor, rotary: RotaryStep, attend: AttendFn) -> torch.Tensor:
         """``attention(x)`` projected back to ``[T, hidden]``, for the normed ``x`` ``[T, hidden]`` (the caller adds
         it to the residual stream)."""
-        return self.attend_projected(self.kernels.linear(x, self.qkv_weight, self.qkv_bias), rotary, attend)
+        qkv = self.kernels.linear(x, self.qkv_weight, self.qkv_bias)
+        adapters = self.adapters
+        if adapters is not None and adapters.active:
+            adapters.add_to_qkv(x, qkv)
+        return self.attend_projected(qkv, rotary, attend)
 
     def attend_projected(self, qkv: torch.Tensor, rotary: RotaryStep, attend: AttendFn) -> torch.Tensor:
         """``forward`` from the q/k/v projection ``qkv`` ``[T, q_size + 2 * kv_size]`` on (a layer that computes it
@@ -158,7 +185,11 @@ class Attention(KernelModule):
         else:
             out = cast(KVStoringAttendFn, attend)(self.layer_id, q, k, v, kv_stored=True)
         if self.reduce_group is None:
-            return self.kernels.linear(out, self.o_weight, self.o_bias)
+            projected = self.kernels.linear(out, self.o_weight, self.o_bias)
+            adapters = self.adapters
+            if adapters is not None and adapters.active:
+                adapters.add_to_o(out, projected)
+            return projected
         # Row-parallel: every rank's partial product is summed before the bias, which only one sum may carry.
         projected = all_reduced(self.kernels.linear(out, self.o_weight), self.reduce_group)
         return projected if self.o_bias is None else projected.add_(self.o_bias)
@@ -222,8 +253,12 @@ class DecoderLayer(nn.Module):
         tensors must be the caller's own: the stream may be updated in place. Each add + norm goes to the kernel set
         together with the projection after it (``add_norm_linear``), which fuses them where it can."""
         attn = self.self_attn
+        adapters = attn.adapters
         if residual is None:
             hidden, residual = attn(self.input_layernorm(hidden), rotary, attend), hidden
+        elif adapters is not None and adapters.active:  # the adapters read the normed input: norm, then project
+            normed, residual = self.input_layernorm.add_and_norm(hidden, residual)
+            hidden = attn(normed, rotary, attend)
         else:
             qkv, residual = self.input_layernorm.add_norm_and_project(hidden, residual, attn.qkv_weight, attn.qkv_bias)
             hidden = attn.attend_projected(qkv, rotary, attend)
