@@ -1,6 +1,6 @@
-"""The decoder's architecture, ``ModelConfig``: the shapes and switches of a Llama / Qwen2 / Qwen3 decoder, read from
-a Hugging Face ``config.json`` and written back in the same format (not to be confused with ``cudagraph.config``,
-the CUDA-graph settings).
+"""The decoder's architecture, ``ModelConfig``: the shapes and switches of a Llama / Qwen2 / Qwen3 / Qwen3-MoE
+decoder, read from a Hugging Face ``config.json`` and written back in the same format (not to be confused with
+``cudagraph.config``, the CUDA-graph settings).
 
 Pure data: never imports torch. Both the Transformers 4 spelling (``rope_theta`` + ``rope_scaling``, ``torch_dtype``)
 and the Transformers 5 spelling (``rope_parameters``, ``dtype``) are read; both are written.
@@ -33,6 +33,9 @@ class ArchitectureFamily:
     qk_norm: bool
     """Per-head RMSNorm on q and k before rotary (Qwen3)."""
     default_max_position_embeddings: int
+    sparse_experts: bool = False
+    """Whether the family has sparse mixture-of-experts layers (Qwen3-MoE): ``config.json`` then carries the
+    ``num_experts`` ... ``mlp_only_layers`` fields, and ``ModelConfig.uses_experts`` says which layers route."""
 
 
 FAMILIES: Mapping[str, ArchitectureFamily] = {
@@ -41,6 +44,14 @@ FAMILIES: Mapping[str, ArchitectureFamily] = {
         ArchitectureFamily("llama", "LlamaForCausalLM", None, qk_norm=False, default_max_position_embeddings=2048),
         ArchitectureFamily("qwen2", "Qwen2ForCausalLM", True, qk_norm=False, default_max_position_embeddings=32768),
         ArchitectureFamily("qwen3", "Qwen3ForCausalLM", None, qk_norm=True, default_max_position_embeddings=32768),
+        ArchitectureFamily(
+            "qwen3_moe",
+            "Qwen3MoeForCausalLM",
+            None,
+            qk_norm=True,
+            default_max_position_embeddings=32768,
+            sparse_experts=True,
+        ),
     )
 }
 """Supported families keyed by ``model_type``."""
@@ -99,6 +110,18 @@ class ModelConfig:
     """The checkpoint's dtype; what ``dtype="auto"`` computes in."""
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    num_experts: int = 0
+    """Experts per sparse layer (0 in a family without experts)."""
+    num_experts_per_tok: int = 0
+    """Experts each token is routed to (top-k)."""
+    moe_intermediate_size: int = 0
+    """Each expert's SwiGLU width (``intermediate_size`` stays the width of the dense layers' MLP)."""
+    norm_topk_prob: bool = False
+    """Whether the top-k routing weights are renormalized to sum to 1 (else they keep their softmax mass)."""
+    decoder_sparse_step: int = 1
+    """Every ``decoder_sparse_step``-th layer (1-based) routes to experts, unless listed in ``mlp_only_layers``."""
+    mlp_only_layers: tuple[int, ...] = ()
+    """Layers (0-based) that keep a dense MLP in a family with experts."""
 
     def __post_init__(self) -> None:
         if self.model_type not in FAMILIES:
@@ -124,6 +147,48 @@ class ModelConfig:
             raise ModelLoadError(
                 f"unsupported torch_dtype {self.torch_dtype!r}: supported are {', '.join(SUPPORTED_DTYPES)}"
             )
+        self._check_experts()
+
+    def _check_experts(self) -> None:
+        """The expert fields: all unset in a family without experts, consistent in one with them."""
+        if not FAMILIES[self.model_type].sparse_experts:
+            if self.num_experts or self.num_experts_per_tok or self.moe_intermediate_size or self.mlp_only_layers:
+                with_experts = ", ".join(name for name, family in FAMILIES.items() if family.sparse_experts)
+                raise ModelLoadError(
+                    f"model_type {self.model_type!r} has no experts: num_experts, num_experts_per_tok, "
+                    f"moe_intermediate_size and mlp_only_layers are only for {with_experts}"
+                )
+            return
+        if self.num_experts <= 0 or self.moe_intermediate_size <= 0:
+            raise ModelLoadError(
+                f"num_experts and moe_intermediate_size must be positive integers, got {self.num_experts} and "
+                f"{self.moe_intermediate_size}"
+            )
+        if not 1 <= self.num_experts_per_tok <= self.num_experts:
+            raise ModelLoadError(
+                f"num_experts_per_tok must be between 1 and num_experts ({self.num_experts}), got "
+                f"{self.num_experts_per_tok}"
+            )
+        if self.decoder_sparse_step <= 0:
+            raise ModelLoadError(f"decoder_sparse_step must be a positive integer, got {self.decoder_sparse_step}")
+        outside = [layer for layer in self.mlp_only_layers if not 0 <= layer < self.num_layers]
+        if outside:
+            raise ModelLoadError(
+                f"mlp_only_layers {list(self.mlp_only_layers)} names layers {outside} outside 0..{self.num_layers - 1}"
+            )
+
+    def uses_experts(self, layer_id: int) -> bool:
+        """Whether layer ``layer_id`` (0-based) routes to sparse experts instead of running a dense MLP."""
+        return (
+            FAMILIES[self.model_type].sparse_experts
+            and layer_id not in self.mlp_only_layers
+            and (layer_id + 1) % self.decoder_sparse_step == 0
+        )
+
+    @property
+    def has_experts(self) -> bool:
+        """Whether any layer routes to sparse experts."""
+        return any(self.uses_experts(layer_id) for layer_id in range(self.num_layers))
 
     @property
     def architecture(self) -> str:
@@ -203,6 +268,7 @@ class ModelConfig:
                 "no head_dim is given"
             )
         rope_theta, rope_scaling = _read_rope(raw, source)
+        experts = _read_experts(raw, reader) if family.sparse_experts else {}
         return cls(
             model_type=family.model_type,
             hidden_size=hidden_size,
@@ -223,6 +289,7 @@ class ModelConfig:
             torch_dtype=_read_dtype(raw, source),
             bos_token_id=reader.optional("bos_token_id", int, None),
             eos_token_ids=_read_token_ids(raw.get("eos_token_id"), source),
+            **experts,
         )
 
     def to_hf_dict(self, *, torch_dtype: str | None = None) -> dict[str, Any]:
@@ -256,6 +323,15 @@ class ModelConfig:
         }
         if FAMILIES[self.model_type].qkv_bias is None:
             config["attention_bias"] = self.attention_bias
+        if FAMILIES[self.model_type].sparse_experts:
+            config.update(
+                num_experts=self.num_experts,
+                num_experts_per_tok=self.num_experts_per_tok,
+                moe_intermediate_size=self.moe_intermediate_size,
+                norm_topk_prob=self.norm_topk_prob,
+                decoder_sparse_step=self.decoder_sparse_step,
+                mlp_only_layers=list(self.mlp_only_layers),
+            )
         return config
 
 
@@ -297,6 +373,27 @@ def _family_of(raw: Mapping[str, Any], source: str) -> ArchitectureFamily:
         f"{source}: unsupported architecture (model_type={model_type!r}, architectures={list(architectures)}): "
         f"supported are {allowed}"
     )
+
+
+def _read_experts(raw: Mapping[str, Any], reader: _FieldReader) -> dict[str, Any]:
+    """The expert fields of a family with experts (``num_local_experts`` is Transformers 5's name for
+    ``num_experts``); defaults are Transformers'."""
+    experts_key = "num_experts" if raw.get("num_experts") is not None else "num_local_experts"
+    if raw.get(experts_key) is None:
+        raise ModelLoadError(f"{reader.source}: missing required key 'num_experts' (or 'num_local_experts')")
+    layers = raw.get("mlp_only_layers") or []
+    if not isinstance(layers, list) or not all(
+        isinstance(layer, int) and not isinstance(layer, bool) for layer in layers
+    ):
+        raise ModelLoadError(f"{reader.source}: 'mlp_only_layers' must be a list of integers, got {layers!r}")
+    return {
+        "num_experts": reader.required(experts_key, int),
+        "num_experts_per_tok": reader.required("num_experts_per_tok", int),
+        "moe_intermediate_size": reader.required("moe_intermediate_size", int),
+        "norm_topk_prob": reader.optional("norm_topk_prob", bool, False),
+        "decoder_sparse_step": reader.optional("decoder_sparse_step", int, 1),
+        "mlp_only_layers": tuple(layers),
+    }
 
 
 def _read_rope(raw: Mapping[str, Any], source: str) -> tuple[float, RopeScaling | None]:
