@@ -56,7 +56,7 @@ class TensorSlot:
 
     def target(self, model: CausalLM) -> torch.Tensor:
         """The slice of the model's parameter this tensor fills."""
-        parameter = model.get_parameter(self.parameter)
+        parameter: torch.Tensor = model.get_parameter(self.parameter)
         if self.expert is not None:
             parameter = parameter[self.expert]
         return parameter[self.row_start : self.row_stop]
