@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch._dynamo
+import torch.fx.experimental._config as fx_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch._dynamo.utils import counters
 
 from cudagraph.engine.model import RowRange, model_config_from_preset
 from cudagraph.engine.model.moe import EXPERT_COMPUTES_BY_NAME, SparseMoE, choose_expert_compute
@@ -122,11 +125,20 @@ def test_grouped_mm_and_split_experts_give_the_dense_outputs(tokens: int, ranks:
 def test_the_block_traces_as_one_graph(compute: str, dtype: torch.dtype) -> None:
     # fullgraph: a host sync (.item(), .tolist()) or a routing-dependent shape (nonzero, mask indexing) would break
     # the trace and fail here. (Traced, _grouped_mm takes bfloat16 only, as on the GPU.)
+    # One graph for every token count (1 included), as tc_piecewise compiles a bucket-independent forward.
+    torch._dynamo.reset()
+    counters.clear()
     block = random_block(compute, RowRange(2, 6), dtype=dtype)
-    x = torch.randn(5, HIDDEN, dtype=dtype)
     compiled = torch.compile(block, backend="eager", fullgraph=True)
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(x), block(x))
+    for index, tokens in enumerate((5, 1, 9)):
+        x = torch.randn(tokens, HIDDEN, dtype=dtype)
+        if index == 0:
+            torch._dynamo.mark_dynamic(x, 0)
+        with torch.no_grad(), fx_config.patch(backed_size_oblivious=True):
+            torch.testing.assert_close(compiled(x), block(x))
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1
+    torch._dynamo.reset()
 
 
 def test_the_dense_path_is_chosen_off_cuda_and_for_float32() -> None:

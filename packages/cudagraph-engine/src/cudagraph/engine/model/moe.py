@@ -68,10 +68,14 @@ def dense_experts(
     """``[T, hidden]``: the routing-weighted sum of the held experts' outputs, every held expert run on every token
     (``gate_up_weight`` ``[E, 2I, H]``, ``down_weight`` ``[E, H, I]``: experts ``first_expert`` to ``first_expert +
     E - 1``)."""
-    combine = combine_matrix(routing, first_expert, gate_up_weight.shape[0]).to(x.dtype)
-    gate, up = torch.matmul(x.unsqueeze(0), gate_up_weight.transpose(1, 2)).chunk(2, dim=-1)  # [E, T, I] each
-    outputs = torch.matmul(F.silu(gate) * up, down_weight.transpose(1, 2))  # [E, T, H]
-    return torch.einsum("eth,te->th", outputs, combine)
+    num_held = gate_up_weight.shape[0]
+    combine = combine_matrix(routing, first_expert, num_held).to(x.dtype)
+    # bmm over an expanded x, not a broadcasting matmul: that one special-cases a single token, so a compiled
+    # forward would be traced again for T == 1.
+    tokens = x.unsqueeze(0).expand(num_held, -1, -1)
+    gate, up = torch.bmm(tokens, gate_up_weight.transpose(1, 2)).chunk(2, dim=-1)  # [E, T, I] each
+    outputs = torch.bmm(F.silu(gate) * up, down_weight.transpose(1, 2))  # [E, T, H]
+    return (outputs * combine.t().unsqueeze(-1)).sum(dim=0)
 
 
 def grouped_experts(
