@@ -99,7 +99,10 @@ def test_bfloat16_grouped_mm_model_replays_its_eager_logits(backend: Backend) ->
         assert {layer.mlp.expert_compute.name for layer in graphed.model.layers} == {"grouped_mm"}
         runner = graphed.decode_cuda_graph_runner
         assert runner is not None
-        for size in (1, 5, 32, 64):
+        # Batch sizes that are buckets: eager and replay then run the same kernels on the same rows. (Padded, the
+        # router's matmul may round one bfloat16 logit differently and flip a near-tied expert; float32 padded runs
+        # are checked token for token above.)
+        for size in (1, 8, 32, 64):
             batch = synthetic_decode_batch(graphed, size, context_len=20, seed=size)
             eager = graphed.forward(batch).clone()
             replayed = runner.replay(batch).clone()
