@@ -1,6 +1,6 @@
 """Qwen3-MoE through the engine on the CPU: a checkpoint served eagerly and replayed through the full and
 breakable test doubles gives Transformers' greedy tokens and logits; and the experts split over two gloo ranks
-(expert parallel, one all-reduce per sparse block) give the single-rank tokens and logits."""
+(expert parallel, one all-reduce per sparse block) give the single-rank tokens and logits (Mixtral's: ``slow``)."""
 
 from __future__ import annotations
 
@@ -100,11 +100,14 @@ def test_replayed_moe_decode_logits_are_eager_and_transformers_logits(hf_checkpo
     torch.testing.assert_close(replayed, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_experts_split_over_two_ranks_give_single_rank_tokens_and_logits() -> None:
-    # Every rank routes every token and computes its four experts; the sparse block's all-reduce sums the ranks'
-    # parts, as the row-parallel projections' does.
-    expected_tokens, expected_logits = single_rank_outputs("tiny-qwen3-moe-random", 1)
-    got = launch(tp_workers.model_outputs, ("tiny-qwen3-moe-random", 1, "torch"), 2)
+@pytest.mark.parametrize(
+    "preset", ["tiny-qwen3-moe-random", pytest.param("tiny-mixtral-random", marks=pytest.mark.slow)]
+)
+def test_experts_split_over_two_ranks_give_single_rank_tokens_and_logits(preset: str) -> None:
+    # Every rank routes every token and computes its half of the experts; the sparse block's all-reduce sums the
+    # ranks' parts, as the row-parallel projections' does.
+    expected_tokens, expected_logits = single_rank_outputs(preset, 1)
+    got = launch(tp_workers.model_outputs, (preset, 1, "torch"), 2)
     assert got["tokens"] == expected_tokens
     for index, (have, want) in enumerate(zip(got["logits"], expected_logits, strict=True)):
         torch.testing.assert_close(have, want, **FLOAT32_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")

@@ -1,5 +1,6 @@
-"""Qwen3-MoE's expert fields in ``ModelConfig``: read from a published config.json (and Transformers 5's spelling),
-written back, which layers route to experts, the presets, and one clear error for each bad value."""
+"""The expert fields in ``ModelConfig`` (Qwen3-MoE, Mixtral): read from published config.json files (and
+Transformers 5's spelling), written back, which layers route to experts, the presets, and one clear error for each
+bad value."""
 
 from __future__ import annotations
 
@@ -118,3 +119,62 @@ def test_a_tensor_parallel_size_must_split_the_experts_whole() -> None:
     with pytest.raises(TensorParallelError, match=r"must divide num_experts \(6\).*use one of 1, 2, 3, 6"):
         ShardPlan(0, 4, "tp").check(config.with_overrides(num_heads=4, num_kv_heads=2))
     assert [ShardPlan(rank, 2, "tp").experts(config) for rank in range(2)] == [RowRange(0, 3), RowRange(3, 6)]
+
+
+# Trimmed from Mixtral-8x7B-v0.1's published config.json.
+MIXTRAL_8X7B: dict[str, Any] = {
+    "architectures": ["MixtralForCausalLM"],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 32000,
+}
+
+
+def test_mixtral_routes_every_layer_to_experts_of_its_mlp_width() -> None:
+    config = ModelConfig.from_hf_dict(MIXTRAL_8X7B)
+    assert (config.num_experts, config.num_experts_per_tok, config.moe_intermediate_size) == (8, 2, 14336)
+    assert config.norm_topk_prob and not config.qk_norm and not config.qkv_bias and not config.o_bias
+    assert all(config.uses_experts(layer) for layer in range(32))
+    written = config.to_hf_dict()
+    assert written["num_local_experts"] == 8 and written["sliding_window"] is None
+    assert not {"num_experts", "moe_intermediate_size", "mlp_only_layers", "norm_topk_prob"} & set(written)
+    assert ModelConfig.from_hf_dict(written) == config
+
+
+MIXTRAL_ERRORS = [
+    pytest.param({"sliding_window": 4096}, r"sliding_window=4096 is not supported: only full attention", id="window"),
+    pytest.param({"num_local_experts": None}, "missing required key 'num_local_experts'", id="missing"),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), MIXTRAL_ERRORS)
+def test_bad_mixtral_fields_are_one_clear_error(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        ModelConfig.from_hf_dict({**MIXTRAL_8X7B, **changes}, source="m/config.json")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"norm_topk_prob": False}, "mixtral routes on every layer with renormalized weights"),
+        ({"mlp_only_layers": (0,)}, "mixtral routes on every layer with renormalized weights"),
+    ],
+)
+def test_what_mixtral_fixes_cannot_be_changed(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        model_config_from_preset("tiny-mixtral-random").with_overrides(**changes)

@@ -97,3 +97,37 @@ def test_our_moe_checkpoint_round_trips_through_save_and_load(tmp_path: Path) ->
     assert loaded.config == model.config
     for (name, mine), (other_name, theirs) in zip(model.named_parameters(), loaded.named_parameters(), strict=True):
         assert name == other_name and torch.equal(mine, theirs), name
+
+
+# -- Mixtral: every layer sparse, Llama-style attention, its own tensor names -------------------------------------
+
+
+def test_transformers_loads_our_mixtral_checkpoint_and_agrees(tmp_path: Path) -> None:
+    model = random_model(model_config_from_preset("tiny-mixtral-random"), seed=5)
+    save_model(model, tmp_path)
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    assert type(hf_model).__name__ == "MixtralForCausalLM"
+    expected = _hf_logits(hf_model, PROMPT)
+    for compute in ("dense", "grouped_mm"):
+        use_expert_compute(model, compute)
+        torch.testing.assert_close(reference_logits(model, PROMPT), expected, **FLOAT32_LOGITS)
+    assert reference_greedy(model, PROMPT, GREEDY_STEPS) == _hf_greedy(hf_model, PROMPT, GREEDY_STEPS)
+
+
+def test_we_load_a_transformers_mixtral_checkpoint_and_agree(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    hf_config = transformers.MixtralConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        intermediate_size=40, num_local_experts=6, num_experts_per_tok=3, vocab_size=512,
+        max_position_embeddings=256, tie_word_embeddings=False,
+    )  # fmt: skip
+    hf_model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
+    perturb_weights(hf_model, seed=1)
+    hf_model.save_pretrained(tmp_path, max_shard_size="50KB")
+    model = load_model(tmp_path)
+    config = model.config
+    assert (config.model_type, config.num_experts, config.num_experts_per_tok) == ("mixtral", 6, 3)
+    assert config.moe_intermediate_size == config.intermediate_size == 40 and config.norm_topk_prob
+    assert all(isinstance(layer.mlp, SparseMoE) for layer in model.layers)
+    torch.testing.assert_close(reference_logits(model, PROMPT), _hf_logits(hf_model, PROMPT), **FLOAT32_LOGITS)
+    assert reference_greedy(model, PROMPT, GREEDY_STEPS) == _hf_greedy(hf_model, PROMPT, GREEDY_STEPS)

@@ -1,5 +1,5 @@
-"""The decoder's architecture, ``ModelConfig``: the shapes and switches of a Llama / Qwen2 / Qwen3 / Qwen3-MoE
-decoder, read from a Hugging Face ``config.json`` and written back in the same format (not to be confused with
+"""The decoder's architecture, ``ModelConfig``: the shapes and switches of a Llama / Qwen2 / Qwen3 / Qwen3-MoE /
+Mixtral decoder, read from a Hugging Face ``config.json`` and written back in the same format (not to be confused with
 ``cudagraph.config``, the CUDA-graph settings).
 
 Pure data: never imports torch. Both the Transformers 4 spelling (``rope_theta`` + ``rope_scaling``, ``torch_dtype``)
@@ -23,6 +23,34 @@ SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
+class ExpertSpelling:
+    """How one family with sparse experts spells them in ``config.json`` and in its checkpoint's tensor names."""
+
+    count_keys: tuple[str, ...]
+    """Keys of the number of experts, the first present wins (the first is written)."""
+    width_key: str
+    """Key of each expert's SwiGLU width (Mixtral: ``intermediate_size``, which it has no dense MLP for; its
+    ``ModelConfig`` holds the width in ``moe_intermediate_size``, which is what is written)."""
+    block: str
+    """The sparse block's module name in the checkpoint (``model.layers.{i}.<block>.gate.weight`` is the router)."""
+    gate: str
+    up: str
+    down: str
+    """An expert's projection names (``<block>.experts.{e}.<gate>.weight``...)."""
+    layer_pattern: bool
+    """``decoder_sparse_step``, ``mlp_only_layers`` and ``norm_topk_prob`` are read (Qwen3-MoE); without, every
+    layer is sparse and the top-k weights are always renormalized (Mixtral)."""
+
+
+QWEN3_MOE_EXPERTS = ExpertSpelling(
+    ("num_experts", "num_local_experts"), "moe_intermediate_size", "mlp", "gate_proj", "up_proj", "down_proj", True
+)
+MIXTRAL_EXPERTS = ExpertSpelling(
+    ("num_local_experts",), "intermediate_size", "block_sparse_moe", "w1", "w3", "w2", False
+)
+
+
+@dataclass(frozen=True)
 class ArchitectureFamily:
     """What one supported ``model_type`` implies beyond its ``config.json`` fields, and its defaults."""
 
@@ -33,9 +61,16 @@ class ArchitectureFamily:
     qk_norm: bool
     """Per-head RMSNorm on q and k before rotary (Qwen3)."""
     default_max_position_embeddings: int
-    sparse_experts: bool = False
-    """Whether the family has sparse mixture-of-experts layers (Qwen3-MoE): ``config.json`` then carries the
-    ``num_experts`` ... ``mlp_only_layers`` fields, and ``ModelConfig.uses_experts`` says which layers route."""
+    experts: ExpertSpelling | None = None
+    """How the family spells its sparse mixture-of-experts layers, or ``None``: it has none
+    (``ModelConfig.uses_experts`` says which layers route)."""
+    window_when_set: bool = False
+    """Attention is windowed whenever ``sliding_window`` is set (Mixtral), rather than by ``use_sliding_window``."""
+
+    @property
+    def sparse_experts(self) -> bool:
+        """Whether the family has sparse mixture-of-experts layers."""
+        return self.experts is not None
 
 
 FAMILIES: Mapping[str, ArchitectureFamily] = {
@@ -50,7 +85,16 @@ FAMILIES: Mapping[str, ArchitectureFamily] = {
             None,
             qk_norm=True,
             default_max_position_embeddings=32768,
-            sparse_experts=True,
+            experts=QWEN3_MOE_EXPERTS,
+        ),
+        ArchitectureFamily(
+            "mixtral",
+            "MixtralForCausalLM",
+            False,
+            qk_norm=False,
+            default_max_position_embeddings=131072,
+            experts=MIXTRAL_EXPERTS,
+            window_when_set=True,
         ),
     )
 }
@@ -176,6 +220,14 @@ class ModelConfig:
             raise ModelLoadError(
                 f"mlp_only_layers {list(self.mlp_only_layers)} names layers {outside} outside 0..{self.num_layers - 1}"
             )
+        spelling = FAMILIES[self.model_type].experts
+        fixed = (self.norm_topk_prob, self.decoder_sparse_step, self.mlp_only_layers) == (True, 1, ())
+        if spelling is not None and not spelling.layer_pattern and not fixed:
+            raise ModelLoadError(
+                f"{self.model_type} routes on every layer with renormalized weights: norm_topk_prob must be true, "
+                f"decoder_sparse_step 1 and mlp_only_layers empty, got {self.norm_topk_prob}, "
+                f"{self.decoder_sparse_step} and {list(self.mlp_only_layers)}"
+            )
 
     def uses_experts(self, layer_id: int) -> bool:
         """Whether layer ``layer_id`` (0-based) routes to sparse experts instead of running a dense MLP."""
@@ -260,6 +312,11 @@ class ModelConfig:
             raise ModelLoadError(f"{source}: mlp_bias=true is not supported: only MLPs without bias are")
         if reader.optional("use_sliding_window", bool, False):
             raise ModelLoadError(f"{source}: use_sliding_window=true is not supported: only full attention is")
+        if family.window_when_set and raw.get("sliding_window") is not None:
+            raise ModelLoadError(
+                f"{source}: sliding_window={raw['sliding_window']!r} is not supported: only full attention is "
+                "(sliding_window null)"
+            )
         hidden_size = reader.required("hidden_size", int)
         num_heads = reader.required("num_attention_heads", int)
         if raw.get("head_dim") is None and (num_heads <= 0 or hidden_size % num_heads):
@@ -268,7 +325,7 @@ class ModelConfig:
                 "no head_dim is given"
             )
         rope_theta, rope_scaling = _read_rope(raw, source)
-        experts = _read_experts(raw, reader) if family.sparse_experts else {}
+        experts = {} if family.experts is None else _read_experts(raw, reader, family.experts)
         return cls(
             model_type=family.model_type,
             hidden_size=hidden_size,
@@ -323,11 +380,16 @@ class ModelConfig:
         }
         if FAMILIES[self.model_type].qkv_bias is None:
             config["attention_bias"] = self.attention_bias
-        if FAMILIES[self.model_type].sparse_experts:
+        family = FAMILIES[self.model_type]
+        if family.window_when_set:
+            config["sliding_window"] = None
+        spelling = family.experts
+        if spelling is not None:
+            config[spelling.count_keys[0]] = self.num_experts
+            config[spelling.width_key] = self.moe_intermediate_size
+            config["num_experts_per_tok"] = self.num_experts_per_tok
+        if spelling is not None and spelling.layer_pattern:
             config.update(
-                num_experts=self.num_experts,
-                num_experts_per_tok=self.num_experts_per_tok,
-                moe_intermediate_size=self.moe_intermediate_size,
                 norm_topk_prob=self.norm_topk_prob,
                 decoder_sparse_step=self.decoder_sparse_step,
                 mlp_only_layers=list(self.mlp_only_layers),
@@ -375,12 +437,20 @@ def _family_of(raw: Mapping[str, Any], source: str) -> ArchitectureFamily:
     )
 
 
-def _read_experts(raw: Mapping[str, Any], reader: _FieldReader) -> dict[str, Any]:
-    """The expert fields of a family with experts (``num_local_experts`` is Transformers 5's name for
-    ``num_experts``); defaults are Transformers'."""
-    experts_key = "num_experts" if raw.get("num_experts") is not None else "num_local_experts"
-    if raw.get(experts_key) is None:
-        raise ModelLoadError(f"{reader.source}: missing required key 'num_experts' (or 'num_local_experts')")
+def _read_experts(raw: Mapping[str, Any], reader: _FieldReader, spelling: ExpertSpelling) -> dict[str, Any]:
+    """The expert fields of a family with experts, as ``spelling`` names them (Transformers 5 calls Qwen3-MoE's
+    ``num_experts`` ``num_local_experts``); defaults are Transformers'."""
+    experts_key = next((key for key in spelling.count_keys if raw.get(key) is not None), None)
+    if experts_key is None:
+        names = " (or ".join(repr(key) for key in spelling.count_keys) + ")" * (len(spelling.count_keys) - 1)
+        raise ModelLoadError(f"{reader.source}: missing required key {names}")
+    if not spelling.layer_pattern:
+        return {
+            "num_experts": reader.required(experts_key, int),
+            "num_experts_per_tok": reader.required("num_experts_per_tok", int),
+            "moe_intermediate_size": reader.required(spelling.width_key, int),
+            "norm_topk_prob": True,
+        }
     layers = raw.get("mlp_only_layers") or []
     if not isinstance(layers, list) or not all(
         isinstance(layer, int) and not isinstance(layer, bool) for layer in layers
@@ -389,7 +459,7 @@ def _read_experts(raw: Mapping[str, Any], reader: _FieldReader) -> dict[str, Any
     return {
         "num_experts": reader.required(experts_key, int),
         "num_experts_per_tok": reader.required("num_experts_per_tok", int),
-        "moe_intermediate_size": reader.required("moe_intermediate_size", int),
+        "moe_intermediate_size": reader.required(spelling.width_key, int),
         "norm_topk_prob": reader.optional("norm_topk_prob", bool, False),
         "decoder_sparse_step": reader.optional("decoder_sparse_step", int, 1),
         "mlp_only_layers": tuple(layers),

@@ -22,7 +22,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from .architecture import CONFIG_FILE, ModelConfig
+from .architecture import CONFIG_FILE, FAMILIES, ModelConfig
 from .causal_lm import CausalLM
 from .errors import ModelFileNotFoundError, ModelLoadError, TensorParallelError
 from .parallel import SINGLE_RANK, RowRange, ShardPlan
@@ -163,21 +163,25 @@ def checkpoint_slots(config: ModelConfig, shard: ShardPlan = SINGLE_RANK) -> lis
 
 def _expert_slots(config: ModelConfig, shard: ShardPlan, hf: str, ours: str) -> list[TensorSlot]:
     """A sparse layer's router (whole on every rank) and the experts this rank holds, each expert's gate and up
-    projections stacked into its rows of ``gate_up_weight`` and its down projection into ``down_weight``."""
+    projections stacked into its rows of ``gate_up_weight`` and its down projection into ``down_weight`` (named as
+    the family spells them: Qwen3-MoE's ``mlp.experts.{e}.gate_proj``, Mixtral's
+    ``block_sparse_moe.experts.{e}.w1``)."""
+    spelling = FAMILIES[config.model_type].experts
+    assert spelling is not None, "only a family with experts has sparse layers"
     hidden, width, moe = config.hidden_size, config.moe_intermediate_size, ours + "mlp."
+    block = f"{hf}{spelling.block}."
+    router_shape = (config.num_experts, hidden)
+    slots = [TensorSlot(f"{block}gate.weight", moe + "router_weight", 0, config.num_experts, router_shape)]
     experts = shard.experts(config)
-    slots = [
-        TensorSlot(f"{hf}mlp.gate.weight", moe + "router_weight", 0, config.num_experts, (config.num_experts, hidden))
-    ]
     for expert in range(experts.start, experts.stop):
-        name, local = f"{hf}mlp.experts.{expert}.", expert - experts.start
-        slots += [
-            TensorSlot(f"{name}gate_proj.weight", moe + "gate_up_weight", 0, width, (width, hidden), expert=local),
-            TensorSlot(
-                f"{name}up_proj.weight", moe + "gate_up_weight", width, 2 * width, (width, hidden), expert=local
-            ),
-            TensorSlot(f"{name}down_proj.weight", moe + "down_weight", 0, hidden, (hidden, width), expert=local),
-        ]
+        name, local = f"{block}experts.{expert}.", expert - experts.start
+        projections = (
+            (spelling.gate, "gate_up_weight", 0, width, (width, hidden)),
+            (spelling.up, "gate_up_weight", width, 2 * width, (width, hidden)),
+            (spelling.down, "down_weight", 0, hidden, (hidden, width)),
+        )
+        for projection, parameter, start, stop, shape in projections:
+            slots.append(TensorSlot(f"{name}{projection}.weight", moe + parameter, start, stop, shape, expert=local))
     return slots
 
 

@@ -50,6 +50,7 @@ class _Preset:
 
 _QWEN3 = _FamilyBase("qwen3", 151936, 1e-6, 1_000_000.0, max_position_embeddings=40960, tie_word_embeddings=True)
 _LLAMA3 = _FamilyBase("llama", 128256, 1e-5, 500_000.0, max_position_embeddings=8192, tie_word_embeddings=False)
+_MIXTRAL = _FamilyBase("mixtral", 32000, 1e-5, 1_000_000.0, max_position_embeddings=32768, tie_word_embeddings=False)
 _QWEN3_MOE = _FamilyBase(
     "qwen3_moe", 151936, 1e-6, 1_000_000.0, max_position_embeddings=40960, tie_word_embeddings=False
 )
@@ -93,6 +94,8 @@ _TABLE = (
     _Preset("qwen3-30b-a3b-random", _QWEN3_MOE, (2048, 48, 32, 4, 128, 6144), _experts(128, 8, 768)),
     _Preset("tiny-qwen3-random", _QWEN3, (64, 2, 4, 2, 32, 128), _TINY),
     _Preset("tiny-qwen3-moe-random", _QWEN3_MOE, (64, 3, 4, 2, 32, 128), {**_TINY, **_experts(8, 2, 32)}),
+    # Mixtral's experts are intermediate_size wide (it has no dense MLP).
+    _Preset("tiny-mixtral-random", _MIXTRAL, (64, 2, 4, 2, 16, 48), {**_TINY, **_experts(4, 2, 48)}),
     _Preset("tiny-llama-random", _LLAMA3, (64, 2, 4, 1, 16, 160), _TINY),
 )
 
