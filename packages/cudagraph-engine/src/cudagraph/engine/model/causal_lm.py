@@ -1,5 +1,5 @@
-"""``CausalLM``: a Llama / Qwen2 / Qwen3 / Qwen3-MoE decoder over flat token batches, with attention supplied by
-the caller.
+"""``CausalLM``: a Llama / Qwen2 / Qwen3 / Qwen3-MoE / Mixtral decoder over flat token batches, with attention
+supplied by the caller.
 
 The model owns no KV cache and no batch layout: ``forward`` takes the step's tokens and positions as flat ``[T]``
 tensors and an ``attend`` callable that knows how tokens group into sequences. That keeps one model usable by the

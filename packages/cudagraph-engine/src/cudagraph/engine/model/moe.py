@@ -1,5 +1,5 @@
-"""Sparse mixture-of-experts feed-forward (Qwen3-MoE): a router scores every expert for each token, the token goes to
-its top-k experts (SwiGLU MLPs), and its output is the routing-weighted sum of theirs.
+"""Sparse mixture-of-experts feed-forward (Qwen3-MoE, Mixtral): a router scores every expert for each token, the
+token goes to its top-k experts (SwiGLU MLPs), and its output is the routing-weighted sum of theirs.
 
 Nothing here syncs with the host or gives a tensor a shape that depends on the routing: every shape follows from the
 token count alone, so a forward is captured whole by a CUDA graph and traced by ``torch.compile(fullgraph=True)``.
