@@ -193,7 +193,8 @@ CONFIG_ERRORS = [
     pytest.param(
         {**QWEN3_0_6B, "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]},
         r"unsupported architecture \(model_type='gpt2', architectures=\['GPT2LMHeadModel'\]\): supported are llama "
-        r"\(LlamaForCausalLM\), qwen2 \(Qwen2ForCausalLM\), qwen3 \(Qwen3ForCausalLM\)",
+        r"\(LlamaForCausalLM\), qwen2 \(Qwen2ForCausalLM\), qwen3 \(Qwen3ForCausalLM\), "
+        r"qwen3_moe \(Qwen3MoeForCausalLM\), mixtral \(MixtralForCausalLM\)",
         id="architecture",
     ),
     pytest.param({**QWEN3_0_6B, "hidden_size": None}, "missing required key 'hidden_size'", id="missing-key"),

@@ -29,7 +29,7 @@ from cudagraph.engine.attention.op import unified_attention
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
-PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
+PRESETS = ("tiny-qwen3-random", "tiny-llama-random", "tiny-qwen3-moe-random")
 
 
 @pytest.mark.parametrize("preset", PRESETS)

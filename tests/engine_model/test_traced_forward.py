@@ -17,7 +17,7 @@ from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.runner import ForwardBatch, ForwardMode
 
-PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
+PRESETS = ("tiny-qwen3-random", "tiny-llama-random", "tiny-qwen3-moe-random")
 BATCH_SIZES = (4, 1, 7)
 """The first compiles (its token dimension marked dynamic); 1 checks that size 1 is not specialized."""
 

@@ -1,6 +1,6 @@
-"""Llama / Qwen2 / Qwen3 decoder: its architecture (``ModelConfig``), the model, Hugging Face checkpoint I/O, random
-weights, presets and a dense single-sequence reference. The kernel sets a layer computes through are
-``cudagraph.engine.kernels``.
+"""Llama / Qwen2 / Qwen3 / Qwen3-MoE / Mixtral decoder: its architecture (``ModelConfig``), the model (sparse
+experts in ``moe``), Hugging Face checkpoint I/O, random weights, presets and a dense single-sequence reference. The
+kernel sets a layer computes through are ``cudagraph.engine.kernels``.
 
 The model takes attention from its caller (``attend``), so the engine's paged backends, CUDA-graph capture and the
 dense reference all drive the same weights.

@@ -1,6 +1,6 @@
-"""The decoder's architecture, ``ModelConfig``: the shapes and switches of a Llama / Qwen2 / Qwen3 decoder, read from
-a Hugging Face ``config.json`` and written back in the same format (not to be confused with ``cudagraph.config``,
-the CUDA-graph settings).
+"""The decoder's architecture, ``ModelConfig``: the shapes and switches of a Llama / Qwen2 / Qwen3 / Qwen3-MoE /
+Mixtral decoder, read from a Hugging Face ``config.json`` and written back in the same format (not to be confused with
+``cudagraph.config``, the CUDA-graph settings).
 
 Pure data: never imports torch. Both the Transformers 4 spelling (``rope_theta`` + ``rope_scaling``, ``torch_dtype``)
 and the Transformers 5 spelling (``rope_parameters``, ``dtype``) are read; both are written.
@@ -23,6 +23,34 @@ SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
+class ExpertSpelling:
+    """How one family with sparse experts spells them in ``config.json`` and in its checkpoint's tensor names."""
+
+    count_keys: tuple[str, ...]
+    """Keys of the number of experts, the first present wins (the first is written)."""
+    width_key: str
+    """Key of each expert's SwiGLU width (Mixtral: ``intermediate_size``, which it has no dense MLP for; its
+    ``ModelConfig`` holds the width in ``moe_intermediate_size``, which is what is written)."""
+    block: str
+    """The sparse block's module name in the checkpoint (``model.layers.{i}.<block>.gate.weight`` is the router)."""
+    gate: str
+    up: str
+    down: str
+    """An expert's projection names (``<block>.experts.{e}.<gate>.weight``...)."""
+    layer_pattern: bool
+    """``decoder_sparse_step``, ``mlp_only_layers`` and ``norm_topk_prob`` are read (Qwen3-MoE); without, every
+    layer is sparse and the top-k weights are always renormalized (Mixtral)."""
+
+
+QWEN3_MOE_EXPERTS = ExpertSpelling(
+    ("num_experts", "num_local_experts"), "moe_intermediate_size", "mlp", "gate_proj", "up_proj", "down_proj", True
+)
+MIXTRAL_EXPERTS = ExpertSpelling(
+    ("num_local_experts",), "intermediate_size", "block_sparse_moe", "w1", "w3", "w2", False
+)
+
+
+@dataclass(frozen=True)
 class ArchitectureFamily:
     """What one supported ``model_type`` implies beyond its ``config.json`` fields, and its defaults."""
 
@@ -33,6 +61,16 @@ class ArchitectureFamily:
     qk_norm: bool
     """Per-head RMSNorm on q and k before rotary (Qwen3)."""
     default_max_position_embeddings: int
+    experts: ExpertSpelling | None = None
+    """How the family spells its sparse mixture-of-experts layers, or ``None``: it has none
+    (``ModelConfig.uses_experts`` says which layers route)."""
+    window_when_set: bool = False
+    """Attention is windowed whenever ``sliding_window`` is set (Mixtral), rather than by ``use_sliding_window``."""
+
+    @property
+    def sparse_experts(self) -> bool:
+        """Whether the family has sparse mixture-of-experts layers."""
+        return self.experts is not None
 
 
 FAMILIES: Mapping[str, ArchitectureFamily] = {
@@ -41,6 +79,23 @@ FAMILIES: Mapping[str, ArchitectureFamily] = {
         ArchitectureFamily("llama", "LlamaForCausalLM", None, qk_norm=False, default_max_position_embeddings=2048),
         ArchitectureFamily("qwen2", "Qwen2ForCausalLM", True, qk_norm=False, default_max_position_embeddings=32768),
         ArchitectureFamily("qwen3", "Qwen3ForCausalLM", None, qk_norm=True, default_max_position_embeddings=32768),
+        ArchitectureFamily(
+            "qwen3_moe",
+            "Qwen3MoeForCausalLM",
+            None,
+            qk_norm=True,
+            default_max_position_embeddings=32768,
+            experts=QWEN3_MOE_EXPERTS,
+        ),
+        ArchitectureFamily(
+            "mixtral",
+            "MixtralForCausalLM",
+            False,
+            qk_norm=False,
+            default_max_position_embeddings=131072,
+            experts=MIXTRAL_EXPERTS,
+            window_when_set=True,
+        ),
     )
 }
 """Supported families keyed by ``model_type``."""
@@ -99,6 +154,18 @@ class ModelConfig:
     """The checkpoint's dtype; what ``dtype="auto"`` computes in."""
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    num_experts: int = 0
+    """Experts per sparse layer (0 in a family without experts)."""
+    num_experts_per_tok: int = 0
+    """Experts each token is routed to (top-k)."""
+    moe_intermediate_size: int = 0
+    """Each expert's SwiGLU width (``intermediate_size`` stays the width of the dense layers' MLP)."""
+    norm_topk_prob: bool = False
+    """Whether the top-k routing weights are renormalized to sum to 1 (else they keep their softmax mass)."""
+    decoder_sparse_step: int = 1
+    """Every ``decoder_sparse_step``-th layer (1-based) routes to experts, unless listed in ``mlp_only_layers``."""
+    mlp_only_layers: tuple[int, ...] = ()
+    """Layers (0-based) that keep a dense MLP in a family with experts."""
 
     def __post_init__(self) -> None:
         if self.model_type not in FAMILIES:
@@ -124,6 +191,56 @@ class ModelConfig:
             raise ModelLoadError(
                 f"unsupported torch_dtype {self.torch_dtype!r}: supported are {', '.join(SUPPORTED_DTYPES)}"
             )
+        self._check_experts()
+
+    def _check_experts(self) -> None:
+        """The expert fields: all unset in a family without experts, consistent in one with them."""
+        if not FAMILIES[self.model_type].sparse_experts:
+            if self.num_experts or self.num_experts_per_tok or self.moe_intermediate_size or self.mlp_only_layers:
+                with_experts = ", ".join(name for name, family in FAMILIES.items() if family.sparse_experts)
+                raise ModelLoadError(
+                    f"model_type {self.model_type!r} has no experts: num_experts, num_experts_per_tok, "
+                    f"moe_intermediate_size and mlp_only_layers are only for {with_experts}"
+                )
+            return
+        if self.num_experts <= 0 or self.moe_intermediate_size <= 0:
+            raise ModelLoadError(
+                f"num_experts and moe_intermediate_size must be positive integers, got {self.num_experts} and "
+                f"{self.moe_intermediate_size}"
+            )
+        if not 1 <= self.num_experts_per_tok <= self.num_experts:
+            raise ModelLoadError(
+                f"num_experts_per_tok must be between 1 and num_experts ({self.num_experts}), got "
+                f"{self.num_experts_per_tok}"
+            )
+        if self.decoder_sparse_step <= 0:
+            raise ModelLoadError(f"decoder_sparse_step must be a positive integer, got {self.decoder_sparse_step}")
+        outside = [layer for layer in self.mlp_only_layers if not 0 <= layer < self.num_layers]
+        if outside:
+            raise ModelLoadError(
+                f"mlp_only_layers {list(self.mlp_only_layers)} names layers {outside} outside 0..{self.num_layers - 1}"
+            )
+        spelling = FAMILIES[self.model_type].experts
+        fixed = (self.norm_topk_prob, self.decoder_sparse_step, self.mlp_only_layers) == (True, 1, ())
+        if spelling is not None and not spelling.layer_pattern and not fixed:
+            raise ModelLoadError(
+                f"{self.model_type} routes on every layer with renormalized weights: norm_topk_prob must be true, "
+                f"decoder_sparse_step 1 and mlp_only_layers empty, got {self.norm_topk_prob}, "
+                f"{self.decoder_sparse_step} and {list(self.mlp_only_layers)}"
+            )
+
+    def uses_experts(self, layer_id: int) -> bool:
+        """Whether layer ``layer_id`` (0-based) routes to sparse experts instead of running a dense MLP."""
+        return (
+            FAMILIES[self.model_type].sparse_experts
+            and layer_id not in self.mlp_only_layers
+            and (layer_id + 1) % self.decoder_sparse_step == 0
+        )
+
+    @property
+    def has_experts(self) -> bool:
+        """Whether any layer routes to sparse experts."""
+        return any(self.uses_experts(layer_id) for layer_id in range(self.num_layers))
 
     @property
     def architecture(self) -> str:
@@ -195,6 +312,11 @@ class ModelConfig:
             raise ModelLoadError(f"{source}: mlp_bias=true is not supported: only MLPs without bias are")
         if reader.optional("use_sliding_window", bool, False):
             raise ModelLoadError(f"{source}: use_sliding_window=true is not supported: only full attention is")
+        if family.window_when_set and raw.get("sliding_window") is not None:
+            raise ModelLoadError(
+                f"{source}: sliding_window={raw['sliding_window']!r} is not supported: only full attention is "
+                "(sliding_window null)"
+            )
         hidden_size = reader.required("hidden_size", int)
         num_heads = reader.required("num_attention_heads", int)
         if raw.get("head_dim") is None and (num_heads <= 0 or hidden_size % num_heads):
@@ -203,6 +325,7 @@ class ModelConfig:
                 "no head_dim is given"
             )
         rope_theta, rope_scaling = _read_rope(raw, source)
+        experts = {} if family.experts is None else _read_experts(raw, reader, family.experts)
         return cls(
             model_type=family.model_type,
             hidden_size=hidden_size,
@@ -223,6 +346,7 @@ class ModelConfig:
             torch_dtype=_read_dtype(raw, source),
             bos_token_id=reader.optional("bos_token_id", int, None),
             eos_token_ids=_read_token_ids(raw.get("eos_token_id"), source),
+            **experts,
         )
 
     def to_hf_dict(self, *, torch_dtype: str | None = None) -> dict[str, Any]:
@@ -256,6 +380,20 @@ class ModelConfig:
         }
         if FAMILIES[self.model_type].qkv_bias is None:
             config["attention_bias"] = self.attention_bias
+        family = FAMILIES[self.model_type]
+        if family.window_when_set:
+            config["sliding_window"] = None
+        spelling = family.experts
+        if spelling is not None:
+            config[spelling.count_keys[0]] = self.num_experts
+            config[spelling.width_key] = self.moe_intermediate_size
+            config["num_experts_per_tok"] = self.num_experts_per_tok
+        if spelling is not None and spelling.layer_pattern:
+            config.update(
+                norm_topk_prob=self.norm_topk_prob,
+                decoder_sparse_step=self.decoder_sparse_step,
+                mlp_only_layers=list(self.mlp_only_layers),
+            )
         return config
 
 
@@ -297,6 +435,35 @@ def _family_of(raw: Mapping[str, Any], source: str) -> ArchitectureFamily:
         f"{source}: unsupported architecture (model_type={model_type!r}, architectures={list(architectures)}): "
         f"supported are {allowed}"
     )
+
+
+def _read_experts(raw: Mapping[str, Any], reader: _FieldReader, spelling: ExpertSpelling) -> dict[str, Any]:
+    """The expert fields of a family with experts, as ``spelling`` names them (Transformers 5 calls Qwen3-MoE's
+    ``num_experts`` ``num_local_experts``); defaults are Transformers'."""
+    experts_key = next((key for key in spelling.count_keys if raw.get(key) is not None), None)
+    if experts_key is None:
+        names = " (or ".join(repr(key) for key in spelling.count_keys) + ")" * (len(spelling.count_keys) - 1)
+        raise ModelLoadError(f"{reader.source}: missing required key {names}")
+    if not spelling.layer_pattern:
+        return {
+            "num_experts": reader.required(experts_key, int),
+            "num_experts_per_tok": reader.required("num_experts_per_tok", int),
+            "moe_intermediate_size": reader.required(spelling.width_key, int),
+            "norm_topk_prob": True,
+        }
+    layers = raw.get("mlp_only_layers") or []
+    if not isinstance(layers, list) or not all(
+        isinstance(layer, int) and not isinstance(layer, bool) for layer in layers
+    ):
+        raise ModelLoadError(f"{reader.source}: 'mlp_only_layers' must be a list of integers, got {layers!r}")
+    return {
+        "num_experts": reader.required(experts_key, int),
+        "num_experts_per_tok": reader.required("num_experts_per_tok", int),
+        "moe_intermediate_size": reader.required(spelling.width_key, int),
+        "norm_topk_prob": reader.optional("norm_topk_prob", bool, False),
+        "decoder_sparse_step": reader.optional("decoder_sparse_step", int, 1),
+        "mlp_only_layers": tuple(layers),
+    }
 
 
 def _read_rope(raw: Mapping[str, Any], source: str) -> tuple[float, RopeScaling | None]:

@@ -1,4 +1,5 @@
-"""``CausalLM``: a Llama / Qwen2 / Qwen3 decoder over flat token batches, with attention supplied by the caller.
+"""``CausalLM``: a Llama / Qwen2 / Qwen3 / Qwen3-MoE / Mixtral decoder over flat token batches, with attention
+supplied by the caller.
 
 The model owns no KV cache and no batch layout: ``forward`` takes the step's tokens and positions as flat ``[T]``
 tensors and an ``attend`` callable that knows how tokens group into sequences. That keeps one model usable by the
@@ -77,7 +78,7 @@ class CausalLM(nn.Module):
         self.reduce_group = shard.group_name if shard.is_parallel else None
         """The process group the collectives run on, or ``None`` on one rank."""
         self.layers = nn.ModuleList(
-            DecoderLayer(self.local_config, layer_id, self.dtype, self.device, self.reduce_group)
+            DecoderLayer(self.local_config, layer_id, self.dtype, self.device, self.reduce_group, shard.experts(config))
             for layer_id in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, self.dtype, self.device)

@@ -22,7 +22,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from .architecture import CONFIG_FILE, ModelConfig
+from .architecture import CONFIG_FILE, FAMILIES, ModelConfig
 from .causal_lm import CausalLM
 from .errors import ModelFileNotFoundError, ModelLoadError, TensorParallelError
 from .parallel import SINGLE_RANK, RowRange, ShardPlan
@@ -41,7 +41,8 @@ class TensorSlot:
     """Where one Hugging Face tensor lives: rows ``[row_start, row_stop)`` of ``parameter`` (a dotted name in
     ``CausalLM``), and the shape the checkpoint must hold. ``broadcast``: the checkpoint's vector fills every row
     (Qwen3's q/k norm weight, repeated per head). ``source``: on a tensor-parallel rank, the part of the
-    checkpoint tensor this rank holds (rows or, with ``source_dim=1``, columns); ``None``: all of it."""
+    checkpoint tensor this rank holds (rows or, with ``source_dim=1``, columns); ``None``: all of it. ``expert``: the
+    parameter stacks experts (``[E, rows, columns]``) and the rows are those of this (rank-local) expert."""
 
     hf_name: str
     parameter: str
@@ -51,10 +52,14 @@ class TensorSlot:
     broadcast: bool = False
     source: RowRange | None = None
     source_dim: int = 0
+    expert: int | None = None
 
     def target(self, model: CausalLM) -> torch.Tensor:
         """The slice of the model's parameter this tensor fills."""
-        return model.get_parameter(self.parameter)[self.row_start : self.row_stop]
+        parameter: torch.Tensor = model.get_parameter(self.parameter)
+        if self.expert is not None:
+            parameter = parameter[self.expert]
+        return parameter[self.row_start : self.row_stop]
 
     def select(self, tensor: torch.Tensor) -> torch.Tensor:
         """This rank's part of the whole checkpoint ``tensor`` (a view)."""
@@ -131,6 +136,9 @@ def checkpoint_slots(config: ModelConfig, shard: ShardPlan = SINGLE_RANK) -> lis
             )
         for norm_name in ("input_layernorm", "post_attention_layernorm"):
             slots.append(TensorSlot(f"{hf}{norm_name}.weight", f"{ours}{norm_name}.weight", 0, hidden, (hidden,)))
+        if config.uses_experts(layer):
+            slots.extend(_expert_slots(config, shard, hf, ours))
+            continue
         mlp_shape = (config.intermediate_size, hidden)
         gate_up = ours + "mlp.gate_up_weight"
         slots.append(TensorSlot(f"{hf}mlp.gate_proj.weight", gate_up, 0, inter, mlp_shape, source=inter_rows))
@@ -150,6 +158,30 @@ def checkpoint_slots(config: ModelConfig, shard: ShardPlan = SINGLE_RANK) -> lis
     slots.append(TensorSlot("model.norm.weight", "norm.weight", 0, hidden, (hidden,)))
     if not config.tie_word_embeddings:
         slots.append(TensorSlot("lm_head.weight", "lm_head", 0, vocab_here, vocab_shape, source=vocab_rows))
+    return slots
+
+
+def _expert_slots(config: ModelConfig, shard: ShardPlan, hf: str, ours: str) -> list[TensorSlot]:
+    """A sparse layer's router (whole on every rank) and the experts this rank holds, each expert's gate and up
+    projections stacked into its rows of ``gate_up_weight`` and its down projection into ``down_weight`` (named as
+    the family spells them: Qwen3-MoE's ``mlp.experts.{e}.gate_proj``, Mixtral's
+    ``block_sparse_moe.experts.{e}.w1``)."""
+    spelling = FAMILIES[config.model_type].experts
+    assert spelling is not None, "only a family with experts has sparse layers"
+    hidden, width, moe = config.hidden_size, config.moe_intermediate_size, ours + "mlp."
+    block = f"{hf}{spelling.block}."
+    router_shape = (config.num_experts, hidden)
+    slots = [TensorSlot(f"{block}gate.weight", moe + "router_weight", 0, config.num_experts, router_shape)]
+    experts = shard.experts(config)
+    for expert in range(experts.start, experts.stop):
+        name, local = f"{block}experts.{expert}.", expert - experts.start
+        projections = (
+            (spelling.gate, "gate_up_weight", 0, width, (width, hidden)),
+            (spelling.up, "gate_up_weight", width, 2 * width, (width, hidden)),
+            (spelling.down, "down_weight", 0, hidden, (hidden, width)),
+        )
+        for projection, parameter, start, stop, shape in projections:
+            slots.append(TensorSlot(f"{name}{projection}.weight", moe + parameter, start, stop, shape, expert=local))
     return slots
 
 
@@ -279,7 +311,8 @@ def _read_slot(file: Path, handle: Any, slot: TensorSlot) -> torch.Tensor:
 
 
 def _check_names(directory: Path, config: ModelConfig, slots: list[TensorSlot], files: dict[str, Path]) -> None:
-    expected = {slot.hf_name for slot in slots}
+    # Every rank's names: another rank's experts are not this rank's to read, but not foreign to the checkpoint.
+    expected = {slot.hf_name for slot in (*slots, *checkpoint_slots(config))}
     missing = [slot for slot in slots if slot.hf_name not in files]
     if missing:
         first = missing[0]

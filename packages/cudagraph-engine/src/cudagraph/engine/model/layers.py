@@ -20,6 +20,8 @@ from torch import nn
 from ..kernels.layer_set import TORCH_KERNELS, LayerKernels, QKHeads, RotaryStep
 from .architecture import ModelConfig
 from .collectives import all_reduced
+from .moe import SparseMoE
+from .parallel import RowRange
 
 
 class AttendFn(Protocol):
@@ -226,10 +228,12 @@ class GatedMLP(KernelModule):
 
 class DecoderLayer(nn.Module):
     """Pre-norm residual block: ``residual += attn(norm(residual))``, then ``mlp(norm(residual))`` handed on, its
-    add deferred to the next norm (the next layer's, or the model's final one).
+    add deferred to the next norm (the next layer's, or the model's final one). ``mlp`` is a ``GatedMLP``, or a
+    ``SparseMoE`` on the layers where ``config.uses_experts(layer_id)``.
 
     ``config`` holds one rank's heads and MLP width (``ShardPlan.local_config``); ``reduce_group`` names the
-    process group whose all-reduce completes the row-parallel projections (``None``: one rank, no collective)."""
+    process group whose all-reduce completes the row-parallel projections (``None``: one rank, no collective);
+    ``experts``: the experts this rank holds (``ShardPlan.experts``; ``None``: all)."""
 
     def __init__(
         self,
@@ -238,12 +242,17 @@ class DecoderLayer(nn.Module):
         dtype: torch.dtype,
         device: torch.device,
         reduce_group: str | None = None,
+        experts: RowRange | None = None,
     ) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
         self.self_attn = Attention(config, layer_id, dtype, device, reduce_group)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
-        self.mlp = GatedMLP(config, dtype, device, reduce_group)
+        self.mlp: GatedMLP | SparseMoE = (
+            SparseMoE(config, dtype, device, reduce_group, experts)
+            if config.uses_experts(layer_id)
+            else GatedMLP(config, dtype, device, reduce_group)
+        )
 
     def forward(
         self, hidden: torch.Tensor, residual: torch.Tensor | None, rotary: RotaryStep, attend: AttendFn
@@ -262,6 +271,9 @@ class DecoderLayer(nn.Module):
         else:
             qkv, residual = self.input_layernorm.add_norm_and_project(hidden, residual, attn.qkv_weight, attn.qkv_bias)
             hidden = attn.attend_projected(qkv, rotary, attend)
+        if isinstance(self.mlp, SparseMoE):
+            normed, residual = self.post_attention_layernorm.add_and_norm(hidden, residual)
+            return self.mlp(normed), residual
         gate_up, residual = self.post_attention_layernorm.add_norm_and_project(
             hidden, residual, self.mlp.gate_up_weight
         )

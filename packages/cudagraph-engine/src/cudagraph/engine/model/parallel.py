@@ -2,6 +2,8 @@
 
 q/k/v and gate/up are split by output rows (column-parallel), o and down by input columns (row-parallel, one
 all-reduce each), the embedding and the LM head by vocabulary rows (the embedding all-reduces, the head gathers).
+Sparse experts are split whole (expert-parallel): rank ``r`` of ``N`` holds experts ``[r*E/N, (r+1)*E/N)``, every
+rank routes every token, and the ranks' partial sums meet in one all-reduce, like a row-parallel projection's.
 KV heads are split across ranks; when there are fewer KV heads than ranks, each KV head is replicated on the ranks
 whose query heads use it. Everything here is arithmetic on the config: no torch, no process group.
 """
@@ -77,6 +79,11 @@ class ShardPlan:
             raise TensorParallelError(
                 f"tensor-parallel size {tp} must divide intermediate_size ({config.intermediate_size})"
             )
+        if config.has_experts and config.num_experts % tp:
+            raise TensorParallelError(
+                f"tensor-parallel size {tp} must divide num_experts ({config.num_experts}): experts are split whole "
+                f"across ranks; use one of {', '.join(map(str, _divisors(config.num_experts)))}"
+            )
 
     def local_heads(self, config: ModelConfig) -> int:
         """Query heads on this rank."""
@@ -104,6 +111,11 @@ class ShardPlan:
     def intermediate(self, config: ModelConfig) -> RowRange:
         """The MLP's intermediate channels on this rank."""
         local = config.intermediate_size // self.size
+        return RowRange(self.rank * local, (self.rank + 1) * local)
+
+    def experts(self, config: ModelConfig) -> RowRange:
+        """The sparse experts this rank holds (all of them on one rank; none in a model without experts)."""
+        local = config.num_experts // self.size
         return RowRange(self.rank * local, (self.rank + 1) * local)
 
     def vocab_per_rank(self, config: ModelConfig) -> int:

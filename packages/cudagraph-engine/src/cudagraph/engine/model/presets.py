@@ -50,6 +50,10 @@ class _Preset:
 
 _QWEN3 = _FamilyBase("qwen3", 151936, 1e-6, 1_000_000.0, max_position_embeddings=40960, tie_word_embeddings=True)
 _LLAMA3 = _FamilyBase("llama", 128256, 1e-5, 500_000.0, max_position_embeddings=8192, tie_word_embeddings=False)
+_MIXTRAL = _FamilyBase("mixtral", 32000, 1e-5, 1_000_000.0, max_position_embeddings=32768, tie_word_embeddings=False)
+_QWEN3_MOE = _FamilyBase(
+    "qwen3_moe", 151936, 1e-6, 1_000_000.0, max_position_embeddings=40960, tie_word_embeddings=False
+)
 
 _TINY: Mapping[str, Any] = MappingProxyType(
     {"vocab_size": 512, "max_position_embeddings": 4096, "torch_dtype": "float32"}
@@ -57,6 +61,18 @@ _TINY: Mapping[str, Any] = MappingProxyType(
 """What the tiny float32 presets change from their family: a CPU forward takes milliseconds."""
 
 _LLAMA3_2_ROPE = RopeScaling("llama3", 32.0, 1.0, 4.0, 8192)
+
+
+def _experts(count: int, per_token: int, width: int) -> dict[str, Any]:
+    """The expert fields of a Qwen3-MoE row: ``count`` experts of SwiGLU width ``width``, ``per_token`` of them per
+    token, routing weights renormalized, every layer sparse (as in the released Qwen3-MoE models)."""
+    return {
+        "num_experts": count,
+        "num_experts_per_tok": per_token,
+        "moe_intermediate_size": width,
+        "norm_topk_prob": True,
+    }
+
 
 _TABLE = (
     # Shape columns: hidden size, layers, heads, key/value heads, head dim, MLP intermediate size.
@@ -73,7 +89,13 @@ _TABLE = (
         (2048, 16, 32, 8, 64, 8192),
         {"rope_scaling": _LLAMA3_2_ROPE, "max_position_embeddings": 131072, "tie_word_embeddings": True},
     ),
+    # Qwen3-30B-A3B's shapes (bf16): 48 layers of 128 experts, 8 per token; intermediate_size is its dense MLP
+    # width, which no layer of it uses.
+    _Preset("qwen3-30b-a3b-random", _QWEN3_MOE, (2048, 48, 32, 4, 128, 6144), _experts(128, 8, 768)),
     _Preset("tiny-qwen3-random", _QWEN3, (64, 2, 4, 2, 32, 128), _TINY),
+    _Preset("tiny-qwen3-moe-random", _QWEN3_MOE, (64, 3, 4, 2, 32, 128), {**_TINY, **_experts(8, 2, 32)}),
+    # Mixtral's experts are intermediate_size wide (it has no dense MLP).
+    _Preset("tiny-mixtral-random", _MIXTRAL, (64, 2, 4, 2, 16, 48), {**_TINY, **_experts(4, 2, 48)}),
     _Preset("tiny-llama-random", _LLAMA3, (64, 2, 4, 1, 16, 160), _TINY),
 )
 

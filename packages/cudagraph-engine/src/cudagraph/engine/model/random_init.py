@@ -55,15 +55,20 @@ def random_model(
     Weights are drawn per checkpoint tensor, so the model is exactly what ``save_model`` can write (Qwen3's q/k
     norm weight is one vector shared by all heads, as in the checkpoint format). With a ``shard`` of several
     ranks every whole tensor is drawn and the rank keeps its part, so the ranks together hold exactly the
-    single-rank model of the same seed.
+    single-rank model of the same seed (a rank skips, after drawing them, the experts other ranks hold).
     """
     model = CausalLM(config, dtype, device, shard)
     generator = torch.Generator(device=model.device).manual_seed(seed)
+    held = {slot.hf_name: slot for slot in checkpoint_slots(config, shard)}
     with torch.no_grad():
-        for slot in checkpoint_slots(config, shard):
-            rule = next(rule for rule in INIT_RULES if slot.hf_name.endswith(rule.suffix))
-            draw = torch.empty(slot.shape, dtype=torch.float32, device=model.device)
-            draw.normal_(rule.mean, rule.std(slot.shape), generator=generator)
+        # Every tensor of the whole model is drawn, in one order, so each rank's draws are the single-rank model's.
+        for whole in checkpoint_slots(config):
+            rule = next(rule for rule in INIT_RULES if whole.hf_name.endswith(rule.suffix))
+            draw = torch.empty(whole.shape, dtype=torch.float32, device=model.device)
+            draw.normal_(rule.mean, rule.std(whole.shape), generator=generator)
+            slot = held.get(whole.hf_name)
+            if slot is None:  # an expert another rank holds
+                continue
             target = slot.target(model)
             part = slot.select(draw)
             target.copy_(part.expand_as(target) if slot.broadcast else part)

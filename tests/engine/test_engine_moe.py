@@ -1,0 +1,113 @@
+"""Qwen3-MoE through the engine on the CPU: a checkpoint served eagerly and replayed through the full and
+breakable test doubles gives Transformers' greedy tokens and logits; and the experts split over two gloo ranks
+(expert parallel, one all-reduce per sparse block) give the single-rank tokens and logits (Mixtral's: ``slow``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import tp_workers
+from test_engine_tensor_parallel import FLOAT32_LOGITS, single_rank_outputs
+
+from cudagraph.backend.testing import CpuReplayBackend
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine.batch import Request, SamplingParams, make_decode_batch, make_extend_batch
+from cudagraph.engine.distributed import launch
+from cudagraph.engine.generate import generate
+from cudagraph.engine.model import load_model, model_config_from_preset, random_model, save_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.runner import DecodeCudaGraphRunner
+
+transformers = pytest.importorskip(
+    "transformers", reason=("compares with transformers: pip install transformers (`nox -s tests` does)")
+)
+
+PROMPTS = ([11, 400, 3, 77], [250, 9, 9, 130, 61, 500, 2], [42], [7, 8, 9, 10, 11, 12])
+NEW_TOKENS = (6, 4, 3, 2)
+"""Prefill gives every request its first token and requests then finish one after another: decode steps run 4, 3
+(padded to 4), 2 and 1 requests."""
+DECODE_BUCKETS = (1, 2, 4)
+
+
+@pytest.fixture(scope="module")
+def hf_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    """A tiny Qwen3-MoE checkpoint (a dense layer among sparse ones) with random weights, and Transformers' model
+    of it."""
+    config = model_config_from_preset("tiny-qwen3-moe-random").with_overrides(mlp_only_layers=(1,))
+    directory = tmp_path_factory.mktemp("qwen3-moe")
+    save_model(random_model(config, seed=2), directory)
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    assert type(hf_model).__name__ == "Qwen3MoeForCausalLM"
+    return hf_model, directory
+
+
+def hf_greedy(hf_model: torch.nn.Module, prompt: list[int], steps: int) -> list[int]:
+    sequence = list(prompt)
+    with torch.no_grad():
+        for _ in range(steps):
+            sequence.append(int(hf_model(torch.tensor([sequence]), use_cache=False).logits[0, -1].argmax()))
+    return sequence[len(prompt) :]
+
+
+def engine(directory: Path, backend: Backend | None) -> ModelRunner:
+    """The checkpoint served on the CPU; with ``backend``, decode steps replay graphs of the CPU test double."""
+    graphs = CudaGraphConfig(
+        decode=PhaseConfig(Backend.FULL, DECODE_BUCKETS, max(DECODE_BUCKETS)),
+        prefill=PhaseConfig(Backend.DISABLED, (), 0),
+    )
+    model_runner = ModelRunner(load_model(directory), graphs, cache_config=CacheConfig(8, max_context_len=48))
+    if backend is not None:
+        runner = DecodeCudaGraphRunner(model_runner, graphs, backend=CpuReplayBackend(backend), show_progress=False)
+        runner.capture()
+        model_runner.decode_cuda_graph_runner = runner
+    return model_runner
+
+
+@pytest.mark.parametrize("backend", [None, Backend.FULL, Backend.BREAKABLE], ids=["eager", "full", "breakable"])
+def test_served_moe_gives_transformers_greedy_tokens(hf_checkpoint, backend: Backend | None) -> None:
+    hf_model, directory = hf_checkpoint
+    model_runner = engine(directory, backend)
+    params = [SamplingParams(max_new_tokens=n) for n in NEW_TOKENS]
+    got = [out.output_token_ids for out in generate(model_runner, [list(p) for p in PROMPTS], params)]
+    expected = [hf_greedy(hf_model, list(p), n) for p, n in zip(PROMPTS, NEW_TOKENS, strict=True)]
+    assert got == expected
+    runner = model_runner.decode_cuda_graph_runner
+    if runner is not None:
+        replayed = [size for size, count in enumerate(runner.metrics.replays_by_size) if count]
+        assert replayed == [1, 2, 3, 4], "every decode batch size should have replayed a graph"
+
+
+@pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
+def test_replayed_moe_decode_logits_are_eager_and_transformers_logits(hf_checkpoint, backend: Backend) -> None:
+    hf_model, directory = hf_checkpoint
+    model_runner = engine(directory, backend)
+    params = SamplingParams(max_new_tokens=4)
+    requests = [model_runner.hold(Request(index, list(p), params)) for index, p in enumerate(PROMPTS[:3])]
+    first = model_runner.forward(make_extend_batch(requests, model_runner.device)).argmax(-1).tolist()
+    for request, token in zip(requests, first, strict=True):
+        request.cached_len = len(request.token_ids)
+        request.output_ids.append(token)
+    batch = make_decode_batch(requests, model_runner.device)
+    eager = model_runner.forward(batch).clone()
+    replayed = model_runner.decode_cuda_graph_runner.replay(batch).clone()
+    torch.testing.assert_close(replayed, eager, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        expected = torch.stack(
+            [hf_model(torch.tensor([r.token_ids]), use_cache=False).logits[0, -1].float() for r in requests]
+        )
+    torch.testing.assert_close(replayed, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "preset", ["tiny-qwen3-moe-random", pytest.param("tiny-mixtral-random", marks=pytest.mark.slow)]
+)
+def test_experts_split_over_two_ranks_give_single_rank_tokens_and_logits(preset: str) -> None:
+    # Every rank routes every token and computes its half of the experts; the sparse block's all-reduce sums the
+    # ranks' parts, as the row-parallel projections' does.
+    expected_tokens, expected_logits = single_rank_outputs(preset, 1)
+    got = launch(tp_workers.model_outputs, (preset, 1, "torch"), 2)
+    assert got["tokens"] == expected_tokens
+    for index, (have, want) in enumerate(zip(got["logits"], expected_logits, strict=True)):
+        torch.testing.assert_close(have, want, **FLOAT32_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")
