@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         "context_len": args.context_len,
         "timings": [timing.as_dict() for timing in bench.timings],
         "captures": [capture.as_dict() for capture in bench.captures],
+        "graphs_off": bench.graphs_off,
         "ratios": ratios,
     }
     print(
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.attention_backend} attention, {engine.kernels.name} kernels) on {result['device']}"
     )
     print(format_table(bench.timings))
+    for mode, why in bench.graphs_off.items():
+        print(f"{mode}: not timed, its graphs are off: {why}")
     for bs in args.batch_sizes:
         line = ", ".join(f"{key.split('@')[0]} {value:.3f}" for key, value in ratios.items() if key.endswith(f"@{bs}"))
         print(f"batch {bs}: {line or 'no ratios (graph modes need CUDA)'}")

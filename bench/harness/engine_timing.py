@@ -21,7 +21,7 @@ import pstats
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -161,6 +161,9 @@ class DecodeBench:
 
     timings: list[StepTiming]
     captures: list[CaptureTiming]
+    graphs_off: dict[str, str] = field(default_factory=dict)
+    """Graphed modes whose runner captured nothing (every step would run eagerly), each with the runner's reason:
+    they are not timed, so no eager step is reported under a graph backend's name."""
 
 
 def bench_decode(
@@ -195,6 +198,7 @@ def run_decode_bench(
     settings = model_runner.cuda_graph_config
     runners: dict[str, DecodeCudaGraphRunner] = {}
     captures: list[CaptureTiming] = []
+    graphs_off: dict[str, str] = {}
     for mode in modes:
         if mode in ("full", "breakable", "tc_piecewise"):
             runner = DecodeCudaGraphRunner(
@@ -206,16 +210,20 @@ def run_decode_bench(
             stats = runner.capture()
             runners[mode] = runner
             captures.append(CaptureTiming.of(mode, list(runner.buckets), runner.backend.options.num_warmups, stats))
+            if not runner.captured_buckets:
+                graphs_off[mode] = runner.eager_reason or "no bucket was captured"
     results = []
     for batch_size in batch_sizes:
         batch = synthetic_decode_batch(model_runner, batch_size, context_len, seed=batch_size)
         for mode in modes:
+            if mode in graphs_off:
+                continue
             step = _step_of(mode, model_runner, batch, runners)
             results.append(time_step(mode, batch_size, step, model_runner.device, steps=steps))
         release_synthetic_batch(model_runner, batch, context_len)
     for runner in runners.values():
         runner.shutdown()
-    return DecodeBench(results, captures)
+    return DecodeBench(results, captures, graphs_off)
 
 
 def bench_capture(

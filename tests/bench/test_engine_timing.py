@@ -14,9 +14,11 @@ from harness.engine_timing import (
     run_decode_bench,
 )
 
+from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import ModelRunner
+from cudagraph.runner import DecodeCudaGraphRunner
 
 EAGER = CudaGraphConfig(PhaseConfig(Backend.DISABLED, (), 0), PhaseConfig(Backend.DISABLED, (), 0))
 
@@ -72,3 +74,24 @@ def test_eager_decode_steps_are_timed_on_a_cpu() -> None:
     assert [(t.mode, t.batch_size) for t in bench.timings] == [("eager", 1), ("eager", 3)]
     assert all(t.step_ms > 0 for t in bench.timings) and bench.captures == []
     assert "eager ms" in format_table(bench.timings)
+
+
+def test_a_graphed_mode_that_captured_nothing_is_not_timed_under_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``full`` runner that captures no bucket (here: the CPU double runs out of memory on every one) would run
+    every step eagerly: the bench says why and reports no ``full`` row, since an eager step under a graph backend's
+    name would read as a graph's time."""
+    from harness import engine_timing
+
+    def runner_that_captures_nothing(model_runner, config, **options):
+        backend = CpuReplayBackend(Backend.FULL, out_of_memory_shapes=list(config.decode.buckets))
+        return DecodeCudaGraphRunner(model_runner, config, backend=backend, **options)
+
+    monkeypatch.setattr(engine_timing, "DecodeCudaGraphRunner", runner_that_captures_nothing)
+    model = random_model(model_config_from_preset("tiny-llama-random"), seed=0, device="cpu")
+    model_runner = ModelRunner(model, EAGER)
+    try:
+        bench = run_decode_bench(model_runner, [1, 3], ["eager", "full"], context_len=8, steps=2)
+    finally:
+        model_runner.shutdown()
+    assert [(t.mode, t.batch_size) for t in bench.timings] == [("eager", 1), ("eager", 3)]
+    assert list(bench.graphs_off) == ["full"] and bench.graphs_off["full"]
