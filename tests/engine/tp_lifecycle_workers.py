@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from stubs import StubAttention
 from tp_workers import join
 
 from cudagraph.backend.testing import CpuReplayBackend
@@ -22,25 +23,6 @@ LAZY = CudaGraphConfig(
 STEP_SIZES = (3, 1, 3, 8, 2)
 
 
-class _Attention:
-    needs_seq_lens_cpu = False
-
-    def init_forward_metadata(self, batch: ForwardBatch) -> None:
-        pass
-
-    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
-        pass
-
-    def init_forward_metadata_capture_cuda_graph(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def init_forward_metadata_replay_cuda_graph(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def get_cuda_graph_seq_len_fill_value(self) -> int:
-        return 1
-
-
 class LookupModelRunner:
     """A model of one lookup whose rows the ranks all-reduce (as a sharded model's output is)."""
 
@@ -49,7 +31,7 @@ class LookupModelRunner:
 
     def __init__(self) -> None:
         self.table = torch.randn(32, 4, generator=torch.Generator().manual_seed(0))
-        self.attn_backend = _Attention()
+        self.attn_backend = StubAttention()
         self.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros(16, 8, dtype=torch.int32))
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
+from stubs import StubAttention
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
@@ -64,27 +65,6 @@ def prompts_of(lengths: list[int], seed: int = 0, vocab: int = 512) -> list[list
     """Random prompts of the given lengths."""
     generator = torch.Generator().manual_seed(seed)
     return [torch.randint(0, vocab, (length,), generator=generator).tolist() for length in lengths]
-
-
-class StubAttention:
-    """Attention hooks that do nothing (the stub model attends to nothing); no host lengths needed."""
-
-    needs_seq_lens_cpu = False
-
-    def init_forward_metadata(self, batch: ForwardBatch) -> None:
-        pass
-
-    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
-        pass
-
-    def init_forward_metadata_capture_cuda_graph(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def init_forward_metadata_replay_cuda_graph(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def get_cuda_graph_seq_len_fill_value(self) -> int:
-        return 1
 
 
 class StubModelRunner:
