@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -77,3 +78,13 @@ def greedy(model_runner: ModelRunner, prompt_list: list[list[int]], names: Seque
     """Greedy tokens of each prompt through its adapter (8 new tokens each)."""
     params = [SamplingParams(max_new_tokens=8, lora_name=name) for name in names]
     return [output.output_token_ids for output in generate(model_runner, prompt_list, params)]
+
+
+def write_peft(adapter: LoraAdapter, directory: Path) -> Path:
+    """``adapter`` as a PEFT adapter directory (``LoraAdapter.save_peft``, checked to read back equal)."""
+    adapter.save_peft(directory)
+    back = LoraAdapter.from_peft(directory)
+    assert (back.rank, back.scaling, set(back.factors)) == (adapter.rank, adapter.scaling, set(adapter.factors))
+    for key, factors in adapter.factors.items():
+        assert torch.equal(back.factors[key].a, factors.a.cpu()) and torch.equal(back.factors[key].b, factors.b.cpu())
+    return directory

@@ -29,7 +29,7 @@ GENERATE = ["generate", "--preset", "tiny-qwen3-random", "--device", "cpu", "--j
 def _generate(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
     assert main([*GENERATE, *argv]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert set(payload) == {"outputs", "speed"}
+    assert set(payload) == {"outputs", "speed", "graph_variants"}  # graph_variants: test_engine_cli_lora.py
     speed = payload["speed"]
     assert isinstance(speed, dict) and set(speed) == SPEED_KEYS
     return speed

@@ -1,15 +1,24 @@
 """``cudagraph-engine``: generate tokens with a model directory or a random-weight preset.
 
 Scripts drive ``generate --json``: stdout then holds exactly one JSON object, ``{"outputs": [{"output_token_ids":
-[...]}, ...], "speed": {...}}``, one output per ``--prompt-token-ids`` in order, and under ``speed`` the
-``speed.SpeedReport`` (prompt and generated tokens, time to first token, decode tokens per second, steps replayed and
-eager, capture time and graph memory), which is also one ``speed:`` log line on stderr; everything else (why graphs
-are off, capture progress) goes to stderr. The CUDA-graph flags are those of ``cudagraph.config.add_cli_args``.
+[...]}, ...], "speed": {...}, "graph_variants": [...]}``, one output per ``--prompt-token-ids`` in order, under
+``speed`` the ``speed.SpeedReport`` (prompt and generated tokens, time to first token, decode tokens per second, steps
+replayed and eager, capture time and graph memory), which is also one ``speed:`` log line on stderr, and under
+``graph_variants`` one ``variants.VariantReport`` per graph variant of each phase (plain; lora with its max rank;
+verify): whether it is graphed, its steps replayed and eager, and why eager, also one ``graph variants:`` log line.
+Everything else (why graphs are off, capture progress) goes to stderr. The CUDA-graph flags are those of
+``cudagraph.config.add_cli_args``; ``generate --explain`` prints to stderr where each of their values came from
+(``CudaGraphConfig.explain``) before any model work, and after the run the graph variants with their steps.
+
+LoRA adapters (``lora_cli``): ``--enable-lora``, ``--lora-modules NAME=PATH ...`` (SGLang: ``--lora-paths``),
+``--max-loras N`` (SGLang: ``--max-loras-per-batch``), ``--max-lora-rank R`` and ``--lora-name NAME`` (every prompt,
+or one per prompt), checked, and every adapter read, before any model work.
 
 ``generate --cuda-graph-metrics [PATH]`` counts every step by where it went: at exit each phase's table (replays,
 real and padded tokens per bucket, eager steps by reason with the flag that would capture them) goes to stderr and
-the same as JSON, ``{"decode": {...}, "prefill": {...}}`` (``ReplayMetrics.to_dict()`` per phase), to PATH
-(``cuda_graph_metrics.json`` in the working directory by default); stdout is unchanged, ``--json`` included.
+the same as JSON, ``{"decode": {...}, "prefill": {...}}`` (``ReplayMetrics.to_dict()`` per phase; with LoRA also
+``"decode lora"`` and ``"prefill lora"``, the steps of each phase's LoRA variant), to PATH (``cuda_graph_metrics.json``
+in the working directory by default); stdout is unchanged, ``--json`` included.
 
 ``generate --estimate-cuda-graph-memory`` logs what each phase's graphs will take (``estimate_capture_memory()``)
 before capturing them. It is opt-in because the estimate captures a few probe graphs of its own (0.3-0.7 s a phase
@@ -30,7 +39,7 @@ import math
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -60,6 +69,8 @@ from .distributed import (
 from .generate import Scheduler, StepPolicy
 from .kernels import KERNEL_BACKEND_CHOICES, KernelBackendError
 from .kv_cache import MAX_PAGE_SIZE, check_page_size
+from .lora import LoraError
+from .lora_cli import add_lora_args, load_planned_adapters, with_lora_plan
 from .model import (
     PRESETS,
     SINGLE_RANK,
@@ -74,6 +85,7 @@ from .model import (
 from .model_runner import CacheConfig, ModelRunner
 from .speculative import Drafter, DraftModelDrafter, NgramDrafter
 from .speed import SpeedReport, engine_speed
+from .variants import explain_variants, graph_variants, planned_variants, variants_line
 
 logger = logging.getLogger("cudagraph.engine")
 
@@ -100,6 +112,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     AttentionBackendUnavailableError,
     KernelBackendError,
     RankFailedError,
+    LoraError,
 )
 """Errors that are the user's input, reported in one line; anything else is a bug and keeps its traceback."""
 
@@ -290,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="log what each phase's CUDA graphs will take before capturing them (a few probe captures per phase; "
         "a phase with a memory budget estimates anyway)",
     )
+    gen.add_argument(
+        "--explain",
+        action="store_true",
+        help="print to stderr where every CUDA-graph setting came from before the run, and after it each phase's "
+        "graph variants (plain, lora) with the steps that replayed each and those that ran eagerly",
+    )
+    add_lora_args(gen)
     return parser
 
 
@@ -335,7 +355,17 @@ def check_tp_size(args: argparse.Namespace, size: int, device: torch.device) -> 
         raise EngineInputError(
             f"--tp-size {size} needs {size} GPUs (one per rank) but {torch.cuda.device_count()} are visible"
         )
+    check_lora_on_one_rank(args, size)
     ShardPlan(rank=0, size=size, group_name="tp").check(model_config_of(args))
+
+
+def check_lora_on_one_rank(args: argparse.Namespace, size: int) -> None:
+    """LoRA adapters (``args.lora_plan``) are served on one rank only: a tensor-parallel shard has no slots yet."""
+    if size > 1 and getattr(args, "lora_plan", None) is not None:
+        raise EngineInputError(
+            f"--tp-size {size} with LoRA adapters: a tensor-parallel shard cannot serve adapters yet; allowed: LoRA "
+            "on one rank (--tp-size 1), or --tp-size without --enable-lora and --lora-modules"
+        )
 
 
 NGRAM_DRAFT = "ngram"
@@ -502,6 +532,8 @@ def environment_of(device: torch.device) -> Environment:
     memory_gib = None
     if device.type == "cuda":
         memory_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+    # Environment.lora stays off with adapters: its rule turns prefill graphs off for engines whose prefill cannot
+    # follow adapters per request; this one keeps a LoRA variant per phase that reads them from an index buffer.
     return Environment(device_type=device.type, gpu_memory_gib=memory_gib)
 
 
@@ -585,14 +617,19 @@ def run_generate(
             follower.shutdown()
         return None
     broadcaster = StepBroadcaster(group) if group is not None else None
-    model_runner = (
-        build_model_runner(
+    plan = getattr(args, "lora_plan", None)  # never on a group: check_tp_size refuses LoRA there
+    if broadcaster is not None:
+        model_runner = build_model_runner(
             args, config, group=group, runner_type=DrivingModelRunner, broadcaster=broadcaster, **estimate
         )
-        if broadcaster is not None
-        else build_model_runner(args, config, **estimate)
-    )
+    elif plan is None:
+        model_runner = build_model_runner(args, config, **estimate)
+    else:
+        model_runner = build_model_runner(args, config, capture=False, lora_config=plan.config, **estimate)
+        load_planned_adapters(model_runner, plan)  # before capture: an adapter that does not fit fails first
+        model_runner.init_cuda_graphs()
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    per_prompt = [replace(params, lora_name=name) for name in plan.prompt_adapters] if plan is not None else params
     drafter: Drafter | None = None
     try:
         if args.speculative_tokens is not None:
@@ -601,8 +638,9 @@ def run_generate(
             if model_runner.decode_cuda_graph_runner is not None:
                 model_runner.init_verify_cuda_graph(args.speculative_tokens + 1)
         scheduler = Scheduler(model_runner, policy=StepPolicy(mixed=args.mixed_steps, drafter=drafter))
-        outputs = scheduler.run(args.prompt_token_ids, params)
+        outputs = scheduler.run(args.prompt_token_ids, per_prompt)
         speed: SpeedReport = engine_speed(model_runner, args.prompt_token_ids, outputs, scheduler.stats)
+        variants = graph_variants(model_runner)  # before shutdown, which drops the runners
     finally:
         if broadcaster is not None:
             broadcaster.stop()
@@ -611,22 +649,35 @@ def run_generate(
             drafter.model_runner.shutdown()
     if args.cuda_graph_metrics is not None:
         metrics = dict(model_runner.cuda_graph_metrics)
-        report_cuda_graph_metrics(metrics, args.cuda_graph_metrics, verify=model_runner.verify_cuda_graph_metrics)
+        lora = model_runner.lora_cuda_graph_metrics if model_runner.lora is not None else None
+        report_cuda_graph_metrics(
+            metrics, args.cuda_graph_metrics, verify=model_runner.verify_cuda_graph_metrics, lora=lora
+        )
     logger.info("%s", speed.line())
+    logger.info("%s", variants_line(variants))
+    if args.explain:
+        print(explain_variants(variants, after_run=True), file=sys.stderr)
     return {
         "outputs": [{"output_token_ids": output.output_token_ids} for output in outputs],
         "speed": speed.to_dict(),
+        "graph_variants": [variant.to_dict() for variant in variants],
     }
 
 
 def report_cuda_graph_metrics(
-    metrics: Mapping[Phase, ReplayMetrics], path: Path, verify: ReplayMetrics | None = None
+    metrics: Mapping[Phase, ReplayMetrics],
+    path: Path,
+    verify: ReplayMetrics | None = None,
+    lora: Mapping[Phase, ReplayMetrics] | None = None,
 ) -> None:
     """End each phase's warning window, print its table to stderr and write every phase's metrics as JSON to
-    ``path`` (``{"decode": {...}, "prefill": {...}}``, and ``"verify"`` when speculative verify steps ran)."""
+    ``path`` (``{"decode": {...}, "prefill": {...}}``, ``"verify"`` when speculative verify steps ran, and with
+    ``lora`` each phase's LoRA variant as ``"decode lora"`` and ``"prefill lora"``)."""
     tables = dict(((str(phase), m) for phase, m in metrics.items()))
     if verify is not None and verify.steps:
         tables["verify"] = verify
+    for lora_metrics in (lora or {}).values():
+        tables[lora_metrics.label] = lora_metrics
     for table_metrics in tables.values():
         table_metrics.close_window()
     print("\n\n".join(table_metrics.table() for table_metrics in tables.values()), file=sys.stderr)
@@ -709,16 +760,21 @@ def _run(args: argparse.Namespace) -> int:
     device = _device(args)
     if args.command == "generate":
         check_step_kinds(args)
+        args = with_lora_plan(args)
     model = model_config_of(args)
     args = with_model_defaults(args, model)
     check_against_model(args, model)
     tp_size = tp_size_of(args)
+    check_lora_on_one_rank(args, tp_size)
     # What resolve says (rule lines, warnings) waits until every backend choice has passed.
     with held_config_lines() as config_lines:
         config = resolve(args, environment=environment_of(device))
     check_backend_choices(backend_choices_of(args, tp_size), model, device, config)
     config_lines.release()
     _log_graphs_off(config)
+    if args.explain:
+        plan = args.lora_plan if args.command == "generate" else None
+        print(config.explain(), planned_variants(plan.config if plan is not None else None), sep="\n", file=sys.stderr)
     under_torchrun = torchrun_rank()
     if (
         under_torchrun is not None

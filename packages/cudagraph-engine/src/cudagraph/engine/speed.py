@@ -3,10 +3,11 @@
 Tokens: every prompt's and every generated one. Time to first token: from the start of generation (every prompt
 arrives then) to each prompt's first generated token, averaged over the prompts. Decode tokens per second: the tokens
 that decode and verify steps produced over the wall time of those steps (prefill steps and mixed steps, which carry
-prompt tokens, are not in it). Steps replayed and eager: what the engine's replay metrics counted, every phase and the
-verify steps. Capture time and graph memory: what the engine's graph runners took to capture (0 where none captured:
-on a CPU, or with graphs off). Each step ends in a host read of its sampled tokens, so its wall time includes the
-device's work. Nothing here runs or times anything; it reads what the loop and the runners recorded.
+prompt tokens, are not in it). Steps replayed and eager: what the engine's replay metrics counted, every phase (both
+graph variants, with LoRA) and the verify steps. Capture time and graph memory: what the engine's graph runners took
+to capture (0 where none captured: on a CPU, or with graphs off). Each step ends in a host read of its sampled
+tokens, so its wall time includes the device's work. Nothing here runs or times anything; it reads what the loop and
+the runners recorded.
 """
 
 from __future__ import annotations
@@ -89,12 +90,18 @@ def engine_speed(
     stats: GenerationStats,
 ) -> SpeedReport:
     """``speed_report`` of a generation ``model_runner`` ran, read before its ``shutdown`` (which drops its graph
-    runners): its phases' and verify steps' metrics, and the captures of its decode, verify and prefill runners."""
+    runners): its phases' and verify steps' metrics and its LoRA variants', and the captures of every graph runner."""
     runners = (
         model_runner.decode_cuda_graph_runner,
         model_runner.verify_cuda_graph_runner,
         model_runner.prefill_cuda_graph_runner,
+        model_runner.lora_decode_cuda_graph_runner,
+        model_runner.lora_prefill_cuda_graph_runner,
     )
-    metrics = [*model_runner.cuda_graph_metrics.values(), model_runner.verify_cuda_graph_metrics]
+    metrics = [
+        *model_runner.cuda_graph_metrics.values(),
+        model_runner.verify_cuda_graph_metrics,
+        *model_runner.lora_cuda_graph_metrics.values(),
+    ]
     captures = [runner.stats for runner in runners if runner is not None]
     return speed_report(prompts, outputs, stats, metrics, captures)

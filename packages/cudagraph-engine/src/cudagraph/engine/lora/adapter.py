@@ -1,5 +1,6 @@
 """One LoRA adapter in host memory: its rank, its scaling and its low-rank factors per (layer, target module), read
-from a PEFT directory (``adapter_config.json`` + ``adapter_model.safetensors``) or built from tensors. Nothing here
+from a PEFT directory (``adapter_config.json`` + ``adapter_model.safetensors``) or built from tensors, and written
+back as one. Nothing here
 touches the slots the graphs read (``slots.AdapterSlots`` copies an adapter in)."""
 
 from __future__ import annotations
@@ -119,3 +120,26 @@ class LoraAdapter:
                 raise LoraError(f"{weights_path}: layer {layer} {module} has lora_{''.join(pair)} but not both A and B")
             factors[(layer, module)] = LoraFactors(pair["A"], pair["B"])
         return cls(rank, scaling, factors)
+
+    def save_peft(self, path: str | Path) -> Path:
+        """Write this adapter as a PEFT adapter directory that ``from_peft`` reads back equal: ``adapter_config.json``
+        (``r``, ``lora_alpha`` = ``scaling * rank``, ``target_modules``) and ``adapter_model.safetensors`` (the
+        factors on the CPU, under PEFT's names). Returns the directory (created when missing)."""
+        from safetensors.torch import save_file
+
+        directory = Path(path)
+        directory.mkdir(parents=True, exist_ok=True)
+        config = {
+            "peft_type": "LORA",
+            "r": self.rank,
+            "lora_alpha": self.scaling * self.rank,
+            "target_modules": sorted(self.target_modules),
+        }
+        (directory / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        tensors = {}
+        for (layer, module), factors in self.factors.items():
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
+            tensors[f"{prefix}.lora_A.weight"] = factors.a.detach().contiguous().cpu()
+            tensors[f"{prefix}.lora_B.weight"] = factors.b.detach().contiguous().cpu()
+        save_file(tensors, str(directory / "adapter_model.safetensors"))
+        return directory
