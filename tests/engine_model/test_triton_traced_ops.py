@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -279,3 +281,38 @@ def test_the_split_forward_over_the_triton_set_has_one_piece_per_layer_and_every
     assert all(structure == structures[0] for structure in structures[1:])
     assert any(target.startswith(f"{OP_NAMESPACE}.") for _, target in structures[0])
     assert torch.isfinite(got).all()
+
+
+@pytest.mark.slow  # inductor compiles three CPU pieces: about 40 s on a 2-core machine (`nox -s slow`)
+@pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None,
+    reason="inductor needs a C++ compiler for CPU pieces: install g++ (or point CXX at one)",
+)
+def test_inductor_compiles_around_the_ops_once_and_keeps_eagers_numbers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Inductor's pieces call the ops (it compiles the glue between them): one compilation for three token counts,
+    one layer piece compiled and shared, eager's numbers and cache."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    runner = triton_runner("tiny-qwen3-random", num_layers=3)
+    compiler = PiecewiseCompiler("inductor")
+    compiled = torch.compile(runner.model_forward, backend=compiler, fullgraph=True)
+    for index, tokens in enumerate((4, 1, 2)):
+        batch = decode_batch(runner, tokens)
+        if index == 0:
+            torch._dynamo.mark_dynamic(batch.input_ids, 0)
+            torch._dynamo.mark_dynamic(batch.positions, 0)
+        kv_before = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
+        with fx_config.patch(backed_size_oblivious=True):
+            got = run_hidden(runner, batch, compiled)
+        kv_compiled = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
+        for kv, before in zip(runner.token_to_kv_pool.kv_buffer, kv_before, strict=True):
+            kv.copy_(before)
+        torch.testing.assert_close(got, run_hidden(runner, batch, runner.model_forward), atol=1e-5, rtol=1e-5)
+        for kv, compiled_kv in zip(runner.token_to_kv_pool.kv_buffer, kv_compiled, strict=True):
+            torch.testing.assert_close(compiled_kv, kv, atol=1e-6, rtol=0)
+        for row in batch.req_pool_indices.tolist():
+            runner.req_to_token_pool.free(row)
+    assert counters["stats"]["unique_graphs"] == 1 and dict(counters["graph_break"]) == {}
+    assert compiler.stats.pieces == 4
+    assert (compiler.stats.pieces_compiled, compiler.stats.pieces_reused) == (3, 1)
