@@ -2,10 +2,10 @@
 (``torch.ops.cudagraph_triton``), inductor (or the eager compiler) around them, attention the split as before.
 Greedy tokens equal eager's (the same kernels, launched eagerly) at every decode bucket and through prefill buckets,
 with both compilers; one compilation (at most two) over five batch sizes; a replay never enters dynamo, FX or a
-guard; and ``auto`` picks the Triton set for tc_piecewise.
+guard; bf16 logits within bf16 rounding of eager's; and ``auto`` picks the Triton set for tc_piecewise.
 
-Triton attention (its decode and extend kernels), random-weight float32 models: greedy ties stay out of the
-comparison. Every engine is shut down even when a test fails.
+Triton attention (its decode and extend kernels), random-weight float32 models but in the bf16 test: greedy ties
+stay out of the comparison. Every engine is shut down even when a test fails.
 """
 
 from __future__ import annotations
@@ -46,11 +46,13 @@ def graphs(decode: Backend, compiler: str = "eager", prefill: Backend = Backend.
 
 
 @contextlib.contextmanager
-def engine(preset: str, config: CudaGraphConfig, kernel_backend: str = "triton") -> Iterator[ModelRunner]:
+def engine(
+    preset: str, config: CudaGraphConfig, kernel_backend: str = "triton", dtype: str = "float32"
+) -> Iterator[ModelRunner]:
     """A CUDA engine on the Triton kernels and Triton attention, its graphs captured; shut down on exit."""
     torch._dynamo.reset()
     counters.clear()
-    model = random_model(model_config_from_preset(preset), seed=3, dtype="float32", device="cuda")
+    model = random_model(model_config_from_preset(preset), seed=3, dtype=dtype, device="cuda")
     runner = ModelRunner(
         model,
         config,
@@ -175,3 +177,27 @@ def test_auto_picks_the_triton_set_for_tc_piecewise_on_cuda() -> None:
     with engine("tiny-llama-random", graphs(Backend.TC_PIECEWISE, "eager"), kernel_backend="auto") as graphed:
         assert graphed.kernels.name == "triton" and graphed.model.kernels is graphed.kernels
         assert decode_backend(graphed).compile_stats.compilations == 1
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_bf16_replays_stay_within_bf16_rounding_of_eager_and_keep_greedy_tokens(compiler: str) -> None:
+    """The compiled forward calls the same Triton kernels as eager (inductor only compiles the glue between them),
+    so bf16 logits stay within bf16 rounding of eager's (the KV store moves from the rotary kernel to the attention
+    op's prefix, which copies the same values), and greedy tokens match over 16 steps."""
+    prompts, _ = shrinking_workload(count=4, seed=7)
+    params = [SamplingParams(max_new_tokens=16) for _ in prompts]
+    with engine("tiny-qwen3-random", graphs(Backend.DISABLED), dtype="bfloat16") as eager:
+        expected_tokens = tokens(eager, prompts, params)
+    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler), dtype="bfloat16") as graphed:
+        runner = graphed.decode_cuda_graph_runner
+        assert runner is not None
+        for batch_size in (1, 4):
+            batch = synthetic_decode_batch(graphed, batch_size, context_len=40, seed=batch_size)
+            try:
+                expected = graphed.forward(batch).clone()
+                got = runner.replay(batch).clone()
+            finally:
+                release_synthetic_batch(graphed, batch, context_len=40)
+            torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
+        got_tokens = tokens(graphed, prompts, params)
+    assert got_tokens == expected_tokens
