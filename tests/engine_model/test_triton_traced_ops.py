@@ -1,8 +1,9 @@
 """The Triton kernel set under ``torch.compile``: its custom ops (``torch.ops.cudagraph_triton``) against the eager
 functions they stand for (``torch.library.opcheck``: schema, fake tensors, AOT dispatch; and the values), a whole
 forward over the set traced into one graph for every token count with the ops as its nodes, the ``tc_piecewise``
-split of it, and eager steps that never reach the ops. On the GPU where there is one, else on CPU tensors through
-Triton's interpreter (``TRITON_INTERPRET=1``, set by ``tests/conftest.py``), in float32.
+split of it, and eager steps that never reach the ops. The ops on the GPU where there is one, else on CPU tensors
+through Triton's interpreter (``TRITON_INTERPRET=1``, set by ``tests/conftest.py``); the forwards on CPU under the
+interpreter only (``tests/gpu/backend/test_tc_piecewise_triton_gpu.py`` runs them on CUDA); float32.
 """
 
 from __future__ import annotations
@@ -152,12 +153,16 @@ def test_the_ops_compute_what_the_eager_functions_compute_and_write_only_what_th
 
 
 def triton_runner(preset: str, num_layers: int | None = None) -> ModelRunner:
+    """A CPU engine on the Triton set (the decode batches of ``test_traced_forward`` are CPU tensors): only under the
+    interpreter; on a GPU machine ``tests/gpu/backend/test_tc_piecewise_triton_gpu.py`` runs the forward instead."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("a CPU forward over the Triton set runs under TRITON_INTERPRET=1 only (the GPU tests cover CUDA)")
     torch.manual_seed(0)
     config = model_config_from_preset(preset)
     if num_layers is not None:
         config = dataclasses.replace(config, num_layers=num_layers)
     runner = ModelRunner(
-        random_model(config, device=DEVICE),
+        random_model(config),
         resolve(),
         cache_config=CacheConfig(max_num_reqs=8, max_context_len=32),
         kernel_backend="torch",

@@ -7,13 +7,14 @@ is given (a ``gemv`` for the few rows of a decode step, cuBLAS for wider ones) a
 ``FastLauncher``, so an eager step (eager, ``full`` and ``breakable`` captures alike) pays no dispatcher and checks
 nothing more than before.
 
-Dynamo never runs these functions: each is registered with ``torch._dynamo.substitute_in_graph``, so where a traced
-forward calls one, dynamo traces its custom op instead: one graph node a call, whose fake implementation gives the
-outputs' shapes and dtypes and whose schema says what it writes. The kernels are chosen by the number of rows inside
-the op, on the real tensors, so the traced graph does not branch on the token count (one compilation serves every
-bucket); the ops take no layer index and read no forward context, so every layer's call is the same node over other
-weights (no recompile per layer, and ``tc_piecewise`` compiles one piece that serves every layer). Inductor compiles
-what lies between the ops; inside a captured piece an op's dispatch is paid at capture only.
+Dynamo never traces into these functions: each is registered with ``torch._dynamo.substitute_in_graph``, so
+where a traced forward calls one, dynamo traces its custom op instead: one graph node a call, whose fake
+implementation gives the outputs' shapes and dtypes and whose schema says what it writes. The kernels are chosen by
+the number of rows inside the op, on the real tensors, so the traced graph does not branch on the token count (one
+compilation serves every bucket); the ops take no layer index and read no forward context, so every layer's call is
+the same node over other weights (no recompile per layer, and ``tc_piecewise`` compiles one piece that serves every
+layer). Inductor compiles what lies between the ops; inside a captured piece an op's dispatch is paid at capture
+only.
 
 Why a substitution rather than a check at each call (``bench/bench_traced_ops.py``, on a 2-core CPU host): a plain
 Python call costs 0.07 µs, ``torch.compiler.is_compiling()`` 0.23 µs and ``torch.compiler.is_dynamo_compiling()``
@@ -25,8 +26,8 @@ Schemas: every op returns new tensors and mutates nothing but ``norm_rotate_stor
 to ``kv_buffer`` at ``slots`` (``mutates_args=("kv_buffer",)``). Eagerly, ``add_rms_norm`` and the wide steps of
 ``add_norm_linear`` grow the residual stream in place and ``norm_rotate`` rotates the heads in place in the q/k/v
 projection; callers use what they return, never their inputs' storage, so the two agree. The ops' outputs are new
-because a traced graph gains from it: inductor keeps no copy to undo an in-place write to a graph input or to a
-view, and a new ``[T, Hq + Hk, D]`` of rotated heads flattens without dynamo guarding on one token (a slice of the
+because a traced graph gains from it: functionalization adds no copy for an in-place write to a graph input or to
+a view, and a new ``[T, Hq + Hk, D]`` of rotated heads flattens without dynamo guarding on one token (a slice of the
 projection would not).
 """
 
