@@ -36,9 +36,12 @@ from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-PRESETS = ("tiny-qwen3-random", "tiny-llama-random")
-TOKEN_COUNTS = (4, 1, 2, 7)
-"""The first compiles (its token dimension marked dynamic); 1 and 2 take the ``gemv`` kernels, 4 and 7 cuBLAS."""
+PRESETS = (
+    "tiny-qwen3-random",
+    pytest.param("tiny-llama-random", marks=pytest.mark.slow),  # the interpreter is slow: Qwen3's head norms in `tests`
+)
+TOKEN_COUNTS = (4, 1, 2)
+"""The first compiles (its token dimension marked dynamic); 1 and 2 take the ``gemv`` kernels, 4 cuBLAS."""
 OP_NAMESPACE = "cudagraph_triton"
 
 
@@ -189,7 +192,7 @@ def graph_ops(graph_module: torch.fx.GraphModule) -> list[str]:
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_forward_over_the_triton_set_traces_into_one_graph_for_every_token_count(preset: str) -> None:
-    """No graph break, one compilation for four token counts (the kernels are chosen inside the ops, so the graph
+    """No graph break, one compilation for three token counts (the kernels are chosen inside the ops, so the graph
     does not branch on the rows), the custom ops as its nodes, and eager's numbers and cache."""
     runner = triton_runner(preset)
     graphs: list[torch.fx.GraphModule] = []
