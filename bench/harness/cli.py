@@ -247,8 +247,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
     # Engines take the attention backend --attention-backend names; "auto": the first of this order that can run.
     result.settings["attention_backend"] = {"choice": args.attention_backend, "order": list(ATTENTION_AUTO_ORDER)}
-    # Engines take the kernel set --kernel-backend names; "auto": the first of this order that can run (torch where a
-    # row compiles).
+    # Engines take the kernel set --kernel-backend names; "auto": the first of this order that can run (triton on CUDA,
+    # compiled rows included: tc_piecewise traces its operations as custom ops; never flashinfer where a row compiles).
     result.settings["kernel_backend"] = {"choice": args.kernel_backend, "order": list(AUTO_ORDER)}
     if args.presets:
         result.settings["presets"] = list(args.presets)

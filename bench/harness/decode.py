@@ -33,7 +33,8 @@ class DecodeSettings:
     count_kernels: bool = True
     """Count device activities right after each row is timed (``kernel_pass`` says why a run usually does not)."""
     kernel_backend: str = "auto"
-    """The engine's kernel set for the eager rows and the untraced graphs (``auto``, ``torch``, ``triton``, ...)."""
+    """The engine's kernel set (``auto``, ``torch``, ``triton``, ...); a row that compiles the forward gets the set
+    the engine would pick for it (``ModelRunner.kernels_for``: with ``auto`` on CUDA, ``triton`` for tc_piecewise)."""
 
 
 def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache, bandwidth: float) -> None:

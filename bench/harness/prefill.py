@@ -32,7 +32,8 @@ class PrefillSettings:
     attention_backend: str = "torch"
     configs: tuple[BenchConfig, ...] = PREFILL_CONFIGS
     kernel_backend: str = "auto"
-    """The engine's kernel set for the eager rows and the untraced graphs (``auto``, ``torch``, ``triton``, ...)."""
+    """The engine's kernel set (``auto``, ``torch``, ``triton``, ...); a row that compiles the forward gets the set
+    the engine would pick for it (``ModelRunner.kernels_for``: with ``auto`` on CUDA, ``triton`` for tc_piecewise)."""
 
     @property
     def token_buckets(self) -> tuple[int, ...]:

@@ -84,7 +84,7 @@ class RunnerSource(StepSource):
             model_runner.check_graph_config(config)
         except ConfigError as error:
             raise SourceUnavailableError(f"the engine refuses it: {error}") from None
-        # The kernels the engine would run with this config (the torch set where it compiles the forward).
+        # The kernels the engine would run with this config (never FlashInfer's where it compiles the forward).
         self._switch_kernels(model_runner.kernels_for(config))
         runner_type = PrefillCudaGraphRunner if prefill else DecodeCudaGraphRunner
         try:

@@ -50,8 +50,9 @@ def build_model_runner(
     cuda_graph_config: CudaGraphConfig = EAGER_CONFIG,
 ) -> ModelRunner:
     """An engine on CUDA over the preset's random bf16 weights (or ``model``'s, shared between engines), with the
-    kernel set ``kernel_backend`` picks (``auto``: the fastest that can run; a traced forward gets torch's). Eager
-    unless ``cuda_graph_config`` says otherwise (its runners are built by the caller: ``init_*_cuda_graph``)."""
+    kernel set ``kernel_backend`` picks (``auto``: the fastest that can run; a traced forward never gets
+    FlashInfer's). Eager unless ``cuda_graph_config`` says otherwise (its runners are built by the caller:
+    ``init_*_cuda_graph``)."""
     if model is None:
         model = random_model(preset_config(preset), seed=0, dtype="bfloat16", device="cuda")
     return ModelRunner(

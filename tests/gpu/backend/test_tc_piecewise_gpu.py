@@ -50,12 +50,18 @@ def graphs(decode: Backend, compiler: str = "eager", prefill: Backend = Backend.
 
 
 @contextlib.contextmanager
-def engine(preset: str, config: CudaGraphConfig, dtype: str = "float32") -> Iterator[ModelRunner]:
-    """A CUDA engine with random weights and its decode graphs captured; shut down on exit, pass or fail."""
+def engine(
+    preset: str, config: CudaGraphConfig, dtype: str = "float32", kernel_backend: str = "auto"
+) -> Iterator[ModelRunner]:
+    """A CUDA engine with random weights and its decode graphs captured; shut down on exit, pass or fail. ``auto``
+    kernels are Triton's, compiled forwards included (their operations are custom ops inductor compiles around);
+    a test of what inductor makes of the layers' own ops asks for ``torch``."""
     torch._dynamo.reset()
     counters.clear()
     model = random_model(model_config_from_preset(preset), seed=3, dtype=dtype, device="cuda")
-    runner = ModelRunner(model, config, cache_config=CacheConfig(max_num_reqs=24, max_context_len=96))
+    runner = ModelRunner(
+        model, config, cache_config=CacheConfig(max_num_reqs=24, max_context_len=96), kernel_backend=kernel_backend
+    )
     try:
         runner.init_cuda_graphs()
         yield runner
@@ -243,7 +249,7 @@ def test_full_with_compiled_small_buckets_gives_eager_tokens_at_every_batch_size
 
 @pytest.mark.gpu
 def test_compiled_small_buckets_compile_once_and_the_graph_runs_inductor_kernels() -> None:
-    with engine("tiny-qwen3-random", compiled_full()) as graphed:
+    with engine("tiny-qwen3-random", compiled_full(), kernel_backend="torch") as graphed:
         runner, backend = decode_graphs(graphed, FullCudaGraphBackend)
         assert backend.compile_stats is not None and backend.compile_stats.compilations == 1
         batch = synthetic_decode_batch(graphed, 4, context_len=40, seed=4)
@@ -300,11 +306,12 @@ def test_compile_mode_max_autotune_autotunes_and_gives_eager_tokens(backend_kind
     base = compiled_full() if backend_kind == "compiled_full" else graphs(Backend.TC_PIECEWISE, "inductor")
     config = dataclasses.replace(base, torch_compile_mode=AUTOTUNE_MODE)
     prompts, params = shrinking_workload(count=9, seed=2)
-    with engine("tiny-qwen3-random", graphs(Backend.DISABLED)) as eager:
+    # The torch kernel set: its projections are matmuls inductor sees (the triton set's are inside its custom ops).
+    with engine("tiny-qwen3-random", graphs(Backend.DISABLED), kernel_backend="torch") as eager:
         expected = tokens(eager, prompts, params)
     with (
         torch._inductor.config.patch(fx_graph_cache=False, autotune_local_cache=False),
-        engine("tiny-qwen3-random", config) as graphed,
+        engine("tiny-qwen3-random", config, kernel_backend="torch") as graphed,
     ):
         runner = graphed.decode_cuda_graph_runner
         assert runner is not None

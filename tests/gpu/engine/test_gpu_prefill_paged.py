@@ -203,9 +203,10 @@ def test_prefill_full_with_flashinfer_is_one_clear_error_until_its_capture_is_pr
 def test_flashinfer_prefill_graphs_then_decode_give_eager_tokens(page_size: int, backend: Backend) -> None:
     """Whole generate loops (prefill graphs of ``backend``, decode full graphs) against FlashInfer eager.
 
-    Both runs use the torch kernel set: a compiled forward (tc_piecewise) always does, and the fused FlashInfer set
-    rounds bfloat16 differently (compared on its own in test_gpu_fused_kernels), which would flip near-tie tokens of
-    a random-weight model and hide what this test compares, graphs against eager."""
+    Both runs use the torch kernel set, asked for by name: the fused sets (FlashInfer's, and Triton's, which a
+    compiled forward would take by default) round bfloat16 differently (compared on their own in
+    test_gpu_fused_kernels), which would flip near-tie tokens of a random-weight model and hide what this test
+    compares, graphs against eager."""
     generator = torch.Generator().manual_seed(page_size)
     prompts = [torch.randint(0, 512, (int(n),), generator=generator).tolist() for n in torch.randint(2, 60, (20,))]
     params = [SamplingParams(max_new_tokens=1 + i % 7) for i in range(20)]

@@ -203,8 +203,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         "--kernel-backend",
         choices=KERNEL_BACKEND_CHOICES,
         default="auto",
-        help="the layers' norm/rotary/activation/projection kernels (auto: triton on CUDA without tc_piecewise, "
-        "then flashinfer when installed and the model runs in float16/bfloat16, else torch)",
+        help="the layers' norm/rotary/activation/projection kernels (auto: triton on CUDA, tc_piecewise included, "
+        "then flashinfer when installed and the model runs in float16/bfloat16 without tc_piecewise, else torch)",
     )
     parser.add_argument("--max-num-reqs", type=positive_int, default=64, help="request rows in the KV cache")
     parser.add_argument(

@@ -160,8 +160,9 @@ class ModelRunner:
     The graph runners are created by ``init_decode_cuda_graph()`` and ``init_prefill_cuda_graph()`` (or both by
     ``init_cuda_graphs()``); until then, and for batches they cannot take, steps run eagerly.
 
-    ``kernel_backend`` picks the model's kernel set (``kernels.registry``: ``auto``, ``torch``, ``flashinfer``)
-    and sets it on the model; a forward a graph backend compiles (``tc_piecewise``) gets one dynamo can trace.
+    ``kernel_backend`` picks the model's kernel set (``kernels.registry``: ``auto``, ``torch``, ``triton``,
+    ``flashinfer``) and sets it on the model; a forward a graph backend compiles (``tc_piecewise``) gets one dynamo
+    can trace (``torch``, or ``triton`` through its custom ops).
     ``attention_backend`` is ``torch``, ``triton``, ``flashinfer`` or ``auto`` (the fastest that runs here,
     ``attention.choice``; the CLI's default); ``attention_backend_name`` says which one is in use.
 
@@ -262,8 +263,8 @@ class ModelRunner:
 
     def kernels_for(self, config: CudaGraphConfig) -> LayerKernels:
         """The kernel set this engine's ``kernel_backend`` picks when its graphs follow ``config``: with ``auto``,
-        the torch set where a graph compiles the forward (``config.model_forward_compiler``: dynamo cannot trace
-        FlashInfer's functions nor the Triton set's launches)."""
+        never FlashInfer's where a graph compiles the forward (``config.model_forward_compiler``: dynamo cannot trace
+        its functions); the Triton set's operations trace as custom ops, so it is picked there too."""
         return self._select_kernels(traced=config.model_forward_compiler is not None)
 
     def traced_kernels(self) -> LayerKernels:

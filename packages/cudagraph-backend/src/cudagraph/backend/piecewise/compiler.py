@@ -14,6 +14,9 @@ Workflow of ``PiecewiseCompiler`` (called by dynamo once per traced graph):
 The inductor cache (FX graphs, AOTAutograd, Triton kernels and autotuning results) lives under
 ``InductorPieceCompiler.cache_dir`` when one is set (torch's ``TORCHINDUCTOR_CACHE_DIR`` otherwise), so a second
 process reuses the first one's kernels; ``PiecewiseStats`` says how many pieces compiled and how many were shared.
+Inductor's Triton kernels go to ``TRITON_CACHE_DIR`` instead where that is set; Triton's own JIT cache (kernels a
+model launches itself, ``~/.triton/cache`` by default) is Triton's to place, not moved here (the package README's
+"The compile caches").
 
 Not here: capturing or replaying anything (``wrappers`` and ``sequence``), or choosing what to compile (the backend).
 """

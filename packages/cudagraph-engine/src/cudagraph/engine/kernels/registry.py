@@ -3,7 +3,9 @@
 ``select_kernels(name, target)`` is the one entry. ``torch`` runs everywhere. ``flashinfer`` needs the optional
 ``flashinfer-python`` package and the conditions in its row (a CUDA device, a half-precision dtype, a head size its
 rotary kernel is built for, a forward that ``torch.compile`` does not trace). ``triton`` needs Triton (part of every
-CUDA build of torch), a CUDA device and an untraced forward; it runs every dtype and head size the model has.
+CUDA build of torch) and a CUDA device; it runs every dtype and head size the model has, and a forward that
+``torch.compile`` traces (``tc_piecewise``, compiled small buckets) calls its operations as custom ops
+(``triton.traced_ops``), so ``auto`` picks it there too.
 ``auto`` takes the first row of ``AUTO_ORDER`` whose conditions hold and whose package imports, and logs why it
 passed over the others. Asking for a set by name that cannot run is one error: the missing package (naming the extra
 that installs it), else the first condition that fails, and what to use instead.
@@ -123,11 +125,9 @@ FLASHINFER_REQUIREMENTS = (
 """The flashinfer row's conditions, checked in order (the first failing one is reported)."""
 
 
-TRITON_REQUIREMENTS = (
-    CUDA_DEVICE,
-    untraced("the kernels launch from Python, outside torch's op registry"),
-)
-"""The triton row's conditions, checked in order."""
+TRITON_REQUIREMENTS = (CUDA_DEVICE,)
+"""The triton row's conditions, checked in order. A traced forward is not one of them: dynamo traces each operation
+of the set as its custom op (``triton.traced_ops``)."""
 
 
 def _load_torch() -> KernelFactory:

@@ -8,9 +8,10 @@ same way), and the down projection with ``silu(gate) * up`` computed on its load
 Projections of steps wider than ``ops.GEMV_TILES`` cover stay cuBLAS matmuls, with the add + norm and the
 activation as kernels of their own.
 
-Triton ships with every CUDA build of torch; the set needs nothing else. Its launches are plain Python calls that
-dynamo does not trace as torch ops here, so a forward that ``torch.compile`` traces (``tc_piecewise``) uses the
-torch kernel set (``registry.select_kernels`` decides).
+Triton ships with every CUDA build of torch; the set needs nothing else. Every operation goes through
+``traced_ops``: eager steps launch through ``FastLauncher`` directly, and a forward that ``torch.compile`` traces
+(``tc_piecewise``, compiled small buckets) calls the same operations as custom ops (``torch.ops.cudagraph_triton``),
+which dynamo keeps as nodes of its graph and inductor compiles around.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..layer_set import KVDestination, QKHeads, RotaryStep
 from ..rotary import rotary_cos_sin_halves_table
-from . import ops
+from . import ops, traced_ops
 
 if TYPE_CHECKING:
     from ...model.architecture import ModelConfig
@@ -35,23 +35,31 @@ class TritonKernels:
     name = "triton"
     fuses_kv_store = True
 
-    def rms_norm(self, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        """``ops.rms_norm`` into a new tensor."""
-        return ops.rms_norm(x, weight, eps)
-
-    def add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-        """``residual += x`` and ``x = norm(residual)`` in one kernel, both in place."""
-        return ops.add_rms_norm(x, residual, weight, eps)
+    # The plain functions themselves (no method of ours between the layer and the launch): eager steps launch
+    # through FastLauncher, and dynamo traces each as its custom op (``traced_ops``).
+    rms_norm = staticmethod(ops.rms_norm)
+    """``ops.rms_norm``: into a new tensor."""
+    add_rms_norm = staticmethod(ops.add_rms_norm)
+    """``ops.add_rms_norm``: ``residual += x`` and ``x = norm(residual)`` in one kernel, both in place (traced: into
+    new tensors)."""
+    linear = staticmethod(traced_ops.linear)
+    """``traced_ops.linear``: ``ops.gemv`` for the few rows of a decode step, a cuBLAS matmul for wider steps."""
+    silu_mul_linear = staticmethod(traced_ops.silu_mul_linear)
+    """``traced_ops.silu_mul_linear``: the activation computed on the down projection's load; for wide steps, its
+    own kernel then cuBLAS."""
+    add_norm_linear = staticmethod(traced_ops.add_norm_linear)
+    """``traced_ops.add_norm_linear``: the residual add and the norm computed on the projection's load (the stream
+    comes back as a new tensor); for wide steps, the fused add + norm kernel then cuBLAS."""
 
     def norm_and_rotate(self, heads: Tensor, q_and_k: QKHeads, rotary: RotaryStep) -> Tensor:
         """Head norms (when there is a weight) and rotary of the q and k heads in one kernel, in place."""
-        return _norm_rotate(heads, q_and_k, rotary, None)
+        return traced_ops.norm_rotate(heads, q_and_k, rotary, None)
 
     def norm_rotate_and_store(
         self, heads: Tensor, q_and_k: QKHeads, rotary: RotaryStep, kv_destination: KVDestination
     ) -> Tensor:
         """Head norms, rotary and the KV store in one kernel: the keys are written rotated, the values as they are."""
-        return _norm_rotate(heads, q_and_k, rotary, kv_destination)
+        return traced_ops.norm_rotate(heads, q_and_k, rotary, kv_destination)
 
     def rotary_table(self, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> Tensor:
         """``rotary.rotary_cos_sin_halves_table``: float32 ``cos`` then ``sin`` halves per position."""
@@ -60,44 +68,6 @@ class TritonKernels:
     def rotary_step(self, table: Tensor, positions: Tensor) -> RotaryStep:
         """Nothing to gather: the kernel reads the table at the positions itself."""
         return RotaryStep(table, positions)
-
-    def linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        """``ops.gemv`` for the few rows of a decode step, a cuBLAS matmul for wider steps."""
-        tile = ops.gemv_tile(x.shape[0])
-        if tile is None:
-            return F.linear(x, weight, bias)
-        return ops.gemv(x, weight, bias, tile=tile)
-
-    def silu_mul_linear(self, gate_up: Tensor, weight: Tensor) -> Tensor:
-        """The activation computed on the down projection's load; for wide steps, its own kernel then cuBLAS."""
-        tile = ops.gemv_tile(gate_up.shape[0])
-        if tile is None:
-            return F.linear(ops.silu_and_mul(gate_up), weight)
-        return ops.gemv(gate_up, weight, silu_mul=True, tile=tile)
-
-    def add_norm_linear(
-        self, x: Tensor, residual: Tensor, norm_weight: Tensor, eps: float, weight: Tensor, bias: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """The residual add and the norm computed on the projection's load (the stream comes back as a new tensor);
-        for wide steps, the fused add + norm kernel then cuBLAS."""
-        tile = ops.gemv_tile(x.shape[0])
-        if tile is None:
-            normed, residual = ops.add_rms_norm(x, residual, norm_weight, eps)
-            return F.linear(normed, weight, bias), residual
-        return ops.add_norm_gemv(x, residual, norm_weight, eps, weight, bias, tile=tile)
-
-
-def _norm_rotate(
-    heads: Tensor,
-    q_and_k: QKHeads,
-    rotary: RotaryStep,
-    kv_destination: KVDestination | None,
-) -> Tensor:
-    num_q_heads, num_k_heads, norm_weight, eps = q_and_k
-    ops.qk_norm_rope(
-        heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions, kv_destination
-    )
-    return heads[:, : num_q_heads + num_k_heads]
 
 
 def warm_up(kernels: TritonKernels, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:

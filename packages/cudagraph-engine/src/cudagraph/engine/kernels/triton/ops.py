@@ -4,9 +4,11 @@ them into a kernel set).
 Five kernels, each one launch whatever the batch:
 
 - ``rms_norm`` and ``add_rms_norm``: a row per program; the residual sum is rounded to the model dtype before its
-  norm (as the torch reference rounds it) and written back in place.
+  norm (as the torch reference rounds it) and written back in place (or, for a forward that must not mutate its
+  inputs, into new tensors: ``add_rms_norm_into``).
 - ``qk_norm_rope``: Qwen3's per-head norms of q and k (each head by its row of the weight) and rotary of q and k
-  from the positions, in place in the fused projection: three launches of the other sets in one.
+  from the positions, in place in the fused projection (or into a tensor of their own): three launches of the other
+  sets in one.
 - ``gemv``: ``x @ weight.T`` (+ bias) for the few rows of a decode step, without split-K: a program owns
   ``block_n`` output columns and reads their weight rows once, so there is no reduction kernel after it (cuBLAS
   adds one to most of these shapes); with ``silu_mul`` the input row is ``silu(gate) * up`` computed on load, which
@@ -37,10 +39,12 @@ def _rms_norm_kernel(
     residual_ptr,
     weight_ptr,
     out_ptr,
+    sum_ptr,
     width,
     x_stride,
     residual_stride,
     out_stride,
+    sum_stride,
     eps,
     ADD: tl.constexpr,
     BLOCK: tl.constexpr,
@@ -52,7 +56,7 @@ def _rms_norm_kernel(
     if ADD:
         residual_row = residual_ptr + row * residual_stride + offsets
         total = (x.to(tl.float32) + tl.load(residual_row, mask=mask, other=0.0).to(tl.float32)).to(x.dtype)
-        tl.store(residual_row, total, mask=mask)
+        tl.store(sum_ptr + row * sum_stride + offsets, total, mask=mask)
         x = total
     values = x.to(tl.float32)
     inverse_rms = tl.rsqrt(tl.sum(values * values, axis=0) / width + eps)
@@ -64,6 +68,8 @@ def _rms_norm_kernel(
 def _qk_norm_rope_kernel(
     heads_ptr,
     row_stride,
+    out_ptr,
+    out_row_stride,
     norm_weight_ptr,
     cos_sin_ptr,
     cos_sin_stride,
@@ -110,8 +116,9 @@ def _qk_norm_rope_kernel(
     out1 = (a * cos - b * sin).to(dtype)
     out2 = (b * cos + a * sin).to(dtype)
     write_back = rotated[:, None] & dim_mask[None, :]
-    tl.store(first, out1, mask=write_back)
-    tl.store(first + half, out2, mask=write_back)
+    out_first = out_ptr + token * out_row_stride + heads[:, None] * HEAD_DIM + dims[None, :]
+    tl.store(out_first, out1, mask=write_back)
+    tl.store(out_first + half, out2, mask=write_back)
     if STORE:
         # A slot's cache row is [2, num_k_heads, HEAD_DIM], keys then values: the k and v heads of the projection in
         # their order. Keys go in rotated, values as read.
@@ -257,22 +264,43 @@ def add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``residual += x`` (rounded), then ``x = rms_norm(residual)``: both in place, one launch."""
-    _launch_norm(x, residual, weight, x, eps)
+    _launch_norm(x, residual, weight, x, eps, residual)
     return x, residual
 
 
+def add_rms_norm_into(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm(x + residual), x + residual)`` into two new tensors, one launch: ``add_rms_norm`` for a caller
+    whose inputs must stay as they are (a custom op that declares no mutation)."""
+    normed = torch.empty_like(x, memory_format=torch.contiguous_format)
+    total = torch.empty_like(x, memory_format=torch.contiguous_format)
+    _launch_norm(x, residual, weight, normed, eps, total)
+    return normed, total
+
+
 def _launch_norm(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, out: torch.Tensor, eps: float
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    out: torch.Tensor,
+    eps: float,
+    total: torch.Tensor | None = None,
 ) -> None:
+    """One norm launch; with ``residual`` the sum ``x + residual`` is normed and stored to ``total``."""
     rows, width = x.shape
     if rows == 0:
         return
-    stride = 0 if residual is None else residual.stride(0)
+    residual_stride = 0 if residual is None else residual.stride(0)
+    total_stride = 0 if total is None else total.stride(0)
     _LAUNCH_RMS_NORM(
         (rows,),
-        (x, x if residual is None else residual, weight, out, width, x.stride(0), stride, out.stride(0), eps),
+        (
+            x, x if residual is None else residual, weight, out, out if total is None else total, width,
+            x.stride(0), residual_stride, out.stride(0), total_stride, eps,
+        ),
         {"ADD": residual is not None, "BLOCK": next_power_of_2(width)},
-    )
+    )  # fmt: skip
 
 
 def qk_norm_rope(
@@ -284,10 +312,12 @@ def qk_norm_rope(
     cos_sin: torch.Tensor,
     positions: torch.Tensor,
     kv_store: tuple[torch.Tensor, torch.Tensor] | None = None,
+    out: torch.Tensor | None = None,
 ) -> None:
     """In place on the q then k heads at the front of ``heads`` ``[T, H, D]`` (each row's heads contiguous): each
     head normed by its row of ``norm_weight`` ``[Hq + Hk, D]`` (skipped when None), then rotated (Neox halves) by
-    the float32 ``cos_sin`` ``[positions, D]`` row (cos then sin halves) at ``positions[t]``.
+    the float32 ``cos_sin`` ``[positions, D]`` row (cos then sin halves) at ``positions[t]``. With ``out``
+    ``[T, Hq + Hk, D]`` (each row's heads contiguous) the rotated heads go there instead and ``heads`` is only read.
 
     With ``kv_store = (kv_buffer, slots)`` the same launch also writes each token's rotated keys and its values (the
     ``Hk`` heads after the k heads) to row ``slots[t]`` of ``kv_buffer`` ``[slots, 2, Hk, D]`` (keys, then values:
@@ -303,12 +333,20 @@ def qk_norm_rope(
             f"qk_norm_rope stores into a contiguous [slots, 2, {num_k_heads}, {head_dim}] buffer, got "
             f"{tuple(kv_buffer.shape)}"
         )
+    if out is None:
+        out = heads
+    elif out.shape != (tokens, num_q_heads + num_k_heads, head_dim) or out.stride(2) != 1 or out.stride(1) != head_dim:
+        raise ValueError(
+            f"qk_norm_rope writes into [{tokens}, {num_q_heads + num_k_heads}, {head_dim}] with each row's heads "
+            f"contiguous, got {tuple(out.shape)} of strides {out.stride()}"
+        )
     launched_heads = num_q_heads + (2 if kv_store is not None else 1) * num_k_heads
     grid = (tokens, cdiv(launched_heads, HEADS_PER_PROGRAM))
     _LAUNCH_QK_NORM_ROPE(
         grid,
         (
-            heads, heads.stride(0), heads if norm_weight is None else norm_weight, cos_sin, cos_sin.stride(0),
+            heads, heads.stride(0), out, out.stride(0), heads if norm_weight is None else norm_weight, cos_sin,
+            cos_sin.stride(0),
             positions, kv_buffer, slots, num_q_heads, num_k_heads, eps,
         ),
         {

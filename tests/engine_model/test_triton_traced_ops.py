@@ -1,0 +1,326 @@
+"""The Triton kernel set under ``torch.compile``: its custom ops (``torch.ops.cudagraph_triton``) against the eager
+functions they stand for (``torch.library.opcheck``: schema, fake tensors, AOT dispatch; and the values), a whole
+forward over the set traced into one graph for every token count with the ops as its nodes, the ``tc_piecewise``
+split of it, and eager steps that never reach the ops. The ops on the GPU where there is one, else on CPU tensors
+through Triton's interpreter (``TRITON_INTERPRET=1``, set by ``tests/conftest.py``); the forwards on CPU under the
+interpreter only (``tests/gpu/backend/test_tc_piecewise_triton_gpu.py`` runs them on CUDA); float32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch._dynamo
+import torch.fx.experimental._config as fx_config
+from test_traced_forward import decode_batch, run_hidden
+from torch._dynamo.utils import counters
+from torch.utils._python_dispatch import TorchDispatchMode
+
+pytest.importorskip("triton", reason="triton is not installed: pip install triton (CUDA builds of torch bring it)")
+
+from cudagraph.backend import PiecewiseCompiler
+from cudagraph.config import resolve
+from cudagraph.engine.kernels import QKHeads, RotaryStep
+from cudagraph.engine.kernels.rotary import rotary_cos_sin_halves_table
+from cudagraph.engine.kernels.triton import ops as triton_ops
+from cudagraph.engine.kernels.triton import traced_ops
+from cudagraph.engine.kernels.triton.layer_set import TritonKernels
+from cudagraph.engine.model import model_config_from_preset, random_model
+from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+PRESETS = (
+    "tiny-qwen3-random",
+    pytest.param("tiny-llama-random", marks=pytest.mark.slow),  # the interpreter is slow: Qwen3's head norms in `tests`
+)
+TOKEN_COUNTS = (4, 1, 2)
+"""The first compiles (its token dimension marked dynamic); 1 and 2 take the ``gemv`` kernels, 4 cuBLAS."""
+OP_NAMESPACE = "cudagraph_triton"
+
+
+@pytest.fixture(autouse=True)
+def interpreter_or_gpu() -> None:
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip(
+            "no CUDA device and Triton's interpreter is off: set TRITON_INTERPRET=1 before torch is imported "
+            "(tests/conftest.py does where /dev/nvidiactl is absent)"
+        )
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def randn(*shape: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(shape, generator=generator).to(DEVICE)
+
+
+def rotary_inputs(tokens: int, generator: torch.Generator) -> tuple[torch.Tensor, QKHeads, RotaryStep]:
+    """Heads ``[T, Hq + 2 Hk, D]`` of a tiny Qwen3 shape, its q/k norm and the rotary step at random positions."""
+    config = model_config_from_preset("tiny-qwen3-random")
+    num_q, num_k, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+    heads = randn(tokens, num_q + 2 * num_k, head_dim, generator=generator)
+    norm_weight = 1 + 0.1 * randn(num_q + num_k, head_dim, generator=generator)
+    table = rotary_cos_sin_halves_table(config, torch.device(DEVICE))
+    positions = torch.randint(0, 30, (tokens,), generator=generator).to(DEVICE)
+    return heads, QKHeads(num_q, num_k, norm_weight, 1e-6), RotaryStep(table, positions)
+
+
+def op_cases(rows: int, generator: torch.Generator) -> list[tuple[str, tuple[Any, ...]]]:
+    """Each op with arguments for a step of ``rows`` rows (the ``gemv`` kernels at 1 and 2 rows, cuBLAS above)."""
+    width, out, inner = 48, 40, 24  # widths that are not powers of two: the masked tails count
+    x, residual = randn(rows, width, generator=generator), randn(rows, width, generator=generator)
+    norm_weight = 1 + 0.1 * randn(width, generator=generator)
+    weight, bias = randn(out, width, generator=generator), randn(out, generator=generator)
+    gate_up, down = randn(rows, 2 * inner, generator=generator), randn(out, inner, generator=generator)
+    heads, (num_q, num_k, head_weight, eps), (table, positions) = rotary_inputs(rows, generator)
+    kv_buffer = torch.zeros((16, 2, num_k, heads.shape[-1]), device=DEVICE)
+    slots = torch.randperm(16, generator=generator)[:rows].to(DEVICE)
+    rotary = (heads, head_weight, num_q, num_k, eps, table, positions)
+    return [
+        ("rms_norm", (x, norm_weight, 1e-6)),
+        ("add_rms_norm", (x, residual, norm_weight, 1e-6)),
+        ("linear", (x, weight, bias)),
+        ("linear", (x, weight, None)),
+        ("silu_mul_linear", (gate_up, down)),
+        ("add_norm_linear", (x, residual, norm_weight, 1e-6, weight, bias)),
+        ("norm_rotate", rotary),
+        ("norm_rotate", (heads, None, num_q, num_k, eps, table, positions)),
+        ("norm_rotate_store", (*rotary, kv_buffer, slots)),
+    ]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+def test_every_op_passes_opcheck(rows: int) -> None:
+    """Schema (what it mutates), fake implementation (shapes, dtypes, strides of the real outputs) and AOT dispatch,
+    for every op at the kernels' row counts."""
+    generator = torch.Generator().manual_seed(rows)
+    for name, args in op_cases(rows, generator):
+        _, op = traced_ops.TRACED_OPS[name]
+        torch.library.opcheck(op, args)
+
+
+def _clone_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+def test_the_ops_compute_what_the_eager_functions_compute_and_write_only_what_they_declare(rows: int) -> None:
+    """The op (new tensors, inputs untouched but the declared cache) against the eager function (in place)."""
+    generator = torch.Generator().manual_seed(10 + rows)
+    cases = {name: args for name, args in op_cases(rows, generator)}  # the last case of each name
+
+    def check(name: str, eager: Callable[..., Any]) -> None:
+        args = cases[name]
+        before = _clone_args(args)
+        got = getattr(torch.ops.cudagraph_triton, name)(*args)
+        expected = eager(*_clone_args(args))
+        for index, (arg, kept) in enumerate(zip(args, before, strict=True)):
+            if isinstance(arg, torch.Tensor):
+                assert torch.equal(arg, kept), f"{name} wrote its argument {index}"
+        got_list = list(got) if isinstance(got, tuple) else [got]
+        expected_list = list(expected) if isinstance(expected, tuple) else [expected]
+        for have, want in zip(got_list, expected_list, strict=True):
+            assert have.is_contiguous()
+            torch.testing.assert_close(have, want, atol=1e-5, rtol=1e-5)
+
+    check("rms_norm", triton_ops.rms_norm)
+    check("add_rms_norm", triton_ops.add_rms_norm)
+    check("linear", traced_ops.linear)
+    check("silu_mul_linear", traced_ops.silu_mul_linear)
+    check("add_norm_linear", traced_ops.add_norm_linear)
+
+    heads, weight, num_q, num_k, eps, table, positions, kv_buffer, slots = cases["norm_rotate_store"]
+    eager_heads, eager_kv = heads.clone(), kv_buffer.clone()
+    rotated = traced_ops.norm_rotate(
+        eager_heads, QKHeads(num_q, num_k, weight, eps), RotaryStep(table, positions), (eager_kv, slots)
+    )
+    heads_before = heads.clone()
+    got = torch.ops.cudagraph_triton.norm_rotate_store(*cases["norm_rotate_store"])
+    assert torch.equal(heads, heads_before), "the op reads the heads and writes its rotated ones to a new tensor"
+    assert got.is_contiguous() and got.shape == rotated.shape
+    torch.testing.assert_close(got, rotated, atol=0, rtol=0)
+    torch.testing.assert_close(kv_buffer, eager_kv, atol=0, rtol=0)
+    assert kv_buffer[slots].abs().sum() > 0, "the op wrote the keys and values it declares it mutates"
+
+
+def triton_runner(preset: str, num_layers: int | None = None) -> ModelRunner:
+    """A CPU engine on the Triton set (the decode batches of ``test_traced_forward`` are CPU tensors): only under the
+    interpreter; on a GPU machine ``tests/gpu/backend/test_tc_piecewise_triton_gpu.py`` runs the forward instead."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("a CPU forward over the Triton set runs under TRITON_INTERPRET=1 only (the GPU tests cover CUDA)")
+    torch.manual_seed(0)
+    config = model_config_from_preset(preset)
+    if num_layers is not None:
+        config = dataclasses.replace(config, num_layers=num_layers)
+    runner = ModelRunner(
+        random_model(config),
+        resolve(),
+        cache_config=CacheConfig(max_num_reqs=8, max_context_len=32),
+        kernel_backend="torch",
+    )
+    runner.use_kernels(TritonKernels())
+    return runner
+
+
+class OpRecorder(TorchDispatchMode):
+    """Every operator that reaches the dispatcher, by its namespace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.namespaces: set[str] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.namespaces.add(func.namespace)
+        return func(*args, **(kwargs or {}))
+
+
+def graph_ops(graph_module: torch.fx.GraphModule) -> list[str]:
+    return [str(node.target) for node in graph_module.graph.nodes if node.op == "call_function"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_forward_over_the_triton_set_traces_into_one_graph_for_every_token_count(preset: str) -> None:
+    """No graph break, one compilation for three token counts (the kernels are chosen inside the ops, so the graph
+    does not branch on the rows), the custom ops as its nodes, and eager's numbers and cache."""
+    runner = triton_runner(preset)
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        graphs.append(graph_module)
+        return graph_module
+
+    compiled = torch.compile(runner.model_forward, backend=record, fullgraph=True)
+    for index, tokens in enumerate(TOKEN_COUNTS):
+        batch = decode_batch(runner, tokens)
+        if index == 0:
+            torch._dynamo.mark_dynamic(batch.input_ids, 0)
+            torch._dynamo.mark_dynamic(batch.positions, 0)
+        kv_before = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
+        with fx_config.patch(backed_size_oblivious=True):
+            got = run_hidden(runner, batch, compiled)
+        kv_compiled = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
+        for kv, before in zip(runner.token_to_kv_pool.kv_buffer, kv_before, strict=True):
+            kv.copy_(before)
+        expected = run_hidden(runner, batch, runner.model_forward)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        for kv, compiled_kv in zip(runner.token_to_kv_pool.kv_buffer, kv_compiled, strict=True):
+            torch.testing.assert_close(compiled_kv, kv, atol=1e-6, rtol=0)
+        for row in batch.req_pool_indices.tolist():
+            runner.req_to_token_pool.free(row)
+    assert dict(counters["graph_break"]) == {}
+    assert len(graphs) == 1 and counters["stats"]["unique_graphs"] == 1
+    targets = graph_ops(graphs[0])
+    num_layers = runner.model.config.num_layers
+    # Per layer: add_norm_linear twice (the first layer's input norm is rms_norm and linear), norm_rotate,
+    # linear for the output projection, silu_mul_linear; and the final add_rms_norm.
+    assert targets.count(f"{OP_NAMESPACE}.norm_rotate") == num_layers
+    assert targets.count(f"{OP_NAMESPACE}.silu_mul_linear") == num_layers
+    assert targets.count(f"{OP_NAMESPACE}.add_norm_linear") == 2 * num_layers - 1
+    assert targets.count(f"{OP_NAMESPACE}.add_rms_norm") == 1
+    assert targets.count("cudagraph_engine.unified_attention") == num_layers
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_aot_autograd_functionalizes_the_traced_forward_and_keeps_eagers_numbers(preset: str) -> None:
+    """``aot_eager``: the ops' schemas and fake implementations hold through AOTAutograd's functionalization (what
+    inductor compiles from)."""
+    runner = triton_runner(preset)
+    compiled = torch.compile(runner.model_forward, backend="aot_eager", fullgraph=True)
+    for index, tokens in enumerate((3, 1)):
+        batch = decode_batch(runner, tokens)
+        if index == 0:
+            torch._dynamo.mark_dynamic(batch.input_ids, 0)
+            torch._dynamo.mark_dynamic(batch.positions, 0)
+        kv_before = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
+        with fx_config.patch(backed_size_oblivious=True):
+            got = run_hidden(runner, batch, compiled)
+        for kv, before in zip(runner.token_to_kv_pool.kv_buffer, kv_before, strict=True):
+            kv.copy_(before)
+        torch.testing.assert_close(got, run_hidden(runner, batch, runner.model_forward), atol=1e-5, rtol=1e-5)
+        for row in batch.req_pool_indices.tolist():
+            runner.req_to_token_pool.free(row)
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_eager_steps_never_reach_the_custom_ops() -> None:
+    """Eager forwards launch through FastLauncher: no ``cudagraph_triton`` op reaches the dispatcher (only the
+    buffers' allocations and the torch attention backend's ops do)."""
+    runner = triton_runner("tiny-qwen3-random")
+    for tokens in (1, 5):
+        batch = decode_batch(runner, tokens)
+        with OpRecorder() as recorder:
+            run_hidden(runner, batch, runner.model_forward)
+        assert OP_NAMESPACE not in recorder.namespaces
+        assert "cudagraph_engine" in recorder.namespaces  # the recorder does see custom ops
+        for row in batch.req_pool_indices.tolist():
+            runner.req_to_token_pool.free(row)
+
+
+def test_the_split_forward_over_the_triton_set_has_one_piece_per_layer_and_every_layer_piece_is_the_same() -> None:
+    """``tc_piecewise``'s split: attention stays the only split, and the pieces between two attention calls differ
+    in nothing but their weights (the ops take no layer index), so one compiled piece serves every layer."""
+    runner = triton_runner("tiny-qwen3-random", num_layers=4)
+    compiler = PiecewiseCompiler("eager")
+    compiled = torch.compile(runner.model_forward, backend=compiler, fullgraph=True)
+    batch = decode_batch(runner, 3)
+    torch._dynamo.mark_dynamic(batch.input_ids, 0)
+    torch._dynamo.mark_dynamic(batch.positions, 0)
+    with fx_config.patch(backed_size_oblivious=True):
+        got = run_hidden(runner, batch, compiled)
+    assert compiler.split is not None and compiler.stats.split_ops == 4
+    pieces = [getattr(compiler.split.module, name) for name in compiler.split.piece_names]
+    assert len(pieces) == 5
+    structures = [
+        [(node.op, "input" if node.op == "placeholder" else str(node.target)) for node in piece.graph.nodes]
+        for piece in pieces[1:-1]
+    ]
+    assert all(structure == structures[0] for structure in structures[1:])
+    assert any(target.startswith(f"{OP_NAMESPACE}.") for _, target in structures[0])
+    assert torch.isfinite(got).all()
+
+
+@pytest.mark.slow  # inductor compiles three CPU pieces: about 40 s on a 2-core machine (`nox -s slow`)
+@pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None,
+    reason="inductor needs a C++ compiler for CPU pieces: install g++ (or point CXX at one)",
+)
+def test_inductor_compiles_around_the_ops_once_and_keeps_eagers_numbers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Inductor's pieces call the ops (it compiles the glue between them): one compilation for three token counts,
+    one layer piece compiled and shared, eager's numbers and cache."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    runner = triton_runner("tiny-qwen3-random", num_layers=3)
+    compiler = PiecewiseCompiler("inductor")
+    compiled = torch.compile(runner.model_forward, backend=compiler, fullgraph=True)
+    for index, tokens in enumerate((4, 1, 2)):
+        batch = decode_batch(runner, tokens)
+        if index == 0:
+            torch._dynamo.mark_dynamic(batch.input_ids, 0)
+            torch._dynamo.mark_dynamic(batch.positions, 0)
+        kv_before = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
+        with fx_config.patch(backed_size_oblivious=True):
+            got = run_hidden(runner, batch, compiled)
+        kv_compiled = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
+        for kv, before in zip(runner.token_to_kv_pool.kv_buffer, kv_before, strict=True):
+            kv.copy_(before)
+        torch.testing.assert_close(got, run_hidden(runner, batch, runner.model_forward), atol=1e-5, rtol=1e-5)
+        for kv, compiled_kv in zip(runner.token_to_kv_pool.kv_buffer, kv_compiled, strict=True):
+            torch.testing.assert_close(compiled_kv, kv, atol=1e-6, rtol=0)
+        for row in batch.req_pool_indices.tolist():
+            runner.req_to_token_pool.free(row)
+    assert counters["stats"]["unique_graphs"] == 1 and dict(counters["graph_break"]) == {}
+    assert compiler.stats.pieces == 4
+    assert (compiler.stats.pieces_compiled, compiler.stats.pieces_reused) == (3, 1)
