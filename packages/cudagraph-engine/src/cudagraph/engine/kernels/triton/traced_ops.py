@@ -199,19 +199,6 @@ def _norm_rotate_op(
     return out
 
 
-@_norm_rotate_op.register_fake
-def _(
-    heads: Tensor,
-    norm_weight: Tensor | None,
-    num_q_heads: int,
-    num_k_heads: int,
-    eps: float,
-    cos_sin: Tensor,
-    positions: Tensor,
-) -> Tensor:
-    return _rotated_heads(heads, num_q_heads, num_k_heads)
-
-
 @torch.library.custom_op(f"{NAMESPACE}::norm_rotate_store", mutates_args=("kv_buffer",))
 def _norm_rotate_store_op(
     heads: Tensor,
@@ -229,19 +216,13 @@ def _norm_rotate_store_op(
     return out
 
 
-@_norm_rotate_store_op.register_fake
-def _(
-    heads: Tensor,
-    norm_weight: Tensor | None,
-    num_q_heads: int,
-    num_k_heads: int,
-    eps: float,
-    cos_sin: Tensor,
-    positions: Tensor,
-    kv_buffer: Tensor,
-    slots: Tensor,
-) -> Tensor:
+def _fake_rotated(heads: Tensor, norm_weight: Tensor | None, num_q_heads: int, num_k_heads: int, *_: object) -> Tensor:
+    """The fake of both rotary ops: the normed, rotated q and k heads (the KV store writes in place)."""
     return _rotated_heads(heads, num_q_heads, num_k_heads)
+
+
+_norm_rotate_op.register_fake(_fake_rotated)
+_norm_rotate_store_op.register_fake(_fake_rotated)
 
 
 TRACED_OPS = {
