@@ -49,6 +49,7 @@ def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache
             what = f"{preset} {config.name}"
             with guarded(result, "decode", what, config):
                 source = make_source(config, model_runner, {"decode": settings.batch_sizes})
+                kernel_set = model_runner.kernels.name  # the set the source runs, switched for a compiled forward
                 try:
                     for batch_size in settings.batch_sizes:
                         with (
@@ -76,6 +77,7 @@ def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache
                                         host_us=measured.timing.host_us,
                                         kernels_per_step=measured.kernels_per_step,
                                         floor_ms=floor_ms,
+                                        kernel_set=kernel_set,
                                     )
                                 )
                 finally:

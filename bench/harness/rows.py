@@ -35,6 +35,9 @@ class DecodeRow:
     """``step_ms`` over the raw ``CUDAGraph.replay`` of the same forward at the same batch size."""
     to_eager: float | None = None
     """``step_ms`` over the eager forward at the same batch size."""
+    kernel_set: str | None = None
+    """The layer kernel set the row ran (``torch``, ``triton``, ``flashinfer``): a compiled forward may get another
+    set than the engine's (``ModelRunner.kernels_for``); ``None`` in results written before it was recorded."""
 
     @property
     def floor_fraction(self) -> float:
