@@ -51,6 +51,7 @@ from cudagraph.runner import ReplayMetrics
 from .attention import ATTENTION_BACKEND_CHOICES, AttentionBackendError, AttentionBackendUnavailableError
 from .backend_checks import BackendChoices, check_backend_choices
 from .batch import SamplingParams
+from .cli_values import positive_int
 from .config_lines import held_config_lines
 from .distributed import (
     ALL_REDUCE_CHOICES,
@@ -149,17 +150,6 @@ def token_ids(text: str) -> list[int]:
             where = f"item {position} of {len(items)}" if len(items) > 1 else "the only item"
             raise argparse.ArgumentTypeError(f"{text!r}: {where} {problem}; {TOKEN_IDS_ALLOWED}")
     return [int(item) for item in items]
-
-
-def positive_int(text: str) -> int:
-    """Parse a count that must be at least 1 (argparse type: ``--max-new-tokens``, ``--max-context-len``...)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer; allowed: 1, 2, 3, ...")
-    return value
 
 
 def temperature(text: str) -> float:

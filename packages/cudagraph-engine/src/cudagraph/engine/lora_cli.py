@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cli_values import positive_int
 from .lora import LoraAdapter, LoraConfig, LoraError
 from .model_runner import ModelRunner
 
@@ -58,17 +59,6 @@ def lora_module(text: str) -> LoraModule:
     return LoraModule(name, Path(path))
 
 
-def slot_count(text: str) -> int:
-    """Parse ``--max-loras`` / ``--max-lora-rank`` (argparse type): a whole number, at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer; allowed: 1, 2, 3, ...")
-    return value
-
-
 def add_lora_args(parser: argparse.ArgumentParser) -> None:
     """The ``LoRA adapters`` option group (see the module docstring for every spelling)."""
     group = parser.add_argument_group("LoRA adapters", "vLLM's and SGLang's spellings; a PEFT directory per adapter")
@@ -85,18 +75,18 @@ def add_lora_args(parser: argparse.ArgumentParser) -> None:
             help=f"adapters to load, each NAME=PATH with PATH a PEFT adapter directory{note}",
         )
     group.add_argument(
-        "--max-loras", type=slot_count, default=None, metavar="N", help="adapter slots (default: one per adapter)"
+        "--max-loras", type=positive_int, default=None, metavar="N", help="adapter slots (default: one per adapter)"
     )
     group.add_argument(
         "--max-loras-per-batch",
-        type=slot_count,
+        type=positive_int,
         default=None,
         metavar="N",
         help="SGLang's spelling of --max-loras (they must agree)",
     )
     group.add_argument(
         "--max-lora-rank",
-        type=slot_count,
+        type=positive_int,
         default=None,
         metavar="R",
         help="the largest adapter rank; the LoRA graphs are captured at it (default: the adapters' largest rank, "

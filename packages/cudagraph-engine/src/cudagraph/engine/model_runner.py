@@ -479,11 +479,20 @@ class ModelRunner:
             return self.forward(batch)
 
     @property
+    def step_metrics(self) -> tuple[ReplayMetrics, ...]:
+        """Every ``ReplayMetrics`` a step can be counted in: each phase's plain graphs', each phase's LoRA variant's,
+        then the verify steps'."""
+        return (
+            *self.cuda_graph_metrics.values(),
+            *self.lora_cuda_graph_metrics.values(),
+            self.verify_cuda_graph_metrics,
+        )
+
+    @property
     def cuda_graph_variant_replays(self) -> dict[str, int]:
         """Graph replays per variant for this engine's life, by metrics label: ``decode`` and ``prefill`` (the plain
         graphs), ``decode lora`` and ``prefill lora`` (the LoRA variant's), ``verify``."""
-        every = [*self.cuda_graph_metrics.values(), *self.lora_cuda_graph_metrics.values()]
-        return {metrics.label: metrics.replays for metrics in [*every, self.verify_cuda_graph_metrics]}
+        return {metrics.label: metrics.replays for metrics in self.step_metrics}
 
     # -- across the engine's life (``cudagraph.engine.lifecycle``) ---------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import Any
 from cudagraph.runner import CaptureStats, ReplayMetrics
 
 from .generate import GenerationOutput, GenerationStats
+from .lifecycle import graph_runners
 from .model_runner import ModelRunner
 
 
@@ -91,17 +92,5 @@ def engine_speed(
 ) -> SpeedReport:
     """``speed_report`` of a generation ``model_runner`` ran, read before its ``shutdown`` (which drops its graph
     runners): its phases' and verify steps' metrics and its LoRA variants', and the captures of every graph runner."""
-    runners = (
-        model_runner.decode_cuda_graph_runner,
-        model_runner.verify_cuda_graph_runner,
-        model_runner.prefill_cuda_graph_runner,
-        model_runner.lora_decode_cuda_graph_runner,
-        model_runner.lora_prefill_cuda_graph_runner,
-    )
-    metrics = [
-        *model_runner.cuda_graph_metrics.values(),
-        model_runner.verify_cuda_graph_metrics,
-        *model_runner.lora_cuda_graph_metrics.values(),
-    ]
-    captures = [runner.stats for runner in runners if runner is not None]
-    return speed_report(prompts, outputs, stats, metrics, captures)
+    captures = [runner.stats for runner in graph_runners(model_runner)]
+    return speed_report(prompts, outputs, stats, model_runner.step_metrics, captures)
