@@ -3,7 +3,7 @@ and the same numbers as eager (CPU, float32)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 import torch
@@ -66,11 +66,11 @@ def run_hidden(runner: ModelRunner, batch: ForwardBatch, forward: object) -> tor
         return forward(batch.input_ids, batch.positions)  # type: ignore[operator]
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_model_forward_compiles_once_with_no_graph_breaks_and_matches_eager(preset: str) -> None:
-    runner = make_runner(preset)
-    compiled = torch.compile(runner.model_forward, backend="eager", fullgraph=True)
-    for index, batch_size in enumerate(BATCH_SIZES):
+def assert_compiled_matches_eager(runner: ModelRunner, compiled: object, token_counts: Sequence[int]) -> None:
+    """Run ``compiled`` (the model forward under ``torch.compile``, its token dimension dynamic from the first count
+    on) and the eager forward on a decode batch of each of ``token_counts``: the same hidden states, and the same KV
+    cache written (the KV store is an op of the graph, not dropped as dead code)."""
+    for index, batch_size in enumerate(token_counts):
         batch = decode_batch(runner, batch_size)
         if index == 0:
             torch._dynamo.mark_dynamic(batch.input_ids, 0)
@@ -83,11 +83,17 @@ def test_model_forward_compiles_once_with_no_graph_breaks_and_matches_eager(pres
             kv.copy_(before)
         expected = run_hidden(runner, batch, runner.model_forward)
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-        # The KV store is an op of the graph (not dropped as dead code): the cache is written the same way.
         for kv, compiled_kv in zip(runner.token_to_kv_pool.kv_buffer, kv_compiled, strict=True):
             torch.testing.assert_close(compiled_kv, kv, atol=1e-6, rtol=0)
         for row in batch.req_pool_indices.tolist():
             runner.req_to_token_pool.free(row)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_model_forward_compiles_once_with_no_graph_breaks_and_matches_eager(preset: str) -> None:
+    runner = make_runner(preset)
+    compiled = torch.compile(runner.model_forward, backend="eager", fullgraph=True)
+    assert_compiled_matches_eager(runner, compiled, BATCH_SIZES)
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1
     assert counters["stats"]["calls_captured"] > 0

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch._dynamo
 import torch.fx.experimental._config as fx_config
-from test_traced_forward import decode_batch, run_hidden
+from test_traced_forward import assert_compiled_matches_eager, decode_batch, run_hidden
 from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -202,23 +202,7 @@ def test_a_forward_over_the_triton_set_traces_into_one_graph_for_every_token_cou
         return graph_module
 
     compiled = torch.compile(runner.model_forward, backend=record, fullgraph=True)
-    for index, tokens in enumerate(TOKEN_COUNTS):
-        batch = decode_batch(runner, tokens)
-        if index == 0:
-            torch._dynamo.mark_dynamic(batch.input_ids, 0)
-            torch._dynamo.mark_dynamic(batch.positions, 0)
-        kv_before = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
-        with fx_config.patch(backed_size_oblivious=True):
-            got = run_hidden(runner, batch, compiled)
-        kv_compiled = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
-        for kv, before in zip(runner.token_to_kv_pool.kv_buffer, kv_before, strict=True):
-            kv.copy_(before)
-        expected = run_hidden(runner, batch, runner.model_forward)
-        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-        for kv, compiled_kv in zip(runner.token_to_kv_pool.kv_buffer, kv_compiled, strict=True):
-            torch.testing.assert_close(compiled_kv, kv, atol=1e-6, rtol=0)
-        for row in batch.req_pool_indices.tolist():
-            runner.req_to_token_pool.free(row)
+    assert_compiled_matches_eager(runner, compiled, TOKEN_COUNTS)
     assert dict(counters["graph_break"]) == {}
     assert len(graphs) == 1 and counters["stats"]["unique_graphs"] == 1
     targets = graph_ops(graphs[0])
@@ -238,19 +222,7 @@ def test_aot_autograd_functionalizes_the_traced_forward_and_keeps_eagers_numbers
     inductor compiles from)."""
     runner = triton_runner(preset)
     compiled = torch.compile(runner.model_forward, backend="aot_eager", fullgraph=True)
-    for index, tokens in enumerate((3, 1)):
-        batch = decode_batch(runner, tokens)
-        if index == 0:
-            torch._dynamo.mark_dynamic(batch.input_ids, 0)
-            torch._dynamo.mark_dynamic(batch.positions, 0)
-        kv_before = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
-        with fx_config.patch(backed_size_oblivious=True):
-            got = run_hidden(runner, batch, compiled)
-        for kv, before in zip(runner.token_to_kv_pool.kv_buffer, kv_before, strict=True):
-            kv.copy_(before)
-        torch.testing.assert_close(got, run_hidden(runner, batch, runner.model_forward), atol=1e-5, rtol=1e-5)
-        for row in batch.req_pool_indices.tolist():
-            runner.req_to_token_pool.free(row)
+    assert_compiled_matches_eager(runner, compiled, (3, 1))
     assert counters["stats"]["unique_graphs"] == 1
 
 
@@ -305,22 +277,7 @@ def test_inductor_compiles_around_the_ops_once_and_keeps_eagers_numbers(
     runner = triton_runner("tiny-qwen3-random", num_layers=3)
     compiler = PiecewiseCompiler("inductor")
     compiled = torch.compile(runner.model_forward, backend=compiler, fullgraph=True)
-    for index, tokens in enumerate((4, 1, 2)):
-        batch = decode_batch(runner, tokens)
-        if index == 0:
-            torch._dynamo.mark_dynamic(batch.input_ids, 0)
-            torch._dynamo.mark_dynamic(batch.positions, 0)
-        kv_before = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
-        with fx_config.patch(backed_size_oblivious=True):
-            got = run_hidden(runner, batch, compiled)
-        kv_compiled = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
-        for kv, before in zip(runner.token_to_kv_pool.kv_buffer, kv_before, strict=True):
-            kv.copy_(before)
-        torch.testing.assert_close(got, run_hidden(runner, batch, runner.model_forward), atol=1e-5, rtol=1e-5)
-        for kv, compiled_kv in zip(runner.token_to_kv_pool.kv_buffer, kv_compiled, strict=True):
-            torch.testing.assert_close(compiled_kv, kv, atol=1e-6, rtol=0)
-        for row in batch.req_pool_indices.tolist():
-            runner.req_to_token_pool.free(row)
+    assert_compiled_matches_eager(runner, compiled, (4, 1, 2))
     assert counters["stats"]["unique_graphs"] == 1 and dict(counters["graph_break"]) == {}
     assert compiler.stats.pieces == 4
     assert (compiler.stats.pieces_compiled, compiler.stats.pieces_reused) == (3, 1)
