@@ -99,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         choices=("auto", "torch", "triton", "flashinfer"),
         help="the engine's kernel set in the decode, prefill and speculative sections (default auto: the fastest "
-        "that can run; a forward torch.compile traces always runs torch's set, so 'torch' compares every row on the "
-        "same kernels)",
+        "that can run: triton on CUDA, compiled rows included, since torch.compile keeps its kernels as custom ops; "
+        "never flashinfer where a row compiles; 'torch' compares with results measured before the Triton set "
+        "could be traced)",
     )
     parser.add_argument(
         "--kernel-counts",
