@@ -173,7 +173,9 @@ ROW = 'kind = "{kind}"\nold = "{old}"\nnew = "{new}"\ndeprecated_in = "0.1.0"\nr
             "'owners' must be a list of dotted qualified names",
         ),
         (
-            "schema = 1\n[[rename]]\n" + ROW.format(kind="kwarg", old="a", new="b") + 'owners = ["x.Y"]\nown_name = true\n',
+            "schema = 1\n[[rename]]\n"
+            + ROW.format(kind="kwarg", old="a", new="b")
+            + 'owners = ["x.Y"]\nown_name = true\n',
             "'own_name' must be true or false, and only on method rows",
         ),
         (
