@@ -133,7 +133,8 @@ def with_optional_lookup(function: cst.FunctionDef, lookup: LookedUpWhenMissing)
     if annotation is not None and not _is_optional(annotation.annotation):
         optional = cst.BinaryOperation(annotation.annotation, cst.BitOr(), cst.Name("None"))
         annotation = annotation.with_changes(annotation=optional)
-    optional_param = param.with_changes(annotation=annotation, default=cst.Name("None"))
+    equal = cst.AssignEqual() if annotation is not None else _TIGHT_EQUAL
+    optional_param = param.with_changes(annotation=annotation, equal=equal, default=cst.Name("None"))
     params = _replace_param(function.params, param, optional_param)
     body = function.body
     if not isinstance(body, cst.IndentedBlock):
@@ -142,6 +143,10 @@ def with_optional_lookup(function: cst.FunctionDef, lookup: LookedUpWhenMissing)
     at = 1 if statements and _is_docstring(statements[0]) else 0
     statements.insert(at, prelude)
     return function.with_changes(params=params, body=body.with_changes(body=statements))
+
+
+_TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+"""``route=None``: the spelling of a default without an annotation."""
 
 
 def _replace_param(params: cst.Parameters, old: cst.Param, new: cst.Param) -> cst.Parameters:
