@@ -162,7 +162,13 @@ def test_what_cannot_be_rewritten_safely_is_reported() -> None:
         "CG403 24: enable_breakable_cuda_graph=flag is not a literal True/False; "
         "set prefill_cuda_graph_backend= by hand"
     ]
+    assert notes["own_runner_methods"] == [
+        "CG201 54: capture_bucket's parameter is bucket, but bucket already names something else in this override: "
+        "its parameter stays shape",
+        "CG201 63: BothNames defines both replay_routed and replay: merge them into replay",
+    ]
     expected_elsewhere = {
+        "own_runner_methods",
         "engine_option_dicts.rewrite-engine-options",
         "star_import",
         "kwargs",

@@ -90,7 +90,7 @@ def test_issue_renames() -> None:
         row = TABLE.symbol(module, name)
         assert row is not None and row.new == new
     members = TABLE.by_old(RenameKind.ATTRIBUTE) | TABLE.by_old(RenameKind.METHOD)
-    assert {old: row.new for old, row in members.items()} == {
+    assert {old: row.new for old, row in members.items() if not row.own_name} == {
         "graph_runner": "decode_cuda_graph_runner",
         "piecewise_cuda_graph_runner": "prefill_cuda_graph_runner",
         "init_device_graphs": "init_decode_cuda_graph",
@@ -114,8 +114,24 @@ def test_keywords_and_flags_follow_the_legacy_flag_semantics(old: str) -> None:
 
 
 def test_every_row_is_deprecated_now_and_removed_at_one() -> None:
-    assert {(row.deprecated_in, row.removed_in) for row in TABLE} == {("0.1.0", "1.0.0")}
+    legacy = [row for row in TABLE if not row.own_name]
+    assert {(row.deprecated_in, row.removed_in) for row in legacy} == {("0.1.0", "1.0.0")}
     assert all(row.note for row in TABLE)
+
+
+def test_own_earlier_names_are_the_runners_renamed_methods() -> None:
+    """cudagraph-runner 0.2.0 renamed three of its methods: rows of its own classes, with no legacy engine's owner."""
+    own = {row.old: row for row in TABLE if row.own_name}
+    assert {old: row.new for old, row in own.items()} == {
+        "capture_one_shape": "capture_bucket",
+        "replay_graph": "replay_bucket",
+        "replay_routed": "replay",
+    }
+    for row in own.values():
+        assert row.kind is RenameKind.METHOD and not row.legacy_owners, row
+        assert (row.deprecated_in, row.removed_in) == ("0.2.0", "1.0.0"), row
+        assert all(owner.startswith("cudagraph.runner.") for owner in row.owners), row
+    assert dict(own["capture_one_shape"].parameters) == dict(own["replay_graph"].parameters) == {"shape": "bucket"}
 
 
 def test_symbol_rows_split_into_module_and_name() -> None:
@@ -155,6 +171,18 @@ ROW = 'kind = "{kind}"\nold = "{old}"\nnew = "{new}"\ndeprecated_in = "0.1.0"\nr
         (
             "schema = 1\n[[rename]]\n" + ROW.format(kind="kwarg", old="a", new="b") + 'owners = ["not dotted!"]\n',
             "'owners' must be a list of dotted qualified names",
+        ),
+        (
+            "schema = 1\n[[rename]]\n"
+            + ROW.format(kind="kwarg", old="a", new="b")
+            + 'owners = ["x.Y"]\nown_name = true\n',
+            "'own_name' must be true or false, and only on method rows",
+        ),
+        (
+            "schema = 1\n[[rename]]\n"
+            + ROW.format(kind="method", old="a", new="b")
+            + 'owners = ["x.Y"]\nlegacy_owners = ["s.Y"]\nown_name = true\n',
+            "only on method rows without 'legacy_owners'",
         ),
     ],
 )

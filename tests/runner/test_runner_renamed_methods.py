@@ -5,15 +5,17 @@ a subclass that still overrides an old name keeps being called (under the new na
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import pytest
 import torch
 from runner_helpers import StubModelRunner, stub_decode_batch
 
+import cudagraph.runner
 from cudagraph.backend.testing import CpuReplayBackend
-from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
-from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, Route
+from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig, RenameKind, load_renames
+from cudagraph.runner import BaseCudaGraphRunner, DecodeCudaGraphRunner, ForwardBatch, Route
 from cudagraph.runner.base import RENAMED_METHODS
 
 CONFIG = CudaGraphConfig(
@@ -81,3 +83,32 @@ def test_a_subclass_overriding_the_old_replay_serves_every_step_and_its_super_ca
             assert torch.equal(runner.replay(batch), plain.replay(batch))
     assert seen == [4, None]
     assert runner.metrics.replays == 1
+
+
+OWN_ROWS = {row.old: row for row in load_renames().of_kind(RenameKind.METHOD) if row.own_name}
+"""The rename table's rows of the runner's own earlier method names (what ``nox -s migrate`` rewrites)."""
+
+
+def test_the_rename_table_and_renamed_methods_name_the_same_renames() -> None:
+    assert {old: row.new for old, row in OWN_ROWS.items()} == RENAMED_METHODS
+
+
+@pytest.mark.parametrize("old", sorted(RENAMED_METHODS))
+def test_each_row_owns_every_runner_class_and_says_what_the_alias_says(old: str) -> None:
+    row = OWN_ROWS[old]
+    runner_classes = {
+        f"cudagraph.runner.{name}"
+        for name in cudagraph.runner.__all__
+        if isinstance(cls := getattr(cudagraph.runner, name), type) and issubclass(cls, BaseCudaGraphRunner)
+    }
+    assert set(row.owners) == runner_classes
+    alias = inspect.signature(getattr(BaseCudaGraphRunner, old)).parameters
+    new = inspect.signature(getattr(BaseCudaGraphRunner, row.new)).parameters
+    renamed = {before: after for before, after in zip(alias, new, strict=True) if before != after}
+    assert dict(row.parameters) == renamed
+    runner = captured()
+    call = {"capture_one_shape": (2,), "replay_graph": (2,), "replay_routed": (stub_decode_batch(2), None)}[old]
+    with pytest.warns(DeprecationWarning) as warned, runner.backend.capture_session():
+        getattr(runner, old)(*call)
+    (message,) = [str(warning.message) for warning in warned]
+    assert f"since cudagraph-runner {row.deprecated_in} and will be removed in {row.removed_in}" in message

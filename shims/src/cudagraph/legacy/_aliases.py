@@ -3,7 +3,8 @@
 Aliases are installed only when legacy code reaches a class through a shim (or mixes in ``LegacyAliasesMixin``), so
 migrated code that never imports ``cudagraph.legacy`` sees no trace of them. An alias goes only on a class that owns
 the legacy name: one that is, or derives from, a class the row's ``owners`` name. It must never patch any other
-class: ``CudaGraphConfig`` never had ``graph_runner``, and an alias there would only warn and then fail.
+class: ``CudaGraphConfig`` never had ``graph_runner``, and an alias there would only warn and then fail. Rows of
+cudagraph's own earlier names (``own_name``) get none: their classes keep those names themselves.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _aliases_for(cls: type) -> dict[str, object]:
     aliases: dict[str, object] = {
         row.old: _MethodAlias(row)
         for row in table.of_kind(RenameKind.METHOD)
-        if owns(cls, row) and callable(getattr(cls, row.new, None))
+        if not row.own_name and owns(cls, row) and callable(getattr(cls, row.new, None))
     }
     aliases.update((row.old, _AttributeAlias(row)) for row in table.of_kind(RenameKind.ATTRIBUTE) if owns(cls, row))
     return aliases

@@ -8,6 +8,10 @@ Driven by the ``attribute`` and ``method`` rows, each naming its owners (``cudag
 - ``patch.object(Owner, "old")`` and ``Owner.old`` on the class itself;
 - method and class-attribute definitions in the body of a subclass of an owner (an override keeps overriding).
 
+A method row's ``parameters`` go with its name (:mod:`.member_parameters`): a tied call's keyword argument, and an
+override's parameter with its uses in the override's body, take the new parameter name; an override of a method whose
+new name looks up an argument the old one required takes that argument as optional and looks it up when missing.
+
 A member is never renamed elsewhere, and every place left alone is listed: a receiver known to be something else
 (an engine's own ``graph_runner``), or of unknown type, as not tied (``-v``); in a file tied to a legacy engine
 (:func:`.base.ties_to_legacy_engine`) a receiver of unknown type may well be that engine's ``ModelRunner``
@@ -32,6 +36,12 @@ from .base import (
     dotted_name,
     string_value,
     with_string_value,
+)
+from .member_parameters import (
+    LOOKED_UP_WHEN_MISSING,
+    keywords_renamed,
+    parameter_renames,
+    with_optional_lookup,
 )
 from .owners import (
     OWNER_METADATA,
@@ -84,6 +94,10 @@ class LegacyMembers(MigrationCommand):
         """A class still derived from one of these (as spelled) kept its legacy base: the migration refused to move
         it, so its overrides keep the names the legacy base calls."""
         self.legacy_owner_rows = {row.old: row.legacy_owners for row in self.table.of_kind(*MEMBER_KINDS)}
+        self.parameters = {row.old: dict(row.parameters) for row in self.table.of_kind(*MEMBER_KINDS) if row.parameters}
+        """Per method row with ``parameters``: legacy parameter name -> new one."""
+        self.renamed_names: dict[int, str] = {}
+        """Names of overrides' parameters (and their uses) to respell, by the id of their original node."""
         self.legacy_engine_file = bool(self.context.scratch.get(LEGACY_ENGINE_FILE_KEY))
         """Whether the file imports a legacy engine: an unknown receiver there is listed as maybe tied."""
         self.class_stack: list[cst.ClassDef] = []
@@ -110,13 +124,40 @@ class LegacyMembers(MigrationCommand):
         return updated_node
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        """Definitions below are locals of the function."""
+        """Plan the renames of an override's parameters; definitions below are locals of the function."""
+        parameters = self.parameters.get(node.name.value)
+        if parameters and self._overrides_ours(node.name.value):
+            renames = parameter_renames(self, node, parameters)
+            self.renamed_names.update(renames.by_node)
+            for old, new in renames.kept:
+                self.note(
+                    node,
+                    f"{self.rows[node.name.value][0]}'s parameter is {new}, but {new} already names something else "
+                    f"in this override: its parameter stays {old}",
+                )
         self.function_depth[-1] += 1
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         """Rename a method defined directly in the body of a subclass of an owner."""
         self.function_depth[-1] -= 1
-        return updated_node.with_changes(name=self._renamed_definition(updated_node.name, original_node))
+        name = self._renamed_definition(updated_node.name, original_node)
+        lookup = LOOKED_UP_WHEN_MISSING.get(original_node.name.value)
+        if lookup is not None and name.value != original_node.name.value:
+            adapted = with_optional_lookup(updated_node, lookup)
+            if adapted is None:
+                self.note(
+                    original_node,
+                    f"{name.value}() may be called without argument {lookup.position + 1} after self, which "
+                    f"{original_node.name.value}() always had: give it a default and look it up when missing",
+                )
+            else:
+                updated_node = adapted
+        return updated_node.with_changes(name=name)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        """An override's parameter renamed with its method, and its uses in the override."""
+        new = self.renamed_names.get(id(original_node))
+        return updated_node if new is None else updated_node.with_changes(value=new)
 
     def leave_AnnAssign(self, original_node: cst.AnnAssign, updated_node: cst.AnnAssign) -> cst.AnnAssign:
         """A class-level attribute declaration (``graph_runner: Runner | None = None``) in an owner's subclass."""
@@ -146,7 +187,11 @@ class LegacyMembers(MigrationCommand):
         return updated_node.with_changes(attr=updated_node.attr.with_changes(value=new))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
-        """``getattr(runner, "graph_runner")``, ``patch.object(Runner, "capture_one_batch_size")`` and friends."""
+        """``getattr(runner, "graph_runner")``, ``patch.object(Runner, "capture_one_batch_size")`` and friends; the
+        keyword arguments of a renamed method's call (``capture_one_shape(shape=8)``)."""
+        renamed_call = self._with_renamed_keywords(original_node, updated_node)
+        if renamed_call is not None:
+            return renamed_call
         callee = dotted_name(updated_node.func)
         short = callee.rpartition(".")[2] if callee else None
         if short not in NAME_STRING_CALLS | PATCH_OBJECT_CALLS or len(updated_node.args) < 2:
@@ -162,6 +207,30 @@ class LegacyMembers(MigrationCommand):
         self.edited()
         new_arg = name_arg.with_changes(value=with_string_value(name_arg.value, new))
         return updated_node.with_changes(args=[updated_node.args[0], new_arg, *updated_node.args[2:]])
+
+    def _with_renamed_keywords(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call | None:
+        """The call with its keywords respelled when its method was renamed here and the row renames parameters."""
+        before, after = original_node.func, updated_node.func
+        if not (isinstance(before, cst.Attribute) and isinstance(after, cst.Attribute)):
+            return None
+        parameters = self.parameters.get(before.attr.value)
+        if not parameters or after.attr.value == before.attr.value:
+            return None
+        return keywords_renamed(updated_node, parameters)
+
+    def _overrides_ours(self, name: str) -> bool:
+        """Whether a method ``name`` defined at this point is directly in the body of a subclass of one of its row's
+        owners that kept no legacy base (what :meth:`_renamed_definition` renames), reporting nothing."""
+        row = self.rows.get(name)
+        if row is None or not self.class_stack or self.function_depth[-1]:
+            return False
+        class_def = self.class_stack[-1]
+        everything = frozenset((*row[1], *self.legacy_owner_rows.get(name, ())))
+        if not self.owners.ancestors(class_def) & everything:
+            return False
+        spelled = self.spelled.ancestors(class_def)
+        legacy = any(is_legacy_engine_name(qualified, self.kept_bases) for qualified in spelled)
+        return not legacy and not _defines(class_def, row[0])
 
     def _tied(
         self, receiver: cst.BaseExpression, owners: tuple[str, ...], where: cst.CSTNode, name: str, new: str
@@ -228,5 +297,28 @@ class LegacyMembers(MigrationCommand):
             return name
         if not self._on_ours(self.spelled.ancestors(class_def), found, where, name.value, new, legacy=self.kept_bases):
             return name
+        if _defines(class_def, new):
+            self.note(where, f"{class_def.name.value} defines both {name.value} and {new}: merge them into {new}")
+            return name
         self.edited()
         return name.with_changes(value=new)
+
+
+def _defines(class_def: cst.ClassDef, name: str) -> bool:
+    """Whether ``class_def``'s body defines ``name`` directly (a method, or a class attribute)."""
+    body = class_def.body.body if isinstance(class_def.body, cst.IndentedBlock) else ()
+    for statement in body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+            return True
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                targets = (
+                    [target.target for target in small.targets]
+                    if isinstance(small, cst.Assign)
+                    else [small.target]
+                    if isinstance(small, cst.AnnAssign)
+                    else []
+                )
+                if any(isinstance(target, cst.Name) and target.value == name for target in targets):
+                    return True
+    return False

@@ -15,11 +15,17 @@ is exactly a dotted path starting at a legacy module is looked at; prose is neve
   function it decorates, or its value in a dict) reads off the runner, and which of those the new class lacks. The
   ``cudagraph.legacy`` shims are the exception: their classes are the new ones, so their member paths are renamed
   as the member rows say.
+- A path to a member of **cudagraph's own class** under its own earlier name (``own_name`` rows:
+  ``"cudagraph.runner.DecodeCudaGraphRunner.capture_one_shape"``) is that class's member under its new name: it is
+  rewritten (the old name is only an alias that forwards to the new one).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import libcst as cst
 
@@ -43,13 +49,15 @@ class LegacyDottedStrings(MigrationCommand):
     @classmethod
     def triggers(cls, table: RenameTable) -> frozenset[str]:
         """Text that must occur in a file for this rule to have anything to do: a legacy path opening a string."""
-        return frozenset(f"{quote}{module}" for module in table.modules for quote in "\"'")
+        starts = (*table.modules, *own_member_paths(table))
+        return frozenset(f"{quote}{start}" for start in starts for quote in "\"'")
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         """Set up the matcher (absolute paths only: a string has no package to be relative to), and find the names
         bound to strings that the file extends into member paths."""
         self.matcher = LegacyModuleMatcher(self.table, None).for_file(*original_source(self.context, tree))
         self.members = owner_rows(self.table, RenameKind.ATTRIBUTE, RenameKind.METHOD)
+        self.own_members = own_member_paths(self.table)
         self.handoffs = HandoffChecker(ApiChecker(self.table, self.exports, load_legacy_api()))
         finder = self.finder = _PrefixUses()
         tree.visit(finder)
@@ -62,6 +70,10 @@ class LegacyDottedStrings(MigrationCommand):
         value = string_value(updated_node)
         if value is None or not _DOTTED_PATH.fullmatch(value):
             return updated_node
+        own = self.own_members.get(value)
+        if own is not None:
+            self.edited()
+            return with_string_value(updated_node, own)
         match = self.matcher.match(value)
         if match is None:
             return updated_node
@@ -161,6 +173,19 @@ class LegacyDottedStrings(MigrationCommand):
         row = self.members.get(parts[0])
         first = row[0] if row is not None and owner in row[1] else parts[0]
         return [first, *parts[1:]]
+
+
+@functools.cache
+def own_member_paths(table: RenameTable) -> Mapping[str, str]:
+    """``owner.old`` -> ``owner.new`` for every owner of every row of cudagraph's own earlier member names."""
+    return MappingProxyType(
+        {
+            f"{owner}.{row.old}": f"{owner}.{row.new}"
+            for row in table.of_kind(RenameKind.ATTRIBUTE, RenameKind.METHOD)
+            if row.own_name
+            for owner in row.owners
+        }
+    )
 
 
 class _PrefixUses(cst.CSTVisitor):

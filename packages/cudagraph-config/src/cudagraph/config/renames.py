@@ -69,7 +69,16 @@ class RenameKind(str, enum.Enum):
 
 _DOTTED_KINDS = frozenset({RenameKind.MODULE, RenameKind.SYMBOL})
 _REQUIRED_FIELDS = ("kind", "old", "new", "deprecated_in", "removed_in", "note")
-_OPTIONAL_FIELDS = ("also", "value", "owners", "legacy_owners", "parameters", "shared_state", "still_shipped")
+_OPTIONAL_FIELDS = (
+    "also",
+    "value",
+    "owners",
+    "legacy_owners",
+    "parameters",
+    "shared_state",
+    "still_shipped",
+    "own_name",
+)
 _SCOPED_KINDS = frozenset(
     {RenameKind.ATTRIBUTE, RenameKind.METHOD, RenameKind.ENUM_MEMBER, RenameKind.CONFIG_STRING, RenameKind.KWARG}
 )
@@ -102,8 +111,14 @@ class Rename:
     the graph pool, the forward context): moved off a legacy engine's module, it would read or set cudagraph's copy
     while the engine's runner still uses its own, so it moves only together with that runner."""
     parameters: tuple[tuple[str, str], ...] = ()
-    """(symbol rows) ``(legacy parameter, new parameter)`` pairs where a function kept a parameter's meaning under
-    another name (``set_global_graph_memory_pool(val)`` is ``(pool)``): a positional argument still means the same."""
+    """(symbol and method rows) ``(legacy parameter, new parameter)`` pairs where a function or method kept a
+    parameter's meaning under another name (``set_global_graph_memory_pool(val)`` is ``(pool)``,
+    ``capture_one_shape(shape)`` is ``capture_bucket(bucket)``): a positional argument still means the same, a
+    keyword argument of a renamed call and an override's parameter take the new name."""
+    own_name: bool = False
+    """(method rows) The old name is cudagraph's own earlier spelling (``capture_one_shape``), not a legacy
+    engine's: the owning class keeps it as a warning alias itself, so the shims serve nothing for the row, and no
+    legacy engine owned it (the row has no ``legacy_owners``)."""
     still_shipped: bool = False
     """(module rows) The legacy engine's newest release still ships this module under the same path, rebased on its
     new runners (SGLang's EAGLE draft runners): its names are legacy only in a file that also uses a retired legacy
@@ -249,6 +264,12 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
     still_shipped = raw.get("still_shipped", False)
     if not isinstance(still_shipped, bool) or (still_shipped and kind is not RenameKind.MODULE):
         raise RenameTableError(f"{where}: 'still_shipped' must be true or false, and only on module rows")
+    own_name = raw.get("own_name", False)
+    if not isinstance(own_name, bool) or (own_name and (kind is not RenameKind.METHOD or legacy_owners)):
+        raise RenameTableError(
+            f"{where}: 'own_name' must be true or false, and only on method rows without 'legacy_owners' (an own "
+            "name belongs to cudagraph's classes alone)"
+        )
     parameters = raw.get("parameters", {})
     if not isinstance(parameters, dict) or not all(
         isinstance(old, str) and isinstance(new, str) for old, new in parameters.items()
@@ -273,6 +294,7 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
         parameters=tuple(sorted(parameters.items())),
         shared_state=shared_state,
         still_shipped=still_shipped,
+        own_name=own_name,
     )
     if kind in _DOTTED_KINDS and not all(_is_dotted(name) for name in (row.old, row.new)):
         raise RenameTableError(f"{where}: {kind.value} rows need dotted Python paths, got {row.old!r} -> {row.new!r}")
