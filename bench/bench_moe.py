@@ -2,7 +2,7 @@
 experts, 8 per token) with random bfloat16 weights, eager against the runner's graphs (a script, not a test).
 
     python3 bench/bench_moe.py [--layers 48] [--batch-sizes 1 32] [--attention-backend torch]
-        [--kernel-backend auto] [--tc-piecewise-compiler eager] [--out bench-results/moe.json]
+        [--kernel-backend auto] [--tc-piecewise-compiler eager] [--modes raw full] [--out bench-results/moe.json]
 
 Modes, per batch size (decode steps over requests of ``--context-len`` cached tokens, all measured in this run on
 the same batch): ``eager`` (the model runner's forward), ``raw`` (one ``CUDAGraph.replay`` of that forward, nothing
@@ -43,6 +43,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--attention-backend", default="torch")
     parser.add_argument("--kernel-backend", default="auto", help="the layer kernel set (default auto)")
     parser.add_argument("--tc-piecewise-compiler", choices=("eager", "inductor"), default="eager")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=GRAPH_MODES,
+        default=list(GRAPH_MODES),
+        help="the graphed modes to measure (default: all; eager always runs, the reference of every ratio)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "moe.json")
     args = parser.parse_args(argv)
     if args.layers < 1:
@@ -95,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     reason = cuda_unavailable_reason()
     device = "cpu" if reason else "cuda"
-    modes = ["eager"] if reason else ["eager", *GRAPH_MODES]
+    modes = ["eager"] if reason else ["eager", *(mode for mode in GRAPH_MODES if mode in args.modes)]
     if reason:
         print(f"eager only: {reason}", file=sys.stderr)
     engine = build_engine(args, device)
