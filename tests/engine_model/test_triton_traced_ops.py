@@ -3,7 +3,7 @@ functions they stand for (``torch.library.opcheck``: schema, fake tensors, AOT d
 forward over the set traced into one graph for every token count with the ops as its nodes, the ``tc_piecewise``
 split of it, and eager steps that never reach the ops. The ops on the GPU where there is one, else on CPU tensors
 through Triton's interpreter (``TRITON_INTERPRET=1``, set by ``tests/conftest.py``); the forwards on CPU under the
-interpreter only (``tests/gpu/backend/test_tc_piecewise_triton_gpu.py`` runs them on CUDA); float32.
+interpreter only (``tests/gpu/backend/test_tc_piecewise_gpu.py`` runs them on CUDA); float32.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def test_the_ops_compute_what_the_eager_functions_compute_and_write_only_what_th
 
 def triton_runner(preset: str, num_layers: int | None = None) -> ModelRunner:
     """A CPU engine on the Triton set (the decode batches of ``test_traced_forward`` are CPU tensors): only under the
-    interpreter; on a GPU machine ``tests/gpu/backend/test_tc_piecewise_triton_gpu.py`` runs the forward instead."""
+    interpreter; on a GPU machine ``tests/gpu/backend/test_tc_piecewise_gpu.py`` runs the forward instead."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("a CPU forward over the Triton set runs under TRITON_INTERPRET=1 only (the GPU tests cover CUDA)")
     torch.manual_seed(0)
