@@ -1,7 +1,8 @@
 """The Triton set's fused LoRA delta (``kernels.triton.lora``): the two kernels against the adapters' torch reference
 (``lora.add_lora_delta``) at every tile and over row bounds that are not block aligned, its custom op
 (``torch.ops.cudagraph_triton.lora_delta``: opcheck, and it writes ``out`` only), the choice of path by the layer's
-kernel set, and a traced forward with adapters on over the Triton set. On the GPU where there is one, else on CPU
+kernel set, and forwards with adapters on over the Triton set: eager against the torch set's, traced (one graph,
+the op its node), split as ``tc_piecewise`` splits it, and compiled by inductor piece by piece (slow). On the GPU where there is one, else on CPU
 tensors through Triton's interpreter (``TRITON_INTERPRET=1``, set by ``tests/conftest.py``); the forwards on CPU under
 the interpreter only (``tests/gpu/engine/test_gpu_lora_kernels.py`` runs bfloat16 and the graphs on CUDA).
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +23,7 @@ from torch._dynamo.utils import counters
 
 pytest.importorskip("triton", reason="triton is not installed: pip install triton (CUDA builds of torch bring it)")
 
+from cudagraph.backend import PiecewiseCompiler
 from cudagraph.config import resolve
 from cudagraph.engine.kernels import TORCH_KERNELS
 from cudagraph.engine.kernels.triton import lora as triton_lora
@@ -268,4 +272,40 @@ def test_a_traced_forward_with_adapters_calls_the_op_and_keeps_eagers_numbers() 
         assert targets.count("cudagraph_triton.lora_delta") == 2 * 2
         torch._dynamo.reset()
         compiled = torch.compile(runner.model_forward, backend="aot_eager", fullgraph=True)
+        assert_compiled_matches_eager(runner, compiled, (3, 1))
+
+
+def test_the_split_forward_with_adapters_keeps_the_deltas_in_the_pieces_and_eagers_numbers() -> None:
+    """``tc_piecewise``'s split of a forward with adapters on: attention stays the only split, each projection's
+    delta is a node of the piece it falls in (a layer's q/k/v delta before its attention, its o delta after), and the
+    pieces, run one after another, give eager's numbers and cache."""
+    runner = lora_runner(TritonKernels())
+    assert runner.lora is not None
+    compiler = PiecewiseCompiler("eager")
+    compiled = torch.compile(runner.model_forward, backend=compiler, fullgraph=True)
+    write_adapter_mix(runner, 8)
+    with runner.lora.step.applying():
+        assert_compiled_matches_eager(runner, compiled, (3, 1))
+    assert compiler.split is not None and compiler.stats.split_ops == 2
+    pieces = [getattr(compiler.split.module, name) for name in compiler.split.piece_names]
+    deltas = [sum(str(node.target) == "cudagraph_triton.lora_delta" for node in piece.graph.nodes) for piece in pieces]
+    assert deltas == [1, 2, 1]
+
+
+@pytest.mark.slow  # inductor compiles three CPU pieces: about a minute on a 2-core machine (`nox -s slow`)
+@pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None,
+    reason="inductor needs a C++ compiler for CPU pieces: install g++ (or point CXX at one)",
+)
+def test_inductor_compiles_the_pieces_around_the_delta_op_and_keeps_eagers_numbers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The op's write to the projection holds through inductor's functionalization (``mutates_args``): eager's
+    numbers and cache from the compiled pieces."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    runner = lora_runner(TritonKernels())
+    assert runner.lora is not None
+    compiled = torch.compile(runner.model_forward, backend=PiecewiseCompiler("inductor"), fullgraph=True)
+    write_adapter_mix(runner, 8)
+    with runner.lora.step.applying():
         assert_compiled_matches_eager(runner, compiled, (3, 1))
