@@ -2,9 +2,10 @@
 (``lora.add_lora_delta``) at every tile and over row bounds that are not block aligned, its custom op
 (``torch.ops.cudagraph_triton.lora_delta``: opcheck, and it writes ``out`` only), the choice of path by the layer's
 kernel set, and forwards with adapters on over the Triton set: eager against the torch set's, traced (one graph,
-the op its node), split as ``tc_piecewise`` splits it, and compiled by inductor piece by piece (slow). On the GPU where there is one, else on CPU
-tensors through Triton's interpreter (``TRITON_INTERPRET=1``, set by ``tests/conftest.py``); the forwards on CPU under
-the interpreter only (``tests/gpu/engine/test_gpu_lora_kernels.py`` runs bfloat16 and the graphs on CUDA).
+the op its node), split as ``tc_piecewise`` splits it, and compiled by inductor piece by piece (slow). On the GPU
+where there is one, else on CPU tensors through Triton's interpreter (``TRITON_INTERPRET=1``, set by
+``tests/conftest.py``); the forwards on CPU under the interpreter only (``tests/gpu/engine/test_gpu_lora_kernels.py``
+runs bfloat16 and the graphs on CUDA).
 """
 
 from __future__ import annotations
