@@ -4,8 +4,8 @@
 ``TritonKernels`` (``layer_set``) holds the functions themselves: ``ops.rms_norm``, ``ops.add_rms_norm`` and, here,
 ``linear``, ``silu_mul_linear``, ``add_norm_linear`` and ``norm_rotate`` (and ``lora.lora_delta``, which LoRA
 adapters call). Each picks its kernels from the shapes it is given (a ``gemv`` for the few rows of a decode step,
-cuBLAS for wider ones) and launches them through ``FastLauncher``, so an eager step (eager, ``full`` and ``breakable`` captures alike) pays no dispatcher and checks
-nothing more than before.
+cuBLAS for wider ones) and launches them through ``FastLauncher``, so an eager step (eager, ``full`` and
+``breakable`` captures alike) pays no dispatcher and checks nothing more than before.
 
 Dynamo never traces into these functions: each is registered with ``torch._dynamo.substitute_in_graph``, so
 where a traced forward calls one, dynamo traces its custom op instead: one graph node a call, whose fake
