@@ -4,6 +4,7 @@ memory of both variants against the plain graphs alone (a script, not a test).
     python3 bench/bench_lora.py [--preset llama-3-8b] [--backend full] [--max-bs 64] [--adapters 8] [--rank 16]
         [--attention-backend triton] [--out bench-results/lora.json]
     python3 bench/bench_lora.py --device cpu --preset tiny-llama --steps 3   # smoke: eager steps, no graphs
+    python3 bench/bench_lora.py --kernels [--preset llama-3-8b] [--batch 8] [--out bench-results/lora_kernels.json]
 
 One engine, random bfloat16 weights, decode graphs only (the default bucket schedule up to ``--max-bs``), with
 ``--adapters`` adapters of rank ``--rank`` on q/k/v/o loaded (``LoraConfig(max_loras=adapters, max_rank=rank)``).
@@ -17,6 +18,15 @@ A batch of ``--batch`` requests (each with a 32-token prompt, prefilled eagerly)
   both over the plain graphs alone: target at most 1.2. ``adapter_slot_bytes`` (the slots and the index buffer,
   allocated with the engine, not graph memory) is reported beside it.
 - ``replays``: ``ModelRunner.cuda_graph_variant_replays`` after the timed steps (each variant must have replayed).
+- ``lora_kernels``: which delta ran, from the engine's kernel set (``LayerKernels.lora_delta``): the Triton set's
+  two fused kernels, or the torch reference's three a projection.
+
+``--kernels`` times the delta alone instead: per projection (q/k/v, o), the torch reference (``add_lora_delta``:
+``mm``, ``mul_``, ``addmm_``) and the fused kernels (``kernels.triton.lora``), each as one CUDA graph of every
+layer's delta of that projection at the preset's shapes and ``--batch`` tokens (slots filled with random factors,
+tokens through every slot and none), replayed ``--steps`` times: ``per_layer_us`` per projection and path, and the
+sum over a step's layers. On ``--device cpu`` the paths run eagerly (the fused one under ``TRITON_INTERPRET=1``
+only): a smoke of the script.
 
 Prints one line with its ratios and writes the JSON. On ``--device cpu`` steps run eagerly (no graph bytes): a
 smoke of the script only.
@@ -25,7 +35,9 @@ smoke of the script only.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -41,6 +53,7 @@ SMOKE_PRESETS = {"tiny-llama": "tiny-llama-random"}
 """Engine presets small enough for the CPU smoke."""
 STEP_TARGET, MEMORY_TARGET = 1.15, 1.2
 PROMPT_LEN = 32
+DEFAULT_OUT = ROOT / "bench-results" / "lora.json"
 
 
 @dataclass
@@ -60,6 +73,7 @@ class LoraRow:
     lora_graph_bytes: int = 0
     adapter_slot_bytes: int = 0
     replays: dict[str, int] = field(default_factory=dict)
+    lora_kernels: str = ""
 
     @property
     def ratios(self) -> dict[str, float]:
@@ -179,10 +193,147 @@ def measure(args: argparse.Namespace) -> LoraRow:
         row.plain_step_us = _step_us(engine, without, args.steps)
         row.lora_step_us = _step_us(engine, with_adapters, args.steps)
         row.replays = engine.cuda_graph_variant_replays
+        row.lora_kernels = delta_kernels(engine.kernels)
         assert engine.lora_cuda_graph_metrics[Phase.DECODE].steps > 0
     finally:
         engine.shutdown()
     return row
+
+
+DELTA_KERNELS = {
+    "torch": "torch add_lora_delta (mm, mul_, addmm_)",
+    "fused": "triton lora_delta (_lora_shrink_kernel, _lora_expand_kernel)",
+}
+"""What each delta path launches per projection."""
+
+
+def delta_kernels(kernels) -> str:
+    """The delta a model on kernel set ``kernels`` computes (its ``lora_delta``, else the torch reference)."""
+    return f"{kernels.name}: {DELTA_KERNELS['torch' if kernels.lora_delta is None else 'fused']}"
+
+
+@dataclass
+class DeltaRow:
+    """What ``--kernels`` measured: per projection and path, one layer's delta in microseconds."""
+
+    preset: str
+    device: str
+    tokens: int
+    adapters: int
+    rank: int
+    layers: int
+    per_layer_us: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_step_us: dict[str, float] = field(default_factory=dict)
+    kernels: dict[str, str] = field(default_factory=lambda: dict(DELTA_KERNELS))
+
+
+def _delta_inputs(args: argparse.Namespace):
+    """Every layer's slot tensors at the preset's shapes, filled with random factors, and a step's inputs."""
+    import torch
+
+    from cudagraph.engine.lora import AdapterSlots, LoraConfig, LoraStep
+
+    config = _model_config(args.preset)
+    device, dtype = torch.device(args.device), torch.bfloat16 if args.device == "cuda" else torch.float32
+    slots = AdapterSlots(
+        LoraConfig(max_loras=args.adapters, max_rank=args.rank), config, config.num_layers, dtype, device
+    )
+    generator = torch.Generator(device).manual_seed(0)
+    for layer in slots.projections:
+        for projection in layer.values():
+            projection.a.copy_(0.01 * torch.randn(projection.a.shape, generator=generator, device=device))
+            for index in range(len(projection.targets)):
+                view = projection.target_b(index)
+                view.copy_(0.01 * torch.randn(view.shape, generator=generator, device=device))
+    for slot in range(args.adapters):  # every slot scaled by 2 over its ranks (as a loaded adapter of alpha 2 * rank)
+        slots.scale_table[slot, slot * args.rank : (slot + 1) * args.rank] = 2.0
+    step = LoraStep(args.batch, slots.scale_table)
+    step.write([index % (args.adapters + 1) for index in range(args.batch)])
+    step.gather_scales(args.batch)
+    return config, slots, step.scales
+
+
+def measure_deltas(args: argparse.Namespace) -> DeltaRow:
+    """``--kernels`` (see the module docstring)."""
+    import torch
+
+    from cudagraph.engine.kernels.triton.lora import lora_delta
+    from cudagraph.engine.lora import add_lora_delta
+
+    config, slots, scales = _delta_inputs(args)
+    row = DeltaRow(args.preset, args.device, args.batch, args.adapters, args.rank, config.num_layers)
+    cuda = args.device == "cuda"
+    generator = torch.Generator(args.device).manual_seed(1)
+    widths = {"qkv": (config.hidden_size, config.q_size + 2 * config.kv_size), "o": (config.q_size, config.hidden_size)}
+    paths = {
+        "torch": lambda out, x, projection: add_lora_delta(out, x, projection, scales),
+        "fused": lambda out, x, projection: lora_delta(out, x, projection.a, projection.b, scales, projection.rows),
+    }
+    if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        del paths["fused"]  # Triton's kernels run on CPU tensors only under its interpreter
+    for name, (in_features, out_features) in widths.items():
+        x = torch.randn((args.batch, in_features), generator=generator, device=args.device).to(scales.dtype)
+        out = torch.zeros((args.batch, out_features), dtype=scales.dtype, device=args.device)
+        layers = [layer[name] for layer in slots.projections if name in layer]
+        row.per_layer_us[name] = {}
+        for path, delta in paths.items():
+            every_layer = functools.partial(_every_layer, delta, out, x, layers)
+            row.per_layer_us[name][path] = _replay_us(every_layer, args.steps, cuda) / len(layers)
+    for path in paths:
+        row.per_step_us[path] = sum(row.layers * times[path] for times in row.per_layer_us.values())
+    return row
+
+
+def _every_layer(delta, out, x, layers) -> None:
+    """``delta`` of ``x`` into ``out`` by each layer's slot tensors in turn (one step's deltas of a projection)."""
+    for projection in layers:
+        delta(out, x, projection)
+
+
+def _replay_us(work, steps: int, cuda: bool) -> float:
+    """Microseconds per run of ``work``: replays of one CUDA graph of it on CUDA (captured after a warm-up run),
+    eager runs on CPU."""
+    import torch
+
+    run = work
+    if cuda:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            work()  # compile and warm up outside the capture
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            work()
+        run = graph.replay
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(min(10, steps)):
+        run()
+    sync()
+    started = time.perf_counter()
+    for _ in range(steps):
+        run()
+    sync()
+    return 1e6 * (time.perf_counter() - started) / steps
+
+
+def main_kernels(args: argparse.Namespace) -> int:
+    """``--kernels``: time the deltas alone, print one line, write the JSON."""
+    row = measure_deltas(args)
+    parts = [
+        f"{name} " + ", ".join(f"{path} {us:.2f}" for path, us in times.items())
+        for name, times in row.per_layer_us.items()
+    ]
+    step = ", ".join(f"{path} {us:.1f}" for path, us in row.per_step_us.items())
+    print(
+        f"{row.preset} ({row.device}, {row.tokens} tokens, {row.adapters} adapters of rank {row.rank}): LoRA delta "
+        f"per layer (us): {'; '.join(parts)}; per step of {row.layers} layers (us): {step}"
+    )
+    out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name("lora_kernels.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(asdict(row), indent=2))
+    print(f"wrote {out}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--attention-backend", choices=("auto", "triton", "torch", "flashinfer"), default="triton")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "lora.json")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--kernels", action="store_true", help="time the delta alone per projection, torch against fused"
+    )
     args = parser.parse_args(argv)
     if args.device == "cpu":
         args.attention_backend = "torch"
@@ -206,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         if reason is not None:
             print(f"skipped: {reason}", file=sys.stderr)
             return 2
+    if args.kernels:
+        return main_kernels(args)
     row = measure(args)
     ratios = row.ratios
     print(
@@ -214,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(lora/plain {ratios['lora_over_plain']:.3f}, target <= {STEP_TARGET}); graph memory "
         f"{row.plain_graph_bytes / 2**20:.1f} MiB plain + {row.lora_graph_bytes / 2**20:.1f} MiB LoRA variant "
         f"(both/plain {ratios['graph_bytes_ratio']:.3f}, target <= {MEMORY_TARGET}); adapter slots "
-        f"{row.adapter_slot_bytes / 2**20:.1f} MiB; replays {row.replays}"
+        f"{row.adapter_slot_bytes / 2**20:.1f} MiB; replays {row.replays}; delta {row.lora_kernels}"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({**asdict(row), "ratios": ratios}, indent=2))

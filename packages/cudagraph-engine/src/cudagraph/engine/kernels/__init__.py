@@ -17,7 +17,8 @@ optional package is a subpackage named after that package, holding its layer set
 ``rotary``, ``out_views``
     What every set shares: the rotary tables (and rotary in plain torch), and ``compute_into``.
 ``triton`` (Triton, which CUDA builds of torch ship)
-    ``ops`` (the fused norm, rotary, GEMV and activation kernels and their launchers), ``traced_ops`` (the set's
+    ``ops`` (the fused norm, rotary, GEMV and activation kernels and their launchers), ``lora`` (the batched LoRA
+    delta in two kernels, on plain tensors: the adapters lay them out), ``traced_ops`` (the set's
     operations as torch custom ops, which a forward ``torch.compile`` traces calls instead), ``layer_set``
     (``TritonKernels``), ``decode_attention`` (paged decode in one kernel a layer) and ``extend_attention`` (paged
     extend).

@@ -17,6 +17,7 @@ kernel.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
 
 import torch
@@ -42,6 +43,13 @@ KVDestination: TypeAlias = tuple[Tensor, Tensor]
 """``(kv_buffer, slots)``: a layer's cache ``[slots, 2, Hk, D]`` and the rows this step's keys and values go to."""
 
 
+LoraDelta: TypeAlias = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Sequence[tuple[int, int]]], None]
+"""``lora_delta(out, x, a, b, scales, rows)``: every target's batched LoRA delta of ``x`` ``[T, K]`` added to its
+rows of ``out`` in place (``a`` ``[targets, slots, rank, K]``, ``b`` ``[rows spanned, targets, slots, rank]`` with
+target ``j``'s B in column block ``j``, ``scales`` ``[T, slots * rank]``, ``rows`` the targets' ``(start, stop)``);
+``triton.lora.lora_delta`` is the one implementation, the adapters' own torch path the reference."""
+
+
 class QKHeads(NamedTuple):
     """Where a layer's q and k heads sit in its fused q/k/v projection ``[T, H, D]`` (q heads first, then k, then
     v), and Qwen3's per-head norm of them: ``norm_weight`` ``[Hq + Hk, D]`` holds one row per normed head (the q
@@ -64,6 +72,9 @@ class LayerKernels(Protocol):
     fuses_kv_store: bool
     """Whether ``norm_rotate_and_store`` writes the keys and values in the same kernel as rotary (a layer then
     stores them there, and its attention skips its own store); else a layer leaves the store to attention."""
+
+    lora_delta: LoraDelta | None
+    """The set's fused LoRA delta (``LoraDelta``), or None where LoRA adapters add their deltas in plain torch."""
 
     def rms_norm(self, x: Tensor, weight: Tensor, eps: float) -> Tensor:
         """RMSNorm of ``x`` ``[T, hidden]`` over its last dimension, scaled by ``weight`` ``[hidden]``."""
@@ -116,9 +127,11 @@ class LayerKernels(Protocol):
 class ComposedKernels(ABC):
     """The compound operations of ``LayerKernels`` composed from a set's single ones: head norm then rotary, and the
     activation then the down projection, with the projections as cuBLAS matmuls (``F.linear``); the KV store, where
-    asked for, is one more kernel after rotary, so layers leave it to attention (``fuses_kv_store`` is False)."""
+    asked for, is one more kernel after rotary, so layers leave it to attention (``fuses_kv_store`` is False); LoRA
+    adapters add their deltas through their own torch path (``lora_delta`` is None)."""
 
     fuses_kv_store = False
+    lora_delta: LoraDelta | None = None
 
     @abstractmethod
     def add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .adapter import LoraAdapter
-from .apply import add_lora_delta
+from .apply import add_delta
 from .config import LoraConfig, LoraError
 from .slots import AdapterSlots, ProjectionSlots
 from .step import LoraStep
+
+if TYPE_CHECKING:
+    from ..kernels import LayerKernels
 
 
 class LayerAdapters:
@@ -34,17 +37,20 @@ class LayerAdapters:
         """Whether the forward now running applies adapters."""
         return self.step.active
 
-    def _add(self, projection: ProjectionSlots | None, x: torch.Tensor, out: torch.Tensor) -> None:
+    def _add(
+        self, projection: ProjectionSlots | None, x: torch.Tensor, out: torch.Tensor, kernels: LayerKernels
+    ) -> None:
         if projection is not None:
-            add_lora_delta(out, x, projection, self.step.scales[: x.shape[0]])
+            add_delta(kernels, out, x, projection, self.step.scales[: x.shape[0]])
 
-    def add_to_qkv(self, x: torch.Tensor, qkv: torch.Tensor) -> None:
-        """Add the q/k/v deltas of the normed input ``x`` to ``qkv`` in place."""
-        self._add(self.qkv, x, qkv)
+    def add_to_qkv(self, x: torch.Tensor, qkv: torch.Tensor, kernels: LayerKernels) -> None:
+        """Add the q/k/v deltas of the normed input ``x`` to ``qkv`` in place (through ``kernels``' fused delta
+        where the layer's kernel set has one: ``apply.add_delta``)."""
+        self._add(self.qkv, x, qkv, kernels)
 
-    def add_to_o(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        """Add the output projection's delta of the attention output ``x`` to ``out`` in place."""
-        self._add(self.o, x, out)
+    def add_to_o(self, x: torch.Tensor, out: torch.Tensor, kernels: LayerKernels) -> None:
+        """Add the output projection's delta of the attention output ``x`` to ``out`` in place (as ``add_to_qkv``)."""
+        self._add(self.o, x, out, kernels)
 
 
 class LoraManager:

@@ -67,12 +67,14 @@ class ProjectionAdapters(Protocol):
         """Whether the forward now running applies the deltas."""
         ...
 
-    def add_to_qkv(self, x: torch.Tensor, qkv: torch.Tensor) -> None:
-        """Add the q/k/v deltas of the normed input ``x`` ``[T, hidden]`` to ``qkv`` in place."""
+    def add_to_qkv(self, x: torch.Tensor, qkv: torch.Tensor, kernels: LayerKernels) -> None:
+        """Add the q/k/v deltas of the normed input ``x`` ``[T, hidden]`` to ``qkv`` in place; ``kernels`` is the
+        layer's kernel set (its ``lora_delta``, where it has one, computes them)."""
         ...
 
-    def add_to_o(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        """Add the output projection's delta of the attention output ``x`` to ``out`` ``[T, hidden]`` in place."""
+    def add_to_o(self, x: torch.Tensor, out: torch.Tensor, kernels: LayerKernels) -> None:
+        """Add the output projection's delta of the attention output ``x`` to ``out`` ``[T, hidden]`` in place
+        (``kernels`` as for ``add_to_qkv``)."""
         ...
 
 
@@ -161,7 +163,7 @@ class Attention(KernelModule):
         qkv = self.kernels.linear(x, self.qkv_weight, self.qkv_bias)
         adapters = self.adapters
         if adapters is not None and adapters.active:
-            adapters.add_to_qkv(x, qkv)
+            adapters.add_to_qkv(x, qkv, self.kernels)
         return self.attend_projected(qkv, rotary, attend)
 
     def attend_projected(self, qkv: torch.Tensor, rotary: RotaryStep, attend: AttendFn) -> torch.Tensor:
@@ -190,7 +192,7 @@ class Attention(KernelModule):
             projected = self.kernels.linear(out, self.o_weight, self.o_bias)
             adapters = self.adapters
             if adapters is not None and adapters.active:
-                adapters.add_to_o(out, projected)
+                adapters.add_to_o(out, projected, self.kernels)
             return projected
         # Row-parallel: every rank's partial product is summed before the bias, which only one sum may carry.
         projected = all_reduced(self.kernels.linear(out, self.o_weight), self.reduce_group)

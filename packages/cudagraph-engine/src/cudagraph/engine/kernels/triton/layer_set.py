@@ -23,7 +23,7 @@ from torch import Tensor
 
 from ..layer_set import KVDestination, QKHeads, RotaryStep
 from ..rotary import rotary_cos_sin_halves_table
-from . import ops, traced_ops
+from . import lora, ops, traced_ops
 
 if TYPE_CHECKING:
     from ...model.architecture import ModelConfig
@@ -50,6 +50,10 @@ class TritonKernels:
     add_norm_linear = staticmethod(traced_ops.add_norm_linear)
     """``traced_ops.add_norm_linear``: the residual add and the norm computed on the projection's load (the stream
     comes back as a new tensor); for wide steps, the fused add + norm kernel then cuBLAS."""
+
+    lora_delta = staticmethod(lora.lora_delta)
+    """``lora.lora_delta``: a LoRA delta in two launches (shrink with the scale fused, expand-add that reads only each
+    target's B), in place in the projection (traced: the custom op ``cudagraph_triton::lora_delta``)."""
 
     def norm_and_rotate(self, heads: Tensor, q_and_k: QKHeads, rotary: RotaryStep) -> Tensor:
         """Head norms (when there is a weight) and rotary of the q and k heads in one kernel, in place."""

@@ -2,10 +2,10 @@
 (``torch.ops.cudagraph_triton.*``) that a forward ``torch.compile`` traces calls in its place.
 
 ``TritonKernels`` (``layer_set``) holds the functions themselves: ``ops.rms_norm``, ``ops.add_rms_norm`` and, here,
-``linear``, ``silu_mul_linear``, ``add_norm_linear`` and ``norm_rotate``. Each picks its kernels from the shapes it
-is given (a ``gemv`` for the few rows of a decode step, cuBLAS for wider ones) and launches them through
-``FastLauncher``, so an eager step (eager, ``full`` and ``breakable`` captures alike) pays no dispatcher and checks
-nothing more than before.
+``linear``, ``silu_mul_linear``, ``add_norm_linear`` and ``norm_rotate`` (and ``lora.lora_delta``, which LoRA
+adapters call). Each picks its kernels from the shapes it is given (a ``gemv`` for the few rows of a decode step,
+cuBLAS for wider ones) and launches them through ``FastLauncher``, so an eager step (eager, ``full`` and
+``breakable`` captures alike) pays no dispatcher and checks nothing more than before.
 
 Dynamo never traces into these functions: each is registered with ``torch._dynamo.substitute_in_graph``, so
 where a traced forward calls one, dynamo traces its custom op instead: one graph node a call, whose fake
@@ -23,7 +23,10 @@ time, where the substitution costs it nothing. Calling the custom op eagerly wou
 than its body (the dispatcher and a Python kernel): the tens of µs a step that ``FastLauncher`` removed, back again.
 
 Schemas: every op returns new tensors and mutates nothing but ``norm_rotate_store``, which writes the keys and values
-to ``kv_buffer`` at ``slots`` (``mutates_args=("kv_buffer",)``). Eagerly, ``add_rms_norm`` and the wide steps of
+to ``kv_buffer`` at ``slots`` (``mutates_args=("kv_buffer",)``), and ``lora_delta`` (``lora.lora_delta``, which
+the set calls as it is), which adds the LoRA delta into the projection ``out`` (``mutates_args=("out",)``: the
+projection is an intermediate of the forward, so functionalization turns the write into a new tensor that the
+graph uses from then on, with no copy back). Eagerly, ``add_rms_norm`` and the wide steps of
 ``add_norm_linear`` grow the residual stream in place and ``norm_rotate`` rotates the heads in place in the q/k/v
 projection; callers use what they return, never their inputs' storage, so the two agree. The ops' outputs are new
 because a traced graph gains from it: functionalization adds no copy for an in-place write to a graph input or to
@@ -33,12 +36,14 @@ projection would not).
 
 # No ``from __future__ import annotations``: torch.library reads the ops' schemas from their annotations.
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..layer_set import KVDestination, QKHeads, RotaryStep
-from . import ops
+from . import lora, ops
 
 __all__ = [
     "TRACED_OPS",
@@ -225,6 +230,21 @@ _norm_rotate_op.register_fake(_fake_rotated)
 _norm_rotate_store_op.register_fake(_fake_rotated)
 
 
+def _row_pairs(rows: list[int]) -> list[tuple[int, int]]:
+    """The targets' ``(start, stop)`` row ranges from the flat list the ``lora_delta`` op's schema carries."""
+    return list(zip(rows[::2], rows[1::2], strict=True))
+
+
+@torch.library.custom_op(f"{NAMESPACE}::lora_delta", mutates_args=("out",))
+def _lora_delta_op(out: Tensor, x: Tensor, a: Tensor, b: Tensor, scales: Tensor, rows: list[int]) -> None:
+    lora.lora_delta(out, x, a, b, scales, _row_pairs(rows))
+
+
+@_lora_delta_op.register_fake
+def _(out: Tensor, x: Tensor, a: Tensor, b: Tensor, scales: Tensor, rows: list[int]) -> None:
+    return None
+
+
 TRACED_OPS = {
     "rms_norm": (ops.rms_norm, _rms_norm_op),
     "add_rms_norm": (ops.add_rms_norm, _add_rms_norm_op),
@@ -233,6 +253,7 @@ TRACED_OPS = {
     "add_norm_linear": (add_norm_linear, _add_norm_linear_op),
     "norm_rotate": (norm_rotate, _norm_rotate_op),
     "norm_rotate_store": (norm_rotate, _norm_rotate_store_op),
+    "lora_delta": (lora.lora_delta, _lora_delta_op),
 }
 """Name -> (the eager function, the custom op dynamo traces in its place: ``torch.ops.cudagraph_triton.<name>``;
 ``norm_rotate`` stands for both rotary ops, the storing one where it is given a destination)."""
@@ -291,3 +312,10 @@ def _traced_norm_rotate(
     return torch.ops.cudagraph_triton.norm_rotate_store(
         heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions, kv_buffer, slots
     )
+
+
+@torch._dynamo.substitute_in_graph(lora.lora_delta)
+def _traced_lora_delta(
+    out: Tensor, x: Tensor, a: Tensor, b: Tensor, scales: Tensor, rows: Sequence[tuple[int, int]]
+) -> None:
+    torch.ops.cudagraph_triton.lora_delta(out, x, a, b, scales, [bound for pair in rows for bound in pair])
