@@ -106,4 +106,6 @@ def test_every_row_is_its_requests_merged_weights_row(batch) -> None:
     got = two_steps(lora_engine, prompts, names)
     for row, (name, prompt) in enumerate(batch):
         want = two_steps(references[name], [prompt], [None])[:, 0]
-        torch.testing.assert_close(got[:, row], want, rtol=1e-4, atol=1e-4)
+        # float32 rounds the delta added apart and the merged weight differently, in proportion to the logits' size
+        # (an adapter moves them by as much as the base model does): the bound is relative to the largest one.
+        torch.testing.assert_close(got[:, row], want, rtol=1e-4, atol=2e-4 * max(1.0, want.abs().max().item()))
