@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from cudagraph.backend import ops_of_namespace, register_inductor_fallbacks
 from cudagraph.backend_utils import (
     ForwardContext,
     breakable_capture,
@@ -33,6 +34,9 @@ from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch, PrefillCudaGra
 
 from .peers import Peer
 from .workload import StepFn
+
+ENGINE_OP_NAMESPACES = ("cudagraph_engine", "cudagraph_triton")
+"""The custom-op namespaces of the reference engine (attention, all-reduce; the Triton kernel set's operations)."""
 
 
 class SourceUnavailableError(RuntimeError):
@@ -280,6 +284,9 @@ class TorchCompileSource(StepSource):
     def __init__(self, model_runner: ModelRunner) -> None:
         super().__init__(model_runner)
         self._switch_kernels(model_runner.traced_kernels())
+        # The engine's custom ops get inductor's fallback up front, as the engine's own compiles do: torch 2.11's
+        # implicit fallback stringifies every input's IR history, minutes on a whole forward of the Triton set.
+        register_inductor_fallbacks(op for namespace in ENGINE_OP_NAMESPACES for op in ops_of_namespace(namespace))
         self.compiled = torch.compile(model_runner.model_forward, mode="reduce-overhead")
         model_runner.model_forward = self.compiled  # type: ignore[method-assign]  # forward() calls self.model_forward
 

@@ -14,6 +14,7 @@ from .errors import (
 )
 from .factory import BACKEND_CLASSES, WARMUPS_NEEDED, make_backend, warmups_needed
 from .full import FullCudaGraphBackend
+from .inductor_fallbacks import custom_ops_of, ops_of_namespace, register_inductor_fallbacks
 from .tc_piecewise import (
     ModelTraceError,
     PiecewiseCompiler,
@@ -45,7 +46,10 @@ __all__ = [
     "SplitGraph",
     "TcPiecewiseCudaGraphBackend",
     "__version__",
+    "custom_ops_of",
     "make_backend",
+    "ops_of_namespace",
+    "register_inductor_fallbacks",
     "split_at_split_ops",
     "split_graph",
     "warmups_needed",

@@ -27,6 +27,8 @@ import torch.fx.experimental._config as fx_config
 from cudagraph.backend_utils import enable_torch_compile_warmup, use_compiled_model_forward
 from cudagraph.config import read_torch_compile_mode
 
+from .inductor_fallbacks import custom_ops_of, register_inductor_fallbacks
+
 __all__ = [
     "CompileStats",
     "ModelTraceError",
@@ -100,7 +102,8 @@ def inductor_mode_options(mode: str | None, label: str = "torch.compile mode") -
 
 
 def counting_inductor(stats: CompileStats, mode: str | None = None) -> CompilerBackend:
-    """Inductor as a ``torch.compile`` backend that counts each compilation in ``stats``.
+    """Inductor as a ``torch.compile`` backend that counts each compilation in ``stats`` (and registers the
+    fallbacks of the custom ops a graph calls first: ``register_inductor_fallbacks``).
 
     ``mode`` is one of ``cudagraph.config.TORCH_COMPILE_MODES`` (``None``: inductor's defaults;
     ``"max-autotune-no-cudagraphs"`` tunes Triton matmul templates against cuBLAS). ``reduce-overhead`` and
@@ -112,6 +115,7 @@ def counting_inductor(stats: CompileStats, mode: str | None = None) -> CompilerB
 
     def compile_counted(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         stats.compilations += 1
+        register_inductor_fallbacks(custom_ops_of(graph_module))
         return cast(Callable[..., Any], compile_fx(graph_module, list(example_inputs), config_patches=patches))
 
     return compile_counted

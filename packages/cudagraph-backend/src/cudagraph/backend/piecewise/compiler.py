@@ -36,6 +36,7 @@ import torch.fx
 from cudagraph.config import TC_PIECEWISE_COMPILERS, ConfigError, read_torch_compile_mode
 
 from ..compile_forward import CompileStats, inductor_mode_options
+from ..inductor_fallbacks import custom_ops_of, register_inductor_fallbacks
 from .split import SplitGraph, split_graph
 
 logger = logging.getLogger(__name__)
@@ -127,10 +128,12 @@ class InductorPieceCompiler:
         """The cache directory in use (known after the first compile)."""
 
     def compile(self, piece: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        """``compile_fx(piece, example_inputs)`` with the mode's config patches, under the cache directory."""
+        """``compile_fx(piece, example_inputs)`` with the mode's config patches, under the cache directory (the
+        fallbacks of the custom ops the piece calls registered first: ``register_inductor_fallbacks``)."""
         from torch._inductor.compile_fx import compile_fx
 
         self._use_cache_dir()
+        register_inductor_fallbacks(custom_ops_of(piece))
         return cast(
             Callable[..., Any], compile_fx(piece, list(example_inputs), config_patches=dict(self.config_patches))
         )
