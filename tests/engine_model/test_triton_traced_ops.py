@@ -154,6 +154,19 @@ def test_the_ops_compute_what_the_eager_functions_compute_and_write_only_what_th
     torch.testing.assert_close(kv_buffer, eager_kv, atol=0, rtol=0)
     assert kv_buffer[slots].abs().sum() > 0, "the op wrote the keys and values it declares it mutates"
 
+    # The storing-free op (the traced forward's: the attention op stores) copies the v heads after the rotated ones,
+    # so the keys and values it returns sit side by side.
+    heads, weight, num_q, num_k, eps, table, positions = cases["norm_rotate"]
+    rotated = traced_ops.norm_rotate(
+        heads.clone(), QKHeads(num_q, num_k, weight, eps), RotaryStep(table, positions), None
+    )
+    heads_before = heads.clone()
+    got = torch.ops.cudagraph_triton.norm_rotate(*cases["norm_rotate"])
+    assert torch.equal(heads, heads_before)
+    assert got.is_contiguous() and got.shape == (rows, num_q + 2 * num_k, heads.shape[2])
+    torch.testing.assert_close(got[:, : num_q + num_k], rotated, atol=0, rtol=0)
+    torch.testing.assert_close(got[:, num_q + num_k :], heads[:, num_q + num_k : num_q + 2 * num_k], atol=0, rtol=0)
+
 
 def triton_runner(preset: str, num_layers: int | None = None) -> ModelRunner:
     """A CPU engine on the Triton set (the decode batches of ``test_traced_forward`` are CPU tensors): only under the
@@ -261,6 +274,28 @@ def test_the_split_forward_over_the_triton_set_has_one_piece_per_layer_and_every
     assert all(structure == structures[0] for structure in structures[1:])
     assert any(target.startswith(f"{OP_NAMESPACE}.") for _, target in structures[0])
     assert torch.isfinite(got).all()
+
+
+def test_the_split_forward_stores_each_layers_keys_and_values_side_by_side_in_one_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The traced rotary op copies the v heads after the rotated k heads, so the attention op's store finds keys and
+    values side by side (one ``index_put_`` a layer, no stack first) and writes what eager writes."""
+    runner = triton_runner("tiny-qwen3-random", num_layers=3)
+    pool = runner.token_to_kv_pool
+    side_by_side: list[bool] = []
+    real_check = type(pool)._side_by_side
+
+    def record(self: object, k: torch.Tensor, v: torch.Tensor) -> bool:
+        found = real_check(self, k, v)  # type: ignore[arg-type]
+        side_by_side.append(found)
+        return found
+
+    monkeypatch.setattr(type(pool), "_side_by_side", record)
+    compiled = torch.compile(runner.model_forward, backend=PiecewiseCompiler("eager"), fullgraph=True)
+    assert_compiled_matches_eager(runner, compiled, (3,))
+    # One store a layer, all by the compiled forward (the eager Triton set stores in its rotary kernel).
+    assert side_by_side == [True] * 3
 
 
 @pytest.mark.slow  # inductor compiles three CPU pieces: about 40 s on a 2-core machine (`nox -s slow`)

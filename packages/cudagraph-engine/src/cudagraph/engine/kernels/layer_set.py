@@ -87,7 +87,8 @@ class LayerKernels(Protocol):
     def norm_and_rotate(self, heads: Tensor, q_and_k: QKHeads, rotary: RotaryStep) -> Tensor:
         """The q and k heads ``[T, Hq + Hk, D]`` of ``heads`` ``[T, H, D]`` (the v heads left alone), normed per head
         where ``q_and_k`` has a norm weight, then rotated by their positions; written into ``heads`` where the set
-        can."""
+        can. A set that writes a new tensor may return ``[T, Hq + 2 Hk, D]``, the v heads copied after the k heads
+        (so that keys and values sit side by side for the store); the layer then takes v from there."""
         ...
 
     def norm_rotate_and_store(

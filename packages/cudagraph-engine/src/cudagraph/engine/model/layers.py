@@ -182,8 +182,9 @@ class Attention(KernelModule):
         else:
             qk = self.kernels.norm_rotate_and_store(heads, q_and_k, rotary, destination)
         qk = qk.flatten(1)
-        q, k = qk[:, : self.q_size], qk[:, self.q_size :]
-        v = qkv[:, self.q_size + self.kv_size :]
+        q, k = qk[:, : self.q_size], qk[:, self.q_size : self.q_size + self.kv_size]
+        # A kernel set may return the v heads after the rotated ones (side by side with k for the store): take them.
+        v = (qk if qk.shape[1] == self.q_size + 2 * self.kv_size else qkv)[:, self.q_size + self.kv_size :]
         if destination is None:
             out = attend(self.layer_id, q, k, v)
         else:

@@ -84,6 +84,7 @@ def _qk_norm_rope_kernel(
     HEADS_BLOCK: tl.constexpr,
     NORM: tl.constexpr,
     STORE: tl.constexpr,
+    COPY_V: tl.constexpr,
 ):
     token = tl.program_id(0)
     heads = tl.program_id(1) * HEADS_BLOCK + tl.arange(0, HEADS_BLOCK)
@@ -92,7 +93,7 @@ def _qk_norm_rope_kernel(
     dim_mask = dims < half
     rotated = heads < num_q_heads + num_k_heads
     is_v = (heads >= num_q_heads + num_k_heads) & (heads < num_q_heads + 2 * num_k_heads)
-    read = (rotated | is_v) if STORE else rotated
+    read = (rotated | is_v) if (STORE or COPY_V) else rotated
     mask = read[:, None] & dim_mask[None, :]
     first = heads_ptr + token * row_stride + heads[:, None] * HEAD_DIM + dims[None, :]
     x1 = tl.load(first, mask=mask, other=0.0)
@@ -115,10 +116,16 @@ def _qk_norm_rope_kernel(
     sin = tl.load(cos_sin_ptr + position * cos_sin_stride + half + dims, mask=dim_mask, other=0.0)[None, :]
     out1 = (a * cos - b * sin).to(dtype)
     out2 = (b * cos + a * sin).to(dtype)
-    write_back = rotated[:, None] & dim_mask[None, :]
     out_first = out_ptr + token * out_row_stride + heads[:, None] * HEAD_DIM + dims[None, :]
-    tl.store(out_first, out1, mask=write_back)
-    tl.store(out_first + half, out2, mask=write_back)
+    if COPY_V:
+        # The v heads follow the rotated k heads in ``out`` as read, so keys and values sit side by side there.
+        write_back = (rotated | is_v)[:, None] & dim_mask[None, :]
+        tl.store(out_first, tl.where(is_v[:, None], x1, out1), mask=write_back)
+        tl.store(out_first + half, tl.where(is_v[:, None], x2, out2), mask=write_back)
+    else:
+        write_back = rotated[:, None] & dim_mask[None, :]
+        tl.store(out_first, out1, mask=write_back)
+        tl.store(out_first + half, out2, mask=write_back)
     if STORE:
         # A slot's cache row is [2, num_k_heads, HEAD_DIM], keys then values: the k and v heads of the projection in
         # their order. Keys go in rotated, values as read.
@@ -317,7 +324,9 @@ def qk_norm_rope(
     """In place on the q then k heads at the front of ``heads`` ``[T, H, D]`` (each row's heads contiguous): each
     head normed by its row of ``norm_weight`` ``[Hq + Hk, D]`` (skipped when None), then rotated (Neox halves) by
     the float32 ``cos_sin`` ``[positions, D]`` row (cos then sin halves) at ``positions[t]``. With ``out``
-    ``[T, Hq + Hk, D]`` (each row's heads contiguous) the rotated heads go there instead and ``heads`` is only read.
+    ``[T, Hq + Hk, D]`` (each row's heads contiguous) the rotated heads go there instead and ``heads`` is only read;
+    with ``out`` ``[T, Hq + 2 Hk, D]`` the v heads (the ``Hk`` after the k heads) are copied after them as read, in
+    the same launch, so that keys and values sit side by side in ``out``.
 
     With ``kv_store = (kv_buffer, slots)`` the same launch also writes each token's rotated keys and its values (the
     ``Hk`` heads after the k heads) to row ``slots[t]`` of ``kv_buffer`` ``[slots, 2, Hk, D]`` (keys, then values:
@@ -335,12 +344,17 @@ def qk_norm_rope(
         )
     if out is None:
         out = heads
-    elif out.shape != (tokens, num_q_heads + num_k_heads, head_dim) or out.stride(2) != 1 or out.stride(1) != head_dim:
+    out_heads = (num_q_heads + num_k_heads, num_q_heads + 2 * num_k_heads)
+    copy_v = out is not heads and out.shape[1:2] == (out_heads[1],)
+    if out is not heads and (
+        out.shape[0] != tokens or out.shape[1] not in out_heads or out.shape[2] != head_dim
+        or out.stride(2) != 1 or out.stride(1) != head_dim
+    ):  # fmt: skip
         raise ValueError(
-            f"qk_norm_rope writes into [{tokens}, {num_q_heads + num_k_heads}, {head_dim}] with each row's heads "
+            f"qk_norm_rope writes into [{tokens}, {out_heads[0]} or {out_heads[1]}, {head_dim}] with each row's heads "
             f"contiguous, got {tuple(out.shape)} of strides {out.stride()}"
         )
-    launched_heads = num_q_heads + (2 if kv_store is not None else 1) * num_k_heads
+    launched_heads = num_q_heads + (2 if kv_store is not None or copy_v else 1) * num_k_heads
     grid = (tokens, cdiv(launched_heads, HEADS_PER_PROGRAM))
     _LAUNCH_QK_NORM_ROPE(
         grid,
@@ -351,7 +365,7 @@ def qk_norm_rope(
         ),
         {
             "HEAD_DIM": head_dim, "HALF_BLOCK": next_power_of_2(head_dim // 2), "HEADS_BLOCK": HEADS_PER_PROGRAM,
-            "NORM": norm_weight is not None, "STORE": kv_store is not None,
+            "NORM": norm_weight is not None, "STORE": kv_store is not None, "COPY_V": copy_v,
         },
     )  # fmt: skip
 

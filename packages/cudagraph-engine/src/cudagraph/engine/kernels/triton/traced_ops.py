@@ -31,7 +31,9 @@ graph uses from then on, with no copy back). Eagerly, ``add_rms_norm`` and the w
 projection; callers use what they return, never their inputs' storage, so the two agree. The ops' outputs are new
 because a traced graph gains from it: functionalization adds no copy for an in-place write to a graph input or to
 a view, and a new ``[T, Hq + Hk, D]`` of rotated heads flattens without dynamo guarding on one token (a slice of the
-projection would not).
+projection would not). The traced ``norm_rotate`` (the forward whose attention op stores the keys and values)
+returns ``[T, Hq + 2 Hk, D]``: its kernel copies the v heads after the rotated k heads, so the store finds keys and
+values side by side and writes them with one kernel, not a stack and a write.
 """
 
 # No ``from __future__ import annotations``: torch.library reads the ops' schemas from their annotations.
@@ -189,6 +191,11 @@ def _rotated_heads(heads: Tensor, num_q_heads: int, num_k_heads: int) -> Tensor:
     return heads.new_empty((heads.shape[0], num_q_heads + num_k_heads, heads.shape[2]))
 
 
+def _rotated_heads_and_v(heads: Tensor, num_q_heads: int, num_k_heads: int) -> Tensor:
+    """A new ``[T, Hq + 2 Hk, D]``: the rotated q and k heads of ``heads`` ``[T, H, D]``, then its v heads."""
+    return heads.new_empty((heads.shape[0], num_q_heads + 2 * num_k_heads, heads.shape[2]))
+
+
 @torch.library.custom_op(f"{NAMESPACE}::norm_rotate", mutates_args=())
 def _norm_rotate_op(
     heads: Tensor,
@@ -199,7 +206,7 @@ def _norm_rotate_op(
     cos_sin: Tensor,
     positions: Tensor,
 ) -> Tensor:
-    out = _rotated_heads(heads, num_q_heads, num_k_heads)
+    out = _rotated_heads_and_v(heads, num_q_heads, num_k_heads)
     ops.qk_norm_rope(heads, norm_weight, num_q_heads, num_k_heads, eps, cos_sin, positions, out=out)
     return out
 
@@ -222,11 +229,18 @@ def _norm_rotate_store_op(
 
 
 def _fake_rotated(heads: Tensor, norm_weight: Tensor | None, num_q_heads: int, num_k_heads: int, *_: object) -> Tensor:
-    """The fake of both rotary ops: the normed, rotated q and k heads (the KV store writes in place)."""
+    """The fake of ``norm_rotate_store``: the normed, rotated q and k heads (the KV store writes in place)."""
     return _rotated_heads(heads, num_q_heads, num_k_heads)
 
 
-_norm_rotate_op.register_fake(_fake_rotated)
+def _fake_rotated_and_v(
+    heads: Tensor, norm_weight: Tensor | None, num_q_heads: int, num_k_heads: int, *_: object
+) -> Tensor:
+    """The fake of ``norm_rotate``: the normed, rotated q and k heads, then the v heads."""
+    return _rotated_heads_and_v(heads, num_q_heads, num_k_heads)
+
+
+_norm_rotate_op.register_fake(_fake_rotated_and_v)
 _norm_rotate_store_op.register_fake(_fake_rotated)
 
 
