@@ -159,8 +159,8 @@ def test_a_directory_without_weights_or_rank_is_named(
     (no_weights / "adapter_config.json").write_bytes((adapters["sql"] / "adapter_config.json").read_bytes())
     line = _refused(["--lora-modules", f"sql={no_weights}"], capsys, monkeypatch)
     assert line == (
-        f"--lora-modules sql={no_weights}: {no_weights} is not a PEFT adapter directory: adapter_model.safetensors is "
-        "missing"
+        f"--lora-modules sql={no_weights}: {no_weights} has no adapter_model.safetensors; allowed: a PEFT adapter "
+        "directory (adapter_config.json and adapter_model.safetensors)"
     )
     no_rank = tmp_path / "no_rank"
     no_rank.mkdir()

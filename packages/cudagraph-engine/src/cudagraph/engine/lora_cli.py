@@ -144,13 +144,6 @@ def _read_adapters(modules: Sequence[LoraModule]) -> dict[str, LoraAdapter]:
     for module in modules:
         if module.name in adapters:
             raise LoraError(f"--lora-modules names {module.name!r} twice; allowed: one PATH per adapter name")
-        config_path = module.path / "adapter_config.json"
-        if not config_path.is_file():
-            what = "is not a directory" if not module.path.is_dir() else "has no adapter_config.json"
-            raise LoraError(
-                f"--lora-modules {module}: {module.path} {what}; allowed: a PEFT adapter directory "
-                "(adapter_config.json and adapter_model.safetensors)"
-            )
         try:
             adapters[module.name] = LoraAdapter.from_peft(module.path)
         except (LoraError, json.JSONDecodeError, KeyError, ValueError) as error:

@@ -30,6 +30,10 @@ _UNSUPPORTED_PEFT_OPTIONS = {
 """adapter_config.json keys whose non-default values the engine cannot apply: key -> (default, what it would need)."""
 
 
+PEFT_FILES = "adapter_config.json and adapter_model.safetensors"
+"""What a PEFT adapter directory holds (the two files ``from_peft`` reads)."""
+
+
 @dataclass(frozen=True)
 class LoraFactors:
     """The low-rank factors of one module: ``delta = B @ A`` (``A`` ``[rank, in]``, ``B`` ``[out, rank]``)."""
@@ -93,9 +97,10 @@ class LoraAdapter:
 
         directory = Path(path)
         config_path, weights_path = directory / "adapter_config.json", directory / "adapter_model.safetensors"
-        for needed in (config_path, weights_path):
-            if not needed.is_file():
-                raise LoraError(f"{directory} is not a PEFT adapter directory: {needed.name} is missing")
+        missing = next((needed.name for needed in (config_path, weights_path) if not needed.is_file()), None)
+        if missing is not None:
+            what = f"has no {missing}" if directory.is_dir() else "is not a directory"
+            raise LoraError(f"{directory} {what}; allowed: a PEFT adapter directory ({PEFT_FILES})")
         config = json.loads(config_path.read_text())
         for key, (default, needs) in _UNSUPPORTED_PEFT_OPTIONS.items():
             if config.get(key, default) not in (default, [], False):
