@@ -4,7 +4,8 @@ memory of both variants against the plain graphs alone (a script, not a test).
     python3 bench/bench_lora.py [--preset llama-3-8b] [--backend full] [--max-bs 64] [--adapters 8] [--rank 16]
         [--attention-backend triton] [--out bench-results/lora.json]
     python3 bench/bench_lora.py --device cpu --preset tiny-llama --steps 3   # smoke: eager steps, no graphs
-    python3 bench/bench_lora.py --kernels [--preset llama-3-8b] [--batch 8] [--out bench-results/lora_kernels.json]
+    python3 bench/bench_lora.py --kernels [--sweep] [--preset llama-3-8b] [--batch 8]
+        [--out bench-results/lora_kernels.json]
 
 One engine, random bfloat16 weights, decode graphs only (the default bucket schedule up to ``--max-bs``), with
 ``--adapters`` adapters of rank ``--rank`` on q/k/v/o loaded (``LoraConfig(max_loras=adapters, max_rank=rank)``).
@@ -26,7 +27,9 @@ A batch of ``--batch`` requests (each with a 32-token prompt, prefilled eagerly)
 layer's delta of that projection at the preset's shapes and ``--batch`` tokens (slots filled with random factors,
 tokens through every slot and none), replayed ``--steps`` times: ``per_layer_us`` per projection and path, and the
 sum over a step's layers. On ``--device cpu`` the paths run eagerly (the fused one under ``TRITON_INTERPRET=1``
-only): a smoke of the script.
+only): a smoke of the script. ``--kernels --sweep`` also times the fused delta over every tile of ``sweep_tiles``
+(split of the reduction, shrink columns and reduction step, expand rows) at ``--batch`` tokens, per projection, and
+reports the fastest beside the tile ``kernels.triton.lora.LORA_TILES`` picks (``sweep``): how that table is chosen.
 
 Prints one line with its ratios and writes the JSON. On ``--device cpu`` steps run eagerly (no graph bytes): a
 smoke of the script only.
@@ -225,6 +228,31 @@ class DeltaRow:
     per_layer_us: dict[str, dict[str, float]] = field(default_factory=dict)
     per_step_us: dict[str, float] = field(default_factory=dict)
     kernels: dict[str, str] = field(default_factory=lambda: dict(DELTA_KERNELS))
+    sweep: dict[str, list[dict[str, object]]] = field(default_factory=dict)
+    """With ``--sweep``, per projection: every tile timed (fastest first), each ``{"tile": ..., "per_layer_us":
+    ..., "table": whether it is the tile the table picks}``."""
+
+
+SWEEP_SPLITS = (1, 2, 4, 8, 16)
+SWEEP_BLOCK_K = (64, 128, 256)
+SWEEP_SHRINK_N = (16, 32)
+SWEEP_EXPAND_N = (16, 32, 64, 128)
+"""The tile fields ``--sweep`` varies: the reduction's split, its step, the shrink's columns and the expand's rows a
+program (``block_t`` stays 16: ``tl.dot``'s least, and decode steps are few tokens)."""
+
+
+def sweep_tiles(tokens: int):
+    """Every tile of the sweep for a step of ``tokens`` tokens (``kernels.triton.lora.LoraTile``)."""
+    import itertools
+
+    from cudagraph.engine.kernels.triton.lora import LoraTile
+
+    return [
+        LoraTile(tokens, 16, shrink_n, block_k, split, expand_n)
+        for split, block_k, shrink_n, expand_n in itertools.product(
+            SWEEP_SPLITS, SWEEP_BLOCK_K, SWEEP_SHRINK_N, SWEEP_EXPAND_N
+        )
+    ]
 
 
 def _delta_inputs(args: argparse.Namespace):
@@ -279,9 +307,28 @@ def measure_deltas(args: argparse.Namespace) -> DeltaRow:
         for path, delta in paths.items():
             every_layer = functools.partial(_every_layer, delta, out, x, layers)
             row.per_layer_us[name][path] = _replay_us(every_layer, args.steps, cuda) / len(layers)
+        if args.sweep and "fused" in paths:
+            row.sweep[name] = _sweep(args, scales, out, x, layers, cuda)
     for path in paths:
         row.per_step_us[path] = sum(row.layers * times[path] for times in row.per_layer_us.values())
     return row
+
+
+def _sweep(args: argparse.Namespace, scales, out, x, layers, cuda: bool) -> list[dict[str, object]]:
+    """The fused delta of every layer timed over each tile of the sweep, fastest first."""
+    from cudagraph.engine.kernels.triton.lora import lora_delta, lora_tile
+
+    table_tile = asdict(lora_tile(args.batch)) | {"max_tokens": args.batch}
+    timed = []
+    for tile in sweep_tiles(args.batch):
+
+        def delta(out, x, projection, tile=tile) -> None:
+            lora_delta(out, x, projection.a, projection.b, scales, projection.rows, tile)
+
+        every_layer = functools.partial(_every_layer, delta, out, x, layers)
+        per_layer = _replay_us(every_layer, args.steps, cuda) / len(layers)
+        timed.append({"tile": asdict(tile), "per_layer_us": per_layer, "table": asdict(tile) == table_tile})
+    return sorted(timed, key=lambda entry: entry["per_layer_us"])
 
 
 def _every_layer(delta, out, x, layers) -> None:
@@ -329,6 +376,13 @@ def main_kernels(args: argparse.Namespace) -> int:
         f"{row.preset} ({row.device}, {row.tokens} tokens, {row.adapters} adapters of rank {row.rank}): LoRA delta "
         f"per layer (us): {'; '.join(parts)}; per step of {row.layers} layers (us): {step}"
     )
+    for name, timed in row.sweep.items():
+        table = next((entry for entry in timed if entry["table"]), None)
+        table_note = f"; the table's tile {table['per_layer_us']:.2f} us" if table else "; the table's tile not swept"
+        print(
+            f"sweep {name}: {len(timed)} tiles, fastest {timed[0]['per_layer_us']:.2f} us "
+            f"{timed[0]['tile']}{table_note}"
+        )
     out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name("lora_kernels.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(asdict(row), indent=2))
@@ -352,7 +406,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kernels", action="store_true", help="time the delta alone per projection, torch against fused"
     )
+    parser.add_argument(
+        "--sweep", action="store_true", help="with --kernels: time the fused delta over every tile of sweep_tiles"
+    )
     args = parser.parse_args(argv)
+    if args.sweep and not args.kernels:
+        parser.error("--sweep times the fused delta's tiles: it goes with --kernels")
     if args.device == "cpu":
         args.attention_backend = "torch"
     else:

@@ -177,6 +177,7 @@ def lora_delta(
     b: torch.Tensor,
     scales: torch.Tensor,
     rows: Sequence[tuple[int, int]],
+    tile: LoraTile | None = None,
 ) -> None:
     """Add every target's LoRA delta of ``x`` ``[T, K]`` to its rows of ``out`` ``[T, N]``, in place, in two launches.
 
@@ -184,7 +185,8 @@ def lora_delta(
     the factors of every target and slot (``b``: target ``j``'s B in its own rows of column block ``j``, zeros
     elsewhere); ``scales`` ``[T, slots * rank]`` holds each token's row of the scale table; ``rows`` gives, per
     target, the ``(start, stop)`` output rows of ``out`` it adds to (``row_start`` is the least start). At most
-    ``MAX_TARGETS`` targets."""
+    ``MAX_TARGETS`` targets. ``tile`` is ``LORA_TILES``' by default (``bench/bench_lora.py --kernels --sweep``
+    passes others)."""
     num_tokens, k = x.shape
     num_targets, slots, rank, a_k = a.shape
     width = slots * rank
@@ -204,7 +206,7 @@ def lora_delta(
         raise ValueError("lora_delta needs a and b contiguous and the rows of x, out and scales contiguous")
     if num_tokens == 0:
         return
-    tile = lora_tile(num_tokens)
+    tile = tile or lora_tile(num_tokens)
     n = num_targets * width
     precision = _precision(x.dtype)
     partial = torch.empty((tile.split_k, num_tokens, n), dtype=torch.float32, device=x.device)
