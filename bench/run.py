@@ -1,6 +1,7 @@
 """What ``nox -s bench`` calls: the benchmark harness (``bench/harness``), run with the workspace importable.
 
-    python3 bench/run.py [--quick] [--check] [--sections decode,breaks,prefill,speculative,capture,compile,migration]
+    python3 bench/run.py [--quick] [--check]
+                         [--sections decode,breaks,prefill,speculative,capture,compile,lifecycle,migration]
                          [--presets P...] [--batch-sizes N...] [--configs NAME...]
     python3 bench/run.py --sections tp [--tp-sizes 1 2 4] [--presets llama-3-8b]   # starts its own ranks
                          [--kernel-counts separate|inline|off]   # decode kernel counts: a second process by default

@@ -30,7 +30,7 @@ from .report import format_report
 from .rows import ROW_TYPES, BenchResult, WrongAnswer
 from .targets import check_targets
 
-SECTIONS = ("decode", "breaks", "prefill", "speculative", "capture", "compile", "migration", "tp")
+SECTIONS = ("decode", "breaks", "prefill", "speculative", "capture", "compile", "lifecycle", "migration", "tp")
 """Every section, in run order."""
 DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name != "tp")
 """What a run without ``--sections`` measures: ``tp`` starts processes of its own on every GPU and loads Llama-3
@@ -130,6 +130,7 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
     from .capture import CaptureSettings, run_capture, run_compile
     from .configs import CAPTURE_BACKENDS, DECODE_CONFIGS, PREFILL_CONFIGS, select_configs
     from .decode import DecodeSettings, run_decode
+    from .lifecycle import LifecycleSettings, run_lifecycle
     from .models import ModelCache
     from .prefill import PrefillSettings, run_prefill
     from .speculative import SpeculativeSettings, run_speculative
@@ -208,6 +209,14 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
         ),
         "capture": lambda result: run_capture(result, capture, models),
         "compile": lambda result: run_compile(result, capture),
+        "lifecycle": lambda result: run_lifecycle(
+            result,
+            LifecycleSettings(
+                tuple(args.presets or profile.lifecycle_presets),
+                attention_backend=backend,
+                kernel_backend=args.kernel_backend,
+            ),
+        ),
     }
 
 

@@ -121,6 +121,23 @@ def _tensor_parallel_ratios(result: BenchResult) -> Iterator[Ratio]:
             yield Ratio(f"{key}/startup_over_tp1", row.startup_seconds / single.startup_seconds, False)
 
 
+LIFECYCLE_RATIOS = (
+    ("lazy_over_eager", False),
+    ("freed_share", True),
+    ("wake_over_first_capture", False),
+    ("after_over_before", False),
+)
+"""``LifecycleRow`` ratio -> whether a larger value is better."""
+
+
+def _lifecycle_ratios(result: BenchResult) -> Iterator[Ratio]:
+    for row in result.lifecycle:
+        for name, higher_is_better in LIFECYCLE_RATIOS:
+            value = getattr(row, name)
+            if value is not None:
+                yield Ratio(f"lifecycle/{row.preset}/{row.backend}/{name}", value, higher_is_better)
+
+
 RATIO_SOURCES = (
     _decode_ratios,
     _break_ratios,
@@ -128,6 +145,7 @@ RATIO_SOURCES = (
     _speculative_ratios,
     _migration_ratios,
     _tensor_parallel_ratios,
+    _lifecycle_ratios,
 )
 """Every section that contributes ratios."""
 

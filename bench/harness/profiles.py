@@ -39,6 +39,8 @@ class Profile:
     """(preset, tensor-parallel sizes) the ``tp`` section launches (sizes the machine lacks are skipped)."""
     tp_batch_sizes: tuple[int, ...] = (1, 32, 128)
     """Decode batch sizes of the ``tp`` section."""
+    lifecycle_presets: tuple[str, ...] = ()
+    """Model presets the ``lifecycle`` section starts, puts to sleep and wakes."""
 
 
 PROFILES: dict[str, Profile] = {
@@ -58,6 +60,7 @@ PROFILES: dict[str, Profile] = {
         mixed_shapes=((8, 48), (32, 96)),
         tp_presets=(("llama-3-8b", (1, 2, 4)), ("llama-3-70b", (4,))),
         tp_batch_sizes=(1, 32, 128),
+        lifecycle_presets=("qwen3-0.6b", "llama-3-8b"),
     ),
     "quick": Profile(
         presets=("qwen3-0.6b",),
@@ -75,6 +78,7 @@ PROFILES: dict[str, Profile] = {
         mixed_shapes=((8, 48),),
         tp_presets=(("llama-3-8b", (1, 2)),),
         tp_batch_sizes=(1, 32),
+        lifecycle_presets=("qwen3-0.6b",),
     ),
 }
 """Profile name -> profile (``--quick`` picks ``quick``)."""

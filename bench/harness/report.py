@@ -132,6 +132,25 @@ TP_START_COLUMNS = (
     Column("prefill GiB per rank", lambda r: _gib_per_rank(r.prefill_graph_bytes_per_rank)),
     Column("collective buffers GiB per rank", lambda r: _gib_per_rank(r.collective_buffer_bytes_per_rank)),
 )
+LIFECYCLE_COLUMNS = (
+    Column("preset", lambda r: r.preset),
+    Column("backend", lambda r: r.backend),
+    Column("buckets", lambda r: str(r.buckets)),
+    Column("start-up eager s", lambda r: f"{r.startup_s['eager']:.2f}" if "eager" in r.startup_s else "-"),
+    Column("lazy s", lambda r: f"{r.startup_s['lazy']:.2f}" if "lazy" in r.startup_s else "-"),
+    Column("lazy/eager", lambda r: _ratio(r.lazy_over_eager)),
+    Column("first-use capture ms", lambda r: f"{r.first_use_capture_ms:.1f}"),
+    Column("first capture s", lambda r: f"{r.first_capture_s:.2f}"),
+    Column("wake+replay s", lambda r: f"{r.wake_and_first_replay_s:.2f}"),
+    Column("/first capture", lambda r: _ratio(r.wake_over_first_capture)),
+    Column("sleep freed GiB", lambda r: f"{r.sleep_freed_bytes / 2**30:.3f}"),
+    Column("graphs+KV GiB", lambda r: f"{r.graph_and_kv_bytes / 2**30:.3f}"),
+    Column("freed share", lambda r: "-" if r.freed_share is None else f"{r.freed_share:.1%}"),
+    Column("replay us", lambda r: f"{r.replay_us_before:.1f}"),
+    Column("after update us", lambda r: f"{r.replay_us_after_update:.1f}"),
+    Column("after/before", lambda r: _ratio(r.after_over_before)),
+    Column("recaptured", lambda r: ",".join(map(str, r.recaptured)) or "none"),
+)
 SKIPPED_COLUMNS = (
     Column("section", lambda r: r.section),
     Column("what", lambda r: r.what),
@@ -153,6 +172,7 @@ SECTIONS: tuple[tuple[str, str, tuple[Column, ...]], ...] = (
     ("migration", "cudagraph-migrate", MIGRATION_COLUMNS),
     ("tp", "Tensor-parallel decode step (rank 0's time; graph memory of the measured batch sizes)", TP_COLUMNS),
     ("tp_start", "Tensor-parallel start-up with the default graphs", TP_START_COLUMNS),
+    ("lifecycle", "Decode graphs across an engine's life", LIFECYCLE_COLUMNS),
     ("wrong", "WRONG ANSWERS (not results; the run fails)", WRONG_COLUMNS),
     ("skipped", "Not measured", SKIPPED_COLUMNS),
 )

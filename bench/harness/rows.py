@@ -246,6 +246,65 @@ class TensorParallelStartRow:
         return max(self.decode_graph_bytes_per_rank, default=0)
 
 
+def _over(numerator: float, denominator: float) -> float | None:
+    """``numerator / denominator``, or None when the denominator was not measured (zero or less)."""
+    return numerator / denominator if denominator > 0 else None
+
+
+@dataclass(frozen=True)
+class LifecycleRow:
+    """Decode graphs across one engine's life, one preset and graph backend (random bf16 weights, the default
+    bucket schedule up to the section's largest batch): start-up, a first-use capture, sleep, wake, and a replay
+    after an in-place weight update."""
+
+    preset: str
+    backend: str
+    """The decode graph backend (``full``, ``breakable``, ``tc_piecewise``)."""
+    buckets: int
+    """Decode buckets a capture of all of them captures."""
+    startup_s: dict[str, float]
+    """Capture policy (``eager``, ``lazy``) -> seconds from the engine built (weights loaded, not timed) to the first
+    decode token of one request, graphs included."""
+    first_use_capture_ms: float
+    """Under ``lazy``, the capture of decode bucket 8 by its first step, after the engine's first step."""
+    first_capture_s: float
+    """Capture of every bucket under ``eager`` (``CaptureStats.seconds``)."""
+    graph_and_kv_bytes: int
+    """Device memory the graphs took (free before capture minus free after the replays) plus the KV cache's bytes."""
+    sleep_freed_bytes: int
+    """Free device memory ``sleep()`` won (``MemoryLevels.freed_by_sleep``)."""
+    wake_s: float
+    """``wake()``: the KV cache allocated again and every bucket captured again."""
+    wake_and_first_replay_s: float
+    """``wake()`` and the first replayed decode step of batch 8."""
+    replay_us_before: float
+    """One replayed decode step of batch 8, mean over back-to-back steps, before the weight update."""
+    replay_us_after_update: float
+    """The same after an in-place update of every weight."""
+    recaptured: list[int] = field(default_factory=list)
+    """Decode buckets the in-place update captured again (nothing, when graphs stay valid as they must)."""
+
+    @property
+    def lazy_over_eager(self) -> float | None:
+        """Start-up to first token under ``lazy`` over under ``eager``."""
+        return _over(self.startup_s.get("lazy", 0.0), self.startup_s.get("eager", 0.0))
+
+    @property
+    def freed_share(self) -> float | None:
+        """Bytes sleep freed over the graphs' and KV cache's bytes (None when that reading is not positive)."""
+        return _over(self.sleep_freed_bytes, self.graph_and_kv_bytes)
+
+    @property
+    def wake_over_first_capture(self) -> float | None:
+        """Wake and the first replayed step over the first capture of every bucket."""
+        return _over(self.wake_and_first_replay_s, self.first_capture_s)
+
+    @property
+    def after_over_before(self) -> float | None:
+        """Replay after the in-place update over replay before it."""
+        return _over(self.replay_us_after_update, self.replay_us_before)
+
+
 @dataclass(frozen=True)
 class SkippedRow:
     """A configuration that was not measured, and why (no CUDA, a peer not installed, a config that rejects it)."""
@@ -317,6 +376,7 @@ ROW_TYPES: dict[str, type[Any]] = {
     "migration": MigrationRow,
     "tp": TensorParallelRow,
     "tp_start": TensorParallelStartRow,
+    "lifecycle": LifecycleRow,
     "skipped": SkippedRow,
     "wrong": WrongAnswer,
 }
@@ -338,6 +398,7 @@ class BenchResult:
     migration: list[MigrationRow] = field(default_factory=list)
     tp: list[TensorParallelRow] = field(default_factory=list)
     tp_start: list[TensorParallelStartRow] = field(default_factory=list)
+    lifecycle: list[LifecycleRow] = field(default_factory=list)
     skipped: list[SkippedRow] = field(default_factory=list)
     wrong: list[WrongAnswer] = field(default_factory=list)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .rows import BenchResult
+from .rows import BenchResult, LifecycleRow
 
 FULL_OVER_RAW_LIMIT = 1.03
 """Our ``full`` runner may be at most this much slower than a raw ``CUDAGraph.replay``, at every batch size."""
@@ -120,17 +120,101 @@ def _tp_startup(result: BenchResult) -> tuple[bool | None, str]:
     )
 
 
-TARGETS: tuple[tuple[str, Callable[[BenchResult], tuple[bool | None, str]]], ...] = (
+LAZY_STARTUP_LIMIT = 0.25
+"""Start-up to first token under the ``lazy`` capture policy may take at most this share of ``eager``'s."""
+
+FIRST_USE_CAPTURE_LIMIT_MS = 100.0
+"""A decode bucket's capture by its first step (after the engine's first step) may take at most this long."""
+
+SLEEP_FREED_SHARE = 0.95
+"""``sleep()`` must give back at least this share of the graphs' and KV cache's bytes."""
+
+WAKE_OVER_FIRST_CAPTURE_LIMIT = 1.0
+"""``wake()`` and the first replayed step may take at most this multiple of the first capture of every bucket."""
+
+UPDATE_REPLAY_TOLERANCE = 0.05
+"""A replay after an in-place weight update must be within this share of the replay before it."""
+
+
+def _lifecycle_target(
+    result: BenchResult, value: Callable[[LifecycleRow], float | None], met: Callable[[float], bool], unit: str
+) -> tuple[bool | None, str]:
+    """Met when ``met`` holds for ``value`` of every lifecycle row that measured it."""
+    measured = [(row, value(row)) for row in result.lifecycle]
+    shown = [(row, figure) for row, figure in measured if figure is not None]
+    if not shown:
+        return None, "not measured (no lifecycle rows with the figures)"
+    text = "; ".join(f"{row.preset} {row.backend} {unit.format(figure)}" for row, figure in shown)
+    return all(met(figure) for _, figure in shown), text
+
+
+def _lazy_startup(result: BenchResult) -> tuple[bool | None, str]:
+    return _lifecycle_target(
+        result, lambda row: row.lazy_over_eager, lambda ratio: ratio <= LAZY_STARTUP_LIMIT, "{:.3f}x eager's"
+    )
+
+
+def _first_use_capture(result: BenchResult) -> tuple[bool | None, str]:
+    return _lifecycle_target(
+        result, lambda row: row.first_use_capture_ms, lambda ms: ms <= FIRST_USE_CAPTURE_LIMIT_MS, "{:.1f} ms"
+    )
+
+
+def _sleep_frees(result: BenchResult) -> tuple[bool | None, str]:
+    return _lifecycle_target(
+        result, lambda row: row.freed_share, lambda share: share >= SLEEP_FREED_SHARE, "{:.1%} freed"
+    )
+
+
+def _wake_within_first_capture(result: BenchResult) -> tuple[bool | None, str]:
+    return _lifecycle_target(
+        result,
+        lambda row: row.wake_over_first_capture,
+        lambda ratio: ratio <= WAKE_OVER_FIRST_CAPTURE_LIMIT,
+        "{:.3f}x the first capture",
+    )
+
+
+def _replay_after_update(result: BenchResult) -> tuple[bool | None, str]:
+    met, text = _lifecycle_target(
+        result,
+        lambda row: row.after_over_before,
+        lambda ratio: abs(ratio - 1.0) <= UPDATE_REPLAY_TOLERANCE,
+        "{:.3f}x before",
+    )
+    recaptured = [f"{row.preset} captured {row.recaptured} again" for row in result.lifecycle if row.recaptured]
+    if met is None or not recaptured:
+        return met, text
+    return False, f"{text}; " + "; ".join(recaptured)
+
+
+Target = tuple[str, Callable[[BenchResult], tuple[bool | None, str]]]
+"""(name, predicate): the predicate says met, missed or not measured (``None``), and the figures."""
+
+LIFECYCLE_TARGETS: tuple[Target, ...] = (
+    (f"lazy start-up to first token <= {LAZY_STARTUP_LIMIT:.0%} of eager's", _lazy_startup),
+    (f"first-use capture of a decode bucket <= {FIRST_USE_CAPTURE_LIMIT_MS:.0f} ms", _first_use_capture),
+    (f"sleep frees >= {SLEEP_FREED_SHARE:.0%} of the graphs' and KV cache's bytes", _sleep_frees),
+    ("wake and the first replay <= the first capture of every bucket", _wake_within_first_capture),
+    (
+        f"replay after an in-place weight update within {UPDATE_REPLAY_TOLERANCE:.0%} of before, none recaptured",
+        _replay_after_update,
+    ),
+)
+"""The ``lifecycle`` section's targets (``bench/bench_lifecycle.py`` prints these alone)."""
+
+TARGETS: tuple[Target, ...] = (
     (f"decode full <= {FULL_OVER_RAW_LIMIT}x raw replay at every batch size", _full_within_raw),
     ("breakable host cost per break below both peers'", _breaks_below_peers),
     ("batch-1 decode full <= torch.compile(mode='reduce-overhead')", _full_beats_reduce_overhead_at_batch_1),
     (f"{TP_PRESET} batch-1 full: TP=2 >= 1.5x and TP=4 >= 2.2x faster than TP=1", _tp_speedups),
     ("decode graph bytes per rank at TP>1 <= TP=1's (default buckets)", _tp_graph_bytes),
     (f"{TP_PRESET} start-up to first token at TP=4 <= {TP_STARTUP_LIMIT}x TP=1's", _tp_startup),
+    *LIFECYCLE_TARGETS,
 )
-"""(name, predicate) for every stated target."""
+"""Every stated target."""
 
 
-def check_targets(result: BenchResult) -> list[TargetResult]:
-    """Every target, met, missed or not measured, with its figures."""
-    return [TargetResult(name, *predicate(result)) for name, predicate in TARGETS]
+def check_targets(result: BenchResult, targets: tuple[Target, ...] = TARGETS) -> list[TargetResult]:
+    """Each of ``targets`` (every stated one by default), met, missed or not measured, with its figures."""
+    return [TargetResult(name, *predicate(result)) for name, predicate in targets]
