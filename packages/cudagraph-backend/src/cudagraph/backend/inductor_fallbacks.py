@@ -47,7 +47,7 @@ def custom_ops_of(graph_module: torch.fx.GraphModule) -> list[torch._ops.OpOverl
 def ops_of_namespace(namespace: str) -> list[torch._ops.OpOverload]:
     """Every overload of every operator registered so far under ``namespace`` (``torch.ops.<namespace>``)."""
     packets = getattr(torch.ops, namespace)
-    overloads = []
+    overloads: list[torch._ops.OpOverload] = []
     for name in dir(packets):
         packet = getattr(packets, name, None)
         if isinstance(packet, torch._ops.OpOverloadPacket):
