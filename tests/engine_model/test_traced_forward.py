@@ -3,7 +3,7 @@ and the same numbers as eager (CPU, float32)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -51,12 +51,7 @@ def decode_batch(runner: ModelRunner, batch_size: int) -> ForwardBatch:
     )
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def run_hidden(runner: ModelRunner, batch: ForwardBatch, forward: object) -> torch.Tensor:

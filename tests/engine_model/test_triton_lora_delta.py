@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,21 +48,7 @@ TOKENS = (1, 7, 20, 70)
 """Each tile of ``LORA_TILES`` (16, 64 and beyond), with token counts that are not multiples of the blocks."""
 
 
-@pytest.fixture(autouse=True)
-def interpreter_or_gpu() -> None:
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip(
-            "no CUDA device and Triton's interpreter is off: set TRITON_INTERPRET=1 before torch is imported "
-            "(tests/conftest.py does where /dev/nvidiactl is absent)"
-        )
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("interpreter_or_gpu", "fresh_dynamo")
 
 
 @dataclasses.dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,21 +45,7 @@ TOKEN_COUNTS = (4, 1, 2)
 OP_NAMESPACE = "cudagraph_triton"
 
 
-@pytest.fixture(autouse=True)
-def interpreter_or_gpu() -> None:
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip(
-            "no CUDA device and Triton's interpreter is off: set TRITON_INTERPRET=1 before torch is imported "
-            "(tests/conftest.py does where /dev/nvidiactl is absent)"
-        )
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("interpreter_or_gpu", "fresh_dynamo")
 
 
 def randn(*shape: int, generator: torch.Generator) -> torch.Tensor:
