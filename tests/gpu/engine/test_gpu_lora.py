@@ -55,11 +55,14 @@ ADAPTERS = {"a": (8, 11), "b": (4, 12)}
 
 
 @contextlib.contextmanager
-def engine(backend: Backend) -> Iterator[ModelRunner]:
-    """A CUDA engine serving adapters ``a`` and ``b``, its graphs (both variants) captured; shut down on exit."""
+def engine(backend: Backend, kernel_backend: str = "auto") -> Iterator[ModelRunner]:
+    """A CUDA engine serving adapters ``a`` and ``b`` on ``kernel_backend``'s kernel set, its graphs (both variants)
+    captured; shut down on exit."""
     model = random_model(model_config_from_preset(PRESET), seed=3, dtype="float32", device="cuda")
     cache = CacheConfig(max_num_reqs=24, max_context_len=64)
-    model_runner = ModelRunner(model, config(backend), cache_config=cache, lora_config=LORA)
+    model_runner = ModelRunner(
+        model, config(backend), cache_config=cache, lora_config=LORA, kernel_backend=kernel_backend
+    )
     try:
         for name, (rank, seed) in ADAPTERS.items():
             model_runner.load_lora_adapter(name, random_adapter(rank, seed))

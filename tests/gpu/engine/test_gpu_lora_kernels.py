@@ -13,13 +13,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 from test_gpu_lora import (
-    ADAPTERS,
     DECODE_BUCKETS,
-    LORA,
     NAMES,
-    PRESET,
-    config,
-    random_adapter,
+    engine,
     replayed_buckets,
     tokens,
 )
@@ -27,8 +23,7 @@ from test_gpu_lora import (
 from cudagraph.config import Backend
 from cudagraph.engine.kernels.triton import lora as triton_lora
 from cudagraph.engine.lora import LORA_TARGETS, ProjectionSlots, add_lora_delta
-from cudagraph.engine.model import model_config_from_preset, random_model
-from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.model_runner import ModelRunner
 
 pytestmark = pytest.mark.gpu
 
@@ -109,18 +104,10 @@ def test_the_fused_delta_adds_what_the_torch_reference_adds(shape_name: str, num
 
 @contextlib.contextmanager
 def triton_engine(backend: Backend) -> Iterator[ModelRunner]:
-    """``test_gpu_lora``'s engine on the Triton kernel set (its fused delta), graphs of both variants captured."""
-    model = random_model(model_config_from_preset(PRESET), seed=3, dtype="float32", device="cuda")
-    cache = CacheConfig(max_num_reqs=24, max_context_len=64)
-    model_runner = ModelRunner(model, config(backend), cache_config=cache, lora_config=LORA, kernel_backend="triton")
-    try:
+    """``test_gpu_lora``'s engine on the Triton kernel set, checked to run its fused delta."""
+    with engine(backend, kernel_backend="triton") as model_runner:
         assert model_runner.kernels.name == "triton" and model_runner.kernels.lora_delta is triton_lora.lora_delta
-        for name, (rank, seed) in ADAPTERS.items():
-            model_runner.load_lora_adapter(name, random_adapter(rank, seed))
-        model_runner.init_cuda_graphs()
         yield model_runner
-    finally:
-        model_runner.shutdown()
 
 
 @pytest.mark.parametrize("backend", [Backend.FULL, Backend.BREAKABLE])
