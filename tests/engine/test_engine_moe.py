@@ -1,6 +1,7 @@
 """Qwen3-MoE through the engine on the CPU: a checkpoint served eagerly and replayed through the full and
 breakable test doubles gives Transformers' greedy tokens and logits; and the experts split over two gloo ranks
-(expert parallel, one all-reduce per sparse block) give the single-rank tokens and logits (Mixtral's: ``slow``)."""
+(expert parallel, one all-reduce per sparse block, or tokens exchanged with the experts' ranks by all-to-all) give
+the single-rank tokens and logits (Mixtral's: ``slow``), the breakable double breaking at every all-to-all."""
 
 from __future__ import annotations
 
@@ -111,3 +112,35 @@ def test_experts_split_over_two_ranks_give_single_rank_tokens_and_logits(preset:
     assert got["tokens"] == expected_tokens
     for index, (have, want) in enumerate(zip(got["logits"], expected_logits, strict=True)):
         torch.testing.assert_close(have, want, **FLOAT32_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")
+
+
+@pytest.mark.parametrize(
+    ("preset", "decode"),
+    [
+        ("tiny-qwen3-moe-random", "disabled"),
+        ("tiny-qwen3-moe-random", "breakable"),
+        pytest.param("tiny-qwen3-moe-random", "full", marks=pytest.mark.slow),
+        pytest.param("tiny-mixtral-random", "disabled", marks=pytest.mark.slow),
+        pytest.param("tiny-mixtral-random", "breakable", marks=pytest.mark.slow),
+    ],
+)
+def test_experts_exchanging_tokens_over_two_ranks_give_single_rank_tokens_and_logits(preset: str, decode: str) -> None:
+    # moe_a2a_backend="all_to_all": each rank routes half the tokens, sends them to the experts' ranks and combines
+    # what comes back; the breakable double must break at both all-to-alls of every sparse block (and a full
+    # capture records them as graph work).
+    expected_tokens, expected_logits = single_rank_outputs(preset, 1)
+    got = launch(tp_workers.moe_a2a_outputs, (preset, decode), 2)
+    assert got["tokens"] == expected_tokens
+    for index, (have, want) in enumerate(zip(got["logits"], expected_logits, strict=True)):
+        torch.testing.assert_close(have, want, **FLOAT32_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")
+    if decode == "disabled":
+        return
+    assert got["replayed"] == [4], "the four requests' decode steps should have replayed the bucket of 4"
+    config = model_config_from_preset(preset)
+    sparse = sum(config.uses_experts(layer) for layer in range(config.num_layers))
+    # Breakable: one attention break per layer and both all-to-alls of every sparse block; full: no break at all.
+    if decode == "breakable":
+        per_bucket = {"eager": config.num_layers + 2 * sparse, "all_to_all": 2 * sparse}
+    else:
+        per_bucket = {"eager": 0, "all_to_all": 0}
+    assert got["breaks"] == dict.fromkeys(tp_workers.A2A_DECODE_BUCKETS, per_bucket)

@@ -68,9 +68,12 @@ class TensorParallelGroup:
         """The name the model's collective operators resolve."""
         return str(self.group.group_name)
 
-    def shard_plan(self) -> ShardPlan:
-        """This rank's part of the model."""
-        return ShardPlan(rank=self.rank, size=self.world_size, group_name=self.group_name)
+    def shard_plan(self, moe_a2a_backend: str = "none") -> ShardPlan:
+        """This rank's part of the model, its sparse blocks reaching their experts as ``moe_a2a_backend`` says
+        (``MOE_A2A_BACKENDS``)."""
+        return ShardPlan(
+            rank=self.rank, size=self.world_size, group_name=self.group_name, moe_a2a_backend=moe_a2a_backend
+        )
 
     def barrier(self) -> None:
         """Meet every other rank on the host (gloo), or fail naming who did not come within the timeout."""
