@@ -73,9 +73,10 @@ A2A_DECODE_BUCKETS = (1, 2, 4)
 
 def moe_a2a_outputs(rank: int, world_size: int, init_method: str, payload: tuple[str, str]) -> dict[str, Any] | None:
     """Rank 0: greedy tokens, dense logits, the decode batch sizes that replayed and each captured decode bucket's
-    eager breaks (all, and ``all_to_all`` ones; none in a full capture) of the sharded MoE model whose sparse blocks exchange tokens (``moe_a2a_backend=
-    "all_to_all"``), run eagerly (``decode`` ``disabled``) or replaying the CPU double of ``decode`` (``full`` or
-    ``breakable``). Every rank runs the same greedy steps in lock step (no driver: the logits are replicated)."""
+    eager breaks (all, and ``all_to_all`` ones; none in a full capture) of the sharded MoE model whose sparse
+    blocks exchange tokens (``moe_a2a_backend="all_to_all"``), run eagerly (``decode`` ``disabled``) or replaying
+    the CPU double of ``decode`` (``full`` or ``breakable``). Every rank runs the same greedy steps in lock step (no
+    driver: the logits are replicated)."""
     preset, decode = payload
     group = join(rank, world_size, init_method)
     try:

@@ -1,18 +1,27 @@
 """Expert parallel by token exchange (``moe_a2a``) as properties, with ``N`` ranks simulated in one process (the
 all-to-all is a block transpose, the all-gather a concatenation): for any routing, dispatching every rank's share
 of the tokens to the experts' ranks, running the held experts and combining the results back gives the single-rank
-dense block's output; the ids survive the trip in the dtypes a model runs in; and the option is refused where it
-cannot apply."""
+dense block's output; the ids survive the trip in the dtypes a model runs in; the option is refused where it cannot
+apply; and ``tc_piecewise`` traces an exchanging block whole and splits it at both all-to-alls (over a loopback group
+of one rank)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
+import torch._dynamo
+import torch.fx.experimental._config as fx_config
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from torch._dynamo.utils import counters
 
+from cudagraph.backend import PiecewiseCompiler
+from cudagraph.backend_utils import is_split_op
 from cudagraph.engine.model import ShardPlan, TensorParallelError, model_config_from_preset
-from cudagraph.engine.model.moe import Routing, dense_experts
+from cudagraph.engine.model.collectives import register_communicator, unregister_communicator
+from cudagraph.engine.model.moe import Routing, SparseMoE, dense_experts
 from cudagraph.engine.model.moe_a2a import (
     ExpertExchange,
     combine,
@@ -159,3 +168,55 @@ def test_all_to_all_without_experts_or_without_a_second_rank_is_one_clear_error(
 def test_an_unknown_a2a_backend_names_the_allowed_ones() -> None:
     with pytest.raises(TensorParallelError, match=r"'deepep' is not one of none, all_to_all"):
         ShardPlan(rank=0, size=2, group_name="tp", moe_a2a_backend="deepep")
+
+
+class LoopbackCommunicator:
+    """A group of one rank: every block of an all-to-all comes back to its sender, an all-gather stacks one."""
+
+    world_size = 1
+
+    def all_reduce_(self, tensor: torch.Tensor) -> None:
+        """One rank's sum is its own tensor."""
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``[1, *tensor.shape]``."""
+        return tensor.unsqueeze(0).clone()
+
+    def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The only block, back to this rank."""
+        return tensor.clone()
+
+
+@pytest.fixture
+def loopback_group() -> Iterator[str]:
+    torch._dynamo.reset()
+    counters.clear()
+    register_communicator("loopback", LoopbackCommunicator())
+    yield "loopback"
+    unregister_communicator("loopback")
+    torch._dynamo.reset()
+
+
+def test_tc_piecewise_splits_an_exchanging_block_at_both_all_to_alls_and_traces_it_whole(loopback_group: str) -> None:
+    config = model_config_from_preset("tiny-qwen3-moe-random")
+    exchange = ExpertExchange(loopback_group, 0, 1, config.num_experts)
+    exchanging = SparseMoE(config, torch.float32, torch.device("cpu"), exchange=exchange)
+    plain = SparseMoE(config, torch.float32, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for mine, theirs in zip(exchanging.parameters(), plain.parameters(), strict=True):
+            mine.copy_(torch.randn(mine.shape, generator=generator) / mine.shape[-1] ** 0.5)
+            theirs.copy_(mine)
+    compiler = PiecewiseCompiler("eager")
+    compiled = torch.compile(exchanging, backend=compiler, fullgraph=True)
+    for index, tokens in enumerate((5, 1, 8)):
+        x = torch.randn(tokens, config.hidden_size, generator=generator)
+        if index == 0:
+            torch._dynamo.mark_dynamic(x, 0)
+        with torch.no_grad(), fx_config.patch(backed_size_oblivious=True):
+            got = compiled(x)
+            torch.testing.assert_close(got, plain(x), rtol=1e-5, atol=1e-5)
+    assert compiler.stats.split_ops == 2 and compiler.stats.pieces == 3
+    assert compiler.stats.compilations == 1 and compiler.stats.recompiles == 0
+    assert dict(counters["graph_break"]) == {}
+    assert is_split_op(torch.ops.cudagraph_engine.all_to_all.default)
