@@ -11,11 +11,14 @@ environment).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import tp_gpu_workers as workers
 
 from cudagraph.config import Backend
+from cudagraph.engine import commands
 from cudagraph.engine.distributed import launch
 from cudagraph.engine.model import model_config_from_preset
 
@@ -62,3 +65,16 @@ def test_tp2_all_to_all_in_bfloat16_on_grouped_mm_stays_near_the_all_reduce_path
     exchanged = launch(workers.tensor_parallel, (PRESET, "bfloat16", "full", "auto", EXCHANGE), 2)
     for index, (have, want) in enumerate(zip(exchanged["logits"], reduced["logits"], strict=True)):
         torch.testing.assert_close(have, want, **BF16_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")
+
+
+def test_cli_generate_at_tp2_with_all_to_all_gives_the_all_reduce_paths_tokens(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``generate --tp-size 2 --moe-a2a-backend all_to_all`` on CUDA (the group's all-to-all warmed before capture,
+    default graphs) prints the tokens of ``--moe-a2a-backend none``."""
+    base = ["generate", "--preset", PRESET, "--device", "cuda", "--dtype", "float32", "--tp-size", "2"]
+    base += ["--prompt-token-ids", "5,6,7,8", "--prompt-token-ids", "1,2,3", "--max-new-tokens", "12", "--json", "-q"]
+    assert commands.main([*base, "--moe-a2a-backend", "none"]) == 0
+    reduced = json.loads(capsys.readouterr().out)
+    assert commands.main([*base, "--all2all-backend", "all_to_all"]) == 0
+    assert json.loads(capsys.readouterr().out)["outputs"] == reduced["outputs"]

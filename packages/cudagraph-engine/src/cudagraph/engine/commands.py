@@ -599,7 +599,7 @@ def build_model_runner(
         group.choose_all_reduce(args.tp_all_reduce, model.dtype, largest_batch * hidden)
         # NCCL's buffers for every message size a step sends, set up once now rather than by the first capture.
         largest_tokens = max(config.decode.max_size, config.prefill.max_size, 1)
-        group.warm_collectives(model.dtype, largest_tokens * hidden)
+        group.warm_collectives(model.dtype, largest_tokens * hidden, all_to_all=shard.dispatches_experts)
     cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len, page_size=args.page_size)
     runner = runner_type(
         model,

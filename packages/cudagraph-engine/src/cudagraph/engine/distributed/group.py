@@ -91,9 +91,10 @@ class TensorParallelGroup:
         dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self.cpu_group)
         return [int(value) for value in tensor.tolist()]
 
-    def warm_collectives(self, dtype: torch.dtype, largest_elements: int) -> int:
+    def warm_collectives(self, dtype: torch.dtype, largest_elements: int, all_to_all: bool = False) -> int:
         """All-reduce one message of each size from 1 Ki elements up to ``largest_elements`` (4x apart) on the
-        process group, before anything is captured; the device bytes that took (0 on CPU).
+        process group (and with ``all_to_all``, the experts' token exchange, one all-to-all, which sets up NCCL's
+        peer-to-peer connections), before anything is captured; the device bytes that took (0 on CPU).
 
         NCCL sets up its buffers for a size range (its channels and protocols) the first time a message of that
         range travels. Done here, they are set up once per group at start-up, shared by every graph and every
@@ -111,6 +112,9 @@ class TensorParallelGroup:
             if elements >= message.numel():
                 break
             elements *= 4
+        if all_to_all:
+            blocks = message[: self.world_size * (message.numel() // self.world_size)].view(self.world_size, -1)
+            dist.all_to_all_single(torch.empty_like(blocks), blocks, group=self.group)
         torch.cuda.synchronize(self.device)
         del message
         torch.cuda.empty_cache()
