@@ -1,9 +1,11 @@
 """Qwen3-MoE through the engine on the CPU: a checkpoint served eagerly and replayed through the full and
 breakable test doubles gives Transformers' greedy tokens and logits; and the experts split over two gloo ranks
-(expert parallel, one all-reduce per sparse block) give the single-rank tokens and logits (Mixtral's: ``slow``)."""
+(expert parallel, one all-reduce per sparse block, or tokens exchanged with the experts' ranks by all-to-all) give
+the single-rank tokens and logits (Mixtral's: ``slow``), the breakable double breaking at every all-to-all."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from test_engine_tensor_parallel import FLOAT32_LOGITS, single_rank_outputs
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
+from cudagraph.engine import commands
 from cudagraph.engine.batch import Request, SamplingParams, make_decode_batch, make_extend_batch
 from cudagraph.engine.distributed import launch
 from cudagraph.engine.generate import generate
@@ -111,3 +114,77 @@ def test_experts_split_over_two_ranks_give_single_rank_tokens_and_logits(preset:
     assert got["tokens"] == expected_tokens
     for index, (have, want) in enumerate(zip(got["logits"], expected_logits, strict=True)):
         torch.testing.assert_close(have, want, **FLOAT32_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")
+
+
+@pytest.mark.parametrize(
+    ("preset", "decode"),
+    [
+        ("tiny-qwen3-moe-random", "disabled"),
+        ("tiny-qwen3-moe-random", "breakable"),
+        pytest.param("tiny-qwen3-moe-random", "full", marks=pytest.mark.slow),
+        pytest.param("tiny-mixtral-random", "disabled", marks=pytest.mark.slow),
+        pytest.param("tiny-mixtral-random", "breakable", marks=pytest.mark.slow),
+    ],
+)
+def test_experts_exchanging_tokens_over_two_ranks_give_single_rank_tokens_and_logits(preset: str, decode: str) -> None:
+    # moe_a2a_backend="all_to_all": each rank routes half the tokens, sends them to the experts' ranks and combines
+    # what comes back; the breakable double must break at both all-to-alls of every sparse block (and a full
+    # capture records them as graph work).
+    expected_tokens, expected_logits = single_rank_outputs(preset, 1)
+    got = launch(tp_workers.moe_a2a_outputs, (preset, decode), 2)
+    assert got["tokens"] == expected_tokens
+    for index, (have, want) in enumerate(zip(got["logits"], expected_logits, strict=True)):
+        torch.testing.assert_close(have, want, **FLOAT32_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")
+    if decode == "disabled":
+        return
+    assert got["replayed"] == [4], "the four requests' decode steps should have replayed the bucket of 4"
+    config = model_config_from_preset(preset)
+    sparse = sum(config.uses_experts(layer) for layer in range(config.num_layers))
+    # Breakable: one attention break per layer and both all-to-alls of every sparse block; full: no break at all.
+    if decode == "breakable":
+        per_bucket = {"eager": config.num_layers + 2 * sparse, "all_to_all": 2 * sparse}
+    else:
+        per_bucket = {"eager": 0, "all_to_all": 0}
+    assert got["breaks"] == dict.fromkeys(tp_workers.A2A_DECODE_BUCKETS, per_bucket)
+
+
+MOE_GENERATE = ["generate", "--preset", "tiny-qwen3-moe-random", "--device", "cpu", "--prompt-token-ids", "5,6,7,8"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--preset", "tiny-qwen3-random", "--tp-size", "2", "--moe-a2a-backend", "all_to_all"],
+            "--moe-a2a-backend all_to_all: the model has no sparse experts",
+        ),
+        (["--all2all-backend", "all_to_all"], "--tp-size is 1 (one rank holds every expert)"),
+    ],
+)
+def test_bad_moe_a2a_flags_are_one_clear_error(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert commands.main([*MOE_GENERATE, *flags]) == commands.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_an_unknown_a2a_backend_is_refused_by_the_parser_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        commands.build_parser().parse_args([*MOE_GENERATE, "--all2all-backend", "deepep"])
+    assert "invalid choice: 'deepep' (choose from 'none', 'all_to_all')" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--moe-a2a-backend", "--all2all-backend"])
+def test_sglangs_and_vllms_spellings_set_the_same_a2a_backend(flag: str) -> None:
+    assert commands.build_parser().parse_args([*MOE_GENERATE, flag, "all_to_all"]).moe_a2a_backend == "all_to_all"
+    assert commands.build_parser().parse_args(MOE_GENERATE).moe_a2a_backend == "none"
+
+
+def test_cli_generate_at_tp2_with_all_to_all_prints_the_single_rank_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+    prompts = ["--max-new-tokens", "5", "--json", "-q", "--kernel-backend", "torch"]
+    assert commands.main([*MOE_GENERATE, *prompts]) == 0
+    single = json.loads(capsys.readouterr().out)
+    exchanging = ["--tp-size", "2", "--moe-a2a-backend", "all_to_all"]
+    assert commands.main([*MOE_GENERATE, *prompts, *exchanging]) == 0
+    assert json.loads(capsys.readouterr().out)["outputs"] == single["outputs"]

@@ -68,6 +68,52 @@ def model_outputs(rank: int, world_size: int, init_method: str, payload: tuple[s
     return {"tokens": tokens, "logits": logits, "initialized_after": dist.is_initialized()}
 
 
+A2A_DECODE_BUCKETS = (1, 2, 4)
+
+
+def moe_a2a_outputs(rank: int, world_size: int, init_method: str, payload: tuple[str, str]) -> dict[str, Any] | None:
+    """Rank 0: greedy tokens, dense logits, the decode batch sizes that replayed and each captured decode bucket's
+    eager breaks (all, and ``all_to_all`` ones; none in a full capture) of the sharded MoE model whose sparse
+    blocks exchange tokens (``moe_a2a_backend="all_to_all"``), run eagerly (``decode`` ``disabled``) or replaying
+    the CPU double of ``decode`` (``full`` or ``breakable``). Every rank runs the same greedy steps in lock step (no
+    driver: the logits are replicated)."""
+    preset, decode = payload
+    group = join(rank, world_size, init_method)
+    try:
+        group.choose_all_reduce("auto", torch.float32, 64 * 64)
+        model = random_model(model_config_from_preset(preset), seed=5, shard=group.shard_plan("all_to_all"))
+        logits = [reference_logits(model, prompt) for prompt in PROMPTS]
+        backend = Backend(decode)
+        graphs = CudaGraphConfig(
+            decode=PhaseConfig(backend, () if backend is Backend.DISABLED else A2A_DECODE_BUCKETS, 4),
+            prefill=PhaseConfig(Backend.DISABLED, (), 0),
+        )
+        engine = ModelRunner(
+            model, graphs, cache_config=cache_config(1), kernel_backend="torch", capture_barrier=group.capture_barrier
+        )
+        breaks: dict[int, dict[str, int]] = {}
+        if backend is not Backend.DISABLED:
+            double = CpuReplayBackend(backend, options=CaptureOptions(barrier=group.capture_barrier))
+            runner = DecodeCudaGraphRunner(
+                engine, graphs, backend=double, show_progress=False, capture_barrier=group.capture_barrier
+            )
+            runner.capture()
+            engine.decode_cuda_graph_runner = runner
+            tapes = {bucket: double.entry(bucket).graph for bucket in runner.captured_buckets}
+            for bucket, tape in tapes.items():  # the full double keeps no tape
+                eager = [step.call.name for step in tape.steps if step.eager] if tape is not None else []
+                breaks[bucket] = {"eager": len(eager), "all_to_all": sum("all_to_all" in name for name in eager)}
+        params = SamplingParams(max_new_tokens=NEW_TOKENS)
+        tokens = [out.output_token_ids for out in generate(engine, [list(p) for p in PROMPTS], params)]
+        replays = engine.decode_cuda_graph_runner.metrics.replays_by_size if backend is not Backend.DISABLED else []
+    finally:
+        shutdown_tensor_parallel(group)
+    if rank != 0:
+        return None
+    replayed = [size for size, count in enumerate(replays) if count]
+    return {"tokens": tokens, "logits": logits, "breaks": breaks, "replayed": replayed}
+
+
 def raises_on_rank_1(rank: int, world_size: int, init_method: str, payload: Any) -> None:
     """Rank 1 fails after joining; rank 0 waits in a collective that rank 1 never enters."""
     group = join(rank, world_size, init_method)

@@ -40,6 +40,8 @@ class EngineOptions:
     smaller_budget_rank: int | None = None
     """A rank whose decode graphs get a memory budget that holds some buckets but not all (the others get none):
     the ranks must still capture the same buckets."""
+    moe_a2a_backend: str = "none"
+    """How a MoE model's sparse blocks reach the experts split over the ranks (``ShardPlan.moe_a2a_backend``)."""
 
     def model_config(self, preset: str) -> ModelConfig:
         """The preset's config with this head size."""
@@ -99,6 +101,7 @@ def run_engine(
         assert runner.kernels.name == options.kernel_backend
     try:
         captured = capture_graphs(runner, rank, options)
+        exchange_breaks = all_to_all_breaks(runner)
         prompts, params = shrinking_workload()
         tokens = [out.output_token_ids for out in generate(runner, prompts, params)]
     finally:
@@ -108,7 +111,21 @@ def run_engine(
     # The engine's decode metrics outlive its runners: the batch sizes that replayed a graph.
     replays_by_size = runner.cuda_graph_metrics[Phase.DECODE].replays_by_size
     replayed = [size for size, count in enumerate(replays_by_size) if count]
-    return {"tokens": tokens, "replayed": replayed, "captured": captured}
+    return {"tokens": tokens, "replayed": replayed, "captured": captured, "all_to_all_breaks": exchange_breaks}
+
+
+def all_to_all_breaks(engine: ModelRunner) -> dict[int, int]:
+    """Each captured decode bucket's eager breaks at the ``all_to_all`` op (graphs that keep no eager calls, full
+    and tc_piecewise ones, are left out)."""
+    decode = engine.decode_cuda_graph_runner
+    if decode is None:
+        return {}
+    counts = {}
+    for bucket in decode.captured_buckets:
+        eager_calls = getattr(decode.backend.entry(bucket).graph, "eager_calls", None)
+        if eager_calls is not None:
+            counts[bucket] = sum("all_to_all" in call.name for call in eager_calls)
+    return counts
 
 
 def capture_graphs(engine: ModelRunner, rank: int, options: EngineOptions) -> list[list[int]]:
@@ -165,7 +182,8 @@ def tensor_parallel(
     group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, timeout_s=120.0))
     try:
         config = options.model_config(preset)
-        model = random_model(config, seed=3, dtype=dtype, device=device, shard=group.shard_plan())
+        shard = group.shard_plan(options.moe_a2a_backend)
+        model = random_model(config, seed=3, dtype=dtype, device=device, shard=shard)
         choice = group.choose_all_reduce(all_reduce, model.dtype, 64 * config.hidden_size)
         result = run_engine(model, Backend(decode), group.capture_barrier, StepBroadcaster(group), rank, options)
         # After the engine: through the kernel set it chose for the model, as single_gpu's logits are.

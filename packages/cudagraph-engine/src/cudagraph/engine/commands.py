@@ -27,7 +27,9 @@ was made.
 
 ``--tp-size N`` (or vLLM's ``--tensor-parallel-size N``) shards the model over N ranks: the command starts N
 processes itself (one GPU each on CUDA, gloo on CPU), or, started by ``torchrun``, runs as the rank it was given.
-Rank 0 drives the batch loop and prints the result; a rank that fails stops the others with one error.
+Rank 0 drives the batch loop and prints the result; a rank that fails stops the others with one error. With a MoE
+model, ``--moe-a2a-backend all_to_all`` (or vLLM's ``--all2all-backend all_to_all``) sends each rank's share of the
+tokens to the ranks holding their experts and back, instead of all-reducing every rank's partial sums (``none``).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from .kv_cache import MAX_PAGE_SIZE, check_page_size
 from .lora import LoraError
 from .lora_cli import add_lora_args, load_planned_adapters, with_lora_plan
 from .model import (
+    MOE_A2A_BACKENDS,
     PRESETS,
     SINGLE_RANK,
     CausalLM,
@@ -227,6 +230,16 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         "process group (NCCL/gloo)",
     )
     parallel.add_argument(
+        "--moe-a2a-backend",
+        "--all2all-backend",
+        dest="moe_a2a_backend",
+        choices=MOE_A2A_BACKENDS,
+        default="none",
+        help="how sparse experts split over ranks meet their tokens: every rank computes its experts for every token "
+        "and one all-reduce sums the parts (none), or each rank's tokens go to the experts' ranks and back "
+        "(all_to_all; needs a MoE model and --tp-size 2 or more). --all2all-backend is vLLM's spelling",
+    )
+    parallel.add_argument(
         "--dist-timeout",
         type=float,
         default=DEFAULT_TIMEOUT_S,
@@ -346,7 +359,24 @@ def check_tp_size(args: argparse.Namespace, size: int, device: torch.device) -> 
             f"--tp-size {size} needs {size} GPUs (one per rank) but {torch.cuda.device_count()} are visible"
         )
     check_lora_on_one_rank(args, size)
-    ShardPlan(rank=0, size=size, group_name="tp").check(model_config_of(args))
+    ShardPlan(rank=0, size=size, group_name="tp", moe_a2a_backend=args.moe_a2a_backend).check(model_config_of(args))
+
+
+def check_moe_a2a_backend(args: argparse.Namespace, model: ModelConfig, size: int) -> None:
+    """``--moe-a2a-backend all_to_all`` exchanges tokens between ranks' experts: it needs experts to exchange with
+    and a second rank (refused rather than ignored, so a command line never claims a path that does not run)."""
+    if args.moe_a2a_backend == "none":
+        return
+    if not model.has_experts:
+        raise EngineInputError(
+            f"--moe-a2a-backend {args.moe_a2a_backend}: the model has no sparse experts (a dense MLP); allowed: "
+            "--moe-a2a-backend none, or a MoE model (Qwen3-MoE, Mixtral)"
+        )
+    if size < 2:
+        raise EngineInputError(
+            f"--moe-a2a-backend {args.moe_a2a_backend} sends tokens between the ranks holding the experts, and "
+            "--tp-size is 1 (one rank holds every expert); allowed: --tp-size 2 or more, or --moe-a2a-backend none"
+        )
 
 
 def check_lora_on_one_rank(args: argparse.Namespace, size: int) -> None:
@@ -561,7 +591,7 @@ def build_model_runner(
     once, before any capture), and graphs are captured in lock-step with the other ranks, sharing every capture
     decision."""
     device = group.device if group is not None else _device(args)
-    shard = group.shard_plan() if group is not None else SINGLE_RANK
+    shard = group.shard_plan(args.moe_a2a_backend) if group is not None else SINGLE_RANK
     model = load_engine_model(args, device, shard, source=model_source)
     if group is not None:
         largest_batch = max(config.decode.max_size, 1)
@@ -569,7 +599,7 @@ def build_model_runner(
         group.choose_all_reduce(args.tp_all_reduce, model.dtype, largest_batch * hidden)
         # NCCL's buffers for every message size a step sends, set up once now rather than by the first capture.
         largest_tokens = max(config.decode.max_size, config.prefill.max_size, 1)
-        group.warm_collectives(model.dtype, largest_tokens * hidden)
+        group.warm_collectives(model.dtype, largest_tokens * hidden, all_to_all=shard.dispatches_experts)
     cache = CacheConfig(max_num_reqs=args.max_num_reqs, max_context_len=args.max_context_len, page_size=args.page_size)
     runner = runner_type(
         model,
@@ -756,6 +786,9 @@ def _run(args: argparse.Namespace) -> int:
     check_against_model(args, model)
     tp_size = tp_size_of(args)
     check_lora_on_one_rank(args, tp_size)
+    started_by_torchrun = torchrun_rank()
+    ranks = started_by_torchrun.world_size if started_by_torchrun is not None else tp_size
+    check_moe_a2a_backend(args, model, ranks)
     # What resolve says (rule lines, warnings) waits until every backend choice has passed.
     with held_config_lines() as config_lines:
         config = resolve(args, environment=environment_of(device))

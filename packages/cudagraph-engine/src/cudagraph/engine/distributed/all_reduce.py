@@ -31,7 +31,7 @@ ONE_SHOT_MAX_BYTES = 256 * 1024
 
 
 class ProcessGroupCommunicator:
-    """All-reduce and all-gather through ``torch.distributed`` on ``group`` (NCCL or gloo)."""
+    """All-reduce, all-gather and all-to-all through ``torch.distributed`` on ``group`` (NCCL or gloo)."""
 
     kind = "process-group"
 
@@ -50,6 +50,13 @@ class ProcessGroupCommunicator:
         _all_gather_single(gathered, tensor.contiguous(), group=self.group)
         return gathered.view(self.world_size, *tensor.shape)
 
+    def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` ``[world_size, C, ...]``: block ``r`` goes to rank ``r``; the blocks received, in rank order.
+        Uniform splits: no sizes are passed, so nothing is read back to the host and a graph captures it."""
+        received = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        dist.all_to_all_single(received, tensor.contiguous(), group=self.group)
+        return received
+
     def describe(self) -> str:
         """One line for the start-up log."""
         return f"{dist.get_backend(self.group)} all-reduce for every message"
@@ -60,7 +67,7 @@ class ProcessGroupCommunicator:
 
 class SymmetricMemoryCommunicator(ProcessGroupCommunicator):
     """One-shot all-reduce through a symmetric-memory buffer of ``capacity`` elements for messages that fit it (in
-    its dtype), the process group for the rest and for all-gathers."""
+    its dtype), the process group for the rest and for all-gathers and all-to-alls."""
 
     kind = "symm-mem"
 

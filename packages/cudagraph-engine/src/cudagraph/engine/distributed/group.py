@@ -68,9 +68,12 @@ class TensorParallelGroup:
         """The name the model's collective operators resolve."""
         return str(self.group.group_name)
 
-    def shard_plan(self) -> ShardPlan:
-        """This rank's part of the model."""
-        return ShardPlan(rank=self.rank, size=self.world_size, group_name=self.group_name)
+    def shard_plan(self, moe_a2a_backend: str = "none") -> ShardPlan:
+        """This rank's part of the model, its sparse blocks reaching their experts as ``moe_a2a_backend`` says
+        (``MOE_A2A_BACKENDS``)."""
+        return ShardPlan(
+            rank=self.rank, size=self.world_size, group_name=self.group_name, moe_a2a_backend=moe_a2a_backend
+        )
 
     def barrier(self) -> None:
         """Meet every other rank on the host (gloo), or fail naming who did not come within the timeout."""
@@ -88,9 +91,10 @@ class TensorParallelGroup:
         dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self.cpu_group)
         return [int(value) for value in tensor.tolist()]
 
-    def warm_collectives(self, dtype: torch.dtype, largest_elements: int) -> int:
+    def warm_collectives(self, dtype: torch.dtype, largest_elements: int, all_to_all: bool = False) -> int:
         """All-reduce one message of each size from 1 Ki elements up to ``largest_elements`` (4x apart) on the
-        process group, before anything is captured; the device bytes that took (0 on CPU).
+        process group (and with ``all_to_all``, the experts' token exchange, one all-to-all, which sets up NCCL's
+        peer-to-peer connections), before anything is captured; the device bytes that took (0 on CPU).
 
         NCCL sets up its buffers for a size range (its channels and protocols) the first time a message of that
         range travels. Done here, they are set up once per group at start-up, shared by every graph and every
@@ -108,6 +112,9 @@ class TensorParallelGroup:
             if elements >= message.numel():
                 break
             elements *= 4
+        if all_to_all:
+            blocks = message[: self.world_size * (message.numel() // self.world_size)].view(self.world_size, -1)
+            dist.all_to_all_single(torch.empty_like(blocks), blocks, group=self.group)
         torch.cuda.synchronize(self.device)
         del message
         torch.cuda.empty_cache()

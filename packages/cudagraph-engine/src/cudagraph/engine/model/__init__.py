@@ -11,13 +11,14 @@ from .causal_lm import CausalLM, resolve_dtype
 from .checkpoint import TensorSlot, checkpoint_slots, load_model, save_model
 from .errors import ModelFileNotFoundError, ModelLoadError, TensorParallelError
 from .layers import AttendFn
-from .parallel import SINGLE_RANK, RowRange, ShardPlan
+from .parallel import MOE_A2A_BACKENDS, SINGLE_RANK, RowRange, ShardPlan
 from .presets import PRESETS, model_config_from_preset
 from .random_init import random_model
 from .reference import dense_attend, dense_causal_attention, reference_greedy, reference_logits
 
 __all__ = [
     "FAMILIES",
+    "MOE_A2A_BACKENDS",
     "PRESETS",
     "ROPE_TYPES",
     "SINGLE_RANK",

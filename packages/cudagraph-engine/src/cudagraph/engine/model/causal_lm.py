@@ -17,6 +17,7 @@ from .architecture import SUPPORTED_DTYPES, ModelConfig
 from .collectives import gather_vocab_logits, vocab_parallel_embedding
 from .errors import ModelLoadError
 from .layers import AttendFn, DecoderLayer, KernelModule, RMSNorm
+from .moe_a2a import ExpertExchange
 from .parallel import SINGLE_RANK, ShardPlan
 
 _DTYPES_BY_NAME = {name: getattr(torch, name) for name in SUPPORTED_DTYPES}
@@ -77,8 +78,14 @@ class CausalLM(nn.Module):
         )
         self.reduce_group = shard.group_name if shard.is_parallel else None
         """The process group the collectives run on, or ``None`` on one rank."""
+        experts = shard.experts(config)
+        exchange = (
+            ExpertExchange(self.reduce_group, shard.rank, shard.size, experts.size)
+            if shard.dispatches_experts and self.reduce_group is not None
+            else None
+        )
         self.layers = nn.ModuleList(
-            DecoderLayer(self.local_config, layer_id, self.dtype, self.device, self.reduce_group, shard.experts(config))
+            DecoderLayer(self.local_config, layer_id, self.dtype, self.device, self.reduce_group, experts, exchange)
             for layer_id in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, self.dtype, self.device)

@@ -1,10 +1,16 @@
 """Tensor-parallel collectives as registered operators, and the vocabulary-parallel embedding and head built on them.
 
 ``torch.ops.cudagraph_engine.all_reduce_(x, group_name)`` sums ``x`` over the group in place;
-``torch.ops.cudagraph_engine.all_gather(x, group_name)`` stacks every rank's ``x`` into ``[world, *x.shape]``. The
+``torch.ops.cudagraph_engine.all_gather(x, group_name)`` stacks every rank's ``x`` into ``[world, *x.shape]``;
+``torch.ops.cudagraph_engine.all_to_all(x, group_name)`` sends row block ``r`` of ``x`` ``[world, C, ...]`` to rank
+``r`` and returns the blocks every rank sent this one, in rank order (the experts' token exchange). The
 model passes the group by name and the operator resolves it to the ``Communicator`` registered under that name (the
 engine's distributed layer registers one per process group, having chosen how small all-reduces travel). Being
 operators, they are one opaque node to dynamo, and on CUDA they are plain stream work that a graph captures.
+
+``all_to_all`` is also a registered split op: a breakable capture breaks at it (and runs it eagerly at every
+replay) and ``tc_piecewise`` splits its compiled graph there, as at attention; a full graph captures it whole (its
+splits are uniform, so nothing is read back to the host).
 
 Only the tensor-parallel model calls these; a single-rank model runs none of it.
 """
@@ -15,6 +21,8 @@ from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+
+from cudagraph.backend_utils import register_split_op
 
 from ..op_library import implement_op
 
@@ -30,6 +38,11 @@ class Communicator(Protocol):
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's ``tensor`` stacked in rank order: ``[world_size, *tensor.shape]``."""
+        ...
+
+    def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` ``[world_size, C, ...]``: block ``r`` goes to rank ``r``; returns the blocks received, block
+        ``r`` from rank ``r``."""
         ...
 
 
@@ -61,6 +74,7 @@ def communicator_for(group_name: str) -> Communicator:
 _LIBRARY = torch.library.Library("cudagraph_engine", "FRAGMENT")
 _LIBRARY.define("all_reduce_(Tensor(a!) tensor, str group_name) -> ()")
 _LIBRARY.define("all_gather(Tensor tensor, str group_name) -> Tensor")
+_LIBRARY.define("all_to_all(Tensor tensor, str group_name) -> Tensor")
 
 
 def _all_reduce_(tensor: torch.Tensor, group_name: str) -> None:
@@ -79,11 +93,30 @@ def _all_gather_meta(tensor: torch.Tensor, group_name: str) -> torch.Tensor:
     return tensor.new_empty((communicator_for(group_name).world_size, *tensor.shape))
 
 
+def _all_to_all(tensor: torch.Tensor, group_name: str) -> torch.Tensor:
+    communicator = communicator_for(group_name)
+    if tensor.dim() == 0 or tensor.shape[0] != communicator.world_size:
+        raise ValueError(
+            f"all_to_all over {group_name!r} takes one row block per rank, [{communicator.world_size}, ...]; got "
+            f"shape {tuple(tensor.shape)}"
+        )
+    return communicator.all_to_all(tensor)
+
+
+def _all_to_all_meta(tensor: torch.Tensor, group_name: str) -> torch.Tensor:
+    return torch.empty_like(tensor, memory_format=torch.contiguous_format)
+
+
 all_reduce_ = implement_op(_LIBRARY, "all_reduce_", _all_reduce_, _all_reduce_meta)
 """The registered in-place all-reduce operator (an ``OpOverloadPacket``)."""
 
 all_gather = implement_op(_LIBRARY, "all_gather", _all_gather, _all_gather_meta)
 """The registered all-gather operator (an ``OpOverloadPacket``)."""
+
+all_to_all = implement_op(_LIBRARY, "all_to_all", _all_to_all, _all_to_all_meta)
+"""The registered all-to-all operator (an ``OpOverloadPacket``), a split op."""
+
+register_split_op(all_to_all)
 
 
 def all_reduced(partial: torch.Tensor, group_name: str) -> torch.Tensor:

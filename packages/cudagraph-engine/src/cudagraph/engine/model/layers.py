@@ -21,6 +21,7 @@ from ..kernels.layer_set import TORCH_KERNELS, LayerKernels, QKHeads, RotaryStep
 from .architecture import ModelConfig
 from .collectives import all_reduced
 from .moe import SparseMoE
+from .moe_a2a import ExpertExchange
 from .parallel import RowRange
 
 
@@ -236,7 +237,8 @@ class DecoderLayer(nn.Module):
 
     ``config`` holds one rank's heads and MLP width (``ShardPlan.local_config``); ``reduce_group`` names the
     process group whose all-reduce completes the row-parallel projections (``None``: one rank, no collective);
-    ``experts``: the experts this rank holds (``ShardPlan.experts``; ``None``: all)."""
+    ``experts``: the experts this rank holds (``ShardPlan.experts``; ``None``: all); ``exchange``: how a sparse
+    block's tokens reach the other ranks' experts (``None``: the all-reduce of partial sums)."""
 
     def __init__(
         self,
@@ -246,13 +248,14 @@ class DecoderLayer(nn.Module):
         device: torch.device,
         reduce_group: str | None = None,
         experts: RowRange | None = None,
+        exchange: ExpertExchange | None = None,
     ) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
         self.self_attn = Attention(config, layer_id, dtype, device, reduce_group)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
         self.mlp: GatedMLP | SparseMoE = (
-            SparseMoE(config, dtype, device, reduce_group, experts)
+            SparseMoE(config, dtype, device, reduce_group, experts, exchange)
             if config.uses_experts(layer_id)
             else GatedMLP(config, dtype, device, reduce_group)
         )

@@ -15,7 +15,9 @@ Two ways to compute the experts, picked by the first row of ``EXPERT_COMPUTES`` 
   experts it does not use) pick and weigh the results. Valid on any device and dtype; the yardstick for the other.
 
 Under tensor parallelism each rank holds a contiguous range of whole experts (``ShardPlan.experts``), routes every
-token over all experts, computes its own experts' weighted outputs, and one all-reduce sums the ranks' parts.
+token over all experts, computes its own experts' weighted outputs, and one all-reduce sums the ranks' parts; or,
+given an ``ExpertExchange`` (``moe_a2a_backend="all_to_all"``), routes only its share of the tokens and exchanges
+them with the experts' ranks (``moe_a2a``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from torch import nn
 
 from .architecture import ModelConfig
 from .collectives import all_reduced
+from .moe_a2a import ExpertExchange, exchange_tokens, owned_tokens
 from .parallel import RowRange
 
 
@@ -150,7 +153,7 @@ class SparseMoE(nn.Module):
     ``router_weight`` ``[num_experts, hidden]`` scores all experts; ``gate_up_weight`` ``[E, 2 * I, hidden]`` (gate
     rows, then up rows) and ``down_weight`` ``[E, hidden, I]`` hold the ``E`` experts of ``experts`` (all of them by
     default). ``expert_compute`` is chosen from ``EXPERT_COMPUTES`` for the device and dtype; assign another row of
-    it to compare the two.
+    it to compare the two. With an ``exchange`` the tokens travel to the experts' ranks and back (no all-reduce).
     """
 
     def __init__(
@@ -160,9 +163,13 @@ class SparseMoE(nn.Module):
         device: torch.device,
         reduce_group: str | None = None,
         experts: RowRange | None = None,
+        exchange: ExpertExchange | None = None,
     ) -> None:
         super().__init__()
         held = experts or RowRange(0, config.num_experts)
+        if exchange is not None:
+            exchange.check_dtype(dtype)
+        self.exchange = exchange
         self.reduce_group = reduce_group
         self.first_expert = held.start
         self.top_k = config.num_experts_per_tok
@@ -176,6 +183,17 @@ class SparseMoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The block's output ``[T, hidden]`` for the normed ``x`` ``[T, hidden]`` (the caller adds it to the
         residual stream)."""
+        if self.exchange is not None:
+            mine = owned_tokens(x, self.exchange)
+            routing = route(F.linear(mine, self.router_weight), self.top_k, self.normalize)
+            return exchange_tokens(mine, *routing, x.shape[0], self.exchange, self.held_outputs)
         routing = route(F.linear(x, self.router_weight), self.top_k, self.normalize)
         out = self.expert_compute.compute(x, routing, self.gate_up_weight, self.down_weight, self.first_expert)
         return out if self.reduce_group is None else all_reduced(out, self.reduce_group)
+
+    def held_outputs(self, rows: torch.Tensor, local_ids: torch.Tensor) -> torch.Tensor:
+        """``[R, hidden]``: each of ``rows`` through the held expert ``local_ids`` names (counted from this rank's
+        first), unweighted; zeros for ids past the held experts (empty slots of an exchange)."""
+        ones = torch.ones((rows.shape[0], 1), dtype=torch.float32, device=rows.device)
+        routing = Routing(ones, local_ids.unsqueeze(1))
+        return self.expert_compute.compute(rows, routing, self.gate_up_weight, self.down_weight, 0)

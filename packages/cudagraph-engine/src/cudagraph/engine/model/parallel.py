@@ -2,8 +2,10 @@
 
 q/k/v and gate/up are split by output rows (column-parallel), o and down by input columns (row-parallel, one
 all-reduce each), the embedding and the LM head by vocabulary rows (the embedding all-reduces, the head gathers).
-Sparse experts are split whole (expert-parallel): rank ``r`` of ``N`` holds experts ``[r*E/N, (r+1)*E/N)``, every
-rank routes every token, and the ranks' partial sums meet in one all-reduce, like a row-parallel projection's.
+Sparse experts are split whole (expert-parallel): rank ``r`` of ``N`` holds experts ``[r*E/N, (r+1)*E/N)``. How
+tokens reach them is ``moe_a2a_backend`` (``MOE_A2A_BACKENDS``): ``none``, every rank routes every token and the
+ranks' partial sums meet in one all-reduce, like a row-parallel projection's; ``all_to_all``, each rank sends its
+share of the tokens to the ranks holding their experts and gets the results back (``moe_a2a``).
 KV heads are split across ranks; when there are fewer KV heads than ranks, each KV head is replicated on the ranks
 whose query heads use it. Everything here is arithmetic on the config: no torch, no process group.
 """
@@ -14,6 +16,11 @@ from dataclasses import dataclass
 
 from .architecture import ModelConfig
 from .errors import TensorParallelError
+
+MOE_A2A_BACKENDS = ("none", "all_to_all")
+"""How a sharded sparse block's tokens meet the experts (``--moe-a2a-backend``): ``none``, every rank computes its
+experts for every token and one all-reduce sums the parts; ``all_to_all``, tokens are dispatched to the experts'
+ranks and combined back (two all-to-alls and an all-gather)."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +39,8 @@ class RowRange:
 @dataclass(frozen=True)
 class ShardPlan:
     """Rank ``rank`` of a tensor-parallel group of ``size`` ranks; ``group_name`` names the process group the
-    model's collectives run on (``None`` only when ``size == 1``).
+    model's collectives run on (``None`` only when ``size == 1``); ``moe_a2a_backend`` is how sparse blocks reach
+    their experts (one of ``MOE_A2A_BACKENDS``; ``all_to_all`` only with more than one rank).
 
     Example:
         >>> from cudagraph.engine.model import model_config_from_preset
@@ -46,6 +54,7 @@ class ShardPlan:
     rank: int = 0
     size: int = 1
     group_name: str | None = None
+    moe_a2a_backend: str = "none"
 
     def __post_init__(self) -> None:
         if self.size < 1 or not 0 <= self.rank < self.size:
@@ -55,6 +64,20 @@ class ShardPlan:
             )
         if self.size > 1 and not self.group_name:
             raise TensorParallelError(f"a tensor-parallel size of {self.size} needs the process group's name")
+        if self.moe_a2a_backend not in MOE_A2A_BACKENDS:
+            raise TensorParallelError(
+                f"moe_a2a_backend {self.moe_a2a_backend!r} is not one of {', '.join(MOE_A2A_BACKENDS)}"
+            )
+        if self.dispatches_experts and self.size == 1:
+            raise TensorParallelError(
+                "moe_a2a_backend 'all_to_all' exchanges tokens between ranks and needs a tensor-parallel size of at "
+                "least 2 (one rank holds every expert); use 'none' on one rank"
+            )
+
+    @property
+    def dispatches_experts(self) -> bool:
+        """Whether sparse blocks send tokens to the experts' ranks (``all_to_all``) instead of all-reducing."""
+        return self.moe_a2a_backend == "all_to_all"
 
     @property
     def is_parallel(self) -> bool:
@@ -83,6 +106,11 @@ class ShardPlan:
             raise TensorParallelError(
                 f"tensor-parallel size {tp} must divide num_experts ({config.num_experts}): experts are split whole "
                 f"across ranks; use one of {', '.join(map(str, _divisors(config.num_experts)))}"
+            )
+        if self.dispatches_experts and not config.has_experts:
+            raise TensorParallelError(
+                "moe_a2a_backend 'all_to_all' dispatches tokens to sparse experts, and this model has none (a dense "
+                "MLP); use 'none'"
             )
 
     def local_heads(self, config: ModelConfig) -> int:
