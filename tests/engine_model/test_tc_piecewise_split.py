@@ -14,12 +14,7 @@ import torch
 import torch._dynamo
 import torch.fx.experimental._config as fx_config
 from piecewise_recording import assert_replay_with_new_tokens_equals_eager, record_step
-from test_traced_forward import (  # fresh_dynamo: the autouse reset of dynamo between tests
-    decode_batch,
-    fresh_dynamo,  # noqa: F401
-    make_runner,
-    run_hidden,
-)
+from test_traced_forward import decode_batch, make_runner, run_hidden
 from torch._dynamo.utils import counters
 
 from cudagraph.backend import ModelTraceError, PiecewiseCompiler, split_at_split_ops
@@ -30,6 +25,8 @@ from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
 PRESETS = ("tiny-qwen3-random", "tiny-llama-random", "tiny-qwen3-moe-random")
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # dynamo reset between tests (conftest.py)
 
 
 @pytest.mark.parametrize("preset", PRESETS)

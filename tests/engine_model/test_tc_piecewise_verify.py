@@ -4,13 +4,16 @@ equals the eager forward, keys and values included. No CUDA: the pieces run eage
 
 from __future__ import annotations
 
+import pytest
 import torch
 from piecewise_recording import assert_replay_with_new_tokens_equals_eager, record_step
-from test_traced_forward import fresh_dynamo, make_runner  # noqa: F401 - fresh_dynamo: autouse reset
+from test_traced_forward import make_runner
 
 from cudagraph.backend_utils import ShapeDescriptor
 from cudagraph.engine.model_runner import ModelRunner
 from cudagraph.runner import ForwardBatch, ForwardMode
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # dynamo reset between tests (conftest.py)
 
 QUERY_LEN = 4
 
