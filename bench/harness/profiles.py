@@ -1,6 +1,7 @@
 """The two run profiles as data: ``full`` (every preset, batch size and shape of the issue) and ``quick`` (a smoke run
-of every section and configuration; on an H100 it takes 7 minutes or more, inductor compiles included: run it with
-``--sections`` split over calls where a call has a time limit)."""
+of every section and configuration; on an H200 with cold compile caches it took about 13 minutes of one GPU,
+inductor compiles included (2026-11-28): run it with ``--sections`` and ``--configs`` split over calls where a call
+has a time limit, then ``merge``)."""
 
 from __future__ import annotations
 
