@@ -68,7 +68,12 @@ def _positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``run`` options (``compare`` is dispatched before parsing)."""
     parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short smoke run (about 13 minutes on an H200 with cold compile caches: split it with --sections and --configs where a call has a time limit, then merge)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="short smoke run (about 13 minutes on an H200 with cold compile caches: split it with --sections and "
+        "--configs where a call has a time limit, then merge)",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a stated target is missed")
     parser.add_argument(
         "--sections",
