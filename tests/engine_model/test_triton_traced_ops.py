@@ -206,13 +206,15 @@ def test_a_forward_over_the_triton_set_traces_into_one_graph_for_every_token_cou
     assert len(graphs) == 1 and counters["stats"]["unique_graphs"] == 1
     targets = graph_ops(graphs[0])
     num_layers = runner.model.config.num_layers
-    # Per layer: add_norm_linear twice (the first layer's input norm is rms_norm and linear), norm_rotate,
-    # linear for the output projection, silu_mul_linear; and the final add_rms_norm.
-    assert targets.count(f"{OP_NAMESPACE}.norm_rotate") == num_layers
+    # Per layer: add_norm_linear twice (the first layer's input norm is rms_norm and linear), linear for the output
+    # projection, silu_mul_linear; and the final add_rms_norm. Rotary is inside the attention op, which stores the
+    # keys and values in the rotary launch (as eager does), so no rotary op of the set is traced.
+    assert not any(target.startswith(f"{OP_NAMESPACE}.norm_rotate") for target in targets)
     assert targets.count(f"{OP_NAMESPACE}.silu_mul_linear") == num_layers
     assert targets.count(f"{OP_NAMESPACE}.add_norm_linear") == 2 * num_layers - 1
     assert targets.count(f"{OP_NAMESPACE}.add_rms_norm") == 1
-    assert targets.count("cudagraph_engine.unified_attention") == num_layers
+    assert targets.count("cudagraph_engine.rotate_store_attention") == num_layers
+    assert targets.count("cudagraph_engine.unified_attention") == 0
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -262,26 +264,51 @@ def test_the_split_forward_over_the_triton_set_has_one_piece_per_layer_and_every
     assert torch.isfinite(got).all()
 
 
-def test_the_split_forward_stores_each_layers_keys_and_values_side_by_side_in_one_write(
+def record_pool_stores(monkeypatch: pytest.MonkeyPatch, runner: ModelRunner) -> list[int]:
+    """The layers whose keys and values go through the KV pool's own store (``TokenToKVPool.store``), recorded."""
+    pool = runner.token_to_kv_pool
+    stored: list[int] = []
+    real_store = type(pool).store
+
+    def record(self: object, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        stored.append(layer_id)
+        real_store(self, layer_id, slots, k, v)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(pool), "store", record)
+    return stored
+
+
+def test_the_split_forward_stores_keys_and_values_in_the_rotary_launch_as_eager_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The traced rotary op copies the v heads after the rotated k heads, so the attention op's store finds keys and
-    values side by side (one ``index_put_`` a layer, no stack first) and writes what eager writes."""
+    """The compiled forward's attention op rotates and stores in one rotary launch (the eager Triton set's kernel with
+    the backend's destination), so the KV pool's own store never runs, and the cache equals eager's."""
     runner = triton_runner("tiny-qwen3-random", num_layers=3)
-    pool = runner.token_to_kv_pool
-    side_by_side: list[bool] = []
-    real_check = type(pool)._side_by_side
-
-    def record(self: object, k: torch.Tensor, v: torch.Tensor) -> bool:
-        found = real_check(self, k, v)  # type: ignore[arg-type]
-        side_by_side.append(found)
-        return found
-
-    monkeypatch.setattr(type(pool), "_side_by_side", record)
+    stored = record_pool_stores(monkeypatch, runner)
     compiled = torch.compile(runner.model_forward, backend=PiecewiseCompiler("eager"), fullgraph=True)
     assert_compiled_matches_eager(runner, compiled, (3,))
-    # One store a layer, all by the compiled forward (the eager Triton set stores in its rotary kernel).
-    assert side_by_side == [True] * 3
+    assert stored == []
+
+
+def test_a_recorded_split_step_rotates_and_stores_in_its_segments_and_only_attends_at_the_split(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At a ``tc_piecewise`` recording the op's capture prefix rotates and stores each layer's heads in the segment
+    before its split (one launch), so every split call only attends (``rotated=True``); a replay with new tokens
+    equals eager, cache included, and nothing calls the KV pool's store."""
+    from piecewise_recording import assert_replay_with_new_tokens_equals_eager, record_step
+
+    from cudagraph.backend_utils import ShapeDescriptor
+
+    runner = triton_runner("tiny-qwen3-random", num_layers=3)
+    stored = record_pool_stores(monkeypatch, runner)
+    batch = decode_batch(runner, 3)
+    kv_before = [kv.clone() for kv in runner.token_to_kv_pool.kv_buffer]
+    sequence, output = record_step(runner, batch, ShapeDescriptor.decode(3))
+    assert sequence.prefixes == len(sequence.split_calls) == 3
+    assert all(call.kwargs.get("rotated") is True for call in sequence.split_calls)
+    assert_replay_with_new_tokens_equals_eager(runner, batch, sequence, output, kv_before, torch.tensor([5, 11, 2]))
+    assert stored == []
 
 
 @pytest.mark.slow  # inductor compiles three CPU pieces: about 40 s on a 2-core machine (`nox -s slow`)

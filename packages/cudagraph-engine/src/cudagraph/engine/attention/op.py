@@ -29,7 +29,9 @@ import torch
 
 from cudagraph.backend_utils import get_forward_context, register_split_op
 
+from ..kernels.layer_set import QKHeads, RotaryStep
 from ..op_library import implement_op
+from .rotary_op import rotate_store_attention
 
 _LIBRARY = torch.library.Library("cudagraph_engine", "DEF")
 _LIBRARY.define(
@@ -128,10 +130,29 @@ class EngineAttend:
             unified_attention(q, k, v, output, layer_id, kv_stored=True)
         return output
 
+    def rotate_store_and_attend(
+        self, layer_id: int, heads: torch.Tensor, q_and_k: QKHeads, rotary: RotaryStep
+    ) -> torch.Tensor | None:
+        """Traced by dynamo: attention for layer ``layer_id`` from its unrotated q/k/v heads ``heads`` ``[T, Hq + 2
+        Hk, D]`` (a view of the projection, rotated in place), by one op (``rotate_store_attention``) that norms,
+        rotates and stores in the Triton set's one rotary launch, then attends; ``[T, Hq * D]``. Eager: None (the
+        layer stores at ``kv_destination`` in its own rotary launch, as the op would).
+
+        Only a kernel set whose rotary stores the keys and values (``LayerKernels.fuses_kv_store``: Triton's) calls
+        this: the op launches that set's kernel. ``layer_id`` appears only in the op call, as in ``__call__``."""
+        if not torch.compiler.is_compiling():
+            return None
+        num_q_heads, num_k_heads, norm_weight, eps = q_and_k
+        output = heads.new_empty((heads.shape[0], num_q_heads * heads.shape[2]))
+        rotate_store_attention(
+            heads, norm_weight, num_q_heads, num_k_heads, eps, rotary.cos_sin, rotary.positions, output, layer_id
+        )
+        return output
+
     def kv_destination(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(kv_buffer, slots)`` where layer ``layer_id``'s keys and values of this step go (the attention backend's
         ``kv_destination``), or None where they cannot be stored outside the attention op: a traced forward (the op
-        stores them) or a backend without one."""
+        stores them: ``rotate_store_and_attend``, or ``unified_attention``) or a backend without one."""
         if torch.compiler.is_compiling():
             return None
         context = get_forward_context()

@@ -56,6 +56,14 @@ class KVStoringAttendFn(AttendFn, Protocol):
         calling ``attend`` as usual)."""
         ...
 
+    def rotate_store_and_attend(
+        self, layer_id: int, heads: torch.Tensor, q_and_k: QKHeads, rotary: RotaryStep
+    ) -> torch.Tensor | None:
+        """Optional. Where ``kv_destination`` is None: attention ``[T, Hq * D]`` from the unrotated q/k/v heads
+        ``heads`` ``[T, Hq + 2 Hk, D]`` (rotated in place), with the head norms, rotary and KV store done in the
+        kernel set's one rotary launch by ``attend`` itself; or None (the layer rotates, then calls ``attend``)."""
+        ...
+
 
 class ProjectionAdapters(Protocol):
     """Low-rank deltas an engine adds to a layer's projections (LoRA: ``cudagraph.engine.lora``), set on
@@ -177,8 +185,11 @@ class Attention(KernelModule):
         else:
             q_and_k = QKHeads(self.num_heads, self.num_kv_heads, head_norm.weight, head_norm.eps)
         destination = self._kv_destination(attend)
-        # Normed and rotated in qkv itself where the kernels can, so that v still follows k in every row.
         if destination is None:
+            out = self._rotate_store_and_attend(attend, heads, q_and_k, rotary)
+            if out is not None:
+                return self._project(out)
+            # Normed and rotated in qkv itself where the kernels can, so that v still follows k in every row.
             qk = self.kernels.norm_and_rotate(heads, q_and_k, rotary)
         else:
             qk = self.kernels.norm_rotate_and_store(heads, q_and_k, rotary, destination)
@@ -190,6 +201,10 @@ class Attention(KernelModule):
             out = attend(self.layer_id, q, k, v)
         else:
             out = cast(KVStoringAttendFn, attend)(self.layer_id, q, k, v, kv_stored=True)
+        return self._project(out)
+
+    def _project(self, out: torch.Tensor) -> torch.Tensor:
+        """The output projection of the attention output ``out`` ``[T, q_size]``: ``[T, hidden]``."""
         if self.reduce_group is None:
             projected = self.kernels.linear(out, self.o_weight, self.o_bias)
             adapters = self.adapters
@@ -199,6 +214,16 @@ class Attention(KernelModule):
         # Row-parallel: every rank's partial product is summed before the bias, which only one sum may carry.
         projected = all_reduced(self.kernels.linear(out, self.o_weight), self.reduce_group)
         return projected if self.o_bias is None else projected.add_(self.o_bias)
+
+    def _rotate_store_and_attend(
+        self, attend: AttendFn, heads: torch.Tensor, q_and_k: QKHeads, rotary: RotaryStep
+    ) -> torch.Tensor | None:
+        """Attention from the unrotated ``heads``, by ``attend``'s one op that rotates, stores and attends, where the
+        kernels store in their rotary and ``attend`` takes the heads so (a traced forward); else None."""
+        if not self.kernels.fuses_kv_store:
+            return None
+        fused = getattr(attend, "rotate_store_and_attend", None)
+        return None if fused is None else fused(self.layer_id, heads, q_and_k, rotary)  # type: ignore[no-any-return]
 
     def _kv_destination(self, attend: AttendFn) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Where this layer's keys and values go, when the kernels store them fused and ``attend`` can say."""
