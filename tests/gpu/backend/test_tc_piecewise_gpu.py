@@ -27,7 +27,12 @@ import torch._dynamo
 import torch._inductor.config
 from torch._dynamo.utils import counters
 
-from cudagraph.backend import BaseCudaGraphBackend, FullCudaGraphBackend, TcPiecewiseCudaGraphBackend
+from cudagraph.backend import (
+    BaseCudaGraphBackend,
+    BreakableCudaGraphBackend,
+    FullCudaGraphBackend,
+    TcPiecewiseCudaGraphBackend,
+)
 from cudagraph.config import Backend, CudaGraphConfig, Phase, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.generate import generate
@@ -174,9 +179,10 @@ def test_a_replay_launches_pieces_plus_split_calls_and_never_enters_dynamo(compi
             sequence = backend.sequence(bucket)
             assert (sequence.segments, len(sequence.split_calls)) == (stats.pieces, stats.split_ops)
             assert sequence.launches == stats.pieces + stats.split_ops
-            # Each attention split's KV store is in the graph segment before it; the split call only attends.
+            # Each attention split's rotary and KV store (one Triton launch) are in the graph segment before it; the
+            # split call only attends.
             assert sequence.prefixes == stats.split_ops
-            assert all(call.kwargs.get("kv_stored") is True for call in sequence.split_calls)
+            assert all(call.kwargs.get("rotated") is True for call in sequence.split_calls)
         batch = synthetic_decode_batch(graphed, 7, context_len=40, seed=7)
         try:
             expected = graphed.forward(batch).clone()  # eager: no compiled forward outside a capture
@@ -199,6 +205,44 @@ def test_a_replay_launches_pieces_plus_split_calls_and_never_enters_dynamo(compi
             assert stats.compilations == 1
         finally:
             release_synthetic_batch(graphed, batch, context_len=40)
+
+
+def replay_kernels(model_runner: ModelRunner, kind: type[BaseCudaGraphBackend], batch_size: int) -> list[str]:
+    """The CUDA kernels one decode replay of ``batch_size`` launches (after a warm replay), by name; the replay's
+    output is checked against eager's."""
+    runner, _ = decode_graphs(model_runner, kind)
+    batch = synthetic_decode_batch(model_runner, batch_size, context_len=40, seed=batch_size)
+    try:
+        expected = model_runner.forward(batch).clone()
+        runner.replay(batch)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            got = runner.replay(batch).clone()
+            torch.cuda.synchronize()
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    finally:
+        release_synthetic_batch(model_runner, batch, context_len=40)
+    return [
+        event.name
+        for event in profile.events()
+        if event.device_type == torch.autograd.DeviceType.CUDA and not event.name.startswith(("Memcpy", "Memset"))
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_a_tc_piecewise_replay_launches_no_more_kernels_than_a_breakable_one(compiler: str) -> None:
+    """Over the Triton set the compiled forward rotates and stores each layer's keys and values in one launch, as
+    the eager forward a breakable graph captures does: a batch-1 decode replay launches no more kernels than a
+    breakable replay of the same bucket."""
+    with engine("tiny-qwen3-random", graphs(Backend.BREAKABLE)) as breakable:
+        assert breakable.kernels.name == "triton"
+        baseline = replay_kernels(breakable, BreakableCudaGraphBackend, 1)
+    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
+        assert graphed.kernels.name == "triton"
+        got = replay_kernels(graphed, TcPiecewiseCudaGraphBackend, 1)
+    assert baseline, "the profiler saw no kernel of the breakable replay"
+    assert len(got) <= len(baseline), (len(got), len(baseline), sorted(set(got) - set(baseline))[:20])
 
 
 @pytest.mark.gpu
