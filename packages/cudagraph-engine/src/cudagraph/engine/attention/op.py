@@ -12,7 +12,9 @@ same tensors, and ``tc_piecewise`` splits the compiled graph there.
 
 At a ``tc_piecewise`` capture (where the traced forward leaves the store to ``unified_attention``), the op's capture
 prefix (``store_before_unified_attention``) stores the keys and values inside the graph segment before the split, so
-only the attention kernel runs eagerly at replay, as at a breakable one.
+only the attention kernel runs eagerly at replay, as at a breakable one. A traced forward over a kernel set whose
+rotary stores the keys and values (Triton's) calls ``rotate_store_attention`` (``rotary_op``) instead, through
+``attend.rotate_store_and_attend``: rotary and the store are then one launch there too.
 
 At a breakable capture each call is also bound (``bind_unified_attention``, the op's replay binder): the attention
 backend returns the exact kernel call for that layer and shape with its views made once, and replay calls it

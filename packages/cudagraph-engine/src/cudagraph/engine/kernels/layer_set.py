@@ -71,7 +71,9 @@ class LayerKernels(Protocol):
 
     fuses_kv_store: bool
     """Whether ``norm_rotate_and_store`` writes the keys and values in the same kernel as rotary (a layer then
-    stores them there, and its attention skips its own store); else a layer leaves the store to attention."""
+    stores them there, and its attention skips its own store; or, where ``attend`` offers
+    ``rotate_store_and_attend``, as in a traced forward, hands it the unrotated heads to do the same); else a layer
+    leaves the store to attention."""
 
     lora_delta: LoraDelta | None
     """The set's fused LoRA delta (``LoraDelta``), or None where LoRA adapters add their deltas in plain torch."""

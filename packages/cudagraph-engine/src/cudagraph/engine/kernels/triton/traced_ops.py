@@ -31,9 +31,11 @@ graph uses from then on, with no copy back). Eagerly, ``add_rms_norm`` and the w
 projection; callers use what they return, never their inputs' storage, so the two agree. The ops' outputs are new
 because a traced graph gains from it: functionalization adds no copy for an in-place write to a graph input or to
 a view, and a new ``[T, Hq + Hk, D]`` of rotated heads flattens without dynamo guarding on one token (a slice of the
-projection would not). The traced ``norm_rotate`` (the forward whose attention op stores the keys and values)
+projection would not). The traced ``norm_rotate`` (a forward whose ``attend`` stores the keys and values itself)
 returns ``[T, Hq + 2 Hk, D]``: its kernel copies the v heads after the rotated k heads, so the store finds keys and
-values side by side and writes them with one kernel, not a stack and a write.
+values side by side and writes them with one kernel, not a stack and a write. The engine's own traced forward
+reaches neither rotary op: its ``attend`` takes the unrotated heads (``attention.rotary_op``) and launches
+``ops.qk_norm_rope`` with the KV store inside the attention op, as an eager step does.
 """
 
 # No ``from __future__ import annotations``: torch.library reads the ops' schemas from their annotations.
