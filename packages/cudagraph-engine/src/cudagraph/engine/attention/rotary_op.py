@@ -97,6 +97,10 @@ rotate_store_attention = implement_op(
 )
 """The registered rotary + KV store + attention operator (an ``OpOverloadPacket``)."""
 
+# The op writes the cache, which its schema cannot name (the cache is not an argument): keep dead-code elimination
+# from dropping a call where nothing reads what it writes in place.
+torch.fx.node.has_side_effect(rotate_store_attention.default)
+
 
 def rotate_and_store_before_attention(
     heads: torch.Tensor,
