@@ -264,6 +264,24 @@ def test_the_split_forward_over_the_triton_set_has_one_piece_per_layer_and_every
     assert torch.isfinite(got).all()
 
 
+@pytest.mark.slow  # inductor compiles the whole CPU forward: about a minute on a 2-core machine (`nox -s slow`)
+@pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None,
+    reason="inductor needs a C++ compiler for CPU code: install g++ (or point CXX at one)",
+)
+def test_a_whole_forward_compiled_by_inductor_rotates_and_stores_in_the_attention_op_as_eager_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Inductor over the whole forward (the compiled small buckets of ``full``): the attention op, a fallback there,
+    rotates the heads it is given in place and stores in that launch; eager's numbers and cache, no pool store."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    runner = triton_runner("tiny-qwen3-random", num_layers=2)
+    stored = record_pool_stores(monkeypatch, runner)
+    compiled = torch.compile(runner.model_forward, backend="inductor", fullgraph=True)
+    assert_compiled_matches_eager(runner, compiled, (3, 1))
+    assert stored == []
+
+
 def record_pool_stores(monkeypatch: pytest.MonkeyPatch, runner: ModelRunner) -> list[int]:
     """The layers whose keys and values go through the KV pool's own store (``TokenToKVPool.store``), recorded."""
     pool = runner.token_to_kv_pool
