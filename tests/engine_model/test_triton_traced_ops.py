@@ -27,6 +27,7 @@ pytest.importorskip("triton", reason="triton is not installed: pip install trito
 
 from cudagraph.backend import PiecewiseCompiler
 from cudagraph.config import resolve
+from cudagraph.engine.attention import TorchAttentionBackend
 from cudagraph.engine.kernels import QKHeads, RotaryStep
 from cudagraph.engine.kernels.rotary import rotary_cos_sin_halves_table
 from cudagraph.engine.kernels.triton import ops as triton_ops
@@ -306,6 +307,20 @@ def test_the_split_forward_stores_keys_and_values_in_the_rotary_launch_as_eager_
     compiled = torch.compile(runner.model_forward, backend=PiecewiseCompiler("eager"), fullgraph=True)
     assert_compiled_matches_eager(runner, compiled, (3,))
     assert stored == []
+
+
+def test_the_attention_op_rotates_then_stores_apart_where_the_backend_names_no_destination(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An attention backend without ``kv_destination``: the op rotates in place, then the backend stores the keys and
+    values (one pool store a layer), and the forward still equals eager, cache included."""
+    runner = triton_runner("tiny-qwen3-random", num_layers=3)
+    monkeypatch.delattr(TorchAttentionBackend, "kv_destination")
+    assert not hasattr(runner.attn_backend, "kv_destination")
+    stored = record_pool_stores(monkeypatch, runner)
+    compiled = torch.compile(runner.model_forward, backend=PiecewiseCompiler("eager"), fullgraph=True)
+    assert_compiled_matches_eager(runner, compiled, (3,))
+    assert stored == [0, 1, 2] * 2  # the compiled forward's stores, then the eager reference's
 
 
 def test_a_recorded_split_step_rotates_and_stores_in_its_segments_and_only_attends_at_the_split(
