@@ -42,7 +42,6 @@ import functools
 import json
 import os
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -156,18 +155,10 @@ def _prefilled(engine, names: list[str | None], seed: int):
 
 def _step_us(engine, requests, steps: int) -> float:
     """One decode step of ``requests`` (the same batch each time), in microseconds."""
-    import torch
+    from harness.timing import mean_wall_us
 
     batch = engine.decode_batch(requests)
-    sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
-    for _ in range(min(10, steps)):
-        engine.run(batch)
-    sync()
-    started = time.perf_counter()
-    for _ in range(steps):
-        engine.run(batch)
-    sync()
-    return 1e6 * (time.perf_counter() - started) / steps
+    return mean_wall_us(functools.partial(engine.run, batch), steps, min(10, steps), engine.device.type == "cuda")
 
 
 def measure(args: argparse.Namespace) -> LoraRow:
@@ -341,6 +332,7 @@ def _replay_us(work, steps: int, cuda: bool) -> float:
     """Microseconds per run of ``work``: replays of one CUDA graph of it on CUDA (captured after a warm-up run),
     eager runs on CPU."""
     import torch
+    from harness.timing import mean_wall_us
 
     run = work
     if cuda:
@@ -353,15 +345,7 @@ def _replay_us(work, steps: int, cuda: bool) -> float:
         with torch.cuda.graph(graph):
             work()
         run = graph.replay
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    for _ in range(min(10, steps)):
-        run()
-    sync()
-    started = time.perf_counter()
-    for _ in range(steps):
-        run()
-    sync()
-    return 1e6 * (time.perf_counter() - started) / steps
+    return mean_wall_us(run, steps, min(10, steps), cuda)
 
 
 def main_kernels(args: argparse.Namespace) -> int:

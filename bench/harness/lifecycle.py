@@ -17,6 +17,7 @@ wrong answer (the run fails): it promises the graphs stay valid.
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from cudagraph.runner import ForwardBatch
 from .configs import BenchConfig, Kind
 from .measure import guarded
 from .rows import BenchResult, LifecycleRow, WrongAnswer
+from .timing import mean_wall_us
 from .workload import build_model_runner
 
 SECTION = "lifecycle"
@@ -173,14 +175,7 @@ def _first_use_capture_ms(preset: str, settings: LifecycleSettings) -> float:
 
 def _replay_us(engine: ModelRunner, batch: ForwardBatch, steps: int) -> float:
     """Mean wall time of ``steps`` back-to-back steps of ``batch`` (after 10 untimed ones)."""
-    for _ in range(10):
-        engine.run(batch)
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(steps):
-        engine.run(batch)
-    torch.cuda.synchronize()
-    return 1e6 * (time.perf_counter() - started) / steps
+    return mean_wall_us(functools.partial(engine.run, batch), steps)
 
 
 def measure_preset(preset: str, settings: LifecycleSettings) -> LifecycleRow:

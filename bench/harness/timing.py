@@ -48,6 +48,20 @@ def time_steps(step: Callable[[int], object], iterations: Iterations) -> StepTim
     return StepTiming(step_ms=step_ms, host_us=statistics.median(host) * 1e6)
 
 
+def mean_wall_us(run: Callable[[], object], steps: int, warmup: int = 10, cuda: bool = True) -> float:
+    """Mean wall time in µs of ``steps`` back-to-back calls of ``run``, after ``warmup`` untimed ones; with ``cuda``
+    the device is synchronized before and after the timed calls, so the figure includes their device work."""
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(warmup):
+        run()
+    sync()
+    started = time.perf_counter()
+    for _ in range(steps):
+        run()
+    sync()
+    return 1e6 * (time.perf_counter() - started) / steps
+
+
 def device_activities_per_step(step: Callable[[int], object], steps: int = 3) -> float | None:
     """Kernels, copies and memsets the device runs per step, as torch.profiler (CUPTI) records them; None when the
     profiler records no device activity (a build or driver without CUPTI)."""

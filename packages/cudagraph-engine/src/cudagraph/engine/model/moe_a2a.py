@@ -31,6 +31,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from cudagraph.backend_utils import cdiv
+
 from .collectives import all_gather, all_to_all
 
 HeldOutputsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -63,11 +65,6 @@ class ExpertExchange:
 def exact_integer_limit(dtype: torch.dtype) -> int:
     """The largest ``n`` such that ``0..n`` are all exact in the floating ``dtype`` (256 in bfloat16)."""
     return int(2 / torch.finfo(dtype).eps)
-
-
-def tokens_per_rank(tokens: int, world_size: int) -> int:
-    """``S``: the tokens each rank owns, the ``tokens`` padded up to a multiple of ``world_size``."""
-    return -(-tokens // world_size)
 
 
 class DispatchPlan(NamedTuple):
@@ -139,7 +136,7 @@ def combine(returned: torch.Tensor, plan: DispatchPlan, top_k: int) -> torch.Ten
 def owned_tokens(x: torch.Tensor, exchange: ExpertExchange) -> torch.Tensor:
     """This rank's tokens ``[S, H]`` of the replicated ``x`` ``[T, H]`` (zero rows past ``T``)."""
     tokens = x.shape[0]
-    owned = tokens_per_rank(tokens, exchange.world_size)
+    owned = cdiv(tokens, exchange.world_size)  # S: the tokens padded up to a multiple of the ranks, split evenly
     first = exchange.rank * owned
     return F.pad(x, (0, 0, 0, exchange.world_size * owned - tokens))[first : first + owned]
 
