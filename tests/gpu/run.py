@@ -21,30 +21,27 @@ SOURCE_DIRS = [*sorted(ROOT.glob("packages/*/src")), ROOT / "codemods/src", ROOT
 def workspace_env() -> dict[str, str]:
     """Environment with the workspace sources (and carried wheels, if any) importable."""
     paths = [str(path) for path in SOURCE_DIRS]
-    wheels = glob.glob(str(ROOT / ".whl" / "*.whl"))
+    wheels = sorted(glob.glob(str(ROOT / ".whl" / "*.whl")))
     if wheels:
         site = ROOT / ".site"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-index",
-                "--no-deps",
-                "--upgrade",
-                "--target",
-                str(site),
-                *wheels,
-            ],
-            check=True,
-        )
+        install_wheels(wheels, site)
         paths.append(str(site))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def install_wheels(wheels: list[str], site: Path) -> None:
+    """Unpack ``wheels`` into ``site`` unless the same wheels already are there (a stamp of their names and sizes):
+    several runs started side by side must not reinstall files another one is importing."""
+    stamp = site / ".installed-wheels"
+    wanted = "\n".join(f"{Path(wheel).name} {Path(wheel).stat().st_size}" for wheel in wheels)
+    if stamp.is_file() and stamp.read_text() == wanted:
+        return
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--upgrade"]
+    subprocess.run([*command, "--target", str(site), *wheels], check=True)
+    stamp.write_text(wanted)
 
 
 def unavailable_reason() -> str | None:
