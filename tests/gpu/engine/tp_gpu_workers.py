@@ -195,6 +195,32 @@ def tensor_parallel(
     return {**result, "logits": logits, "all_reduce": choice.kind, "reason": choice.reason}
 
 
+def eager_and_graphed(
+    rank: int, world_size: int, init_method: str, payload: tuple[str, str, tuple[str, ...], EngineOptions]
+) -> Any:
+    """One rank: the sharded model, built once (a large shape takes a while to fill), runs the shrinking workload
+    eagerly and then under each decode backend of ``payload``; rank 0 returns each run's result keyed by backend
+    (``"disabled"`` for the eager run)."""
+    preset, dtype, backends, options = payload
+    device = torch.device("cuda", rank)
+    group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, timeout_s=300.0))
+    runs: dict[str, Any] = {}
+    try:
+        config = options.model_config(preset)
+        model = random_model(
+            config, seed=3, dtype=dtype, device=device, shard=group.shard_plan(options.moe_a2a_backend)
+        )
+        group.choose_all_reduce("auto", model.dtype, 64 * config.hidden_size)
+        for decode in (Backend.DISABLED.value, *backends):
+            runs[decode] = run_engine(
+                model, Backend(decode), group.capture_barrier, StepBroadcaster(group), rank, options
+            )
+            torch.cuda.empty_cache()
+    finally:
+        shutdown_tensor_parallel(group)
+    return runs if rank == 0 else None
+
+
 LIFE_BUCKETS = (1, 2, 4, 8, 16)
 
 
