@@ -72,3 +72,21 @@ def test_the_child_pass_result_is_read_back_and_a_failed_pass_is_reported(monkey
     count_in_child(timed, ["--quick"])
     assert [(skip.section, skip.what) for skip in timed.skipped] == [("decode", "device activities per step")]
     assert "exited 3" in timed.skipped[0].reason
+
+
+@pytest.mark.parametrize("count_only", [True, False])
+def test_only_the_timing_run_prints_a_report_and_target_verdicts(
+    count_only: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The counting pass's rows are timed under the profiler (``full`` 1.5x raw here): its output must not carry a
+    table or a MISS the parent's report then contradicts; its result file is still written for the parent."""
+    from harness.cli import finish
+
+    result = BenchResult(environment={"device": "cpu", "date": "2026-11-28"}, settings={})
+    result.decode = decode_rows({"raw": 1.0, "full": 1.5})
+    argv = ["--quick", "--sections", "decode", "--out-dir", str(tmp_path), "--kernel-counts", "off"]
+    args = build_parser().parse_args([*argv, "--count-only"] if count_only else argv)
+    assert finish(result, args) == 0
+    printed = capsys.readouterr().out
+    assert ("MISS" in printed and "Decode step" in printed) is not count_only
+    assert [path.name for path in tmp_path.glob("*.json")] != []
