@@ -158,3 +158,16 @@ def test_the_breakable_captures_dispatch_modes_are_not_wrapped_by_dynamo() -> No
         dispatch = mode.__dict__["__torch_dispatch__"]
         assert dispatch.__qualname__ == f"{mode.__qualname__}.__torch_dispatch__"
         assert not hasattr(dispatch, "__wrapped__"), mode.__qualname__
+
+
+@pytest.mark.parametrize("collect_first", [True, False])
+def test_freeze_gc_collects_everything_on_entry_only_when_asked(
+    collect_first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    generations: list[int] = []
+    real_collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda generation=2: generations.append(generation) or real_collect(generation))
+    with freeze_gc(collect_first=collect_first):
+        assert gc.get_freeze_count() > 0
+    # The young generations are collected on leaving either way; the full walk on entry only with collect_first.
+    assert generations == ([2, 1] if collect_first else [1])

@@ -237,3 +237,17 @@ def test_shutdown_forgets_pending_buckets_and_capture_plans_them_again() -> None
     assert runner._pending == set() and runner.route(stub_decode_batch(3)).reason is EagerReason.NOT_CAPTURED
     runner.capture()
     assert runner._pending == set(BUCKETS) and backend.entries == {}
+
+
+def test_a_first_use_capture_walks_no_full_collection_inside_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up loop collects everything once before capturing; a bucket captured by a step must not (a full
+    collection in a process holding the compiler stack is about 0.1 s of that step)."""
+    import gc
+
+    runner, backend = lazy_runner()
+    generations: list[int] = []
+    real_collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda generation=2: generations.append(generation) or real_collect(generation))
+    runner.replay(stub_decode_batch(3))
+    assert backend.captured_order == [4]
+    assert 2 not in generations and generations, "the young generations are still collected after the capture"

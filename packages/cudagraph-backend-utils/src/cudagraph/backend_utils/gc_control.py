@@ -1,4 +1,5 @@
-"""Keep the garbage collector out of a capture loop: collect once, freeze what survives, collect the young after."""
+"""Keep the garbage collector out of a capture loop: collect once (or not, inside a step), freeze what survives,
+collect the young after."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def freeze_gc(enable_gc: bool = False) -> Iterator[None]:
+def freeze_gc(enable_gc: bool = False, *, collect_first: bool = True) -> Iterator[None]:
     """Collect, then freeze every surviving object for the block, then unfreeze and collect what the block made.
 
     Capturing many graphs allocates many short-lived Python objects; a collection in the middle of a capture walks
@@ -19,6 +20,10 @@ def freeze_gc(enable_gc: bool = False) -> Iterator[None]:
     a process that has imported the compiler stack). Note that ``gc.unfreeze`` also unfreezes objects frozen before
     the block.
 
+    ``collect_first=False`` freezes what the process holds without collecting it first: for a block inside a step
+    (a bucket captured on first use), where the entry's full collection would be most of the step's extra time.
+    Garbage frozen with the rest is collected by the first full collection after the block.
+
     Example:
         >>> import gc
         >>> with freeze_gc():
@@ -28,7 +33,8 @@ def freeze_gc(enable_gc: bool = False) -> Iterator[None]:
     if enable_gc:
         yield
         return
-    gc.collect()
+    if collect_first:
+        gc.collect()
     gc.freeze()
     try:
         yield

@@ -7,7 +7,8 @@ route to it. The first step routed to a pending bucket calls ``LazyCapture.captu
 loaded:
 
 1. The static buffers are padded again (a graph is captured over padding rows, as at start-up), and the bucket is
-   captured in a capture session of the backend's one pool, with the garbage collector frozen; the backend's
+   captured in a capture session of the backend's one pool, with the garbage collector frozen (without the full
+   collection the start-up loop makes first: that would cost the step about 0.1 s); the backend's
    warm-up runs come first, inside ``capture_one``, as in the loop.
 2. With a budget, the bucket is captured only when what it needs (its graph, plus the pool's growth when it is
    larger than every bucket captured so far, from the estimate, times the guard's correction) fits beside what the
@@ -82,7 +83,8 @@ class LazyCapture:
         runner.inputs.pad_from(0, 0)  # captured over padding rows, as at start-up
         runner.graph_inputs.start_session()  # weights may have moved since the last capture: read where they are now
         backend = runner.backend
-        with freeze_gc(enable_gc=not backend.options.freeze_gc), backend.capture_session():
+        # Inside a step: no full collection on entry (about 0.1 s in a process that imported the compiler stack).
+        with freeze_gc(enable_gc=not backend.options.freeze_gc, collect_first=False), backend.capture_session():
             kept = self._capture_within_budget(bucket)
         seconds = time.perf_counter() - started
         runner.metrics.count_lazy_capture(seconds)
