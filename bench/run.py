@@ -7,11 +7,12 @@
                          [--kernel-counts separate|inline|off]   # decode kernel counts: a second process by default
     python3 bench/run.py compare OLD.json NEW.json        # exit 1 when a ratio got more than 10 % worse
     python3 bench/run.py merge RUN.json... --out ALL.json  # one result from runs split over several calls
+    python3 bench/run.py show RESULT.json [--markdown]     # a saved result's tables and targets
     python3 bench/run.py scripts [NAME...] [--check] [-- ARGS]   # the older bench/bench_*.py scripts
 
 The harness runs in a child process whose ``PYTHONPATH`` holds the workspace sources and the carried wheels (``.whl/``
-unpacked into ``.site/``, the peers and flashinfer), the way ``tests/gpu/run.py`` sets them up. ``compare`` and
-``merge`` need neither torch nor a GPU. ``scripts`` runs each selected ``bench/bench_*.py`` as
+unpacked into ``.site/``, the peers and flashinfer), the way ``tests/gpu/run.py`` sets them up. ``compare``,
+``merge`` and ``show`` need neither torch nor a GPU. ``scripts`` runs each selected ``bench/bench_*.py`` as
 ``--out bench-results/NAME.json`` and records every exit status in ``bench-results/summary.json``.
 """
 
@@ -52,8 +53,8 @@ def run_harness(argv: list[str]) -> int:
 
 
 def run_in_process(argv: list[str]) -> int:
-    """``compare ...`` or ``merge ...`` (``argv`` starting with the command): the harness's own dispatch, in this
-    process, since neither needs torch, a GPU or the carried wheels."""
+    """``compare ...``, ``merge ...`` or ``show ...`` (``argv`` starting with the command): the harness's own
+    dispatch, in this process, since none of them needs torch, a GPU or the carried wheels."""
     sys.path.insert(0, str(BENCH))
     from harness.cli import main as harness_main
 
@@ -108,13 +109,13 @@ def missed_targets(result: object) -> list[str]:
     return [target for target, met in checks.items() if not met]
 
 
-IN_PROCESS_COMMANDS = frozenset({"compare", "merge"})
+IN_PROCESS_COMMANDS = frozenset({"compare", "merge", "show"})
 """First arguments that run in this process (pure Python); ``scripts`` runs the older scripts; anything else goes to
 the harness's child process."""
 
 
 def main(argv: list[str]) -> int:
-    """Dispatch to ``compare``, ``merge``, ``scripts`` or the harness."""
+    """Dispatch to ``compare``, ``merge``, ``show``, ``scripts`` or the harness."""
     if argv and argv[0] in IN_PROCESS_COMMANDS:
         return run_in_process(argv)
     if argv and argv[0] == "scripts":

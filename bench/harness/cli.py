@@ -1,9 +1,10 @@
 """The harness command line: ``run`` (the default) measures and writes a result; ``compare OLD NEW`` flags every
-ratio that got more than 10 % worse.
+ratio that got more than 10 % worse; ``merge`` joins runs of one machine; ``show`` prints a saved result's report.
 
     python bench/run.py [--quick] [--check] [--sections decode,breaks,...] [--kernel-counts separate|inline|off]
                         [--out-dir DIR]
     python bench/run.py compare OLD.json NEW.json [--tolerance 0.10]
+    python bench/run.py show RESULT.json [--markdown] [--check]
 
 Exit status of ``run``: 1 when a configuration gave a wrong answer (or one of ours raised), when a migration run
 exited non-zero, or with ``--check`` when a stated target was missed; else 0. Sections that need CUDA skip with the
@@ -385,12 +386,34 @@ def merge_main(argv: list[str]) -> int:
     return 0
 
 
+def show_main(argv: list[str]) -> int:
+    """``show RESULT.json [--markdown] [--check]``: print a saved result's report and its targets, as the run that
+    wrote it did (``--markdown``: tables to paste into a results README); with ``--check``, 1 when a target is
+    missed or not measured; 2 when the file cannot be read."""
+    parser = argparse.ArgumentParser(prog="bench/run.py show", description="print a saved result's report")
+    parser.add_argument("result", type=Path, help="a result file written by a run or by merge")
+    parser.add_argument("--markdown", action="store_true", help="Markdown tables instead of aligned text")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a stated target is missed or not measured")
+    args = parser.parse_args(argv)
+    try:
+        result = BenchResult.load(args.result)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        print(f"bench/run.py show: cannot read {args.result}: {error}", file=sys.stderr)
+        return 2
+    print(format_report(result, markdown=args.markdown))
+    targets = check_targets(result)
+    print("\n".join(str(target) for target in targets))
+    return 1 if args.check and any(not target.met for target in targets) else 0
+
+
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {"compare": compare_main, "merge": merge_main, "show": show_main}
+"""First arguments that name a command over saved results (no torch, no GPU); anything else is ``run``."""
+
+
 def main(argv: list[str]) -> int:
-    """Dispatch ``compare``, ``merge`` or ``run`` (the default; ``run`` may be spelled out)."""
-    if argv and argv[0] == "compare":
-        return compare_main(argv[1:])
-    if argv and argv[0] == "merge":
-        return merge_main(argv[1:])
+    """Dispatch ``compare``, ``merge``, ``show`` or ``run`` (the default; ``run`` may be spelled out)."""
+    if argv and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]](argv[1:])
     if argv and argv[0] == "run":
         argv = argv[1:]
     return run(build_parser().parse_args(argv), argv)

@@ -134,3 +134,30 @@ def test_configs_select_rows_and_keep_the_references(
     assert cli.main(["--sections", "decode", "--out-dir", str(tmp_path), "--configs", "full", "fastest"]) == 2
     error = capsys.readouterr().err
     assert "unknown --configs ['fastest']; allowed: eager, raw, full," in error
+
+
+@pytest.mark.parametrize("markdown", [False, True])
+def test_show_prints_a_saved_results_tables_and_targets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], markdown: bool
+) -> None:
+    saved = tmp_path / "run.json"
+    saved.write_text(sample_result().to_json())
+    assert main(["show", str(saved), *(["--markdown"] if markdown else [])]) == 0
+    output = capsys.readouterr().out
+    assert output.startswith("device NVIDIA H100 80GB HBM3")
+    assert ("| qwen3-0.6b | breakable |" in output) == markdown
+    assert "decode full <= 1.03x raw replay" in output  # the targets, as the run printed them
+
+
+def test_show_check_fails_on_a_missed_target_and_a_bad_file_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slow = tmp_path / "slow.json"
+    slow.write_text(scaled(sample_result(), "full", 2.0).to_json())
+    assert main(["show", str(slow)]) == 0
+    assert main(["show", str(slow), "--check"]) == 1
+    assert "MISS  decode full <= 1.03x raw replay" in capsys.readouterr().out
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert main(["show", str(broken)]) == 2
+    assert capsys.readouterr().err.startswith(f"bench/run.py show: cannot read {broken}: ")
