@@ -1,5 +1,5 @@
 """The model shapes the harness measures, engine presets with random bfloat16 weights: Qwen3-0.6B and Llama-3.2-1B
-(16 layers, the "same 16-layer model" the breaks section uses), and Llama-3-8B and Llama-3-70B for the
+(16 layers, the "same 16-layer model" the breaks section uses), and Llama-3-8B, Llama-3-70B and Qwen3-32B for the
 tensor-parallel section."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ BENCH_PRESETS: Mapping[str, ModelConfig] = MappingProxyType(
         "llama-3.2-1b": model_config_from_preset("llama3.2-1b-random"),
         "llama-3-8b": model_config_from_preset("llama3-8b-random"),
         "llama-3-70b": model_config_from_preset("llama3-70b-random"),
+        "qwen3-32b": model_config_from_preset("qwen3-32b-random"),
     }
 )
 """Preset name -> model config, in table order."""

@@ -62,6 +62,16 @@ def tp_rows(full_ms: dict[int, float] | None = None) -> list[TensorParallelRow]:
     return with_tensor_parallel_ratios(rows)
 
 
+LARGE_TP_FULL_MS = {4: 12.9, 8: 7.6}
+"""Batch-1 ``full`` steps of the 70B shape at TP=4 and 8 (TP=8 1.7x faster: its target met)."""
+
+
+def large_tp_rows(full_ms: dict[int, float] | None = None) -> list[TensorParallelRow]:
+    """The 70B shape's raw, full and eager rows at TP=4 and 8, batch 1 (it has no TP=1: it needs four GPUs)."""
+    rows = [row for row in tp_rows({1: 99.0, **(full_ms or LARGE_TP_FULL_MS)}) if row.tp_size > 1]
+    return [dataclasses.replace(row, preset="llama-3-70b", speedup_over_tp1=None) for row in rows]
+
+
 def tp_start_rows(
     decode_gib: dict[int, float] | None = None, seconds: dict[int, float] | None = None
 ) -> list[TensorParallelStartRow]:
@@ -115,8 +125,9 @@ def sample_result() -> BenchResult:
     result.capture = [CaptureRow("qwen3-0.6b", "decode", "full", 35, 2.5, 3 * 2**28)]
     result.compile = [CompileRow("qwen3-0.6b", "inductor", 40.0, 8.0, 45.0, 10.0)]
     result.migration = [MigrationRow("generated-10", 10, 1, 2.0, 0, 0), MigrationRow("generated-10", 10, 4, 1.0, 0, 0)]
-    result.tp = tp_rows()
-    result.tp_start = tp_start_rows()
+    result.tp = [*tp_rows(), *large_tp_rows()]
+    large_start = tp_start_rows({4: 1.06, 8: 1.0}, {4: 32.0, 8: 30.0})
+    result.tp_start = [*tp_start_rows(), *(dataclasses.replace(row, preset="llama-3-70b") for row in large_start)]
     result.lifecycle = lifecycle_rows()
     result.skipped = [SkippedRow("decode", "qwen3-0.6b full+compiled", "the config rejects it")]
     result.wrong = [WrongAnswer("decode", "qwen3-0.6b x bs 8", "3 of 8 greedy tokens wrong")]

@@ -14,7 +14,7 @@ from harness.report import format_report
 from harness.rows import BenchResult
 from harness.targets import check_targets
 from harness.tensor_parallel import ALL_REDUCE_KERNEL_WORDS, kernel_share, usable_sizes
-from results_factory import TP_FULL_MS, sample_result, tp_rows, tp_start_rows
+from results_factory import TP_FULL_MS, large_tp_rows, sample_result, tp_rows, tp_start_rows
 
 
 def _verdict(result: BenchResult, words: str) -> bool | None:
@@ -46,7 +46,7 @@ def test_merge_keeps_a_forced_path_beside_auto_and_takes_a_remeasured_row_from_t
     remeasured = dataclasses.replace(first.tp[4], step_ms=2.5)
     later = BenchResult(environment=first.environment, tp=[forced, remeasured])
     merged = merge_results([("a.json", first), ("b.json", later)])
-    keys = [(row.tp_size, row.backend, row.all_reduce_choice) for row in merged.tp]
+    keys = [(row.preset, row.tp_size, row.backend, row.all_reduce_choice) for row in merged.tp]
     assert len(keys) == len(set(keys)) == len(first.tp) + 1
     assert [row.step_ms for row in merged.tp if row == remeasured] == [2.5]
 
@@ -89,3 +89,38 @@ def test_the_all_reduce_share_counts_nccl_and_one_shot_kernels_only() -> None:
     ]
     assert kernel_share(kernels, ALL_REDUCE_KERNEL_WORDS) == 0.4
     assert kernel_share([], ALL_REDUCE_KERNEL_WORDS) is None
+
+
+def _large_model(full_ms: dict[int, float], decode_gib: dict[int, float]) -> BenchResult:
+    """The sample with its 70B shape's rows replaced: batch-1 and start-up rows at the sizes given."""
+    result = sample_result()
+    starts = tp_start_rows(decode_gib, dict.fromkeys(decode_gib, 30.0))
+    return dataclasses.replace(
+        result,
+        tp=[*(row for row in result.tp if row.preset != "llama-3-70b"), *large_tp_rows(full_ms)],
+        tp_start=[
+            *(row for row in result.tp_start if row.preset != "llama-3-70b"),
+            *(dataclasses.replace(row, preset="llama-3-70b") for row in starts),
+        ],
+    )
+
+
+@pytest.mark.parametrize(("tp8_ms", "met"), [(12.9 / 1.7, True), (12.9 / 1.4, False)])
+def test_the_70b_target_wants_tp8_1_6x_faster_than_tp4(tp8_ms: float, met: bool) -> None:
+    result = _large_model({4: 12.9, 8: tp8_ms}, {4: 1.06, 8: 1.0})
+    assert _verdict(result, "TP=8 >= 1.6x faster than TP=4") is met
+
+
+def test_the_70b_target_is_not_measured_without_eight_gpus_and_its_graph_bytes_compare_with_tp4() -> None:
+    tp4_only = _large_model({4: 12.9}, {4: 1.06})
+    assert _verdict(tp4_only, "TP=8 >= 1.6x") is None  # a four-GPU machine's run: SKIP, not a miss
+    grown = _large_model({4: 12.9, 8: 7.0}, {4: 1.06, 8: 1.2})
+    [target] = [target for target in check_targets(grown) if "graph bytes per rank" in target.name]
+    assert target.met is False and "llama-3-70b TP=8 1.200 GiB against TP=4 1.060 GiB" in target.detail
+    assert _verdict(_large_model({4: 12.9, 8: 7.0}, {4: 1.06, 8: 1.0}), "graph bytes per rank") is True
+
+
+def test_the_eight_gpu_presets_can_be_split_eight_ways() -> None:
+    for preset in ("llama-3-70b", "qwen3-32b"):
+        usable, refused = usable_sizes(preset_config(preset), (4, 8), devices=8)
+        assert usable == [4, 8] and refused == {}

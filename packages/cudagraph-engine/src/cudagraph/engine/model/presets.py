@@ -82,6 +82,8 @@ _TABLE = (
     _Preset("llama3-8b-random", _LLAMA3, (4096, 32, 32, 8, 128, 14336)),
     # Llama-3-70B's shapes (bf16, rope scaling left out): 80 layers, the tensor-parallel benchmark's large model.
     _Preset("llama3-70b-random", _LLAMA3, (8192, 80, 64, 8, 128, 28672)),
+    # Qwen3-32B's shapes (bf16, untied embeddings): 64 layers, the tensor-parallel benchmark's TP=8 Qwen model.
+    _Preset("qwen3-32b-random", _QWEN3, (5120, 64, 64, 8, 128, 25600), {"tie_word_embeddings": False}),
     # Llama-3.2-1B's shapes (bf16, llama3 rope scaling): 16 layers, the benchmark's Llama model.
     _Preset(
         "llama3.2-1b-random",
