@@ -43,8 +43,8 @@ FLOAT32_LOGITS = {"rtol": 1e-4, "atol": 1e-4}
 differences are about 3e-6)."""
 
 
-def single_rank_outputs(preset: str, page_size: int) -> tuple[list[list[int]], list[torch.Tensor]]:
-    model = random_model(model_config_from_preset(preset), seed=5)
+def single_rank_outputs(preset: str | ModelConfig, page_size: int) -> tuple[list[list[int]], list[torch.Tensor]]:
+    model = random_model(tp_workers.config_of(preset), seed=5)
     cache = tp_workers.cache_config(page_size)
     runner = ModelRunner(model, tp_workers.EAGER, cache_config=cache, kernel_backend="torch")
     params = SamplingParams(max_new_tokens=tp_workers.NEW_TOKENS)
@@ -72,6 +72,23 @@ def test_sharded_model_gives_single_rank_tokens_and_logits(preset: str, world_si
     for index, (have, want) in enumerate(zip(got["logits"], expected_logits, strict=True)):
         torch.testing.assert_close(have, want, **FLOAT32_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")
     assert got["initialized_after"] is False, "teardown should destroy the process group"
+
+
+EIGHT_HEADS = model_config_from_preset("tiny-qwen3-random").with_overrides(num_heads=8, num_kv_heads=8, head_dim=16)
+"""The tiny Qwen3 model with eight query and eight KV heads: one of each per rank at TP=8 (its own four heads cannot
+be split eight ways)."""
+
+
+@pytest.mark.slow
+def test_eight_ranks_give_single_rank_tokens_and_logits() -> None:
+    """TP=8 over gloo (what the eight-GPU run does with NCCL): every rank one query head, one KV head, an eighth of
+    the MLP and of the vocabulary; eight ranks' all-reduced stream is the single rank's."""
+    expected_tokens, expected_logits = single_rank_outputs(EIGHT_HEADS, 1)
+    got = launch(tp_workers.model_outputs, (EIGHT_HEADS, 1, "torch"), 8)
+    assert got["tokens"] == expected_tokens
+    for index, (have, want) in enumerate(zip(got["logits"], expected_logits, strict=True)):
+        torch.testing.assert_close(have, want, **FLOAT32_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")
+    assert got["initialized_after"] is False
 
 
 def test_a_rank_that_raises_stops_the_group_with_its_error() -> None:

@@ -21,7 +21,7 @@ from cudagraph.engine.distributed import (
     shutdown_tensor_parallel,
 )
 from cudagraph.engine.generate import generate
-from cudagraph.engine.model import model_config_from_preset, random_model, reference_logits
+from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model, reference_logits
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.runner import DecodeCudaGraphRunner
 
@@ -40,13 +40,20 @@ def cache_config(page_size: int) -> CacheConfig:
     return CacheConfig(max_num_reqs=8, max_context_len=64, page_size=page_size)
 
 
-def model_outputs(rank: int, world_size: int, init_method: str, payload: tuple[str, int, str]) -> dict[str, Any] | None:
+def config_of(model: str | ModelConfig) -> ModelConfig:
+    """A preset's config, or the config given (a preset with more heads, for sizes its own heads cannot take)."""
+    return model if isinstance(model, ModelConfig) else model_config_from_preset(model)
+
+
+def model_outputs(
+    rank: int, world_size: int, init_method: str, payload: tuple[str | ModelConfig, int, str]
+) -> dict[str, Any] | None:
     """Rank 0: the engine's greedy tokens (rank 0 driving, the others following, over a KV cache of
     ``page_size``-token pages with the ``kernel_backend`` kernel set) and dense logits per prompt."""
     preset, page_size, kernel_backend = payload
     group = join(rank, world_size, init_method)
     group.choose_all_reduce("auto", torch.float32, 64 * 64)
-    model = random_model(model_config_from_preset(preset), seed=5, shard=group.shard_plan())
+    model = random_model(config_of(preset), seed=5, shard=group.shard_plan())
     logits = [reference_logits(model, prompt) for prompt in PROMPTS]
     cache = cache_config(page_size)
     broadcaster = StepBroadcaster(group)

@@ -30,8 +30,8 @@ LOGIT_PROMPTS = ([1, 2, 3], [7, 300, 11, 45, 2, 9], [64, 65, 66, 67, 68, 69, 70,
 @dataclass(frozen=True)
 class EngineOptions:
     """How the engine of a run is built beyond the preset, dtype and decode backend: the kernel set, the attention
-    backend, the KV page size, and a head size other than the preset's (FlashInfer's fused kernels need 64 or more;
-    the tiny presets have 32 and 16)."""
+    backend, the KV page size, heads other than the preset's, and a head size other than the preset's (FlashInfer's
+    fused kernels need 64 or more; the tiny presets have 32 and 16)."""
 
     kernel_backend: str = "auto"
     attention_backend: str = "torch"
@@ -43,10 +43,15 @@ class EngineOptions:
     moe_a2a_backend: str = "none"
     """How a MoE model's sparse blocks reach the experts split over the ranks (``ShardPlan.moe_a2a_backend``)."""
 
+    heads: tuple[int, int] | None = None
+    """Query and KV heads other than the preset's (eight ranks need eight of each; the tiny presets have 4 and 2)."""
+
     def model_config(self, preset: str) -> ModelConfig:
-        """The preset's config with this head size."""
-        config = model_config_from_preset(preset)
-        return config if self.head_dim is None else config.with_overrides(head_dim=self.head_dim)
+        """The preset's config with this head size and these heads."""
+        changes: dict[str, int] = {} if self.head_dim is None else {"head_dim": self.head_dim}
+        if self.heads is not None:
+            changes.update(num_heads=self.heads[0], num_kv_heads=self.heads[1])
+        return model_config_from_preset(preset).with_overrides(**changes)
 
 
 DEFAULT_OPTIONS = EngineOptions()
