@@ -226,6 +226,17 @@ def eager_and_graphed(
     return runs if rank == 0 else None
 
 
+def assert_graphs_give_eager_tokens(runs: dict[str, Any], backends: tuple[str, ...]) -> None:
+    """``eager_and_graphed``'s runs: every backend replayed each decode batch size 1..64 and gave the eager run's
+    greedy tokens for every prompt."""
+    eager = runs[Backend.DISABLED.value]
+    for backend in backends:
+        graphed = runs[backend]
+        assert graphed["replayed"] == list(range(1, 65)), f"{backend}: every decode batch size should have replayed"
+        for index, (want, have) in enumerate(zip(eager["tokens"], graphed["tokens"], strict=True)):
+            assert have == want, f"{backend}, prompt {index} diverged"
+
+
 LIFE_BUCKETS = (1, 2, 4, 8, 16)
 
 
