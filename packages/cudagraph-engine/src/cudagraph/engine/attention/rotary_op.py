@@ -16,6 +16,7 @@ replay then launches exactly what an eager step launches.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -43,49 +44,53 @@ def attention_heads(
     )
 
 
-def _rotate_and_store(
-    context: ForwardContext,
-    heads: torch.Tensor,
-    norm_weight: torch.Tensor | None,
-    num_q_heads: int,
-    num_k_heads: int,
-    eps: float,
-    cos_sin: torch.Tensor,
-    positions: torch.Tensor,
-    layer_id: int,
-) -> None:
-    """Norm and rotate the q and k heads of ``heads`` in place and store the keys and values: one launch where the
-    attention backend names the destination (``kv_destination``), else rotary then the backend's ``store_kv``."""
-    from ..kernels.triton import ops  # Triton is optional: imported only where its kernel set runs
+@dataclass(frozen=True)
+class RotaryAttentionCall:
+    """The arguments of one ``rotate_store_attention`` call, in the schema's order: the op, its capture prefix and
+    its replay binder all receive them."""
 
-    backend = context.attn_backend
-    slots = context.forward_batch.out_cache_loc
-    destination = getattr(backend, "kv_destination", None)
-    kv_store = None if destination is None else destination(layer_id, slots)
-    ops.qk_norm_rope(heads, norm_weight, num_q_heads, num_k_heads, eps, cos_sin, positions, kv_store)
-    if kv_store is None:
-        _, k, v = attention_heads(heads, num_q_heads, num_k_heads)
-        backend.store_kv(k, v, layer_id, slots)
+    heads: torch.Tensor
+    """``[T, Hq + 2 Hk, D]``: the q, k and v heads, rotated in place."""
+    norm_weight: torch.Tensor | None
+    num_q_heads: int
+    num_k_heads: int
+    eps: float
+    cos_sin: torch.Tensor
+    positions: torch.Tensor
+    output: torch.Tensor
+    layer_id: int
+    rotated: bool = field(default=False, kw_only=True)
+    """Whether the heads are already rotated and stored (by the capture prefix): only attention is left."""
+
+    def qkv(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The q, k and v views of ``heads``."""
+        return attention_heads(self.heads, self.num_q_heads, self.num_k_heads)
+
+    def rotate_and_store(self, context: ForwardContext) -> None:
+        """Norm and rotate the q and k heads in place and store the keys and values: one launch where the attention
+        backend names the destination (``kv_destination``), else rotary then the backend's ``store_kv``."""
+        from ..kernels.triton import ops  # Triton is optional: imported only where its kernel set runs
+
+        backend = context.attn_backend
+        slots = context.forward_batch.out_cache_loc
+        destination = getattr(backend, "kv_destination", None)
+        kv_store = None if destination is None else destination(self.layer_id, slots)
+        ops.qk_norm_rope(
+            self.heads, self.norm_weight, self.num_q_heads, self.num_k_heads, self.eps, self.cos_sin, self.positions,
+            kv_store,
+        )  # fmt: skip
+        if kv_store is None:
+            _, k, v = self.qkv()
+            backend.store_kv(k, v, self.layer_id, slots)
 
 
-def _rotate_store_attention(
-    heads: torch.Tensor,
-    norm_weight: torch.Tensor | None,
-    num_q_heads: int,
-    num_k_heads: int,
-    eps: float,
-    cos_sin: torch.Tensor,
-    positions: torch.Tensor,
-    output: torch.Tensor,
-    layer_id: int,
-    *,
-    rotated: bool = False,
-) -> None:
+def _rotate_store_attention(*args: Any, **kwargs: Any) -> None:
+    call = RotaryAttentionCall(*args, **kwargs)
     context = get_forward_context()
-    if not rotated:
-        _rotate_and_store(context, heads, norm_weight, num_q_heads, num_k_heads, eps, cos_sin, positions, layer_id)
-    q, k, v = attention_heads(heads, num_q_heads, num_k_heads)
-    context.attn_backend.forward(q, k, v, output, layer_id, context.forward_batch, kv_stored=True)
+    if not call.rotated:
+        call.rotate_and_store(context)
+    q, k, v = call.qkv()
+    context.attn_backend.forward(q, k, v, call.output, call.layer_id, context.forward_batch, kv_stored=True)
 
 
 def _rotate_store_attention_meta(*args: object, **kwargs: object) -> None:
@@ -102,50 +107,28 @@ rotate_store_attention = implement_op(
 torch.fx.node.has_side_effect(rotate_store_attention.default)
 
 
-def rotate_and_store_before_attention(
-    heads: torch.Tensor,
-    norm_weight: torch.Tensor | None,
-    num_q_heads: int,
-    num_k_heads: int,
-    eps: float,
-    cos_sin: torch.Tensor,
-    positions: torch.Tensor,
-    output: torch.Tensor,
-    layer_id: int,
-    *,
-    rotated: bool = False,
-) -> Mapping[str, Any] | None:
-    """The capture prefix of ``rotate_store_attention``: at a ``tc_piecewise`` capture, norm, rotate and store in the
-    graph segment before the split (in place in ``heads``) and tell the op (``rotated=True``) that only attention is
-    left. Nothing to do when the heads are already rotated."""
-    if rotated:
+def rotate_and_store_before_attention(*args: Any, **kwargs: Any) -> Mapping[str, Any] | None:
+    """The capture prefix of ``rotate_store_attention`` (the op's arguments, ``RotaryAttentionCall``): at a
+    ``tc_piecewise`` capture, norm, rotate and store in the graph segment before the split (in place in ``heads``)
+    and tell the op (``rotated=True``) that only attention is left. Nothing to do when the heads are already
+    rotated."""
+    call = RotaryAttentionCall(*args, **kwargs)
+    if call.rotated:
         return None
-    context = get_forward_context()
-    _rotate_and_store(context, heads, norm_weight, num_q_heads, num_k_heads, eps, cos_sin, positions, layer_id)
+    call.rotate_and_store(get_forward_context())
     return {"rotated": True}
 
 
-def bind_rotated_attention(
-    heads: torch.Tensor,
-    norm_weight: torch.Tensor | None,
-    num_q_heads: int,
-    num_k_heads: int,
-    eps: float,
-    cos_sin: torch.Tensor,
-    positions: torch.Tensor,
-    output: torch.Tensor,
-    layer_id: int,
-    *,
-    rotated: bool = False,
-) -> Callable[[], object] | None:
-    """The replay binder of ``rotate_store_attention``: once the heads are rotated and stored (``rotated``), the
-    attention backend's pre-bound attention over their q view; ``None`` (replay calls the op) otherwise, or where the
-    backend binds nothing for this batch."""
-    if not rotated:
+def bind_rotated_attention(*args: Any, **kwargs: Any) -> Callable[[], object] | None:
+    """The replay binder of ``rotate_store_attention`` (the op's arguments, ``RotaryAttentionCall``): once the heads
+    are rotated and stored (``rotated``), the attention backend's pre-bound attention over their q view; ``None``
+    (replay calls the op) otherwise, or where the backend binds nothing for this batch."""
+    call = RotaryAttentionCall(*args, **kwargs)
+    if not call.rotated:
         return None
     context = get_forward_context()
-    q, k, v = attention_heads(heads, num_q_heads, num_k_heads)
-    return context.attn_backend.bind_forward(q, k, v, output, layer_id, context.forward_batch, kv_stored=True)  # type: ignore[no-any-return]
+    q, k, v = call.qkv()
+    return context.attn_backend.bind_forward(q, k, v, call.output, call.layer_id, context.forward_batch, kv_stored=True)  # type: ignore[no-any-return]
 
 
 register_split_op(
