@@ -98,6 +98,17 @@ def test_a_rank_that_raises_stops_the_group_with_its_error() -> None:
     assert time.monotonic() - started < 25, "the waiting rank should be stopped, not left in its collective"
 
 
+def test_a_killed_rank_takes_the_group_down_with_one_error_naming_the_signal() -> None:
+    started = time.monotonic()
+    with pytest.raises(
+        RankFailedError, match=r"^tensor-parallel rank 1 failed: killed by signal 9; stopped the other 1 rank$"
+    ):
+        launch(tp_workers.killed_on_rank_1, None, 2)
+    # The launcher sees the dead process at once and stops rank 0 in its collective: the error names rank 1's signal,
+    # not rank 0's collective timeout (tp_workers.TIMEOUT_S), and it comes well within it plus the spawning.
+    assert time.monotonic() - started < 25, "the waiting rank should be stopped, not left in its collective"
+
+
 @pytest.mark.slow
 def test_a_stuck_rank_turns_into_a_timeout_not_a_hang() -> None:
     started = time.monotonic()

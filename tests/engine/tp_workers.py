@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any
 
@@ -126,6 +128,15 @@ def raises_on_rank_1(rank: int, world_size: int, init_method: str, payload: Any)
     group = join(rank, world_size, init_method)
     if rank == 1:
         raise ValueError("rank 1 cannot load its shard")
+    dist.all_reduce(torch.ones(4), group=group.group)
+
+
+def killed_on_rank_1(rank: int, world_size: int, init_method: str, payload: Any) -> None:
+    """Rank 1 is killed (SIGKILL, as the kernel's out-of-memory killer does) after joining: it reports nothing;
+    rank 0 waits in a collective that rank 1 never enters."""
+    group = join(rank, world_size, init_method)
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
     dist.all_reduce(torch.ones(4), group=group.group)
 
 
