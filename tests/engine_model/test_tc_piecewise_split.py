@@ -4,8 +4,6 @@ the eager forward; one piece more than attention calls; no graph breaks; one com
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 import torch
 import torch._dynamo
 import torch.fx.experimental._config as fx_config
+from inductor_cpu import needs_cxx
 from piecewise_recording import assert_replay_with_new_tokens_equals_eager, record_step
 from test_traced_forward import decode_batch, make_runner, run_hidden
 from torch._dynamo.utils import counters
@@ -179,10 +178,7 @@ def test_every_piece_between_two_attention_calls_is_the_same_graph() -> None:
 
 
 @pytest.mark.slow  # a real inductor compile of three pieces: about 20 s on a 2-core machine (`nox -s slow`)
-@pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None,
-    reason=("inductor needs a C++ compiler for CPU pieces: install g++ (or point CXX at one)"),
-)
+@needs_cxx
 def test_inductor_compiles_the_repeated_layer_piece_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))  # a cold cache
     counters.clear()

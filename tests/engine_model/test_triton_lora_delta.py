@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,8 @@ from test_traced_forward import assert_compiled_matches_eager, decode_batch, run
 from torch._dynamo.utils import counters
 
 pytest.importorskip("triton", reason="triton is not installed: pip install triton (CUDA builds of torch bring it)")
+
+from inductor_cpu import needs_cxx
 
 from cudagraph.backend import PiecewiseCompiler
 from cudagraph.config import resolve
@@ -279,10 +280,7 @@ def test_the_split_forward_with_adapters_keeps_the_deltas_in_the_pieces_and_eage
 
 
 @pytest.mark.slow  # inductor compiles three CPU pieces: about a minute on a 2-core machine (`nox -s slow`)
-@pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None,
-    reason="inductor needs a C++ compiler for CPU pieces: install g++ (or point CXX at one)",
-)
+@needs_cxx
 def test_inductor_compiles_the_pieces_around_the_delta_op_and_keeps_eagers_numbers(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton", reason="triton is not installed: pip install triton (CUDA builds of torch bring it)")
+
+from inductor_cpu import needs_cxx
 
 from cudagraph.backend import PiecewiseCompiler
 from cudagraph.config import resolve
@@ -266,10 +267,7 @@ def test_the_split_forward_over_the_triton_set_has_one_piece_per_layer_and_every
 
 
 @pytest.mark.slow  # inductor compiles the whole CPU forward: about a minute on a 2-core machine (`nox -s slow`)
-@pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None,
-    reason="inductor needs a C++ compiler for CPU code: install g++ (or point CXX at one)",
-)
+@needs_cxx
 def test_a_whole_forward_compiled_by_inductor_rotates_and_stores_in_the_attention_op_as_eager_does(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -345,10 +343,7 @@ def test_a_recorded_split_step_rotates_and_stores_in_its_segments_and_only_atten
 
 
 @pytest.mark.slow  # inductor compiles three CPU pieces: about 40 s on a 2-core machine (`nox -s slow`)
-@pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None,
-    reason="inductor needs a C++ compiler for CPU pieces: install g++ (or point CXX at one)",
-)
+@needs_cxx
 def test_inductor_compiles_around_the_ops_once_and_keeps_eagers_numbers(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
