@@ -35,7 +35,7 @@ from harness.presets import BENCH_PRESETS  # noqa: E402
 from harness.profiles import PROFILES  # noqa: E402
 from harness.report import format_report  # noqa: E402
 from harness.rows import BenchResult  # noqa: E402
-from harness.targets import LIFECYCLE_TARGETS, check_targets  # noqa: E402
+from harness.targets import LIFECYCLE_TARGETS, SLEEP_TARGETS, check_targets  # noqa: E402
 
 from cudagraph.config import Backend  # noqa: E402
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     result.settings["out"] = str(args.out)
     run_lifecycle(result, settings)
     print(format_report(result))
-    print("\n".join(str(target) for target in check_targets(result, LIFECYCLE_TARGETS)))
+    print("\n".join(str(target) for target in check_targets(result, (*LIFECYCLE_TARGETS, *SLEEP_TARGETS))))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(result.to_json())
     print(f"wrote {args.out}")

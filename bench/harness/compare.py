@@ -138,6 +138,22 @@ def _lifecycle_ratios(result: BenchResult) -> Iterator[Ratio]:
                 yield Ratio(f"lifecycle/{row.preset}/{row.backend}/{name}", value, higher_is_better)
 
 
+SLEEP_RATIOS = (
+    ("freed_share", True),
+    ("wake_over_first_capture", False),
+    ("wake_over_weight_copy", False),
+)
+"""``SleepRow`` ratio -> whether a larger value is better."""
+
+
+def _sleep_ratios(result: BenchResult) -> Iterator[Ratio]:
+    for row in result.sleep:
+        for name, higher_is_better in SLEEP_RATIOS:
+            value = getattr(row, name)
+            if value is not None:
+                yield Ratio(f"sleep/{row.preset}/{row.backend}/level{row.level}/{name}", value, higher_is_better)
+
+
 RATIO_SOURCES = (
     _decode_ratios,
     _break_ratios,
@@ -146,6 +162,7 @@ RATIO_SOURCES = (
     _migration_ratios,
     _tensor_parallel_ratios,
     _lifecycle_ratios,
+    _sleep_ratios,
 )
 """Every section that contributes ratios."""
 

@@ -11,6 +11,13 @@ the default bucket schedule up to ``max_bs``).
   an in-place update of every weight (nothing may be captured again); the bytes ``sleep()`` frees against the
   graphs' and KV cache's; ``wake()`` and the first replayed step after it.
 
+- then, where sleepable memory exists (``cudagraph.backend_utils.sleep_memory``; else a skipped row says why), one
+  engine built with sleep mode for each sleep level (0, 1, 2): the bytes its sleep frees against what the level gives
+  back, the sleep's and the wake's seconds, the wake with the first replayed step (level 2: with an in-place load of
+  the weights between) against the first capture, the host-to-device rate the weights' copy is judged by, and how
+  many buckets were captured again (none, when the graphs outlive the sleep). The first replayed step after the wake
+  must give the logits the same step gave before the sleep, or the run fails.
+
 It measures; it never changes how the engine runs a step. An in-place update that captured a bucket again is a
 wrong answer (the run fails): it promises the graphs stay valid.
 """
@@ -28,17 +35,18 @@ from typing import cast
 
 import torch
 
+from cudagraph.backend_utils import sleep_memory_unavailable_reason
 from cudagraph.config import Backend, CapturePolicy, CudaGraphConfig, resolve
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.generate import generate
-from cudagraph.engine.lifecycle import free_device_bytes
+from cudagraph.engine.lifecycle import SLEEP_LEVELS, free_device_bytes
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.engine.testing import synthetic_decode_batch
 from cudagraph.runner import ForwardBatch
 
 from .configs import BenchConfig, Kind
 from .measure import guarded
-from .rows import BenchResult, LifecycleRow, WrongAnswer
+from .rows import BenchResult, LifecycleRow, SleepRow, WrongAnswer
 from .timing import mean_wall_us
 from .workload import build_model_runner
 
@@ -119,6 +127,23 @@ def run_lifecycle(result: BenchResult, settings: LifecycleSettings) -> None:
                         f"decode buckets {row.recaptured} were captured again; an in-place update keeps every graph",
                     )
                 )
+        reason = sleep_memory_unavailable_reason(torch.device("cuda"))
+        if reason is not None:
+            result.skip(SECTION, f"{preset} {settings.backend} sleep mode", reason)
+            continue
+        for level in SLEEP_LEVELS:
+            with guarded(result, SECTION, f"{preset} {settings.backend} sleep level {level}", LIFECYCLE_CONFIG):
+                sleep_row, same_logits = measure_sleep_level(preset, settings, level)
+                result.sleep.append(sleep_row)
+                print(f"  {preset} {settings.backend} sleep level {level}: {describe_sleep(sleep_row)}", flush=True)
+                if not same_logits:
+                    result.wrong.append(
+                        WrongAnswer(
+                            SECTION,
+                            f"{preset} {settings.backend} sleep level {level}",
+                            "the first step after the wake gave other logits than the same step before the sleep",
+                        )
+                    )
 
 
 def describe(row: LifecycleRow) -> str:
@@ -132,8 +157,19 @@ def describe(row: LifecycleRow) -> str:
     )
 
 
+def describe_sleep(row: SleepRow) -> str:
+    """One line of a sleep row's figures, as it lands."""
+    return (
+        f"sleep {row.sleep_s * 1000:.1f} ms, wake {row.wake_s * 1000:.1f} ms, with the first replay "
+        f"{row.wake_and_first_replay_s * 1000:.1f} ms against a first capture of {row.first_capture_s:.2f} s; freed "
+        f"{row.freed_bytes / 2**20:.0f} of {row.given_bytes / 2**20:.0f} MiB; captured again: {row.captured_again}"
+    )
+
+
 @contextmanager
-def _engine(preset: str, settings: LifecycleSettings, policy: str, extra_requests: int) -> Iterator[ModelRunner]:
+def _engine(
+    preset: str, settings: LifecycleSettings, policy: str, extra_requests: int, *, sleep_mode: bool = False
+) -> Iterator[ModelRunner]:
     """A fresh engine (its own weights), shut down on leaving. The engines before it are collected and their blocks
     given back first: a reading of free memory in this one must not find theirs coming back during capture."""
     gc.collect()
@@ -144,6 +180,7 @@ def _engine(preset: str, settings: LifecycleSettings, policy: str, extra_request
         settings.attention_backend,
         kernel_backend=settings.kernel_backend,
         cuda_graph_config=settings.graph_config(policy),
+        enable_sleep_mode=sleep_mode,
     )
     torch.cuda.synchronize()
     try:
@@ -225,3 +262,81 @@ def measure_preset(preset: str, settings: LifecycleSettings) -> LifecycleRow:
         replay_us_after_update=replay_after,
         recaptured=list(update.recaptured.get("decode", ())),
     )
+
+
+def _host_to_device_bytes_per_s(nbytes: int = 1 << 30) -> float:
+    """The rate of one copy of ``nbytes`` from pinned host memory to the device (after one untimed copy)."""
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    device.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    device.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    return nbytes / (time.perf_counter() - started)
+
+
+def _graph_ids(engine: ModelRunner) -> dict[object, int]:
+    """The identity of every graph entry of the engine's decode runner, by its key."""
+    runner = engine.decode_cuda_graph_runner
+    assert runner is not None
+    return {key: id(entry) for key, entry in runner.backend.entries.items()}
+
+
+def measure_sleep_level(preset: str, settings: LifecycleSettings, level: int) -> tuple[SleepRow, bool]:
+    """One sleep and wake at ``level`` of an engine built with sleep mode; returns its row and whether the first
+    step after the wake gave the logits the same step gave before the sleep."""
+    batch_size = settings.replay_batch
+    with _engine(preset, settings, "eager", extra_requests=batch_size, sleep_mode=True) as engine:
+        assert engine.sleep_memory is not None, engine.sleep_memory_reason
+        before = free_device_bytes(engine.device)
+        runner = engine.init_decode_cuda_graph()
+        assert runner is not None and before is not None, "decode graphs on a CUDA engine"
+        batch = synthetic_decode_batch(engine, batch_size, CONTEXT_LEN, seed=2)
+        engine.run(batch)
+        expected = engine.run(batch).float().clone()
+        after = free_device_bytes(engine.device)
+        assert after is not None
+        kv = sum(pages.numel() * pages.element_size() for pages in engine.token_to_kv_pool.kv_pages)
+        model = cast(torch.nn.Module, engine.model)
+        weight_bytes = sum(param.numel() * param.element_size() for param in model.parameters())
+        given = before[0] - after[0] + kv + (weight_bytes if level else 0)
+        host_weights = (
+            {name: param.detach().to("cpu") for name, param in model.named_parameters()} if level == 2 else {}
+        )
+        graphs = _graph_ids(engine)
+        h2d = _host_to_device_bytes_per_s()
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        levels = engine.sleep(level)
+        sleep_s = time.perf_counter() - started
+        started = time.perf_counter()
+        engine.wake()
+        torch.cuda.synchronize()
+        wake_s = time.perf_counter() - started
+        if level == 2:
+            engine.update_weights(host_weights)
+        after_wake = engine.run(batch).float()
+        torch.cuda.synchronize()
+        wake_and_replay_s = time.perf_counter() - started
+        now = _graph_ids(engine)
+        captured_again = sum(1 for key, graph in graphs.items() if now.get(key) != graph)
+        same = bool(torch.equal(after_wake, expected))
+        return (
+            SleepRow(
+                preset=preset,
+                backend=settings.backend,
+                level=level,
+                buckets=len(runner.buckets),
+                first_capture_s=runner.stats.seconds,
+                given_bytes=given,
+                freed_bytes=levels.freed_by_sleep or 0,
+                weight_bytes=weight_bytes,
+                h2d_bytes_per_s=h2d,
+                sleep_s=sleep_s,
+                wake_s=wake_s,
+                wake_and_first_replay_s=wake_and_replay_s,
+                captured_again=captured_again,
+            ),
+            same,
+        )

@@ -29,6 +29,7 @@ ROW_KEYS: dict[str, Callable[[Any], tuple[object, ...]]] = {
     "tp": lambda row: (row.preset, row.tp_size, row.backend, row.batch_size, row.all_reduce_choice),
     "tp_start": lambda row: (row.preset, row.tp_size),
     "lifecycle": lambda row: (row.preset, row.backend),
+    "sleep": lambda row: (row.preset, row.backend, row.level),
     "skipped": lambda row: (row.section, row.what),
     "wrong": lambda row: (row.section, row.what, row.detail),
 }

@@ -151,6 +151,22 @@ LIFECYCLE_COLUMNS = (
     Column("after/before", lambda r: _ratio(r.after_over_before)),
     Column("recaptured", lambda r: ",".join(map(str, r.recaptured)) or "none"),
 )
+SLEEP_COLUMNS = (
+    Column("preset", lambda r: r.preset),
+    Column("backend", lambda r: r.backend),
+    Column("level", lambda r: str(r.level)),
+    Column("buckets", lambda r: str(r.buckets)),
+    Column("sleep s", lambda r: f"{r.sleep_s:.3f}"),
+    Column("wake s", lambda r: f"{r.wake_s:.3f}"),
+    Column("wake+replay s", lambda r: f"{r.wake_and_first_replay_s:.3f}"),
+    Column("first capture s", lambda r: f"{r.first_capture_s:.2f}"),
+    Column("/first capture", lambda r: _ratio(r.wake_over_first_capture)),
+    Column("freed GiB", lambda r: f"{r.freed_bytes / 2**30:.3f}"),
+    Column("given GiB", lambda r: f"{r.given_bytes / 2**30:.3f}"),
+    Column("freed share", lambda r: "-" if r.freed_share is None else f"{r.freed_share:.1%}"),
+    Column("wake/weight copy", lambda r: _ratio(r.wake_over_weight_copy) if r.level == 1 else "-"),
+    Column("captured again", lambda r: str(r.captured_again)),
+)
 SKIPPED_COLUMNS = (
     Column("section", lambda r: r.section),
     Column("what", lambda r: r.what),
@@ -173,6 +189,7 @@ SECTIONS: tuple[tuple[str, str, tuple[Column, ...]], ...] = (
     ("tp", "Tensor-parallel decode step (rank 0's time; graph memory of the measured batch sizes)", TP_COLUMNS),
     ("tp_start", "Tensor-parallel start-up with the default graphs", TP_START_COLUMNS),
     ("lifecycle", "Decode graphs across an engine's life", LIFECYCLE_COLUMNS),
+    ("sleep", "Sleep mode: graphs kept across a sleep, per level", SLEEP_COLUMNS),
     ("wrong", "WRONG ANSWERS (not results; the run fails)", WRONG_COLUMNS),
     ("skipped", "Not measured", SKIPPED_COLUMNS),
 )

@@ -305,6 +305,51 @@ class LifecycleRow:
         return _over(self.replay_us_after_update, self.replay_us_before)
 
 
+@dataclass
+class SleepRow:
+    """One sleep and wake of an engine built with sleep mode (weights, KV cache and graph pool in sleepable memory),
+    at one level (0: weights stay; 1: copied to host and back; 2: discarded, then loaded in place after the wake)."""
+
+    preset: str
+    backend: str
+    level: int
+    buckets: int
+    first_capture_s: float
+    """Capture of every bucket (``CaptureStats.seconds``), the figure a wake that recaptures would pay again."""
+    given_bytes: int
+    """What this level gives back: the graphs' (free before capture minus after) and KV cache's bytes, plus the
+    weights' at levels 1 and 2."""
+    freed_bytes: int
+    """Free device memory ``sleep`` won (``MemoryLevels.freed_by_sleep``)."""
+    weight_bytes: int
+    h2d_bytes_per_s: float
+    """Host-to-device copy rate from pinned memory, measured in the same run."""
+    sleep_s: float
+    wake_s: float
+    """``wake()``: pages mapped back, the KV cache zeroed, level 1's weights copied back."""
+    wake_and_first_replay_s: float
+    """``wake()``, level 2's in-place load of the weights, and the first replayed decode step."""
+    captured_again: int
+    """Buckets whose graph is not the one captured before the sleep (0 when the graphs outlive it)."""
+
+    @property
+    def freed_share(self) -> float | None:
+        """Bytes the sleep freed over what the level gives back."""
+        return _over(self.freed_bytes, self.given_bytes)
+
+    @property
+    def wake_over_first_capture(self) -> float | None:
+        """Wake and the first replayed step over the first capture of every bucket."""
+        return _over(self.wake_and_first_replay_s, self.first_capture_s)
+
+    @property
+    def wake_over_weight_copy(self) -> float | None:
+        """``wake()`` over the time the weights' bytes take to copy host to device at the measured rate."""
+        if self.weight_bytes <= 0 or self.h2d_bytes_per_s <= 0:
+            return None
+        return self.wake_s / (self.weight_bytes / self.h2d_bytes_per_s)
+
+
 @dataclass(frozen=True)
 class SkippedRow:
     """A configuration that was not measured, and why (no CUDA, a peer not installed, a config that rejects it)."""
@@ -377,6 +422,7 @@ ROW_TYPES: dict[str, type[Any]] = {
     "tp": TensorParallelRow,
     "tp_start": TensorParallelStartRow,
     "lifecycle": LifecycleRow,
+    "sleep": SleepRow,
     "skipped": SkippedRow,
     "wrong": WrongAnswer,
 }
@@ -399,6 +445,7 @@ class BenchResult:
     tp: list[TensorParallelRow] = field(default_factory=list)
     tp_start: list[TensorParallelStartRow] = field(default_factory=list)
     lifecycle: list[LifecycleRow] = field(default_factory=list)
+    sleep: list[SleepRow] = field(default_factory=list)
     skipped: list[SkippedRow] = field(default_factory=list)
     wrong: list[WrongAnswer] = field(default_factory=list)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .rows import BenchResult, LifecycleRow, TensorParallelStartRow
+from .rows import BenchResult, LifecycleRow, SleepRow, TensorParallelStartRow
 
 FULL_OVER_RAW_LIMIT = 1.03
 """Our ``full`` runner may be at most this much slower than a raw ``CUDAGraph.replay``, at every batch size."""
@@ -215,6 +215,64 @@ def _replay_after_update(result: BenchResult) -> tuple[bool | None, str]:
     return False, f"{text}; " + "; ".join(recaptured)
 
 
+KEPT_WAKE_OVER_FIRST_CAPTURE_LIMIT = 0.1
+"""With sleep mode, a wake and the first replay may take at most this multiple of the first capture (level 0)."""
+
+LEVEL_1_WAKE_OVER_WEIGHT_COPY_LIMIT = 1.5
+"""Level 1's wake may take at most this multiple of copying the weights host to device at the measured rate."""
+
+
+def _sleep_target(
+    result: BenchResult,
+    levels: tuple[int, ...],
+    value: Callable[[SleepRow], float | None],
+    met: Callable[[float], bool],
+    unit: str,
+) -> tuple[bool | None, str]:
+    """Met when ``met`` holds for ``value`` of every sleep row of ``levels`` and none captured a bucket again."""
+    shown = [(row, value(row)) for row in result.sleep if row.level in levels]
+    shown = [(row, figure) for row, figure in shown if figure is not None]
+    if not shown:
+        return None, "not measured (no sleep-mode rows of that level; the skipped table says why)"
+    text = "; ".join(f"{row.preset} level {row.level} {unit.format(figure)}" for row, figure in shown)
+    again = [
+        f"{row.preset} level {row.level} captured {row.captured_again} again" for row, _ in shown if row.captured_again
+    ]
+    return all(met(figure) for _, figure in shown) and not again, "; ".join([text, *again])
+
+
+def _kept_sleep_frees(result: BenchResult) -> tuple[bool | None, str]:
+    return _sleep_target(
+        result, (0, 1, 2), lambda row: row.freed_share, lambda share: share >= SLEEP_FREED_SHARE, "{:.1%} freed"
+    )
+
+
+def _kept_wake(result: BenchResult) -> tuple[bool | None, str]:
+    return _sleep_target(
+        result,
+        (0,),
+        lambda row: row.wake_over_first_capture,
+        lambda ratio: ratio <= KEPT_WAKE_OVER_FIRST_CAPTURE_LIMIT,
+        "{:.4f}x the first capture",
+    )
+
+
+def _level_1_wake(result: BenchResult) -> tuple[bool | None, str]:
+    return _sleep_target(
+        result,
+        (1,),
+        lambda row: row.wake_over_weight_copy,
+        lambda ratio: ratio <= LEVEL_1_WAKE_OVER_WEIGHT_COPY_LIMIT,
+        "{:.2f}x the weights' copy",
+    )
+
+
+def _level_2_wake(result: BenchResult) -> tuple[bool | None, str]:
+    return _sleep_target(
+        result, (2,), lambda row: row.wake_and_first_replay_s, lambda seconds: True, "{:.3f} s with the load"
+    )
+
+
 Target = tuple[str, Callable[[BenchResult], tuple[bool | None, str]]]
 """(name, predicate): the predicate says met, missed or not measured (``None``), and the figures."""
 
@@ -230,6 +288,23 @@ LIFECYCLE_TARGETS: tuple[Target, ...] = (
 )
 """The ``lifecycle`` section's targets (``bench/bench_lifecycle.py`` prints these alone)."""
 
+SLEEP_TARGETS: tuple[Target, ...] = (
+    (
+        f"sleep mode: every level frees >= {SLEEP_FREED_SHARE:.0%} of what it gives back, none recaptured",
+        _kept_sleep_frees,
+    ),
+    (
+        f"sleep mode level 0: wake and the first replay <= {KEPT_WAKE_OVER_FIRST_CAPTURE_LIMIT}x the first capture",
+        _kept_wake,
+    ),
+    (
+        f"sleep mode level 1: wake <= {LEVEL_1_WAKE_OVER_WEIGHT_COPY_LIMIT}x the weights' host-to-device copy",
+        _level_1_wake,
+    ),
+    ("sleep mode level 2: wake, an in-place weight load and the first replay, none recaptured", _level_2_wake),
+)
+"""The targets of the ``lifecycle`` section's sleep-mode rows (``bench/bench_lifecycle.py`` prints these too)."""
+
 TARGETS: tuple[Target, ...] = (
     (f"decode full <= {FULL_OVER_RAW_LIMIT}x raw replay at every batch size", _full_within_raw),
     ("breakable host cost per break below both peers'", _breaks_below_peers),
@@ -239,6 +314,7 @@ TARGETS: tuple[Target, ...] = (
     (f"{LARGE_TP_PRESET} batch-1 full: TP=8 >= {LARGE_TP_SPEEDUP}x faster than TP=4", _large_tp_speedup),
     (f"{TP_PRESET} start-up to first token at TP=4 <= {TP_STARTUP_LIMIT}x TP=1's", _tp_startup),
     *LIFECYCLE_TARGETS,
+    *SLEEP_TARGETS,
 )
 """Every stated target."""
 

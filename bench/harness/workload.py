@@ -48,11 +48,12 @@ def build_model_runner(
     model: torch.nn.Module | None = None,
     kernel_backend: str = "auto",
     cuda_graph_config: CudaGraphConfig = EAGER_CONFIG,
+    enable_sleep_mode: bool = False,
 ) -> ModelRunner:
     """An engine on CUDA over the preset's random bf16 weights (or ``model``'s, shared between engines), with the
     kernel set ``kernel_backend`` picks (``auto``: the fastest that can run; a traced forward never gets
     FlashInfer's). Eager unless ``cuda_graph_config`` says otherwise (its runners are built by the caller:
-    ``init_*_cuda_graph``)."""
+    ``init_*_cuda_graph``); ``enable_sleep_mode``: weights, KV cache and graphs in sleepable memory."""
     if model is None:
         model = random_model(preset_config(preset), seed=0, dtype="bfloat16", device="cuda")
     return ModelRunner(
@@ -61,6 +62,7 @@ def build_model_runner(
         cache_config=cache,
         attention_backend=attention_backend,  # type: ignore[arg-type]
         kernel_backend=kernel_backend,
+        enable_sleep_mode=enable_sleep_mode,
     )
 
 

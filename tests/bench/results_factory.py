@@ -14,6 +14,7 @@ from harness.rows import (
     MigrationRow,
     PrefillRow,
     SkippedRow,
+    SleepRow,
     SpeculativeRow,
     TensorParallelRow,
     TensorParallelStartRow,
@@ -109,6 +110,21 @@ def lifecycle_rows(**changes: object) -> list[LifecycleRow]:
     return [dataclasses.replace(row, **changes) for row in rows]  # type: ignore[arg-type]
 
 
+def sleep_rows(**changes: object) -> list[SleepRow]:
+    """One row per sleep level of the qwen3-0.6b shape, every sleep target met (figures made up, of a plausible
+    size), with ``changes`` applied to each."""
+    gib = 2**30
+    rows = [
+        SleepRow("qwen3-0.6b", "full", 0, 35, 0.65, 7 * gib, int(7.05 * gib), int(1.2 * gib), 50e9, 0.004, 0.002,
+                 0.004, 0),
+        SleepRow("qwen3-0.6b", "full", 1, 35, 0.65, int(8.2 * gib), int(8.3 * gib), int(1.2 * gib), 50e9, 0.1, 0.03,
+                 0.032, 0),
+        SleepRow("qwen3-0.6b", "full", 2, 35, 0.65, int(8.2 * gib), int(8.3 * gib), int(1.2 * gib), 50e9, 0.004,
+                 0.003, 0.05, 0),
+    ]  # fmt: skip
+    return [dataclasses.replace(row, **changes) for row in rows]  # type: ignore[arg-type]
+
+
 def sample_result() -> BenchResult:
     result = BenchResult(environment={"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-23"}, settings={"x": 1})
     result.decode = decode_rows()
@@ -129,6 +145,7 @@ def sample_result() -> BenchResult:
     large_start = tp_start_rows({4: 1.06, 8: 1.0}, {4: 32.0, 8: 30.0})
     result.tp_start = [*tp_start_rows(), *(dataclasses.replace(row, preset="llama-3-70b") for row in large_start)]
     result.lifecycle = lifecycle_rows()
+    result.sleep = sleep_rows()
     result.skipped = [SkippedRow("decode", "qwen3-0.6b full+compiled", "the config rejects it")]
     result.wrong = [WrongAnswer("decode", "qwen3-0.6b x bs 8", "3 of 8 greedy tokens wrong")]
     return result

@@ -48,7 +48,7 @@ def test_report_lists_every_row_of_every_section() -> None:
 
 def test_targets_met_on_the_sample() -> None:
     verdicts = {target.name: target.met for target in check_targets(sample_result())}
-    assert verdicts == dict.fromkeys(verdicts, True) and len(verdicts) == 12
+    assert verdicts == dict.fromkeys(verdicts, True) and len(verdicts) == 16
 
 
 def test_each_target_misses_when_its_figures_say_so() -> None:
@@ -62,12 +62,12 @@ def test_each_target_misses_when_its_figures_say_so() -> None:
     costly_breaks = dataclasses.replace(
         result, breaks=[*result.breaks[:2], BreakRow("piecewise-cuda-graphs", "model", 16, 5.0, 5.0, 1.0)]
     )
-    assert [t.met for t in check_targets(costly_breaks)] == [True, False, *[True] * 10]
+    assert [t.met for t in check_targets(costly_breaks)] == [True, False, *[True] * 14]
 
 
 def test_targets_without_figures_are_skipped_not_passed() -> None:
     targets = check_targets(BenchResult())
-    assert [target.met for target in targets] == [None] * 12
+    assert [target.met for target in targets] == [None] * 16
     assert all("not measured" in target.detail and str(target).startswith("SKIP") for target in targets)
 
 

@@ -66,6 +66,12 @@ from .memory import (
     weak_ref_tensors,
 )
 from .replay import graph_replay_fn
+from .sleep_memory import (
+    MemoryTag,
+    SleepMemory,
+    SleepMemoryUnavailableError,
+    sleep_memory_unavailable_reason,
+)
 from .triton_launch import (
     NATIVE_LAUNCH_VERSIONS,
     FastLauncher,
@@ -99,8 +105,11 @@ __all__ = [
     "GraphPool",
     "GraphPoolHandle",
     "MemoryReading",
+    "MemoryTag",
     "ReplayBinder",
     "ShapeDescriptor",
+    "SleepMemory",
+    "SleepMemoryUnavailableError",
     "TensorAddress",
     "__version__",
     "add_eager",
@@ -142,6 +151,7 @@ __all__ = [
     "require_cuda",
     "set_forward_context",
     "set_global_graph_memory_pool",
+    "sleep_memory_unavailable_reason",
     "split_op",
     "through_jit",
     "unregister_break_op",

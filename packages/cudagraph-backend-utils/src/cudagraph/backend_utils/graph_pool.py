@@ -57,13 +57,27 @@ class GraphPool:
         pool.release()                          # the memory returns once no graph uses it
     """
 
-    __slots__ = ("_anchor", "_device", "_retired_anchors", "handle")
+    __slots__ = ("_anchor", "_device", "_open_scopes", "_retired_anchors", "handle", "keeper", "scope")
 
-    def __init__(self, handle: GraphPoolHandle, device: torch.device | None = None) -> None:
+    def __init__(
+        self,
+        handle: GraphPoolHandle,
+        device: torch.device | None = None,
+        *,
+        scope: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+        keeper: object = None,
+    ) -> None:
         self.handle: GraphPoolHandle = handle
         self._device = device
         self._anchor: torch.cuda.CUDAGraph | None = None
         self._retired_anchors: list[torch.cuda.CUDAGraph] = []
+        self.scope = scope
+        """Entered around every capture into this pool (and its release), on the capturing thread: the settings an
+        allocator behind the pool needs (``SleepMemory.capturing``); ``None`` for the caching allocator's own pools."""
+        self.keeper = keeper
+        """What keeps the pool alive for the process's life whatever graphs come and go (a ``torch.cuda.MemPool`` of
+        sleepable memory), or ``None``: the pool is freed once no graph and no anchor uses it."""
+        self._open_scopes: list[contextlib.ExitStack] = []
 
     @classmethod
     def create(cls, device: torch.device | str | int | None = None) -> GraphPool:
@@ -93,7 +107,9 @@ class GraphPool:
         if _GLOBAL_POOL is None:
             _GLOBAL_POOL = cls.create(device)
             return _GLOBAL_POOL
-        return cls.adopt(_GLOBAL_POOL.handle, device)
+        shared = cls.adopt(_GLOBAL_POOL.handle, device)
+        shared.scope, shared.keeper = _GLOBAL_POOL.scope, _GLOBAL_POOL.keeper
+        return shared
 
     @property
     def device(self) -> torch.device:
@@ -128,6 +144,11 @@ class GraphPool:
         handle was the process-wide one, the new one is published in its place, so no later capture goes to it.
         """
         global _GLOBAL_POOL
+        if self.keeper is not None:
+            # A kept pool (sleepable memory) is its allocator's only pool for graphs: a fresh caching-allocator handle
+            # would give later graphs memory a sleep frees. Its keeper holds it, and the failed capture's routing was
+            # ended when its graph was released, so captures go on into the same handle.
+            return
         was_shared = self.is_shared
         if self._anchor is not None:
             self._retired_anchors.append(self._anchor)
@@ -161,8 +182,21 @@ class GraphPool:
                 f"capture_error_mode {capture_error_mode!r} is not one of {', '.join(CAPTURE_ERROR_MODES)}"
             )
         graph = torch.cuda.CUDAGraph()
-        graph.capture_begin(pool=self.handle, capture_error_mode=capture_error_mode)
+        scope = contextlib.ExitStack()
+        if self.scope is not None:
+            scope.enter_context(self.scope())
+        try:
+            graph.capture_begin(pool=self.handle, capture_error_mode=capture_error_mode)
+        except BaseException:
+            scope.close()
+            raise
+        self._open_scopes.append(scope)
         return graph
+
+    def _close_scope(self) -> None:
+        """Leave the scope the latest ``begin_capture`` entered (captures into one pool do not interleave)."""
+        if self._open_scopes:
+            self._open_scopes.pop().close()
 
     def end_capture(self, graph: torch.cuda.CUDAGraph) -> bool:
         """End ``graph``'s capture; return whether it recorded any work (an empty graph is freed at once).
@@ -179,6 +213,8 @@ class GraphPool:
         except BaseException:
             self._release_failed_capture(graph)
             raise
+        finally:
+            self._close_scope()
         empty = False
         for warning in caught:
             if _EMPTY_GRAPH_WARNING in str(warning.message):

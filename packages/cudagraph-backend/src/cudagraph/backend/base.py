@@ -164,6 +164,12 @@ class BaseCudaGraphBackend(abc.ABC):
             return ShapeDescriptor.decode(shape)
         return ShapeDescriptor.prefill(shape)
 
+    @property
+    def graphs_outlive_sleep(self) -> bool:
+        """Whether this backend's graphs keep their memory at the same addresses across an engine's sleep: their pool
+        is one a sleep unmaps and a wake maps back (``SleepMemory.graph_pool``), or nothing is captured yet."""
+        return self.pool is None or self.pool.keeper is not None
+
     def ensure_pool(self) -> GraphPool:
         """The pool this backend captures into, made on first use (on the process-wide handle, if shared)."""
         if self.pool is None:

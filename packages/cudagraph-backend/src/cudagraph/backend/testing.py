@@ -171,6 +171,8 @@ class CpuReplayBackend:
         memory: the device memory it reports and enforces (default: none; every reading is zero).
         out_of_memory_shapes: shapes whose capture fails with an out-of-memory error after its warm-ups (in scratch
             sessions too), leaving nothing of the shape behind.
+        graphs_outlive_sleep: what it answers for ``graphs_outlive_sleep`` (a real backend: whether its pool is of
+            sleepable memory).
     """
 
     def __init__(
@@ -180,8 +182,10 @@ class CpuReplayBackend:
         options: CaptureOptions | None = None,
         memory: SimulatedDeviceMemory | None = None,
         out_of_memory_shapes: Collection[int] = (),
+        graphs_outlive_sleep: bool = False,
     ) -> None:
         self.backend = Backend(backend)
+        self.graphs_outlive_sleep = graphs_outlive_sleep
         if self.backend not in (Backend.FULL, Backend.BREAKABLE):
             raise ValueError(f"CpuReplayBackend doubles the full and breakable backends, not {self.backend}")
         self.captures_attn_metadata = self.backend is Backend.FULL

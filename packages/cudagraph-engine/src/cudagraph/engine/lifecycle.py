@@ -6,15 +6,24 @@ again. With ``in_place=False`` each named tensor gets new memory (a new ``Parame
 from the addresses they recorded at capture, that their graphs read moved tensors, and capture them again (or, with
 ``on_moved="raise"``, refuse with one ``GraphInputsMovedError``): no step ever replays the old weights.
 
-``sleep(model_runner)`` gives back the graphs (every runner's ``sleep``: graphs and pool) and the KV cache (its
-storage resized to nothing; the tensors stay, so every view of them comes back with the memory); the weights stay.
-``wake(model_runner)`` re-allocates the KV cache (zeroed) and wakes the runners, which capture again over the same
-static buffers. A step while asleep is one ``RunnerAsleepError``. Each call reads the device's free memory
-(``torch.cuda.mem_get_info``) and keeps the readings in ``model_runner.memory_levels``.
+``sleep(model_runner, level)`` gives back the graphs' and the KV cache's memory, and the weights' at ``level`` 1
+(copied to pinned host memory first, copied back at wake) or 2 (discarded: the caller loads new weights after the
+wake, as RL drivers do between rollouts); level 0 keeps the weights on the device. ``wake(model_runner)`` brings the
+memory back, the KV cache empty. A step while asleep is one ``RunnerAsleepError``. Each call reads the device's free
+memory (``torch.cuda.mem_get_info``) and keeps the readings in ``model_runner.memory_levels``.
+
+Where the engine was built with ``enable_sleep_mode`` and sleepable memory exists here
+(``cudagraph.backend_utils.sleep_memory``), the weights, the KV cache and the graph pool were allocated from it: a
+sleep unmaps their pages and a wake maps new pages at the same virtual addresses, so every runner keeps its graphs
+(``sleep(keep_graphs=True)``) and the first step after the wake replays with nothing captured again. Elsewhere (no
+CUDA, no ``torch-memory-saver``, sleep mode off) the KV cache's storage is resized to nothing and back, the weights'
+likewise at levels 1 and 2, and the runners free their graphs and capture them again at wake; with sleep mode asked
+for, one line says why (``model_runner.sleep_memory_reason``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from cudagraph.backend_utils import get_global_graph_memory_pool, set_global_graph_memory_pool
+from cudagraph.backend_utils.sleep_memory import MemoryTag, SleepMemory, sleep_memory_unavailable_reason
 from cudagraph.runner import BaseCudaGraphRunner
 from cudagraph.runner.lifecycle import RunnerAsleepError, RunnerState
 
@@ -162,36 +173,136 @@ def _label(runner: BaseCudaGraphRunner) -> str:
     return runner.metrics.label
 
 
-def sleep(model_runner: ModelRunner) -> MemoryLevels:
-    """Give back every graph and the KV cache; the weights stay (see the module docstring)."""
+SLEEP_LEVELS: Mapping[int, str] = {
+    0: "the weights stay on the device",
+    1: "the weights are copied to host memory and back",
+    2: "the weights are discarded; load new ones after the wake",
+}
+"""What each ``sleep`` level does with the weights (vLLM's levels; 0 is the lightest); every level gives back the
+graphs' and the KV cache's memory."""
+
+
+def open_sleep_memory(model: Any, device: torch.device) -> tuple[SleepMemory | None, str | None]:
+    """Sleepable memory for an engine built with ``enable_sleep_mode``: the model's parameters moved into it (same
+    values, new addresses, before any graph reads them) and the process's graph pool made from it. Returns the memory
+    and ``None``, or ``None`` and the one-line reason there is none here (the engine then recaptures at wake)."""
+    reason = sleep_memory_unavailable_reason(device)
+    if reason is not None:
+        logger.info("sleep mode: graphs will be captured again at every wake: %s", reason)
+        return None, reason
+    memory = SleepMemory.for_device(device)
+    with memory.allocating(MemoryTag.WEIGHTS), torch.no_grad():
+        for parameter in _unique_parameters(model):
+            parameter.data = parameter.data.clone()
+    set_global_graph_memory_pool(memory.graph_pool())
+    logger.info("sleep mode: weights, KV cache and graphs in sleepable memory; a wake replays with no recapture")
+    return memory, None
+
+
+def close_sleep_memory(memory: SleepMemory | None) -> None:
+    """At an engine's shutdown: later captures of the process stop going to its sleepable graph pool (the pool
+    itself lives on with the process; see ``cudagraph.backend_utils.sleep_memory``)."""
+    if memory is not None and get_global_graph_memory_pool() == memory.graph_pool().handle:
+        set_global_graph_memory_pool(None)
+
+
+def allocating(memory: SleepMemory | None, tag: MemoryTag) -> contextlib.AbstractContextManager[None]:
+    """``memory.allocating(tag)``, or nothing to do without sleepable memory."""
+    return memory.allocating(tag) if memory is not None else contextlib.nullcontext()
+
+
+def _unique_parameters(model: Any) -> list[torch.nn.Parameter]:
+    """The model's parameters, each once (a tied parameter appears under several names)."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    return list({id(parameter): parameter for parameter in model.parameters()}.values())
+
+
+def _backup_weights(model_runner: ModelRunner) -> None:
+    """Copy every parameter into pinned host memory (reused from the last level-1 sleep when the shapes match)."""
+    backup = model_runner.weights_on_host
+    parameters = _unique_parameters(model_runner.model)
+    if len(backup) != len(parameters) or any(
+        host.shape != parameter.shape or host.dtype != parameter.dtype
+        for host, parameter in zip(backup, parameters, strict=True)
+    ):
+        pinned = torch.cuda.is_available()
+        backup[:] = [torch.empty_like(parameter, device="cpu", pin_memory=pinned) for parameter in parameters]
+    for host, parameter in zip(backup, parameters, strict=True):
+        host.copy_(parameter, non_blocking=True)
+    if model_runner.device.type == "cuda":
+        torch.cuda.synchronize(model_runner.device)
+
+
+def _restore_weights(model_runner: ModelRunner) -> None:
+    """Copy the level-1 backup back into the parameters (the memory they had, or memory allocated again)."""
+    for host, parameter in zip(model_runner.weights_on_host, _unique_parameters(model_runner.model), strict=True):
+        parameter.data.copy_(host, non_blocking=True)
+
+
+def _resize_storages(tensors: list[torch.Tensor], *, to_nothing: bool) -> None:
+    """Without sleepable memory: give each tensor's storage back (``to_nothing``) or allocate it again (new
+    addresses; the graphs that read it were released and are captured again)."""
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        storage.resize_(0 if to_nothing else tensor.numel() * tensor.element_size())
+
+
+def sleep(model_runner: ModelRunner, level: int = 0) -> MemoryLevels:
+    """Give back the graphs, the KV cache and, at level 1 or 2, the weights (see the module docstring)."""
+    if level not in SLEEP_LEVELS:
+        raise ValueError(f"sleep level {level!r}: allowed: " + "; ".join(f"{k} ({v})" for k, v in SLEEP_LEVELS.items()))
     if model_runner.asleep:
         raise RuntimeError("sleep() while asleep; call wake() first")
     levels = MemoryLevels()
     reading = free_device_bytes(model_runner.device)
     if reading is not None:
         levels.before_sleep, levels.total = reading
-    for runner in graph_runners(model_runner):
-        runner.sleep()
-    for pages in model_runner.token_to_kv_pool.kv_pages:
-        pages.untyped_storage().resize_(0)
+    memory = model_runner.sleep_memory
+    kept = [runner.sleep(keep_graphs=memory is not None) for runner in graph_runners(model_runner)]
+    if level == 1:
+        _backup_weights(model_runner)
+    if memory is not None:
+        memory.release({MemoryTag.GRAPHS, MemoryTag.KV_CACHE, *((MemoryTag.WEIGHTS,) if level else ())})
+    else:
+        _resize_storages(model_runner.token_to_kv_pool.kv_pages, to_nothing=True)
+        if level:
+            _resize_storages(_unique_parameters(model_runner.model), to_nothing=True)
     model_runner.asleep = True
+    model_runner.sleep_level = level
     reading = free_device_bytes(model_runner.device)
     if reading is not None:
         levels.asleep = reading[0]
     model_runner.memory_levels = levels
-    logger.info("asleep: graphs and KV cache given back (%s bytes freed)", levels.freed_by_sleep)
+    logger.info(
+        "asleep (level %d: %s): graphs %s, KV cache given back (%s bytes freed)",
+        level,
+        SLEEP_LEVELS[level],
+        "kept" if kept and all(kept) else "released",
+        levels.freed_by_sleep,
+    )
     return levels
 
 
 def wake(model_runner: ModelRunner) -> MemoryLevels:
-    """Re-allocate the KV cache and capture the graphs again (see the module docstring); a runner that cannot
-    capture runs eagerly and says why (its ``eager_reason``)."""
+    """Bring back the memory ``sleep`` gave back, the KV cache zeroed and the weights as its level left them, then
+    wake the runners: kept graphs replay as they are, released ones are captured again (see the module docstring);
+    a runner that cannot capture runs eagerly and says why (its ``eager_reason``)."""
     if not model_runner.asleep:
         raise RuntimeError("wake() while awake; call sleep() first")
     levels = model_runner.memory_levels
+    level = model_runner.sleep_level
+    memory = model_runner.sleep_memory
+    if memory is not None:
+        memory.restore(set(MemoryTag))
+    else:
+        _resize_storages(model_runner.token_to_kv_pool.kv_pages, to_nothing=False)
+        if level:
+            _resize_storages(_unique_parameters(model_runner.model), to_nothing=False)
     for pages in model_runner.token_to_kv_pool.kv_pages:
-        pages.untyped_storage().resize_(pages.numel() * pages.element_size())
         pages.zero_()
+    if level == 1:
+        _restore_weights(model_runner)
     model_runner.asleep = False
     for runner in graph_runners(model_runner):
         if runner.wake() is RunnerState.FAILED:

@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from cudagraph.backend_utils import ForwardContext, compiled_model_forward, set_forward_context
+from cudagraph.backend_utils.sleep_memory import MemoryTag, SleepMemory
 from cudagraph.config import Backend, ConfigError, CudaGraphConfig, Phase
 from cudagraph.runner import (
     DecodeCudaGraphRunner,
@@ -188,11 +189,20 @@ class ModelRunner:
         capture_barrier: Callable[[], None] | None = None,
         log_capture_estimate: bool = False,
         lora_config: LoraConfig | None = None,
+        enable_sleep_mode: bool = False,
     ) -> None:
         first_parameter = next(iter(model.parameters()))
         self.model = model
         self.device: torch.device = first_parameter.device
         self.dtype: torch.dtype = first_parameter.dtype
+        self.sleep_memory: SleepMemory | None = None
+        """Where the weights, the KV cache and the graphs live when ``enable_sleep_mode`` found sleepable memory
+        (``cudagraph.backend_utils.sleep_memory``): a sleep unmaps them, a wake maps them back at the same addresses
+        and replays with nothing captured again. ``None``: a sleep frees them and a wake captures again."""
+        self.sleep_memory_reason: str | None = None
+        """With ``enable_sleep_mode``, why there is no sleepable memory here (one line; the wake then recaptures)."""
+        if enable_sleep_mode:
+            self.sleep_memory, self.sleep_memory_reason = lifecycle.open_sleep_memory(model, self.device)
         self.cuda_graph_config = cuda_graph_config
         self.cache_config = cache_config or CacheConfig()
         self.show_progress = show_progress
@@ -204,15 +214,16 @@ class ModelRunner:
         self.req_to_token_pool = ReqToTokenPool(
             self.cache_config.max_num_reqs, self.cache_config.max_context_len, self.device, page_size=page_size
         )
-        self.token_to_kv_pool = TokenToKVPool(
-            self.cache_config.resolved_slots(),
-            self.shape.num_layers,
-            self.shape.num_kv_heads,
-            self.shape.head_dim,
-            self.dtype,
-            self.device,
-            page_size=page_size,
-        )
+        with lifecycle.allocating(self.sleep_memory, MemoryTag.KV_CACHE):
+            self.token_to_kv_pool = TokenToKVPool(
+                self.cache_config.resolved_slots(),
+                self.shape.num_layers,
+                self.shape.num_kv_heads,
+                self.shape.head_dim,
+                self.dtype,
+                self.device,
+                page_size=page_size,
+            )
         self.attn_backend = make_attention_backend(
             attention_backend, self.req_to_token_pool, self.token_to_kv_pool, self.shape
         )
@@ -239,6 +250,10 @@ class ModelRunner:
         """Between ``sleep()`` and ``wake()``: graphs and KV cache given back, steps refused."""
         self.memory_levels = lifecycle.MemoryLevels()
         """Free device memory before ``sleep``, asleep and after ``wake`` (the latest cycle; CUDA only)."""
+        self.sleep_level = 0
+        """The level of the latest ``sleep`` (``lifecycle.SLEEP_LEVELS``)."""
+        self.weights_on_host: list[torch.Tensor] = []
+        """The parameters' pinned host copies a level-1 sleep made (kept, and reused by the next level-1 sleep)."""
         self.lora: LoraManager | None = None
         """The LoRA adapters' slots and step indices (``lora_config``), or ``None``: no adapters."""
         self.lora_decode_cuda_graph_runner: DecodeCudaGraphRunner | None = None
@@ -440,6 +455,7 @@ class ModelRunner:
             runner.shutdown()
         self.decode_cuda_graph_runner = self.verify_cuda_graph_runner = self.prefill_cuda_graph_runner = None
         self.lora_decode_cuda_graph_runner = self.lora_prefill_cuda_graph_runner = None
+        lifecycle.close_sleep_memory(self.sleep_memory)
 
     # -- LoRA adapters (``cudagraph.engine.lora``) ------------------------------------------------------------------
 
@@ -509,14 +525,17 @@ class ModelRunner:
         ``on_moved="raise"``). Never lets a step replay old weights."""
         return lifecycle.update_weights(self, weights, in_place=in_place, on_moved=on_moved)
 
-    def sleep(self) -> lifecycle.MemoryLevels:
-        """Give back every graph (and its pool) and the KV cache; the weights stay. Steps are refused until
-        ``wake()``; requests in flight lose their cache."""
-        return lifecycle.sleep(self)
+    def sleep(self, level: int = 0) -> lifecycle.MemoryLevels:
+        """Give back the graphs' and the KV cache's memory, and at ``level`` 1 or 2 the weights' (1: copied to host
+        memory and back at wake; 2: discarded, the caller loads new ones after the wake, as RL drivers do). Steps are
+        refused until ``wake()``; requests in flight lose their cache. With sleepable memory (``enable_sleep_mode``)
+        the graphs are kept and replay after the wake; without, they are freed and captured again."""
+        return lifecycle.sleep(self, level)
 
     def wake(self) -> lifecycle.MemoryLevels:
-        """Re-allocate the KV cache and capture the graphs again (all, or on first use under the lazy policy); a
-        runner that cannot runs eagerly and says why."""
+        """Map the memory back (or re-allocate it), the KV cache empty and the weights as ``sleep``'s level left them,
+        and replay the kept graphs, or capture them again (all, or on first use under the lazy policy); a runner that
+        cannot runs eagerly and says why."""
         return lifecycle.wake(self)
 
     # -- steps ------------------------------------------------------------------------------------------------------

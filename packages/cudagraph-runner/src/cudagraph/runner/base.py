@@ -256,6 +256,8 @@ class BaseCudaGraphRunner(abc.ABC):
         """Where the runner is in its life (``sleep``, ``wake``; ``cudagraph.runner.lifecycle``)."""
         self.wake_failure: str | None = None
         """Why the latest ``wake()`` could not capture (the runner then runs eagerly), or None."""
+        self.routes_kept: RouteTable | None = None
+        """Asleep with its graphs kept (``sleep(keep_graphs=True)``): the routes ``wake()`` reopens; else None."""
         self.graph_inputs = GraphInputGuard(functools.partial(graph_read_tensors, model_runner))
         """Where each graph's weights and caches were when it was captured (``refresh_graphs`` checks them)."""
         # bucket_by_size[n]: the bucket a batch of n replays (n = 0 is an idle batch, which replays the smallest).
@@ -513,10 +515,11 @@ class BaseCudaGraphRunner(abc.ABC):
 
     # -- across the engine's life -----------------------------------------------------------------------------------
 
-    def sleep(self) -> None:
-        """Release every graph and the pool they live in (the static buffers stay); steps are refused until
-        ``wake()`` (``cudagraph.runner.lifecycle``)."""
-        lifecycle.sleep(self)
+    def sleep(self, *, keep_graphs: bool = False) -> bool:
+        """Refuse steps until ``wake()``; release every graph and the pool they live in (the static buffers stay), or
+        with ``keep_graphs`` keep them where their memory outlives the sleep (``cudagraph.runner.lifecycle``).
+        Returns whether the graphs were kept."""
+        return lifecycle.sleep(self, keep_graphs=keep_graphs)
 
     def wake(self) -> RunnerState:
         """Capture again over the same static buffers (every planned bucket, or none under the lazy policy): the

@@ -12,6 +12,12 @@ failed     ``wake()`` could not capture run eagerly; ``eager_reason`` says why; 
                                         may try again
 =========  ==========================  ==================================================================
 
+``sleep(keep_graphs=True)`` keeps every graph: the engine gives their memory back through the allocator of
+``cudagraph.backend_utils.sleep_memory``, which maps it again at the same addresses at wake, so ``wake()`` only
+reopens the routes the runner had (buckets captured lazily stay captured; those not captured yet stay pending). It is
+taken only where the graphs live in a pool that outlives a sleep (``graphs_kept_reason``); elsewhere the sleep
+releases them and says why in one line.
+
 ``sleep()`` releases every graph and the pool they live in (``backend.cleanup``) and forgets their address records;
 the static buffers stay (small, and the graphs captured at wake read them at the same addresses). ``wake()`` makes
 fresh static batches over the same buffers and captures again through ``capture()``: every planned bucket under the
@@ -94,12 +100,32 @@ def release_graphs(runner: BaseCudaGraphRunner) -> None:
     runner.skipped_buckets = {}
 
 
-def sleep(runner: BaseCudaGraphRunner) -> None:
-    """Release ``runner``'s graphs and pool (see the module docstring); steps are refused until ``wake``."""
+def graphs_kept_reason(runner: BaseCudaGraphRunner) -> str | None:
+    """Why ``runner``'s graphs cannot outlive a sleep (one line), or ``None`` when they can: their pool is one whose
+    memory a sleep unmaps and a wake maps back at the same addresses (or nothing is captured into any pool yet)."""
+    if runner.backend.graphs_outlive_sleep:
+        return None
+    return "its graphs live in a pool of the caching allocator, which a sleep frees (no sleepable memory)"
+
+
+def sleep(runner: BaseCudaGraphRunner, *, keep_graphs: bool = False) -> bool:
+    """Put ``runner`` to sleep (see the module docstring): its graphs kept when ``keep_graphs`` and their pool allows
+    it, else released; steps are refused until ``wake``. Returns whether the graphs were kept."""
     runner.state = next_state(runner, "sleep")
+    reason = graphs_kept_reason(runner) if keep_graphs else None
+    if keep_graphs and reason is None:
+        runner.routes_kept = runner.routes
+        runner._close_routes()
+        logger.info("%s runner asleep: %d graphs kept for the wake", runner.phase, len(runner.captured_buckets))
+        return True
+    runner.routes_kept = None
     release_graphs(runner)
     runner._close_routes()
-    logger.info("%s runner asleep: graphs and their pool released", runner.phase)
+    if reason is not None:
+        logger.info("%s runner asleep: graphs released and captured again at wake: %s", runner.phase, reason)
+    else:
+        logger.info("%s runner asleep: graphs and their pool released", runner.phase)
+    return False
 
 
 def capture_again(runner: BaseCudaGraphRunner) -> None:
@@ -112,6 +138,12 @@ def wake(runner: BaseCudaGraphRunner) -> RunnerState:
     """Capture ``runner``'s graphs again after ``sleep`` (see the module docstring); its state after: ``awake``, or
     ``failed`` (everything released, every step eager, ``eager_reason`` saying why) when capturing raised."""
     runner.state = next_state(runner, "wake")
+    kept, runner.routes_kept = runner.routes_kept, None
+    if kept is not None:
+        runner._set_routes(kept)
+        runner.state = RunnerState.AWAKE
+        logger.info("%s runner awake: %d graphs kept, none captured again", runner.phase, len(runner.captured_buckets))
+        return runner.state
     if runner.wake_failure is not None:
         runner.eager_reason = runner.wake_failure = None
     try:

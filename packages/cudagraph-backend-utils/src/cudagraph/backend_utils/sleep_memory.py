@@ -1,0 +1,201 @@
+"""Device memory that a sleep gives back and a wake maps again at the same virtual addresses.
+
+A captured CUDA graph reads and writes fixed device addresses. Freeing its memory at sleep (as the caching allocator
+does) forces a recapture at wake. Memory allocated through CUDA's virtual memory API (``cuMemCreate`` and
+``cuMemMap`` at a reserved virtual range) can instead release its physical pages (``cuMemUnmap``,
+``cuMemRelease``) and map fresh pages at the *same* addresses later: a graph captured over it replays after a wake
+with nothing captured again.
+
+The virtual-memory allocator is ``torch-memory-saver`` (SGLang's), used in its ``torch`` hook mode: a pluggable
+allocator behind ``torch.cuda.MemPool``, so it needs no ``LD_PRELOAD`` and no process started in a special way.
+vLLM records (``vllm/device_allocator/cumem.py``) that binding the driver API from Python, through ``cuda-python`` or
+a ctypes wrapper of libcuda, failed for it with a CUDA context mismatch, and that only a small C extension calling
+the driver worked; torch-memory-saver is such an extension, maintained and shipped as wheels for CUDA 12 and 13.
+This module is the only code that touches it.
+
+Memory is grouped by ``MemoryTag``: the graphs' pool, the KV cache, the weights. ``release(tags)`` unmaps a tag's
+pages (their contents are lost), ``restore(tags)`` maps new pages at the same addresses (their contents are
+undefined: the caller refills what it needs: a zeroed KV cache, weights copied back or loaded anew).
+
+Two rules of the allocator this module keeps for its callers:
+
+- its free entry point ends the process (``exit(1)``) when called outside one of its regions; torch calls it when a
+  pool it allocated from is destroyed. So a ``SleepMemory`` holds its pools for the process's life (graphs released
+  at a recapture give their blocks back to the pool, which later captures reuse), and at interpreter exit it opens a
+  region on the main thread for the destructors that run then;
+- the region settings are per thread: ``capturing()`` (what ``GraphPool`` enters around a capture) must run on the
+  thread that captures.
+
+Without CUDA, without ``torch-memory-saver``, or with a torch whose allocator cannot take a pluggable pool,
+``sleep_memory_unavailable_reason`` says why in one line and ``SleepMemory.for_device`` raises
+``SleepMemoryUnavailableError`` with that line; callers fall back to freeing and recapturing.
+
+Example (on a CUDA machine with ``cudagraph-backend-utils[sleep]`` installed)::
+
+    memory = SleepMemory.for_device("cuda")
+    with memory.allocating(MemoryTag.KV_CACHE):
+        kv_cache = torch.zeros(1 << 28, device="cuda")      # pages the sleep gives back
+    pool = memory.graph_pool()                              # capture graphs into it; they outlive a sleep
+    memory.release({MemoryTag.GRAPHS, MemoryTag.KV_CACHE})  # asleep: the pages are free for training
+    memory.restore({MemoryTag.GRAPHS, MemoryTag.KV_CACHE})  # awake: same addresses
+    kv_cache.zero_()                                        # contents are undefined after a restore
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import enum
+import importlib.util
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from .graph_pool import GraphPool
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'cudagraph-backend-utils[sleep]' (torch-memory-saver)"
+"""What to install for memory that outlives a sleep."""
+
+
+class MemoryTag(str, enum.Enum):
+    """What a piece of sleepable memory holds; ``release`` and ``restore`` act on tags."""
+
+    GRAPHS = "graphs"
+    """The graph pool: graphs' intermediates and outputs, rewritten by every replay."""
+    KV_CACHE = "kv_cache"
+    """The paged KV cache: comes back empty."""
+    WEIGHTS = "weights"
+    """The model's parameters and buffers: copied out and back (level 1) or loaded anew by the caller (level 2)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SleepMemoryUnavailableError(RuntimeError):
+    """Sleepable memory was asked for where it cannot exist; the message is the one-line reason."""
+
+
+def sleep_memory_unavailable_reason(device: torch.device | str | int | None = None) -> str | None:
+    """Why memory that outlives a sleep cannot be had on ``device`` (one line), or ``None`` when it can."""
+    resolved = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+    if resolved.type != "cuda" or not torch.cuda.is_available():
+        return f"memory that outlives a sleep needs a CUDA device (got {resolved}, torch {torch.__version__})"
+    if torch.version.hip:
+        return "memory that outlives a sleep is built for CUDA's virtual memory API; this torch is a ROCm build"
+    if not hasattr(torch.cuda, "MemPool") or not hasattr(torch.cuda.memory, "CUDAPluggableAllocator"):
+        return f"torch {torch.__version__} has no torch.cuda.MemPool with a pluggable allocator (torch 2.6 or later)"
+    if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        return "PYTORCH_CUDA_ALLOC_CONF sets expandable_segments:True, which the virtual-memory allocator cannot serve"
+    if importlib.util.find_spec("torch_memory_saver") is None:
+        return f"torch-memory-saver is not installed: {INSTALL_HINT}"
+    return None
+
+
+class SleepMemory:
+    """Sleepable memory of one CUDA device (see the module docstring); one per device, from ``for_device``."""
+
+    _instances: dict[int, SleepMemory] = {}
+    _instances_lock = threading.Lock()
+
+    def __init__(self, device: torch.device, saver: Any) -> None:
+        self.device = device
+        self._saver = saver
+        self._graph_pool: GraphPool | None = None
+        self.released: set[MemoryTag] = set()
+        """Tags whose pages are unmapped now (between ``release`` and ``restore``)."""
+
+    @classmethod
+    def for_device(cls, device: torch.device | str | int | None = None) -> SleepMemory:
+        """The device's ``SleepMemory`` (made on first use), or one ``SleepMemoryUnavailableError`` saying why not."""
+        reason = sleep_memory_unavailable_reason(device)
+        if reason is not None:
+            raise SleepMemoryUnavailableError(reason)
+        resolved = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+        index = resolved.index if resolved.index is not None else torch.cuda.current_device()
+        with cls._instances_lock:
+            memory = cls._instances.get(index)
+            if memory is None:
+                memory = cls(torch.device("cuda", index), _torch_mode_saver())
+                cls._instances[index] = memory
+            return memory
+
+    @contextlib.contextmanager
+    def allocating(self, tag: MemoryTag) -> Iterator[None]:
+        """Tensors allocated on this device inside come from sleepable memory of ``tag``."""
+        with torch.cuda.device(self.device), self._saver.region(tag=str(tag)):
+            yield
+
+    @contextlib.contextmanager
+    def capturing(self) -> Iterator[None]:
+        """The allocator's settings for the graph pool, on this thread (``GraphPool`` enters this around a capture and
+        around a release, so the pool's blocks are allocated, and freed, as graph memory)."""
+        with self._saver._impl._with_region_config(
+            tag=str(MemoryTag.GRAPHS), enable_cpu_backup=False, cpu_backup_backend=None
+        ):
+            yield
+
+    def graph_pool(self) -> GraphPool:
+        """The device's one sleepable graph pool: graphs captured into it keep their addresses across a sleep. It is
+        held for the process's life (see the module docstring), so releasing it frees nothing."""
+        if self._graph_pool is None:
+            with torch.cuda.device(self.device):
+                self._saver._ensure_initialized()
+                key = (str(MemoryTag.GRAPHS), False, False, "", self.device.index)
+                mem_pool = self._saver._impl._mem_pools[key]
+            self._graph_pool = GraphPool(mem_pool.id, self.device, scope=self.capturing, keeper=mem_pool)
+        return self._graph_pool
+
+    def release(self, tags: Iterable[MemoryTag]) -> None:
+        """Unmap the pages of ``tags`` (their contents are lost); the addresses stay reserved. Releasing a tag that
+        is released already does nothing."""
+        torch.cuda.synchronize(self.device)
+        for tag in sorted(set(tags) - self.released, key=str):
+            self._saver.pause(str(tag))
+            self.released.add(tag)
+
+    def restore(self, tags: Iterable[MemoryTag]) -> None:
+        """Map new pages at the reserved addresses of ``tags``; their contents are undefined until the caller writes
+        them. Restoring a tag that is not released does nothing."""
+        for tag in sorted(set(tags) & self.released, key=str):
+            self._saver.resume(str(tag))
+            self.released.discard(tag)
+        torch.cuda.synchronize(self.device)
+
+    def __repr__(self) -> str:
+        released = ", ".join(sorted(map(str, self.released))) or "nothing"
+        return f"SleepMemory({self.device}, released: {released})"
+
+
+_SAVER: Any = None
+
+
+def _torch_mode_saver() -> Any:
+    """The process's torch-memory-saver in ``torch`` hook mode (a pluggable allocator, no ``LD_PRELOAD``)."""
+    global _SAVER
+    if _SAVER is None:
+        import torch_memory_saver
+
+        saver = torch_memory_saver.TorchMemorySaver()
+        saver.hook_mode = "torch"
+        atexit.register(_allow_frees_at_exit, saver)
+        _SAVER = saver
+    return _SAVER
+
+
+def _allow_frees_at_exit(saver: Any) -> None:
+    """Open a region on the main thread for the rest of the process: the pools' destructors, which run after this,
+    free their pages through the allocator, which ends the process when that happens outside a region."""
+    if saver._impl is not None:
+        saver._impl._binary_wrapper.set_config(
+            tag=str(MemoryTag.GRAPHS),
+            interesting_region=True,
+            enable_cpu_backup=False,
+            cpu_backup_backend=None,
+            enable_disk_backup=False,
+        )
