@@ -165,6 +165,11 @@ class GraphPool:
         Capturing into the same handle again needs ``torch.cuda.empty_cache()`` first; prefer a new pool.
         """
         global _GLOBAL_POOL
+        if self.keeper is not None:
+            # A kept pool (sleepable memory) is never given back: capturing again into a pool all of whose graphs were
+            # released breaks torch's bookkeeping of the pinned host blocks its captures used. Released graphs give
+            # their blocks back to it; the next capture reuses them.
+            return
         for anchor in [*self._retired_anchors, self._anchor]:
             if anchor is not None:
                 anchor.reset()

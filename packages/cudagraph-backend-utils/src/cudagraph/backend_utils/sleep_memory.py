@@ -17,22 +17,28 @@ Memory is grouped by ``MemoryTag``: the graphs' pool, the KV cache, the weights.
 pages (their contents are lost), ``restore(tags)`` maps new pages at the same addresses (their contents are
 undefined: the caller refills what it needs: a zeroed KV cache, weights copied back or loaded anew).
 
-Two rules of the allocator this module keeps for its callers:
+Each ``SleepMemory`` (one per engine: ``SleepMemory.create``) tags its memory apart from every other's, so engines
+of one process sleep and wake on their own. Three rules of the allocator and of torch this module keeps for its
+callers:
 
-- its free entry point ends the process (``exit(1)``) when called outside one of its regions; torch calls it when a
-  pool it allocated from is destroyed. So a ``SleepMemory`` holds its pools for the process's life (graphs released
-  at a recapture give their blocks back to the pool, which later captures reuse), and at interpreter exit it opens a
-  region on the main thread for the destructors that run then;
+- the allocator's free entry point ends the process (``exit(1)``) when called outside one of its regions, and torch
+  calls it when a pool it allocated from is destroyed. So the pools are never destroyed: graphs released at a
+  recapture give their blocks back to their pool, which later captures reuse; ``close()`` unmaps the pages of what
+  its engine no longer needs; and at interpreter exit every pool is kept past the finalizers (the process's end
+  returns the memory);
+- torch keeps per-pool state of the pinned host blocks a capture uses, which breaks when a pool all of whose graphs
+  were released is captured into again: a pool of sleepable memory stays held (``GraphPool.keeper``; its anchors are
+  never released) and each ``SleepMemory`` makes its own;
 - the region settings are per thread: ``capturing()`` (what ``GraphPool`` enters around a capture) must run on the
   thread that captures.
 
 Without CUDA, without ``torch-memory-saver``, or with a torch whose allocator cannot take a pluggable pool,
-``sleep_memory_unavailable_reason`` says why in one line and ``SleepMemory.for_device`` raises
+``sleep_memory_unavailable_reason`` says why in one line and ``SleepMemory.create`` raises
 ``SleepMemoryUnavailableError`` with that line; callers fall back to freeing and recapturing.
 
 Example (on a CUDA machine with ``cudagraph-backend-utils[sleep]`` installed)::
 
-    memory = SleepMemory.for_device("cuda")
+    memory = SleepMemory.create("cuda")
     with memory.allocating(MemoryTag.KV_CACHE):
         kv_cache = torch.zeros(1 << 28, device="cuda")      # pages the sleep gives back
     pool = memory.graph_pool()                              # capture graphs into it; they outlive a sleep
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import enum
 import importlib.util
 import logging
@@ -98,55 +105,58 @@ def sleep_memory_unavailable_reason(device: torch.device | str | int | None = No
 
 
 class SleepMemory:
-    """Sleepable memory of one CUDA device (see the module docstring); one per device, from ``for_device``."""
+    """Sleepable memory of one engine on one CUDA device (see the module docstring); made by ``create``."""
 
-    _instances: dict[int, SleepMemory] = {}
-    _instances_lock = threading.Lock()
+    _made = 0
+    _made_lock = threading.Lock()
 
-    def __init__(self, device: torch.device, saver: Any) -> None:
+    def __init__(self, device: torch.device, saver: Any, prefix: str) -> None:
         self.device = device
         self._saver = saver
+        self.prefix = prefix
+        """What this memory's tags start with in the allocator (each ``SleepMemory`` has its own)."""
         self._graph_pool: GraphPool | None = None
         self.released: set[MemoryTag] = set()
         """Tags whose pages are unmapped now (between ``release`` and ``restore``)."""
 
     @classmethod
-    def for_device(cls, device: torch.device | str | int | None = None) -> SleepMemory:
-        """The device's ``SleepMemory`` (made on first use), or one ``SleepMemoryUnavailableError`` saying why not."""
+    def create(cls, device: torch.device | str | int | None = None) -> SleepMemory:
+        """New sleepable memory on ``device``, or one ``SleepMemoryUnavailableError`` saying why there is none."""
         reason = sleep_memory_unavailable_reason(device)
         if reason is not None:
             raise SleepMemoryUnavailableError(reason)
         resolved = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
         index = resolved.index if resolved.index is not None else torch.cuda.current_device()
-        with cls._instances_lock:
-            memory = cls._instances.get(index)
-            if memory is None:
-                memory = cls(torch.device("cuda", index), _torch_mode_saver())
-                cls._instances[index] = memory
-            return memory
+        with cls._made_lock:
+            cls._made += 1
+            prefix = f"cudagraph{cls._made}:"
+        return cls(torch.device("cuda", index), _torch_mode_saver(), prefix)
+
+    def _tag(self, tag: MemoryTag) -> str:
+        return f"{self.prefix}{tag}"
 
     @contextlib.contextmanager
     def allocating(self, tag: MemoryTag) -> Iterator[None]:
         """Tensors allocated on this device inside come from sleepable memory of ``tag``."""
-        with torch.cuda.device(self.device), self._saver.region(tag=str(tag)):
+        with torch.cuda.device(self.device), self._saver.region(tag=self._tag(tag)):
             yield
 
     @contextlib.contextmanager
     def capturing(self) -> Iterator[None]:
-        """The allocator's settings for the graph pool, on this thread (``GraphPool`` enters this around a capture and
-        around a release, so the pool's blocks are allocated, and freed, as graph memory)."""
+        """The allocator's settings for the graph pool, on this thread (``GraphPool`` enters this around a capture, so
+        the pool's blocks are allocated as graph memory)."""
         with self._saver._impl._with_region_config(
-            tag=str(MemoryTag.GRAPHS), enable_cpu_backup=False, cpu_backup_backend=None
+            tag=self._tag(MemoryTag.GRAPHS), enable_cpu_backup=False, cpu_backup_backend=None
         ):
             yield
 
     def graph_pool(self) -> GraphPool:
-        """The device's one sleepable graph pool: graphs captured into it keep their addresses across a sleep. It is
-        held for the process's life (see the module docstring), so releasing it frees nothing."""
+        """This memory's graph pool: graphs captured into it keep their addresses across a sleep. It is held for the
+        process's life (see the module docstring), so releasing it frees nothing."""
         if self._graph_pool is None:
             with torch.cuda.device(self.device):
                 self._saver._ensure_initialized()
-                key = (str(MemoryTag.GRAPHS), False, False, "", self.device.index)
+                key = (self._tag(MemoryTag.GRAPHS), False, False, "", self.device.index)
                 mem_pool = self._saver._impl._mem_pools[key]
             self._graph_pool = GraphPool(mem_pool.id, self.device, scope=self.capturing, keeper=mem_pool)
         return self._graph_pool
@@ -156,20 +166,25 @@ class SleepMemory:
         is released already does nothing."""
         torch.cuda.synchronize(self.device)
         for tag in sorted(set(tags) - self.released, key=str):
-            self._saver.pause(str(tag))
+            self._saver.pause(self._tag(tag))
             self.released.add(tag)
 
     def restore(self, tags: Iterable[MemoryTag]) -> None:
         """Map new pages at the reserved addresses of ``tags``; their contents are undefined until the caller writes
         them. Restoring a tag that is not released does nothing."""
         for tag in sorted(set(tags) & self.released, key=str):
-            self._saver.resume(str(tag))
+            self._saver.resume(self._tag(tag))
             self.released.discard(tag)
         torch.cuda.synchronize(self.device)
 
+    def close(self) -> None:
+        """The engine's graphs are gone for good: unmap the graph pool's pages (its addresses stay reserved until the
+        process ends). The weights and the KV cache stay: they are the model's and the cache's to drop."""
+        self.release({MemoryTag.GRAPHS})
+
     def __repr__(self) -> str:
         released = ", ".join(sorted(map(str, self.released))) or "nothing"
-        return f"SleepMemory({self.device}, released: {released})"
+        return f"SleepMemory({self.device}, {self.prefix!r}, released: {released})"
 
 
 _SAVER: Any = None
@@ -183,19 +198,16 @@ def _torch_mode_saver() -> Any:
 
         saver = torch_memory_saver.TorchMemorySaver()
         saver.hook_mode = "torch"
-        atexit.register(_allow_frees_at_exit, saver)
+        atexit.register(_keep_pools_past_exit, saver)
         _SAVER = saver
     return _SAVER
 
 
-def _allow_frees_at_exit(saver: Any) -> None:
-    """Open a region on the main thread for the rest of the process: the pools' destructors, which run after this,
-    free their pages through the allocator, which ends the process when that happens outside a region."""
-    if saver._impl is not None:
-        saver._impl._binary_wrapper.set_config(
-            tag=str(MemoryTag.GRAPHS),
-            interesting_region=True,
-            enable_cpu_backup=False,
-            cpu_backup_backend=None,
-            enable_disk_backup=False,
-        )
+def _keep_pools_past_exit(saver: Any) -> None:
+    """Keep every pool of the allocator alive through the interpreter's finalizers: a destroyed pool frees its pages
+    through the allocator, which ends the process outside a region, and torch's pool bookkeeping may already be torn
+    down by then. The process's end returns the memory."""
+    if saver._impl is None:
+        return
+    for mem_pool in list(saver._impl._mem_pools.values()):
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(mem_pool))

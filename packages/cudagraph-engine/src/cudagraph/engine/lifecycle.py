@@ -190,7 +190,7 @@ def open_sleep_memory(model: Any, device: torch.device) -> tuple[SleepMemory | N
     if reason is not None:
         logger.info("sleep mode: graphs will be captured again at every wake: %s", reason)
         return None, reason
-    memory = SleepMemory.for_device(device)
+    memory = SleepMemory.create(device)
     with memory.allocating(MemoryTag.WEIGHTS), torch.no_grad():
         for parameter in _unique_parameters(model):
             parameter.data = parameter.data.clone()
@@ -200,10 +200,13 @@ def open_sleep_memory(model: Any, device: torch.device) -> tuple[SleepMemory | N
 
 
 def close_sleep_memory(memory: SleepMemory | None) -> None:
-    """At an engine's shutdown: later captures of the process stop going to its sleepable graph pool (the pool
-    itself lives on with the process; see ``cudagraph.backend_utils.sleep_memory``)."""
-    if memory is not None and get_global_graph_memory_pool() == memory.graph_pool().handle:
+    """At an engine's shutdown: later captures of the process stop going to its sleepable graph pool, whose pages are
+    unmapped (its addresses stay reserved for the process's life; see ``cudagraph.backend_utils.sleep_memory``)."""
+    if memory is None:
+        return
+    if get_global_graph_memory_pool() == memory.graph_pool().handle:
         set_global_graph_memory_pool(None)
+    memory.close()
 
 
 def allocating(memory: SleepMemory | None, tag: MemoryTag) -> contextlib.AbstractContextManager[None]:
