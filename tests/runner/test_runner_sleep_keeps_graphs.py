@@ -6,6 +6,7 @@ garbles what it "unmaps", as new physical pages would."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
 
@@ -17,7 +18,8 @@ from test_runner_lazy_capture import lazy_config
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.backend_utils.sleep_memory import MemoryTag
 from cudagraph.config import CapturePolicy
-from cudagraph.engine.lifecycle import SLEEP_LEVELS
+from cudagraph.engine import lifecycle
+from cudagraph.engine.lifecycle import SLEEP_LEVELS, WEIGHT_ALIGNMENT
 from cudagraph.engine.model_runner import ModelRunner
 from cudagraph.runner import DecodeCudaGraphRunner
 from cudagraph.runner.lifecycle import RunnerAsleepError, RunnerState
@@ -39,6 +41,9 @@ class FakeSleepMemory:
         if tag is MemoryTag.WEIGHTS:
             return [parameter.data for parameter in self.model_runner.model.parameters()]
         return []
+
+    def allocating(self, tag: MemoryTag) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     def release(self, tags) -> None:  # type: ignore[no-untyped-def]
         tags = frozenset(tags) - self.released
@@ -164,3 +169,32 @@ def test_sleep_mode_without_cuda_says_why_and_the_engine_recaptures(caplog) -> N
     assert "graphs will be captured again at every wake: memory that outlives a sleep needs a CUDA device" in (
         caplog.text
     )
+
+
+def test_sleep_mode_puts_every_parameter_in_one_aligned_buffer_that_level_1_copies_whole(monkeypatch) -> None:
+    built = make_model_runner()
+    model = built.model
+    fake: list[FakeSleepMemory] = []
+
+    def open_fake(device: torch.device) -> tuple[FakeSleepMemory, None]:
+        fake.append(FakeSleepMemory(built))  # its model runner is swapped for the new one below
+        return fake[0], None
+
+    monkeypatch.setattr(lifecycle, "open_sleep_memory", open_fake)
+    batch_seed = 7
+    expected = built.forward(decode_batch(built, 3, seed=batch_seed)).clone()
+    model_runner = ModelRunner(model, built.cuda_graph_config, cache_config=built.cache_config, enable_sleep_mode=True)
+    fake[0].model_runner = model_runner
+    buffer = model_runner.weights_buffer
+    assert buffer is not None and buffer.dtype is torch.uint8
+    parameters = list({id(p): p for p in model.parameters()}.values())
+    start = buffer.data_ptr()
+    assert all(p.untyped_storage().data_ptr() == start for p in parameters)  # every one a view of the buffer
+    assert all((p.data_ptr() - start) % WEIGHT_ALIGNMENT == 0 for p in parameters)
+    assert buffer.numel() >= sum(p.numel() * p.element_size() for p in parameters)
+    torch.testing.assert_close(model_runner.forward(decode_batch(model_runner, 3, seed=batch_seed)), expected)
+    values = {name: value.clone() for name, value in model.state_dict().items()}
+    model_runner.sleep(1)
+    assert [host.shape for host in model_runner.weights_on_host] == [buffer.shape]  # one block, out and back
+    model_runner.wake()  # the fake garbles what it maps back; the wake copies the block back over it
+    assert all(torch.equal(model.state_dict()[name], value) for name, value in values.items())

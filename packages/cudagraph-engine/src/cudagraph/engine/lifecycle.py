@@ -182,21 +182,44 @@ SLEEP_LEVELS: Mapping[int, str] = {
 graphs' and the KV cache's memory."""
 
 
-def open_sleep_memory(model: Any, device: torch.device) -> tuple[SleepMemory | None, str | None]:
-    """Sleepable memory for an engine built with ``enable_sleep_mode``: the model's parameters moved into it (same
-    values, new addresses, before any graph reads them) and the process's graph pool made from it. Returns the memory
-    and ``None``, or ``None`` and the one-line reason there is none here (the engine then recaptures at wake)."""
+def open_sleep_memory(device: torch.device) -> tuple[SleepMemory | None, str | None]:
+    """Sleepable memory for an engine built with ``enable_sleep_mode``, the process's graph pool made from it (the
+    engine moves its weights in with ``flatten_weights``). Returns the memory and ``None``, or ``None`` and the
+    one-line reason there is none here (the engine then recaptures at wake)."""
     reason = sleep_memory_unavailable_reason(device)
     if reason is not None:
         logger.info("sleep mode: graphs will be captured again at every wake: %s", reason)
         return None, reason
     memory = SleepMemory.create(device)
-    with memory.allocating(MemoryTag.WEIGHTS), torch.no_grad():
-        for parameter in _unique_parameters(model):
-            parameter.data = parameter.data.clone()
     set_global_graph_memory_pool(memory.graph_pool())
     logger.info("sleep mode: weights, KV cache and graphs in sleepable memory; a wake replays with no recapture")
     return memory, None
+
+
+WEIGHT_ALIGNMENT = 256
+"""Bytes each parameter's place in the flat weight buffer is aligned to (what cuBLAS and Triton's loads like)."""
+
+
+def flatten_weights(memory: SleepMemory | None, model: Any) -> torch.Tensor | None:
+    """Move the model's parameters into one flat buffer of sleepable weight memory (same values, new addresses,
+    before any graph reads them; each parameter a view of its aligned place) and return the buffer: a level-1 sleep
+    then copies it out and back in one transfer each way. ``None`` without sleepable memory or parameters."""
+    parameters = _unique_parameters(model)
+    if memory is None or not parameters:
+        return None
+    offsets, total = [], 0
+    for parameter in parameters:
+        offsets.append(total)
+        nbytes = parameter.numel() * parameter.element_size()
+        total += -(-nbytes // WEIGHT_ALIGNMENT) * WEIGHT_ALIGNMENT
+    with memory.allocating(MemoryTag.WEIGHTS), torch.no_grad():
+        buffer = torch.empty(total, dtype=torch.uint8, device=parameters[0].device)
+        for parameter, offset in zip(parameters, offsets, strict=True):
+            nbytes = parameter.numel() * parameter.element_size()
+            place = buffer[offset : offset + nbytes].view(parameter.dtype).view(parameter.shape)
+            place.copy_(parameter.data)
+            parameter.data = place
+    return buffer
 
 
 def close_sleep_memory(memory: SleepMemory | None) -> None:
@@ -221,26 +244,32 @@ def _unique_parameters(model: Any) -> list[torch.nn.Parameter]:
     return list({id(parameter): parameter for parameter in model.parameters()}.values())
 
 
+def _weight_blocks(model_runner: ModelRunner) -> list[torch.Tensor]:
+    """What a level-1 sleep copies out and back: the flat weight buffer (sleep mode), else every parameter."""
+    if model_runner.weights_buffer is not None:
+        return [model_runner.weights_buffer]
+    return [parameter.data for parameter in _unique_parameters(model_runner.model)]
+
+
 def _backup_weights(model_runner: ModelRunner) -> None:
-    """Copy every parameter into pinned host memory (reused from the last level-1 sleep when the shapes match)."""
+    """Copy the weights into pinned host memory (reused from the last level-1 sleep when the shapes match)."""
     backup = model_runner.weights_on_host
-    parameters = _unique_parameters(model_runner.model)
-    if len(backup) != len(parameters) or any(
-        host.shape != parameter.shape or host.dtype != parameter.dtype
-        for host, parameter in zip(backup, parameters, strict=True)
+    blocks = _weight_blocks(model_runner)
+    if len(backup) != len(blocks) or any(
+        host.shape != block.shape or host.dtype != block.dtype for host, block in zip(backup, blocks, strict=True)
     ):
         pinned = torch.cuda.is_available()
-        backup[:] = [torch.empty_like(parameter, device="cpu", pin_memory=pinned) for parameter in parameters]
-    for host, parameter in zip(backup, parameters, strict=True):
-        host.copy_(parameter, non_blocking=True)
+        backup[:] = [torch.empty_like(block, device="cpu", pin_memory=pinned) for block in blocks]
+    for host, block in zip(backup, blocks, strict=True):
+        host.copy_(block, non_blocking=True)
     if model_runner.device.type == "cuda":
         torch.cuda.synchronize(model_runner.device)
 
 
 def _restore_weights(model_runner: ModelRunner) -> None:
-    """Copy the level-1 backup back into the parameters (the memory they had, or memory allocated again)."""
-    for host, parameter in zip(model_runner.weights_on_host, _unique_parameters(model_runner.model), strict=True):
-        parameter.data.copy_(host, non_blocking=True)
+    """Copy the level-1 backup back into the weights (the memory they had, or memory allocated again)."""
+    for host, block in zip(model_runner.weights_on_host, _weight_blocks(model_runner), strict=True):
+        block.copy_(host, non_blocking=True)
 
 
 def _resize_storages(tensors: list[torch.Tensor], *, to_nothing: bool) -> None:

@@ -202,7 +202,10 @@ class ModelRunner:
         self.sleep_memory_reason: str | None = None
         """With ``enable_sleep_mode``, why there is no sleepable memory here (one line; the wake then recaptures)."""
         if enable_sleep_mode:
-            self.sleep_memory, self.sleep_memory_reason = lifecycle.open_sleep_memory(model, self.device)
+            self.sleep_memory, self.sleep_memory_reason = lifecycle.open_sleep_memory(self.device)
+        self.weights_buffer: torch.Tensor | None = lifecycle.flatten_weights(self.sleep_memory, model)
+        """With sleepable memory, the one flat buffer every parameter is a view of (a level-1 sleep copies it out
+        and back whole); else ``None``."""
         self.cuda_graph_config = cuda_graph_config
         self.cache_config = cache_config or CacheConfig()
         self.show_progress = show_progress
