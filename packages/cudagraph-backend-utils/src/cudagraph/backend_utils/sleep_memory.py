@@ -175,7 +175,6 @@ class SleepMemory:
         for tag in sorted(set(tags) & self.released, key=str):
             self._saver.resume(self._tag(tag))
             self.released.discard(tag)
-        torch.cuda.synchronize(self.device)
 
     def close(self) -> None:
         """The engine's graphs are gone for good: unmap the graph pool's pages (its addresses stay reserved until the

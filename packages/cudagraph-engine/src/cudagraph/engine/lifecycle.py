@@ -272,6 +272,23 @@ def _restore_weights(model_runner: ModelRunner) -> None:
         block.copy_(host, non_blocking=True)
 
 
+def _zero_kv_cache(model_runner: ModelRunner) -> None:
+    """Zero the KV cache. Pages mapped back by sleepable memory are zeroed on a side stream, beside the weights' copy
+    the current stream may be running (nothing else can touch fresh pages), then the streams join; elsewhere on the
+    current stream (storage allocated again may hold blocks the current stream's pending work last used)."""
+    pages = model_runner.token_to_kv_pool.kv_pages
+    if model_runner.sleep_memory is None or model_runner.device.type != "cuda":
+        for page in pages:
+            page.zero_()
+        return
+    current = torch.cuda.current_stream(model_runner.device)
+    side = torch.cuda.Stream(model_runner.device)
+    with torch.cuda.stream(side):
+        for page in pages:
+            page.zero_()
+    current.wait_stream(side)
+
+
 def _resize_storages(tensors: list[torch.Tensor], *, to_nothing: bool) -> None:
     """Without sleepable memory: give each tensor's storage back (``to_nothing``) or allocate it again (new
     addresses; the graphs that read it were released and are captured again)."""
@@ -326,15 +343,17 @@ def wake(model_runner: ModelRunner) -> MemoryLevels:
     level = model_runner.sleep_level
     memory = model_runner.sleep_memory
     if memory is not None:
+        if level == 1:  # the weights first: their copy runs while the rest is mapped back and zeroed
+            memory.restore({MemoryTag.WEIGHTS})
+            _restore_weights(model_runner)
         memory.restore(set(MemoryTag))
     else:
         _resize_storages(model_runner.token_to_kv_pool.kv_pages, to_nothing=False)
         if level:
             _resize_storages(_unique_parameters(model_runner.model), to_nothing=False)
-    for pages in model_runner.token_to_kv_pool.kv_pages:
-        pages.zero_()
-    if level == 1:
-        _restore_weights(model_runner)
+        if level == 1:
+            _restore_weights(model_runner)
+    _zero_kv_cache(model_runner)
     model_runner.asleep = False
     for runner in graph_runners(model_runner):
         if runner.wake() is RunnerState.FAILED:
