@@ -37,6 +37,8 @@ from torch import Tensor
 
 from cudagraph.backend_utils import FastLauncher, cdiv, next_power_of_2
 
+from .pdl import pdl_launch
+
 
 @triton.jit
 def _moe_gate_up_kernel(
@@ -58,10 +60,10 @@ def _moe_gate_up_kernel(
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     token = assignment // TOP_K
     if PDL:
-        # The expert id and the token's row come from the kernels before this one (router, norm): nothing here can be
-        # read before they finish. Letting the next kernel launch now costs nothing: it waits on this one the same way.
-        tl.extra.cuda.gdc_launch_dependents()
+        # The expert id and the token's row come from the kernels before this one (router, norm), and the weights to
+        # read follow from the id: everything waits.
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     expert = tl.load(experts_ptr + assignment).to(tl.int64) - first_expert
     held = (expert >= 0) & (expert < num_held)
     expert = tl.where(held, expert, 0)
@@ -107,8 +109,8 @@ def _moe_down_kernel(
     column_mask = columns < n
     dtype = out_ptr.dtype.element_ty
     if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     total = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for slot in tl.static_range(TOP_K):
         assignment = token * TOP_K + slot
@@ -204,7 +206,7 @@ def moe_experts(
         return out
     experts, weights = experts.contiguous(), weights.contiguous()
     activations = torch.empty((tokens * top_k, width), dtype=x.dtype, device=x.device)
-    pdl = False
+    pdl = pdl_launch(x.device)
     gate_up, down = tiles.gate_up, tiles.down
     _LAUNCH_GATE_UP(
         (tokens * top_k, cdiv(width, gate_up.block_n)),
@@ -214,6 +216,7 @@ def moe_experts(
             "BLOCK_K": min(gate_up.block_k, next_power_of_2(hidden)), "PDL": pdl,
         },
         gate_up.num_warps,
+        launch_pdl=pdl,
     )  # fmt: skip
     _LAUNCH_DOWN(
         (tokens, cdiv(hidden, down.block_n)),
@@ -223,5 +226,6 @@ def moe_experts(
             "BLOCK_K": min(down.block_k, next_power_of_2(width)), "PDL": pdl,
         },
         down.num_warps,
+        launch_pdl=pdl,
     )  # fmt: skip
     return out
