@@ -23,7 +23,8 @@ routing per token count): the Triton GEMV kernels (``kernels.triton.moe``) again
 takes above ``MOE_GEMV_MAX_TOKENS`` (``grouped_mm`` on an H100/H200), each inside a CUDA graph cycling over
 ``--sweep-layers`` layers' weights (so no layer's experts stay in L2), beside the floor of the distinct experts the
 routing touches. It prints one row per token count and the crossover: the largest swept count up to which the GEMV
-kernels win at every count, the value for ``MOE_GEMV_MAX_TOKENS``.
+kernels win at every count, the value for ``MOE_GEMV_MAX_TOKENS``. With ``--sweep-tiles`` it also times each kernel's
+other tiles at one token (the other kernel on its ``MOE_TILES`` tile) and prints the fastest of each.
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--sweep-tokens", type=int, nargs="+", default=list(SWEEP_TOKENS))
     parser.add_argument("--sweep-layers", type=int, default=4, help="layers' weights a swept graph cycles over")
+    parser.add_argument(
+        "--sweep-tiles",
+        action="store_true",
+        help="with --sweep-crossover: time each kernel's other tiles at 1 token",
+    )
     args = parser.parse_args(argv)
     if args.out is None:
         args.out = ROOT / "bench-results" / ("moe-crossover.json" if args.sweep_crossover else "moe.json")
@@ -269,6 +275,7 @@ def sweep_crossover(args: argparse.Namespace) -> int:
             f"{'gemv' if gemv_us <= wide_us else 'wide'} wins"
         )
     crossover = crossover_of(rows)
+    tiles = sweep_tiles(layers, config) if args.sweep_tiles else []
     print(
         f"crossover: GEMV kernels win up to {crossover} tokens (MOE_GEMV_MAX_TOKENS is "
         f"{triton_moe.MOE_GEMV_MAX_TOKENS})"
@@ -284,11 +291,54 @@ def sweep_crossover(args: argparse.Namespace) -> int:
         "rows": rows,
         "crossover_tokens": crossover,
         "moe_gemv_max_tokens": triton_moe.MOE_GEMV_MAX_TOKENS,
+        "tiles_at_one_token": tiles,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
+
+
+SWEEP_TILE_SHAPES = {
+    "gate_up": [(block_n, block_k) for block_n in (2, 4, 8) for block_k in (512, 1024, 2048)],
+    "down": [(block_n, block_k) for block_n in (2, 4, 8) for block_k in (256, 512, 1024)],
+}
+"""(block_n, block_k) of each kernel that ``--sweep-tiles`` times (4 warps each, and 8 for the table's shape)."""
+
+
+def sweep_tiles(layers: list, config) -> list[dict]:
+    """Time the GEMV kernels at one token over ``layers`` with each kernel's swept tiles (the other kernel on its
+    table tile); print every figure and the fastest tile of each kernel."""
+    import dataclasses
+
+    import torch
+    from bench_kernels import graph_time_us
+
+    from cudagraph.engine.kernels.triton import moe as triton_moe
+    from cudagraph.engine.model.moe import route
+
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(1, config.hidden_size, generator=generator, device="cuda").to(torch.bfloat16)
+    logits = torch.randn(1, config.num_experts, generator=generator, device="cuda")
+    routing = route(logits, config.num_experts_per_tok, config.norm_topk_prob)
+    figures = []
+    for kernel, shapes in SWEEP_TILE_SHAPES.items():
+        table = getattr(triton_moe.MOE_TILES, kernel)
+        candidates = [triton_moe.MoeTile(n, k) for n, k in shapes] + [dataclasses.replace(table, num_warps=8)]
+        for tile in candidates:
+            tiles = dataclasses.replace(triton_moe.MOE_TILES, **{kernel: tile})
+
+            def launch(tiles=tiles) -> None:
+                for gate_up, down in layers:
+                    triton_moe.moe_experts(x, routing.weights, routing.experts, gate_up, down, 0, tiles=tiles)
+
+            time_us = graph_time_us(launch, 1, 50) / len(layers)
+            figures.append({"kernel": kernel, **dataclasses.asdict(tile), "us": time_us, "table": tile == table})
+            print(f"tile {kernel} {tile}: {time_us:7.1f} us{' (table)' if tile == table else ''}")
+    for kernel in SWEEP_TILE_SHAPES:
+        best = min((figure for figure in figures if figure["kernel"] == kernel), key=lambda figure: figure["us"])
+        print(f"fastest {kernel} tile at one token: {best}")
+    return figures
 
 
 def crossover_of(rows: list[dict]) -> int:

@@ -82,6 +82,20 @@ def test_the_gemv_kernels_give_the_weighted_sum_of_each_tokens_experts(
     torch.testing.assert_close(out.double(), reference(x, routing, gate_up, down, 0), **TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize(
+    "tiles",
+    [
+        triton_moe.MoeTiles(gate_up=triton_moe.MoeTile(2, 32), down=triton_moe.MoeTile(8, 16)),
+        triton_moe.MoeTiles(gate_up=triton_moe.MoeTile(8, 64, num_warps=8), down=triton_moe.MoeTile(2, 32)),
+    ],
+)
+def test_tiles_that_split_each_reduction_into_several_steps_give_the_same_sums(tiles: triton_moe.MoeTiles) -> None:
+    # hidden 96 and width 40: three reduction steps each, the last one masked (the table's tiles read them in one).
+    x, routing, gate_up, down = expert_problem(3, 96, 40, 8, 2, torch.float32, seed=2)
+    out = triton_moe.moe_experts(x, routing.weights, routing.experts, gate_up, down, 0, tiles=tiles)
+    torch.testing.assert_close(out.double(), reference(x, routing, gate_up, down, 0), **TOLERANCE[torch.float32])
+
+
 @pytest.mark.parametrize(("start", "stop"), [(0, 4), (2, 6), (6, 8), (3, 4)])
 def test_experts_held_elsewhere_add_nothing(start: int, stop: int) -> None:
     # A rank holding experts [start, stop) of 8 adds only those experts' weighted outputs: the ranks' parts sum to the
