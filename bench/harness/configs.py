@@ -59,6 +59,9 @@ class BenchConfig:
     peer: str | None = None
     """The peer's distribution name (``PEER`` rows)."""
     ours: bool = True
+    pdl: bool | None = None
+    """Whether the engine's Triton kernels launch with programmatic dependent launch while this row is captured and
+    timed (``kernels.triton.pdl.use_pdl``); None: the engine's default (on where the GPU and Triton support it)."""
 
     @property
     def compiles(self) -> Compiles:
@@ -90,6 +93,7 @@ DECODE_CONFIGS: tuple[BenchConfig, ...] = (
     BenchConfig("eager", Kind.EAGER),
     BenchConfig("raw", Kind.RAW),
     BenchConfig("full", Kind.RUNNER, MappingProxyType({"decode_cuda_graph_backend": "full"})),
+    BenchConfig("full/pdl-off", Kind.RUNNER, MappingProxyType({"decode_cuda_graph_backend": "full"}), pdl=False),
     BenchConfig(
         "full+compiled",
         Kind.RUNNER,
@@ -178,14 +182,18 @@ BREAK_IMPLEMENTATIONS: tuple[BenchConfig, ...] = (
 )
 """The breakable implementations the breaks section compares."""
 
+
+def _row(configs: tuple[BenchConfig, ...], name: str) -> BenchConfig:
+    return next(config for config in configs if config.name == name)
+
+
 CAPTURE_BACKENDS: tuple[tuple[str, BenchConfig], ...] = (
-    ("decode", DECODE_CONFIGS[2]),
-    ("decode", DECODE_CONFIGS[3]),
-    ("decode", DECODE_CONFIGS[4]),
-    ("decode", DECODE_CONFIGS[5]),
-    ("decode", DECODE_CONFIGS[6]),
-    ("prefill", PREFILL_CONFIGS[1]),
-    ("prefill", PREFILL_CONFIGS[2]),
+    *(
+        ("decode", _row(DECODE_CONFIGS, name))
+        for name in ("full", "full+compiled", "full+compiled/autotuned", "breakable", "tc_piecewise/eager")
+    ),
+    ("prefill", _row(PREFILL_CONFIGS, "breakable")),
+    ("prefill", _row(PREFILL_CONFIGS, "tc_piecewise/eager")),
 )
 """(phase, runner row) whose capture of the phase's default buckets the capture section measures."""
 

@@ -3,7 +3,9 @@ and to eager, device activities per step, host time, and the weight-bandwidth fl
 
 from __future__ import annotations
 
+import contextlib
 import gc
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +20,19 @@ from .profiles import Iterations
 from .rows import BenchResult, DecodeRow, with_ratios
 from .timing import weight_bytes
 from .workload import build_model_runner, decode_batches
+
+
+@contextlib.contextmanager
+def pdl_setting(pdl: bool | None) -> Iterator[None]:
+    """The engine's PDL switch set to ``pdl`` inside the block (a row's capture and timing); None leaves it be.
+    Imports the Triton kernels only for a row that sets it."""
+    if pdl is None:
+        yield
+        return
+    from cudagraph.engine.kernels.triton.pdl import use_pdl
+
+    with use_pdl(pdl):
+        yield
 
 
 @dataclass(frozen=True)
@@ -47,7 +62,7 @@ def run_decode(result: BenchResult, settings: DecodeSettings, models: ModelCache
         rows: list[DecodeRow] = []
         for config in measurement_order(settings.configs):
             what = f"{preset} {config.name}"
-            with guarded(result, "decode", what, config):
+            with guarded(result, "decode", what, config), pdl_setting(config.pdl):
                 source = make_source(config, model_runner, {"decode": settings.batch_sizes})
                 kernel_set = model_runner.kernels.name  # the set the source runs, switched for a compiled forward
                 try:

@@ -309,3 +309,37 @@ def test_through_jit_sends_every_launch_of_the_block_to_the_jit_call_and_no_more
         fast((2,), (x, 4, x, 1.0), {"BLOCK": 8, "MODE": "tf32"})
     fast((2,), (x, 4, x, 1.0), {"BLOCK": 8, "MODE": "tf32"})
     assert len(kernel.jit_calls) == 1 and len(launcher.native_launches) == 1
+
+
+def test_a_pdl_launch_compiles_with_triton_s_option_and_keeps_its_own_compiled_kernel(stream_handle: int) -> None:
+    kernel, launcher = fast_kernel()
+    fast = FastLauncher(kernel)
+    x = torch.zeros(4)
+    for launch_pdl in (True, False, True):
+        fast((2,), (x, 4, x, 1.0), {"BLOCK": 8, "MODE": "tf32"}, launch_pdl=launch_pdl)
+    # One compile each way; the flag reaches the compile only where asked for (an older Triton has no such option).
+    assert [kwargs for _, kwargs in kernel.warmups] == [
+        {"BLOCK": 8, "MODE": "tf32", "num_warps": 4, "launch_pdl": True},
+        {"BLOCK": 8, "MODE": "tf32", "num_warps": 4},
+    ]
+    assert len(launcher.native_launches) == 3 and kernel.jit_calls == []
+
+
+def test_a_pdl_launch_through_the_jit_call_or_bound_passes_the_option(stream_handle: int) -> None:
+    kernel, launcher = fast_kernel()
+    x = torch.zeros(4)
+    with triton_launch.through_jit():
+        FastLauncher(kernel)((2,), (x, 4, x, 1.0), {"BLOCK": 8, "MODE": "tf32"}, launch_pdl=True)
+    assert kernel.jit_calls == [
+        ((2,), (x, 4, x, 1.0), {"BLOCK": 8, "MODE": "tf32", "num_warps": 4, "launch_pdl": True})
+    ]
+    FastLauncher(kernel).bind((2, 1, 1), (x, 4, x, 1.0), {"BLOCK": 8, "MODE": "tf32"}, launch_pdl=True)()
+    assert kernel.warmups[-1][1]["launch_pdl"] is True and len(launcher.native_launches) == 1
+    recorded: list[dict[str, object]] = []
+
+    class InterpretedWithOptions(InterpretedKernel):
+        def __getitem__(self, grid: tuple[int, ...]):
+            return lambda *args, **kwargs: recorded.append(kwargs)
+
+    FastLauncher(InterpretedWithOptions()).bind((2,), (x, 4), {"BLOCK": 8}, launch_pdl=True)()
+    assert recorded == [{"BLOCK": 8, "num_warps": 4, "launch_pdl": True}]

@@ -103,6 +103,7 @@ COMPILES_BY_ROW = {
     "eager": Compiles.NOTHING,
     "raw": Compiles.NOTHING,
     "full": Compiles.NOTHING,
+    "full/pdl-off": Compiles.NOTHING,
     "breakable": Compiles.NOTHING,
     "breakable-cuda-graphs": Compiles.NOTHING,
     "piecewise-cuda-graphs": Compiles.NOTHING,
@@ -183,3 +184,20 @@ def test_rotating_batches_share_requests_and_slots_but_not_tensors_or_tokens() -
                 assert batch.out_cache_loc.data_ptr() != first.out_cache_loc.data_ptr()
             assert not torch.equal(runner.forward(batches[1]), runner.forward(first))
         assert runner.req_to_token_pool.available == rows_before
+
+
+def test_the_pdl_off_row_is_full_with_the_switch_off_while_it_is_captured_and_timed() -> None:
+    pytest.importorskip("triton", reason="the PDL switch lives in the Triton kernels: pip install triton")
+    from harness.decode import pdl_setting
+
+    from cudagraph.engine.kernels.triton import pdl
+
+    rows = {config.name: config for config in DECODE_CONFIGS}
+    assert rows["full/pdl-off"].settings == rows["full"].settings and rows["full/pdl-off"].pdl is False
+    assert all(config.pdl is None for name, config in rows.items() if name != "full/pdl-off")
+    before = pdl.pdl_enabled()
+    with pdl_setting(False):
+        assert not pdl.pdl_enabled()
+    with pdl_setting(None):
+        assert pdl.pdl_enabled() is before
+    assert pdl.pdl_enabled() is before

@@ -21,6 +21,13 @@ the same result: the JIT call on any other Triton release, under Triton's interp
 CPU tests), for a compiled kernel that needs scratch memory, while Triton's launch hooks are set (a profiler reads
 them), inside ``through_jit()``, and for a kernel whose constexprs are not its trailing parameters.
 
+Programmatic dependent launch: ``launch_pdl=True`` (a keyword of ``FastLauncher.__call__``, ``bind`` and
+``direct_launch``) compiles the kernel with Triton's ``launch_pdl`` option (Triton 3.4+), whose launcher then sets
+CUDA's programmatic-stream-serialization attribute on every launch, the JIT call's as well as the C launcher's: the
+kernel may start while the kernel before it on the stream finishes, and must itself wait for it
+(``tl.extra.cuda.gdc_wait()``) before it reads what that kernel wrote. The flag is part of the key a compiled kernel
+is kept under; with ``False`` (the default) nothing is passed, so any Triton release launches as before.
+
 Without Triton this module imports all the same (it imports Triton on first use, never at import): ``cdiv``,
 ``next_power_of_2``, ``through_jit`` and ``launch_values_and_key`` work, a ``FastLauncher`` launches every call
 through ``kernel[grid](...)`` and ``bind`` binds that call, and ``direct_launch`` returns None. It never allocates,
@@ -207,11 +214,22 @@ def _native_launch(launcher: object) -> tuple[Callable[..., None], int, int] | N
     return c_launch, int(flags[0]), int(flags[1])  # type: ignore[arg-type]
 
 
+def _options(launch_pdl: bool) -> dict[str, Any]:
+    """The Triton compile options besides ``num_warps`` a launch passes: ``launch_pdl`` only where it is asked for
+    (a Triton older than 3.4 knows no such option)."""
+    return {"launch_pdl": True} if launch_pdl else {}
+
+
 def _compile(
-    kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int
+    kernel: Any,
+    grid: tuple[int, ...],
+    args: tuple[Any, ...],
+    constexprs: dict[str, Any],
+    num_warps: int,
+    launch_pdl: bool = False,
 ) -> Any:
     """``kernel``'s compiled kernel for these arguments (compiled now, or found in Triton's caches)."""
-    compiled = kernel.warmup(*args, grid=grid, **constexprs, num_warps=num_warps)
+    compiled = kernel.warmup(*args, grid=grid, **constexprs, num_warps=num_warps, **_options(launch_pdl))
     return compiled.result() if hasattr(compiled, "result") else compiled
 
 
@@ -271,33 +289,45 @@ class FastLauncher:
         self._compiled: dict[Hashable, _CompiledLaunch | None] = {}
 
     def __call__(
-        self, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int = 4
+        self,
+        grid: tuple[int, ...],
+        args: tuple[Any, ...],
+        constexprs: dict[str, Any],
+        num_warps: int = 4,
+        *,
+        launch_pdl: bool = False,
     ) -> None:
-        """Launch ``kernel`` over ``grid`` on the current stream."""
+        """Launch ``kernel`` over ``grid`` on the current stream (with ``launch_pdl``, as a programmatic dependent
+        launch: see the module)."""
         if self.jit_only or _THROUGH_JIT.on or _launch_hooks_set(self._runtime):
-            self.kernel[grid](*args, **constexprs, num_warps=num_warps)
+            self.kernel[grid](*args, **constexprs, num_warps=num_warps, **_options(launch_pdl))
             return
         device = _current_device()
         values, specialization = launch_values_and_key(args)
-        frozen = (device, num_warps, *constexprs.items(), *specialization)
+        frozen = (device, num_warps, launch_pdl, *constexprs.items(), *specialization)
         try:
             compiled = self._compiled[frozen]
         except KeyError:
-            compiled = self._compiled[frozen] = self._native(grid, args, constexprs, num_warps)
+            compiled = self._compiled[frozen] = self._native(grid, args, constexprs, num_warps, launch_pdl)
         if compiled is None:
-            self.kernel[grid](*args, **constexprs, num_warps=num_warps)
+            self.kernel[grid](*args, **constexprs, num_warps=num_warps, **_options(launch_pdl))
             return
         compiled.launch(grid, _current_raw_stream(device), values)
 
     def _native(
-        self, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int
+        self,
+        grid: tuple[int, ...],
+        args: tuple[Any, ...],
+        constexprs: dict[str, Any],
+        num_warps: int,
+        launch_pdl: bool = False,
     ) -> _CompiledLaunch | None:
         """The C launch of these arguments' compiled kernel, or None where it must go through the JIT."""
         names = list(self.kernel.arg_names)
         if sorted(names[len(args) :]) != sorted(constexprs):
             _LOG.debug("%s: constexprs are not the trailing parameters; launching through the JIT", self.kernel)
             return None
-        compiled = _compile(self.kernel, grid, args, constexprs, num_warps)
+        compiled = _compile(self.kernel, grid, args, constexprs, num_warps, launch_pdl)
         native = _native_launch(getattr(compiled, "run", None))
         if native is None:
             return None
@@ -308,19 +338,31 @@ class FastLauncher:
         )
 
     def bind(
-        self, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int = 4
+        self,
+        grid: tuple[int, ...],
+        args: tuple[Any, ...],
+        constexprs: dict[str, Any],
+        num_warps: int = 4,
+        *,
+        launch_pdl: bool = False,
     ) -> Callable[[], None]:
         """The launch with every argument taken now (``direct_launch``), or the JIT call with them bound where that
         is unavailable (``jit_only``, or ``direct_launch`` gave None): for tensors that keep their addresses."""
         if not self.jit_only:
-            direct = direct_launch(self.kernel, grid, args, constexprs, num_warps)
+            direct = direct_launch(self.kernel, grid, args, constexprs, num_warps, launch_pdl=launch_pdl)
             if direct is not None:
                 return direct
-        return functools.partial(self.kernel[grid], *args, **constexprs, num_warps=num_warps)
+        return functools.partial(self.kernel[grid], *args, **constexprs, num_warps=num_warps, **_options(launch_pdl))
 
 
 def direct_launch(
-    kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], constexprs: dict[str, Any], num_warps: int
+    kernel: Any,
+    grid: tuple[int, ...],
+    args: tuple[Any, ...],
+    constexprs: dict[str, Any],
+    num_warps: int,
+    *,
+    launch_pdl: bool = False,
 ) -> Callable[[], None] | None:
     """``kernel[grid](*args, **constexprs, num_warps=num_warps)`` compiled now and bound to its launcher, or None
     where Triton is absent or this Triton's compiled kernels lack the launch API used here (the caller then
@@ -336,7 +378,7 @@ def direct_launch(
     if _triton() is None:
         return None
     try:
-        compiled = _compile(kernel, grid, args, constexprs, num_warps)
+        compiled = _compile(kernel, grid, args, constexprs, num_warps, launch_pdl)
         runner = compiled[grid]
         launcher, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
     except (AttributeError, TypeError) as error:

@@ -20,8 +20,9 @@ optional package is a subpackage named after that package, holding its layer set
     ``ops`` (the fused norm, rotary, GEMV and activation kernels and their launchers), ``lora`` (the batched LoRA
     delta in two kernels, on plain tensors: the adapters lay them out), ``traced_ops`` (the set's
     operations as torch custom ops, which a forward ``torch.compile`` traces calls instead), ``layer_set``
-    (``TritonKernels``), ``decode_attention`` (paged decode in one kernel a layer) and ``extend_attention`` (paged
-    extend).
+    (``TritonKernels``), ``decode_attention`` (paged decode in one kernel a layer), ``extend_attention`` (paged
+    extend), ``moe`` (a decode step's mixture-of-experts experts as GEMVs, which ``model.moe`` calls) and ``pdl``
+    (whether every kernel here launches as a programmatic dependent launch, and the switch).
 ``flashinfer`` (the optional ``flashinfer-python``)
     ``layer_set`` (``FlashInferKernels``) and ``decode_attention`` (FlashInfer's decode kernel bound for a
     breakable replay's breaks).

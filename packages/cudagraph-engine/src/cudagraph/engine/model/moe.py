@@ -6,8 +6,13 @@ token count alone, so a forward is captured whole by a CUDA graph and traced by 
 (That is why there is no ``nonzero``, no boolean-mask indexing and no ``bincount``: CUDA's ``bincount`` reads the
 largest id back to the host to size its output.)
 
-Two ways to compute the experts, picked by the first row of ``EXPERT_COMPUTES`` that applies to the device and dtype:
+Three ways to compute the experts, picked by the first row of ``EXPERT_COMPUTES`` that applies to the device and dtype:
 
+- ``triton_gemv``: for a step of at most ``kernels.triton.moe.MOE_GEMV_MAX_TOKENS`` tokens (a decode step), each
+  token's top-k experts' weight rows gathered by the router's ids on the device and read once as GEMVs, in two Triton
+  kernels (``kernels.triton.moe``); wider steps go to the next row that applies (``grouped_mm`` or ``dense``). CUDA,
+  with Triton installed (CUDA builds of torch ship it). The choice by token count is made inside the custom op
+  ``torch.ops.cudagraph_moe.gemv_experts`` where a forward is traced, so one compilation serves every bucket.
 - ``grouped_mm``: the token-expert assignments sorted by expert, then one ``torch._grouped_mm`` for the gate/up
   projections and one for the down projection over the groups, whose ends come from a device-side ``searchsorted``.
   CUDA, bfloat16, on the GPUs where torch runs it as one kernel (compute capability 9.x and 10.x).
@@ -22,8 +27,10 @@ them with the experts' ranks (``moe_a2a``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import NamedTuple
 
 import torch
@@ -128,10 +135,95 @@ class ExpertCompute:
     applies: Callable[[torch.device, torch.dtype], bool]
 
 
-EXPERT_COMPUTES = (
+WIDE_EXPERT_COMPUTES = (
     ExpertCompute("grouped_mm", grouped_experts, _runs_grouped_mm_fast),
     ExpertCompute("dense", dense_experts, lambda device, dtype: True),
 )
+"""Expert computations for steps of any width, best first; the last applies everywhere."""
+
+
+def wide_experts(
+    x: torch.Tensor, routing: Routing, gate_up_weight: torch.Tensor, down_weight: torch.Tensor, first_expert: int
+) -> torch.Tensor:
+    """The experts by the first row of ``WIDE_EXPERT_COMPUTES`` that applies to ``x``'s device and dtype."""
+    compute = _first_wide_compute(x.device, x.dtype)
+    return compute(x, routing, gate_up_weight, down_weight, first_expert)
+
+
+@functools.cache
+def _first_wide_compute(device: torch.device, dtype: torch.dtype) -> ExpertsFn:
+    return next(row.compute for row in WIDE_EXPERT_COMPUTES if row.applies(device, dtype))
+
+
+@functools.cache
+def _triton_moe() -> ModuleType | None:
+    """``kernels.triton.moe``, imported on first use (it imports Triton), or None where Triton is not installed."""
+    try:
+        from ..kernels.triton import moe
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.partition(".")[0] != "triton":
+            raise
+        return None
+    return moe
+
+
+def _runs_triton(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the Triton GEMV kernels run here: a CUDA device, with Triton installed."""
+    return device.type == "cuda" and _triton_moe() is not None
+
+
+def gemv_experts(
+    x: torch.Tensor, routing: Routing, gate_up_weight: torch.Tensor, down_weight: torch.Tensor, first_expert: int
+) -> torch.Tensor:
+    """``dense_experts``' result: for a step of at most ``MOE_GEMV_MAX_TOKENS`` tokens the two Triton GEMV kernels of
+    ``kernels.triton.moe`` (each assignment's expert rows read once, no sort, no host sync), for wider steps
+    ``wide_experts``. A traced forward calls the custom op ``cudagraph_moe::gemv_experts`` in its place, which makes
+    the same choice on the real tensors (the traced graph does not branch on the token count)."""
+    moe = _triton_moe()
+    if moe is not None and moe.uses_moe_gemv(x.shape[0]):
+        return moe.moe_experts(x, routing.weights, routing.experts, gate_up_weight, down_weight, first_expert)
+    return wide_experts(x, routing, gate_up_weight, down_weight, first_expert)
+
+
+@torch.library.custom_op(
+    "cudagraph_moe::gemv_experts",
+    mutates_args=(),
+    schema="(Tensor x, Tensor weights, Tensor experts, Tensor gate_up_weight, Tensor down_weight, int first_expert) "
+    "-> Tensor",
+)
+def _gemv_experts_op(
+    x: torch.Tensor,
+    weights: torch.Tensor,
+    experts: torch.Tensor,
+    gate_up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    first_expert: int,
+) -> torch.Tensor:
+    return gemv_experts(x, Routing(weights, experts), gate_up_weight, down_weight, first_expert)
+
+
+@_gemv_experts_op.register_fake
+def _(
+    x: torch.Tensor,
+    weights: torch.Tensor,
+    experts: torch.Tensor,
+    gate_up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    first_expert: int,
+) -> torch.Tensor:
+    return x.new_empty((x.shape[0], down_weight.shape[1]))
+
+
+@torch._dynamo.substitute_in_graph(gemv_experts)
+def _traced_gemv_experts(
+    x: torch.Tensor, routing: Routing, gate_up_weight: torch.Tensor, down_weight: torch.Tensor, first_expert: int
+) -> torch.Tensor:
+    return torch.ops.cudagraph_moe.gemv_experts(
+        x, routing.weights, routing.experts, gate_up_weight, down_weight, first_expert
+    )
+
+
+EXPERT_COMPUTES = (ExpertCompute("triton_gemv", gemv_experts, _runs_triton), *WIDE_EXPERT_COMPUTES)
 """Expert computations, best first; the last applies everywhere."""
 
 EXPERT_COMPUTES_BY_NAME = {compute.name: compute for compute in EXPERT_COMPUTES}

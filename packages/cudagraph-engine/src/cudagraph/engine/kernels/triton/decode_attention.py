@@ -25,6 +25,8 @@ from torch import Tensor
 
 from cudagraph.backend_utils import FastLauncher, next_power_of_2
 
+from .pdl import pdl_launch
+
 
 @triton.jit
 def online_softmax_step(
@@ -47,8 +49,11 @@ def _paged_decode_kernel(
     q_ptr, q_row_stride, kv_ptr, kv_slot_stride, kv_value_offset, out_ptr, out_row_stride, req_to_token_ptr,
     req_to_token_stride, req_pool_indices_ptr, seq_lens_ptr, partial_out_ptr, partial_lse_ptr, arrivals_ptr,
     scale_log2, GROUP: tl.constexpr, GROUP_BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPLIT_TOKENS: tl.constexpr, SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    SPLIT_TOKENS: tl.constexpr, SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -226,7 +231,7 @@ class PagedDecodeKernel:
         on what Triton specializes on)."""
         if q.shape[0]:
             grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, rows)
-            _DECODE_LAUNCHER(grid, args, constexprs, self.tile.num_warps)
+            _DECODE_LAUNCHER(grid, args, constexprs, self.tile.num_warps, launch_pdl=constexprs["PDL"])
 
     def bind(
         self, q: Tensor, kv_buffer: Tensor, output: Tensor, req_to_token: Tensor, rows: DecodeRows
@@ -237,7 +242,7 @@ class PagedDecodeKernel:
         if not q.shape[0]:
             return _nothing
         grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, rows)
-        return _DECODE_LAUNCHER.bind(grid, args, constexprs, self.tile.num_warps)
+        return _DECODE_LAUNCHER.bind(grid, args, constexprs, self.tile.num_warps, launch_pdl=constexprs["PDL"])
 
     def _launch_arguments(
         self, q: Tensor, kv_buffer: Tensor, output: Tensor, req_to_token: Tensor, rows: DecodeRows
@@ -266,6 +271,7 @@ class PagedDecodeKernel:
             "SPLIT_TOKENS": self.split_tokens,
             "SPLITS": self.splits,
             "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
+            "PDL": pdl_launch(q.device),
         }
         return (batch_size, self.num_kv_heads, self.splits), args, constexprs
 

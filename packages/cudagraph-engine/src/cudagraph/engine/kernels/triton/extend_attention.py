@@ -27,6 +27,7 @@ from cudagraph.backend_utils import FastLauncher, cdiv, next_power_of_2
 from cudagraph.runner import PADDING_REQ_POOL_INDEX, ForwardBatch
 
 from .decode_attention import online_softmax_step
+from .pdl import pdl_launch
 
 
 @triton.jit
@@ -34,8 +35,11 @@ def _paged_extend_kernel(
     q_ptr, q_row_stride, kv_ptr, kv_slot_stride, kv_value_offset, out_ptr, out_row_stride, req_to_token_ptr,
     req_to_token_stride, token_rows_ptr, token_lens_ptr, block_starts_ptr, block_counts_ptr, scale_log2,
     GROUP: tl.constexpr, GROUP_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     block = tl.program_id(0)
     kv_head = tl.program_id(1)
     count = tl.load(block_counts_ptr + block)
@@ -169,7 +173,8 @@ class PagedExtendKernel:
         blocks = rows.block_counts.shape[0]
         if not q.shape[0] or not blocks:
             return
-        _EXTEND_LAUNCHER(*self._launch_arguments(q, kv_buffer, output, req_to_token, rows), self.num_warps)
+        grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, rows)
+        _EXTEND_LAUNCHER(grid, args, constexprs, self.num_warps, launch_pdl=constexprs["PDL"])
 
     def bind(
         self, q: Tensor, kv_buffer: Tensor, output: Tensor, req_to_token: Tensor, rows: ExtendRows
@@ -180,7 +185,7 @@ class PagedExtendKernel:
         if not q.shape[0] or not rows.block_counts.shape[0]:
             return _nothing
         grid, args, constexprs = self._launch_arguments(q, kv_buffer, output, req_to_token, rows)
-        return _EXTEND_LAUNCHER.bind(grid, args, constexprs, self.num_warps)
+        return _EXTEND_LAUNCHER.bind(grid, args, constexprs, self.num_warps, launch_pdl=constexprs["PDL"])
 
     def _launch_arguments(
         self, q: Tensor, kv_buffer: Tensor, output: Tensor, req_to_token: Tensor, rows: ExtendRows
@@ -195,7 +200,7 @@ class PagedExtendKernel:
         constexprs = {
             "GROUP": self.group, "GROUP_BLOCK": self.group_block, "BLOCK_M": self.block_m,
             "HEAD_DIM": self.head_dim, "BLOCK_N": self.block_n,
-            "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
+            "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "PDL": pdl_launch(q.device),
         }  # fmt: skip
         return grid, args, constexprs
 

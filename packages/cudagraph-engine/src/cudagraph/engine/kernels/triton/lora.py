@@ -28,6 +28,8 @@ import triton.language as tl
 
 from cudagraph.backend_utils import FastLauncher, cdiv, next_power_of_2
 
+from .pdl import pdl_launch
+
 MAX_TARGETS = 3
 """Targets one projection adds to (q, k and v)."""
 
@@ -49,7 +51,11 @@ def _lora_shrink_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     tokens = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     split = tl.program_id(2)
@@ -98,7 +104,11 @@ def _lora_expand_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_R: tl.constexpr,
     PRECISION: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     block_first = row_start + tl.program_id(0) * BLOCK_N
     block_stop = tl.minimum(block_first + BLOCK_N, row_stop)
     features = block_first + tl.arange(0, BLOCK_N)
@@ -214,13 +224,15 @@ def lora_delta(
     partial = torch.empty((tile.split_k, num_tokens, n), dtype=torch.float32, device=x.device)
     k_per_split = cdiv(cdiv(k, tile.split_k), tile.block_k) * tile.block_k
     token_blocks = cdiv(num_tokens, tile.block_t)
+    pdl = pdl_launch(x.device)
     _LAUNCH_SHRINK(
         (cdiv(n, tile.shrink_block_n), token_blocks, tile.split_k),
         (x, a, scales, partial, num_tokens, n, k, x.stride(0), scales.stride(0), k_per_split),
         {
             "WIDTH": width, "BLOCK_T": tile.block_t, "BLOCK_N": tile.shrink_block_n,
-            "BLOCK_K": min(tile.block_k, max(16, next_power_of_2(k))), "PRECISION": precision,
+            "BLOCK_K": min(tile.block_k, max(16, next_power_of_2(k))), "PRECISION": precision, "PDL": pdl,
         },
+        launch_pdl=pdl,
     )  # fmt: skip
     bounds = [bound for pair in rows for bound in pair] + [0, 0] * (MAX_TARGETS - num_targets)
     _LAUNCH_EXPAND(
@@ -229,6 +241,7 @@ def lora_delta(
         {
             "NUM_TARGETS": num_targets, "SPLIT_K": tile.split_k, "WIDTH": width, "BLOCK_T": tile.block_t,
             "BLOCK_N": tile.expand_block_n, "BLOCK_R": max(16, min(64, next_power_of_2(width))),
-            "PRECISION": precision,
+            "PRECISION": precision, "PDL": pdl,
         },
+        launch_pdl=pdl,
     )  # fmt: skip

@@ -16,6 +16,9 @@ Five kernels, each one launch whatever the batch:
   residual add and the RMSNorm into the projection after them (q/k/v, gate/up).
 - ``silu_and_mul`` for the steps too wide for ``gemv``.
 
+PDL: each kernel takes a ``PDL`` constexpr and each launcher asks ``pdl.pdl_launch`` for the tensors' device; under
+it a kernel reads only weights (the norm's vector, the GEMV's first weight tile) before ``gdc_wait()``.
+
 Numerics: every kernel loads in the model dtype, computes in float32 and rounds once per value it stores; the
 normed heads are rounded to the model dtype before rotary, and the activation before the projection, where the
 unfused path stores them. Nothing syncs with the host and every grid is a function of shapes only, so each launch
@@ -31,6 +34,8 @@ import triton
 import triton.language as tl
 
 from cudagraph.backend_utils import FastLauncher, cdiv, next_power_of_2
+
+from .pdl import pdl_launch
 
 
 @triton.jit
@@ -48,10 +53,15 @@ def _rms_norm_kernel(
     eps,
     ADD: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     row = tl.program_id(0)
     offsets = tl.arange(0, BLOCK)
     mask = offsets < width
+    weight = tl.load(weight_ptr + offsets, mask=mask, other=0.0).to(tl.float32)  # a weight: before the wait
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     x = tl.load(x_ptr + row * x_stride + offsets, mask=mask, other=0.0)
     if ADD:
         residual_row = residual_ptr + row * residual_stride + offsets
@@ -60,7 +70,6 @@ def _rms_norm_kernel(
         x = total
     values = x.to(tl.float32)
     inverse_rms = tl.rsqrt(tl.sum(values * values, axis=0) / width + eps)
-    weight = tl.load(weight_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * out_stride + offsets, (values * inverse_rms * weight).to(x.dtype), mask=mask)
 
 
@@ -85,7 +94,11 @@ def _qk_norm_rope_kernel(
     NORM: tl.constexpr,
     STORE: tl.constexpr,
     COPY_V: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     token = tl.program_id(0)
     heads = tl.program_id(1) * HEADS_BLOCK + tl.arange(0, HEADS_BLOCK)
     dims = tl.arange(0, HALF_BLOCK)
@@ -139,6 +152,43 @@ def _qk_norm_rope_kernel(
 
 
 @triton.jit
+def _gemv_accumulate(
+    accumulator,
+    w,
+    start,
+    x_ptr,
+    x_stride,
+    rows,
+    row_mask,
+    residual_ptr,
+    residual_stride,
+    norm_weight_ptr,
+    inverse_rms,
+    K: tl.constexpr,
+    SILU_MUL: tl.constexpr,
+    ADD_NORM: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """``accumulator`` plus the products of the weight tile ``w`` (reduction ``start`` to ``start + BLOCK_K``) with
+    the input rows there, computed on load (``silu(gate) * up``, or the normed ``x + residual``)."""
+    depth = start + tl.arange(0, BLOCK_K)
+    depth_mask = depth < K
+    x_mask = row_mask[:, None] & depth_mask[None, :]
+    x_row = x_ptr + rows[:, None] * x_stride + depth[None, :]
+    x = tl.load(x_row, mask=x_mask, other=0.0)
+    if SILU_MUL:
+        gate = x.to(tl.float32)
+        up = tl.load(x_row + K, mask=x_mask, other=0.0).to(tl.float32)
+        x = (gate / (1.0 + tl.exp(-gate)) * up).to(x.dtype)
+    if ADD_NORM:
+        stream = tl.load(residual_ptr + rows[:, None] * residual_stride + depth[None, :], mask=x_mask, other=0.0)
+        total = (x.to(tl.float32) + stream.to(tl.float32)).to(x.dtype).to(tl.float32)
+        scale = tl.load(norm_weight_ptr + depth, mask=depth_mask, other=0.0).to(tl.float32)
+        x = (total * inverse_rms[:, None] * scale[None, :]).to(x.dtype)
+    return accumulator + tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr,
     weight_ptr,
@@ -160,11 +210,23 @@ def _gemv_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.arange(0, BLOCK_T)
     column_mask = columns < n
     row_mask = rows < num_rows
+    # The first weight tile (all of it where the reduction fits one step) is read before anything the kernels
+    # before this one write: under PDL that read overlaps their tail.
+    weight_rows = weight_ptr + columns[:, None] * K
+    first_depth = tl.arange(0, BLOCK_K)
+    w_first = tl.load(
+        weight_rows + first_depth[None, :], mask=column_mask[:, None] & (first_depth < K)[None, :], other=0.0
+    )
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    inverse_rms = tl.full((BLOCK_T,), 1.0, dtype=tl.float32)
     if ADD_NORM:
         # Every program norms the whole input row itself (from L2: a few KiB against its weight rows), so the norm
         # needs no launch of its own; the first program also writes the summed stream, out of place, since the
@@ -180,25 +242,17 @@ def _gemv_kernel(
                 tl.store(new_residual_ptr + rows[:, None] * K + depth[None, :], total, mask=x_mask)
             squares += tl.sum(total.to(tl.float32) * total.to(tl.float32), axis=1)
         inverse_rms = tl.rsqrt(squares / K + eps)
-    accumulator = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
-    for start in range(0, K, BLOCK_K):
+    accumulator = _gemv_accumulate(
+        tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32), w_first, 0, x_ptr, x_stride, rows, row_mask, residual_ptr,
+        residual_stride, norm_weight_ptr, inverse_rms, K, SILU_MUL, ADD_NORM, BLOCK_K,
+    )  # fmt: skip
+    for start in range(BLOCK_K, K, BLOCK_K):
         depth = start + tl.arange(0, BLOCK_K)
-        depth_mask = depth < K
-        x_mask = row_mask[:, None] & depth_mask[None, :]
-        x_row = x_ptr + rows[:, None] * x_stride + depth[None, :]
-        x = tl.load(x_row, mask=x_mask, other=0.0)
-        if SILU_MUL:
-            gate = x.to(tl.float32)
-            up = tl.load(x_row + K, mask=x_mask, other=0.0).to(tl.float32)
-            x = (gate / (1.0 + tl.exp(-gate)) * up).to(x.dtype)
-        if ADD_NORM:
-            stream = tl.load(residual_ptr + rows[:, None] * residual_stride + depth[None, :], mask=x_mask, other=0.0)
-            total = (x.to(tl.float32) + stream.to(tl.float32)).to(x.dtype).to(tl.float32)
-            scale = tl.load(norm_weight_ptr + depth, mask=depth_mask, other=0.0).to(tl.float32)
-            x = (total * inverse_rms[:, None] * scale[None, :]).to(x.dtype)
-        w_mask = column_mask[:, None] & depth_mask[None, :]
-        w = tl.load(weight_ptr + columns[:, None] * K + depth[None, :], mask=w_mask, other=0.0)
-        accumulator += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+        w = tl.load(weight_rows + depth[None, :], mask=column_mask[:, None] & (depth < K)[None, :], other=0.0)
+        accumulator = _gemv_accumulate(
+            accumulator, w, start, x_ptr, x_stride, rows, row_mask, residual_ptr, residual_stride, norm_weight_ptr,
+            inverse_rms, K, SILU_MUL, ADD_NORM, BLOCK_K,
+        )  # fmt: skip
     if HAS_BIAS:
         accumulator += tl.load(bias_ptr + columns, mask=column_mask, other=0.0).to(tl.float32)[None, :]
     out_mask = row_mask[:, None] & column_mask[None, :]
@@ -207,7 +261,10 @@ def _gemv_kernel(
 
 
 @triton.jit
-def _silu_and_mul_kernel(gate_up_ptr, out_ptr, width, in_stride, out_stride, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(gate_up_ptr, out_ptr, width, in_stride, out_stride, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = columns < width
@@ -300,13 +357,15 @@ def _launch_norm(
         return
     residual_stride = 0 if residual is None else residual.stride(0)
     total_stride = 0 if total is None else total.stride(0)
+    pdl = pdl_launch(x.device)
     _LAUNCH_RMS_NORM(
         (rows,),
         (
             x, x if residual is None else residual, weight, out, out if total is None else total, width,
             x.stride(0), residual_stride, out.stride(0), total_stride, eps,
         ),
-        {"ADD": residual is not None, "BLOCK": next_power_of_2(width)},
+        {"ADD": residual is not None, "BLOCK": next_power_of_2(width), "PDL": pdl},
+        launch_pdl=pdl,
     )  # fmt: skip
 
 
@@ -356,6 +415,7 @@ def qk_norm_rope(
         )
     launched_heads = num_q_heads + (2 if kv_store is not None or copy_v else 1) * num_k_heads
     grid = (tokens, cdiv(launched_heads, HEADS_PER_PROGRAM))
+    pdl = pdl_launch(heads.device)
     _LAUNCH_QK_NORM_ROPE(
         grid,
         (
@@ -365,8 +425,9 @@ def qk_norm_rope(
         ),
         {
             "HEAD_DIM": head_dim, "HALF_BLOCK": next_power_of_2(head_dim // 2), "HEADS_BLOCK": HEADS_PER_PROGRAM,
-            "NORM": norm_weight is not None, "STORE": kv_store is not None, "COPY_V": copy_v,
+            "NORM": norm_weight is not None, "STORE": kv_store is not None, "COPY_V": copy_v, "PDL": pdl,
         },
+        launch_pdl=pdl,
     )  # fmt: skip
 
 
@@ -442,6 +503,7 @@ def _launch_gemv(
 ) -> None:
     n, k = weight.shape
     residual, norm_weight, total, eps = add_norm if add_norm is not None else (x, weight, out, 0.0)
+    pdl = pdl_launch(x.device)
     _LAUNCH_GEMV(
         (cdiv(n, tile.block_n),),
         (
@@ -451,9 +513,10 @@ def _launch_gemv(
         {
             "K": k, "HAS_BIAS": bias is not None, "SILU_MUL": silu_mul, "ADD_NORM": add_norm is not None,
             "BLOCK_T": next_power_of_2(x.shape[0]), "BLOCK_N": tile.block_n,
-            "BLOCK_K": min(tile.block_k, next_power_of_2(k)),
+            "BLOCK_K": min(tile.block_k, next_power_of_2(k)), "PDL": pdl,
         },
         tile.num_warps,
+        launch_pdl=pdl,
     )  # fmt: skip
 
 
@@ -463,7 +526,11 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty((rows, width), dtype=gate_up.dtype, device=gate_up.device)
     if rows:
         grid = (rows, cdiv(width, ELEMENTWISE_BLOCK))
+        pdl = pdl_launch(gate_up.device)
         _LAUNCH_SILU_AND_MUL(
-            grid, (gate_up, out, width, gate_up.stride(0), out.stride(0)), {"BLOCK": ELEMENTWISE_BLOCK}
+            grid,
+            (gate_up, out, width, gate_up.stride(0), out.stride(0)),
+            {"BLOCK": ELEMENTWISE_BLOCK, "PDL": pdl},
+            launch_pdl=pdl,
         )
     return out
