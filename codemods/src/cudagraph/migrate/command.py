@@ -54,6 +54,7 @@ from .batch_run import (
     with_project_reexports,
 )
 from .files import Discovery, discover
+from .guide import explain
 from .options import RunOptions
 from .renames import RenameTableError, load_renames
 from .rules import RULES, RuleSelectionError, select_rules
@@ -133,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--select", action="append", default=[], metavar="CODES", help="only these rules (CG101,CG2)")
     parser.add_argument("--ignore", action="append", default=[], metavar="CODES", help="skip these rules")
     parser.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+    parser.add_argument(
+        "--explain",
+        metavar="CODE",
+        help="print how to do by hand what rule CODE leaves (the steps its TODO comments name) and exit",
+    )
     parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN", help="gitignore-style pattern")
     parser.add_argument("--no-gitignore", action="store_true", help="also migrate files .gitignore excludes")
     parser.add_argument(
@@ -178,6 +184,13 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.list_rules:
         _list_rules(sys.stdout)
+        return EXIT_OK
+    if args.explain is not None:
+        try:
+            sys.stdout.write(explain(args.explain))
+        except KeyError as error:
+            print(f"cudagraph-migrate: error: --explain: {error.args[0]}", file=sys.stderr)
+            return EXIT_USAGE
         return EXIT_OK
     problem = _usage_problem(args)
     if problem:

@@ -11,9 +11,9 @@
 
 Both paths are printed, and both stay for the user to read. The exit status is pytest's (or 1 when migration itself
 failed). The tests need pytest and ``cudagraph-legacy`` (with torch); where either is not installed (a plain
-``pip install cudagraph-migrate``), the tests are not run, one line says what to install, and the exit status is 0. The example's argument lists are its own engine's command line (parsed with
-``cudagraph.config.add_cli_args``), so it is migrated as such an engine's owner would: with ``--rewrite-argv``.
-It never writes outside the chosen folder.
+``pip install cudagraph-migrate``), the tests are not run, one line says what to install, and the exit status is 0.
+The example's argument lists are its own engine's command line (parsed with ``cudagraph.config.add_cli_args``), so
+it is migrated as such an engine's owner would: with ``--rewrite-argv``. It never writes outside the chosen folder.
 """
 
 from __future__ import annotations
