@@ -42,6 +42,7 @@ def test_the_example_exercises_every_row_of_the_legacy_shim_modules_and_every_no
     assert missing == []
 
 
+@pytest.mark.slow  # its own tests in a subprocess (what `nox -s migrate` runs); the migration is checked fast below
 def test_the_example_migrates_and_its_tests_pass(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "cudagraph.migrate.example", "--workdir", str(tmp_path)],
