@@ -227,7 +227,7 @@ def _on_sigint(signum: int, frame: object) -> None:
 
 
 def _worker_started() -> None:
-    _INTERRUPT.requested = False
+    # A forked worker inherits the run's state (a Ctrl-C that came first stays seen); a spawned one starts clear.
     signal.signal(signal.SIGINT, _on_sigint)
 
 
