@@ -153,6 +153,22 @@ def test_a_link_inside_the_tree_is_migrated_through_its_target_once(
     assert (tree / "pkg" / "server.py").read_text() == MIGRATED.read_text()
 
 
+def test_a_patch_through_a_link_names_the_file_it_leads_to(repository: Path) -> None:
+    """git keeps a link as a link: the patch changes the file it points to, so ``git apply`` takes it."""
+    server = repository / "src" / "pkg" / "server.py"
+    link = repository / "current.py"
+    link.symlink_to(Path("src") / "pkg" / "server.py")
+    migrated = subprocess.run(
+        [*MIGRATE, "--diff", "--no-progress", str(link)], cwd=CHECKOUT, capture_output=True, text=True, check=False
+    )
+    assert "--- a/src/pkg/server.py\n" in migrated.stdout, migrated.stdout[:300]
+    applied = subprocess.run(
+        ["git", "-C", str(repository), "apply"], input=migrated.stdout, capture_output=True, text=True, check=False
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert link.is_symlink() and server.read_text() == MIGRATED.read_text()
+
+
 def test_a_link_leaving_the_tree_is_left_and_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     outside = tmp_path / "elsewhere" / "shared.py"
     outside.parent.mkdir()

@@ -300,8 +300,9 @@ def _migrate_file(path: Path, options: MigrationOptions) -> FileReport:
     if not result.changed:
         return report
     if options.diff:
-        root = options.patch_root or patch_base(path, options.patch_bases)
-        report.diff = unified_patch(str(path), result.original, result.migrated, root=root)
+        changed = _link_target(path)  # git patches what a link points to, never the link itself
+        root = options.patch_root or patch_base(changed, options.patch_bases)
+        report.diff = unified_patch(str(changed), result.original, result.migrated, root=root)
     if options.write:
         if _INTERRUPT.requested:
             return FileReport(str(path), "interrupted")
@@ -314,6 +315,14 @@ def _migrate_file(path: Path, options: MigrationOptions) -> FileReport:
             _INTERRUPT.writing = False
         report.findings = on_written_lines(report.findings, result.original, result.migrated)
     return report
+
+
+def _link_target(path: Path) -> Path:
+    """``path``, or where the symbolic link ``path`` leads, spelled from the link's own folder (so a patch names the
+    file as the tree spells it, not as the file system resolves every folder above it)."""
+    if not path.is_symlink():
+        return path
+    return Path(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), os.readlink(path))))
 
 
 def _unparsable(source: bytes, path: Path) -> str | None:
