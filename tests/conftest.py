@@ -1,9 +1,10 @@
 """Shared test configuration: GPU tests skip with one reason where CUDA is absent; hypothesis profiles; Triton's
 interpreter on machines without an NVIDIA device (so the Triton kernels' tests run on CPU tensors).
 
-Hypothesis profiles: ``ci`` (the default, 200 examples), ``dev`` (50) and ``deep`` (5,000; what
-``nox -s property -- --hypothesis-profile=deep`` and ``.ci/run`` use). ``HYPOTHESIS_PROFILE=NAME`` or pytest's
-``--hypothesis-profile=NAME`` picks one; a test's own ``@settings(max_examples=...)`` takes precedence over it.
+Hypothesis profiles: ``ci`` (the default, 200 examples: ``nox -s property``), ``dev`` (50: what ``nox -s tests``
+sets) and ``deep`` (5,000; what ``nox -s property -- --hypothesis-profile=deep`` and ``.ci/run`` use).
+``HYPOTHESIS_PROFILE=NAME`` or pytest's ``--hypothesis-profile=NAME`` picks one; a test's own
+``@settings(max_examples=...)`` takes precedence over it.
 """
 
 from __future__ import annotations

@@ -156,6 +156,7 @@ def test_a_setting_the_config_rejects_skips_the_row_with_the_reason() -> None:
         make_source(rejected, None, {"decode": (1,)})  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # deep: migrates a generated tree at each job count
 def test_migration_section_times_each_job_count_on_a_generated_tree() -> None:
     result = BenchResult()
     run_migration(result, MigrationSettings(jobs=(1, 2), generated_files=6, use_real_tree=False))

@@ -19,7 +19,7 @@ from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import Rename, RenameKind, RenameTable, load_renames
 from cudagraph.migrate.rules import select_rules
 from cudagraph.migrate.source_migration import SourceMigration, migrate_source
-from cudagraph.migrate.todo_comments import GuideSection, todo_lines, todo_text
+from cudagraph.migrate.todo_comments import todo_lines, todo_text
 
 STAYING_NAME = "_legacy_only_helper"
 """A name of a legacy module that nothing moves: no row names it and no new module exports it."""
@@ -154,7 +154,7 @@ def _from_import(
         legacy_uses.insert(0, STAYING_NAME)
         migrated_uses.insert(0, STAYING_NAME)
         reason = f"not exported by {row.new} and not in the rename table; kept on {row.old}"
-        todo = todo_text(f"{STAYING_NAME}: {reason}", GuideSection.NAMES_THAT_STAY)
+        todo = todo_text(f"{STAYING_NAME}: {reason}", "CG101")
         written = "".join(f"{line}\n" for line in todo_lines(todo))
         expected_imports.insert(0, written + _from_statement(row.old, [STAYING_NAME], multiline=multiline))
     legacy_import = _from_statement(row.old, legacy_spelled, multiline=multiline)
@@ -195,5 +195,5 @@ def _module_binding(
         line = source.splitlines().index(f"        {BINDING}.{STAYING_NAME} is not None,") + 1
         message = f"{row.old}.{STAYING_NAME}: {row.new} has no such name; left as written"
         notes = (f"CG101 {line}: {message}",)
-        todo = todo_text(message, GuideSection.NAMES_THAT_STAY)
+        todo = todo_text(message, "CG101")
     return source, _file(docstring, expected_imports, migrated_uses, todo), notes

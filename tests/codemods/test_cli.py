@@ -79,8 +79,9 @@ def test_diff_prints_a_patch_git_applies_and_writes_nothing(
     assert main(["pkg", "--diff", "--no-progress"]) == EXIT_CHANGES
     assert _snapshot(tree) == before
     diff = capsys.readouterr().out
-    assert "--- a/pkg/server.py\n+++ b/pkg/server.py\n" in diff
-    applied = subprocess.run(["git", "apply", "-"], input=diff, text=True, capture_output=True, cwd=tree)
+    # outside a git repository the patch names files relative to the PATH given, and applies from there
+    assert "--- a/server.py\n+++ b/server.py\n" in diff
+    applied = subprocess.run(["git", "apply", "-"], input=diff, text=True, capture_output=True, cwd=tree / "pkg")
     assert applied.returncode == 0, applied.stderr
     assert _snapshot(tree) == _snapshot(expected)
     assert main(["pkg", "--diff", "--no-progress"]) == EXIT_OK  # nothing left to change

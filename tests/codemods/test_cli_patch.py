@@ -36,7 +36,7 @@ def test_patch_writes_the_patch_to_a_file_and_nothing_to_stdout(
     assert captured.out == ""
     assert f"patch: {patch} (1 file(s); git apply {patch})" in captured.err
     assert (project / "pkg" / "server.py").read_bytes() == LEGACY.read_bytes()  # nothing written
-    applied = subprocess.run(["git", "apply", str(patch)], capture_output=True, text=True, cwd=project)
+    applied = subprocess.run(["git", "apply", str(patch)], capture_output=True, text=True, cwd=project / "pkg")
     assert applied.returncode == 0, applied.stderr
     assert (project / "pkg" / "server.py").read_text() == MIGRATED.read_text()
     # Nothing left to change: an empty patch, exit 0.

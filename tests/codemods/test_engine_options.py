@@ -275,7 +275,7 @@ def test_a_value_known_only_at_run_time_is_a_manual_step_marked_once() -> None:
     migrated = first.migrated.decode()
     assert (
         f"    {TODO} enable_breakable_cuda_graph=flag is not a literal True/False; set\n"
-        "    #   prefill_cuda_graph_backend= by hand — see migration-guide.md#values-known-only-at-run-time\n"
+        "    #   prefill_cuda_graph_backend= by hand — see cudagraph-migrate --explain CG403\n"
         "    return ServerArgs(enable_breakable_cuda_graph=flag, decode_cuda_graph_max_bs=8)\n"
     ) in migrated
     again = migrate_source(migrated, "plugin/build.py", RULES, TABLE, options)

@@ -42,6 +42,7 @@ def test_the_example_exercises_every_row_of_the_legacy_shim_modules_and_every_no
     assert missing == []
 
 
+@pytest.mark.slow  # its own tests in a subprocess (what `nox -s migrate` runs); the migration is checked fast below
 def test_the_example_migrates_and_its_tests_pass(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "cudagraph.migrate.example", "--workdir", str(tmp_path)],
@@ -173,3 +174,19 @@ def test_the_output_shows_the_plugins_manual_step(
     assert any(line.startswith("listed for review: ") for line in summary)
     assert result.report.count("failed") == 0
     assert "# TODO(cudagraph-migrate):" in (result.copy / PLUGIN).read_text()
+
+
+def test_without_pytest_the_example_says_what_its_tests_need(tmp_path: Path) -> None:
+    """A wheel install of cudagraph-migrate alone has no pytest: the example migrates, then says so, exit 0."""
+    script = (
+        "import sys; sys.modules['pytest'] = None\n"  # importing pytest now fails, as where it is not installed
+        "from cudagraph.migrate.example import main\n"
+        f"sys.exit(main(['--workdir', {str(tmp_path)!r}]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "No module named" not in result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1].startswith(
+        "the example's tests were not run: they need pytest, not installed here (pip install pytest"
+    )
+    assert (tmp_path / "migration.patch").read_text()

@@ -274,7 +274,7 @@ def test_every_guide_section_a_todo_points_to_exists() -> None:
 
     guide = (Path(__file__).resolve().parents[2] / "refactor" / "migration-guide.md").read_text()
     anchors = {
-        "-".join(line.lstrip("#").strip().lower().replace("`", "").split())
+        "-".join(line.lstrip("#").strip().lower().replace("`", "").replace("'", "").split())
         for line in guide.splitlines()
         if line.startswith("#")
     }

@@ -15,7 +15,6 @@ from cudagraph.migrate.todo_comments import (
     CONTINUATION,
     TODO_MARKER,
     WIDTH,
-    GuideSection,
     todo_comments_in,
     todo_lines,
     todo_text,
@@ -27,7 +26,7 @@ LONG = todo_text(
     "kept on the legacy CudaGraphRunner: DecodeCudaGraphRunner(model_runner, config, *, backend=..., "
     "show_progress=..., num_warmups=..., capture_barrier=...) does not take this call: missing required argument "
     "'config'; the members graphs, capture_bs, output_buffers and recapture_if_needed are missing too",
-    GuideSection.CALLS,
+    "CG101",
 )
 STAR_IMPORT = "from sglang.srt.model_executor.cuda_graph_runner import *  # noqa: F403\n\nx = 1\n"
 """A file whose first statement gets a TODO (libcst reads comments above it as the module's header)."""
@@ -56,11 +55,11 @@ def test_a_long_todo_is_wrapped_at_the_width() -> None:
     assert all(line.startswith(CONTINUATION) and line[len(CONTINUATION)] != " " for line in lines[1:])
     assert all(len(line) <= WIDTH for line in lines)
     assert _joined(lines) == LONG
-    assert lines[-1].endswith(f" migration-guide.md#{GuideSection.CALLS.value}")  # an anchor is never split
+    assert lines[-1].endswith(" cudagraph-migrate --explain CG101")  # the command is never split
 
 
 def test_a_short_todo_stays_on_one_line() -> None:
-    text = todo_text("star import from a.b", GuideSection.STAR_IMPORTS)
+    text = todo_text("star import from a.b", "CG101")
     assert len(text) <= WIDTH
     assert todo_lines(text) == [text]
 
@@ -70,7 +69,7 @@ words = st.text(st.characters(codec="utf-8", exclude_categories=("Zs", "Zl", "Zp
 
 @given(st.lists(st.one_of(words, st.sampled_from(["--cuda-graph-max-bs", "a" * 130, "—", "x.y.z"])), min_size=1))
 def test_wrapping_keeps_every_word_and_reads_back(message: list[str]) -> None:
-    text = todo_text(" ".join(message), GuideSection.MANUAL_STEPS)
+    text = todo_text(" ".join(message), "CG201")
     lines = todo_lines(text)
     assert _joined(lines) == text
     assert all(len(line) <= WIDTH or " " not in line.removeprefix(CONTINUATION).strip() for line in lines[1:])
@@ -92,13 +91,29 @@ def test_a_todo_wrapped_at_another_width_or_on_one_line_is_recognised() -> None:
         assert with_todo_comments(_statement(present), [LONG])[1] == 0
 
 
+def test_a_todo_an_earlier_version_wrote_with_a_guide_anchor_is_recognised() -> None:
+    """Earlier versions ended a TODO with ``— see migration-guide.md#<section>``: it is the same TODO."""
+    earlier = LONG.replace(
+        "— see cudagraph-migrate --explain CG101", "— see migration-guide.md#calls-the-new-api-does-not-accept"
+    )
+    assert earlier != LONG
+    for present in (todo_lines(earlier), [earlier]):
+        assert with_todo_comments(_statement(present), [LONG])[1] == 0
+
+
+def test_the_command_closing_a_todo_is_never_split() -> None:
+    for width in range(20, 90):
+        text = todo_text("x" * width, "CG102")
+        assert todo_lines(text)[-1].endswith("cudagraph-migrate --explain CG102"), width
+
+
 def test_a_comment_of_the_users_below_a_todo_does_not_hide_it() -> None:
     statement = _statement([*todo_lines(LONG), f"{CONTINUATION}an indented note of the user's own"])
     assert with_todo_comments(statement, [LONG])[1] == 0
 
 
 def test_only_the_missing_todo_is_added_wrapped() -> None:
-    short = todo_text("short", GuideSection.MANUAL_STEPS)
+    short = todo_text("short", "CG101")
     marked, added = with_todo_comments(_statement([short]), [short, LONG])
     assert added == 1
     assert [line.comment.value for line in marked.leading_lines if line.comment] == [short, *todo_lines(LONG)]

@@ -72,8 +72,10 @@ SMOKE = {
         "assert renames_path() == PACKAGED_RENAMES_PATH, renames_path(); assert len(load_renames()) > 0"
     ),
     "cudagraph-migrate": (
-        "import sysconfig; from cudagraph.migrate import example;"
-        "assert str(example.example_source()).startswith(sysconfig.get_paths()['purelib']), example.example_source()"
+        "import sysconfig; from cudagraph.migrate import example, guide;"
+        "assert str(example.example_source()).startswith(sysconfig.get_paths()['purelib']), example.example_source();"
+        "assert guide.guide_path() == guide.PACKAGED_GUIDE_PATH, guide.guide_path();"
+        "assert '### Calls the new API does not accept' in guide.explain('CG101')"
     ),
 }
 

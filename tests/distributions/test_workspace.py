@@ -115,6 +115,16 @@ def test_sdist_carries_the_rename_table_where_the_reader_looks() -> None:
     assert force_include == {"../../refactor/renames.toml": f"src/{packaged.as_posix()}"}
 
 
+def test_sdist_carries_the_migration_guide_where_explain_looks() -> None:
+    from cudagraph.migrate.guide import PACKAGED_GUIDE_PATH
+
+    migrate = DISTRIBUTIONS["cudagraph-migrate"]
+    force_include = migrate.pyproject["tool"]["hatch"]["build"]["targets"]["sdist"]["force-include"]
+    assert (migrate.directory / "../refactor/migration-guide.md").resolve() == ROOT / "refactor" / "migration-guide.md"
+    packaged = PACKAGED_GUIDE_PATH.relative_to(PACKAGED_GUIDE_PATH.parents[3])
+    assert force_include == {"../refactor/migration-guide.md": f"src/{packaged.as_posix()}"}
+
+
 def _closure(name: str, extras: tuple[str, ...] = ()) -> set[str]:
     """Every distribution name ``name`` installs (itself included), following workspace siblings."""
     seen: set[str] = set()

@@ -64,7 +64,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+DEEP_CASES = frozenset({"triton-attention", "triton-kernels"})
+"""Cases that load the model under Triton's interpreter first (slow); the fast case loads it plainly."""
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(case, marks=pytest.mark.slow) if case in DEEP_CASES else case for case in sorted(CASES)]
+)
 def test_a_backend_choice_that_cannot_run_is_one_line_before_the_model_loads(case: str, truncated_model: Path) -> None:
     flags, expected = CASES[case]
     environ = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}

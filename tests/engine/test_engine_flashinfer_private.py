@@ -15,20 +15,24 @@ import pytest
 import torch
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: cudagraph-config requires tomli there
     import tomli as tomllib
 
+from cudagraph.engine.kernels.flashinfer import private_api
 from cudagraph.engine.kernels.flashinfer.private_api import (
     DECODE_WRAPPER_ATTRIBUTES,
     PINNED_WORKSPACE,
     PROVEN_ON,
     PROVEN_RANGE,
+    ROUTES_AWAY,
     FlashInferPrivateApiError,
     direct_decode_launch,
     in_proven_range,
+    parse_version,
     read_private,
     share_pinned_workspace,
     utils_helpers,
@@ -84,6 +88,38 @@ def test_the_direct_launch_reads_through_the_adapter_before_anything_else() -> N
         direct_decode_launch(StandInWrapper("_cached_module"), tensor, torch.zeros(1, 2, 1, 2, 8), tensor)
 
 
+class PlannedStandIn(StandInWrapper):
+    """A stand-in as plainly configured as the graph wrapper the FlashInfer backend binds directly."""
+
+    def __init__(self, **routes: bool) -> None:
+        super().__init__()
+        self._use_cuda_graph, self._use_tensor_cores, self._backend, self._kv_layout = True, False, "fa2", "NHD"
+        self._cached_module = SimpleNamespace(run=lambda *args: None)
+        self._cached_q_data_type = self._cached_kv_data_type = torch.float32
+        for name, value in routes.items():
+            setattr(self, name, value)
+
+
+@pytest.mark.parametrize("route", [attr.name for attr in ROUTES_AWAY])
+def test_a_flashinfer_07_wrapper_that_routes_away_from_the_decode_kernel_is_not_bound(
+    route: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FlashInfer 0.7's run takes cuDNN, XQA or scale-factor paths where its plan chose them: then the bound launch
+    would call the wrong kernel, so the caller keeps ``wrapper.run``. With the switch off (0.7) or absent (0.5) the
+    same wrapper binds."""
+    helpers = SimpleNamespace(
+        TensorLayout=SimpleNamespace(NHD=SimpleNamespace(value=0)),
+        _unpack_paged_kv_cache=lambda cache, layout: (cache[:, 0], cache[:, 1]),
+        _get_cache_alibi_slopes_buf=lambda heads, device: None,
+        device_support_pdl=lambda device: False,
+    )
+    monkeypatch.setattr(private_api, "utils_helpers", lambda: helpers)
+    q, cache = torch.zeros(1, 2, 8), torch.zeros(1, 2, 1, 2, 8)
+    assert direct_decode_launch(PlannedStandIn(), q, cache, torch.zeros_like(q)) is not None  # 0.5: no switches
+    assert direct_decode_launch(PlannedStandIn(**{route: False}), q, cache, torch.zeros_like(q)) is not None
+    assert direct_decode_launch(PlannedStandIn(**{route: True}), q, cache, torch.zeros_like(q)) is None
+
+
 def test_sharing_the_pinned_workspace_needs_the_attribute() -> None:
     pinned = torch.zeros(4, dtype=torch.uint8)
     wrapper = StandInWrapper()
@@ -104,13 +140,20 @@ def test_sharing_the_pinned_workspace_needs_the_attribute() -> None:
         ("0.5.2", False),
         ("0.6.0", False),
         ("0.6.0rc1", False),
+        ("0.6.18", False),
+        ("0.7.0", True),
+        ("0.7.4", True),
+        ("0.7.4+cu130", True),
+        ("0.8.0", False),
         ("1.0", False),
         ("unknown", False),
     ],
 )
 def test_the_proven_range_has_an_upper_bound(version: str, inside: bool) -> None:
-    assert PROVEN_RANGE == ">=0.5.3,<0.6"
+    assert PROVEN_RANGE == ">=0.5.3,!=0.6.*,<0.8"
     assert in_proven_range(version) is inside
+    if version != "unknown":  # the specifier users install agrees (a local version such as +cu130 aside)
+        assert (Version(version).public in SpecifierSet(PROVEN_RANGE)) is inside
 
 
 # -- where flashinfer is installed ------------------------------------------------------------------------------------
@@ -150,6 +193,16 @@ def _assigns(source: str, name: str) -> bool:
     return re.search(rf"self\.{re.escape(name)}\s*(:[^=\n]*)?=(?!=)", source) is not None
 
 
+def _setting_sources(set_by: str) -> list[str]:
+    """The source of the wrapper method ``set_by`` and, where ``plan`` hands its work on (FlashInfer 0.7's
+    ``_plan_impl``), of that method too."""
+    import flashinfer
+
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper
+    names = [set_by, "_plan_impl"] if set_by == "plan" else [set_by]
+    return [inspect.getsource(getattr(wrapper, name)) for name in names if hasattr(wrapper, name)]
+
+
 @NEEDS_FLASHINFER
 @pytest.mark.parametrize("attr", DECODE_WRAPPER_ATTRIBUTES, ids=lambda attr: attr.name)
 def test_the_decode_wrapper_still_sets_each_attribute_the_adapter_reads(attr) -> None:
@@ -157,15 +210,33 @@ def test_the_decode_wrapper_still_sets_each_attribute_the_adapter_reads(attr) ->
     attribute."""
     import flashinfer
 
-    method = getattr(flashinfer.BatchDecodeWithPagedKVCacheWrapper, attr.set_by, None)
-    assert method is not None, (
+    sources = _setting_sources(attr.set_by)
+    assert sources, (
         f"flashinfer {flashinfer.__version__}: BatchDecodeWithPagedKVCacheWrapper has no {attr.set_by}, which set "
         f"{attr.name} in {PROVEN_ON} ({attr.use}); update cudagraph.engine.kernels.flashinfer.private_api"
     )
-    assert _assigns(inspect.getsource(method), attr.name), (
+    assert any(_assigns(source, attr.name) for source in sources), (
         f"flashinfer {flashinfer.__version__}: BatchDecodeWithPagedKVCacheWrapper.{attr.set_by} no longer sets "
         f"{attr.name}, which the engine reads for {attr.use} (proven on {PROVEN_ON}, range {PROVEN_RANGE}); update "
         "cudagraph.engine.kernels.flashinfer.private_api"
+    )
+
+
+@NEEDS_FLASHINFER
+@pytest.mark.parametrize("attr", ROUTES_AWAY, ids=lambda attr: attr.name)
+def test_a_flashinfer_07_wrapper_still_names_each_route_away_from_the_decode_kernel(attr) -> None:
+    """On 0.7 and later, each switch the bound launch checks is still set where the table says (a renamed switch
+    would let the launch mirror a kernel ``run`` no longer calls); 0.5 has none of them."""
+    import flashinfer
+
+    if parse_version(flashinfer.__version__) < (0, 7, 0):
+        assert not any(
+            _assigns(source, attr.name) for source in _setting_sources(attr.set_by) + _setting_sources("__init__")
+        ), f"flashinfer {flashinfer.__version__} already sets {attr.name}: add it to the proven releases' notes"
+        return
+    assert any(_assigns(source, attr.name) for source in _setting_sources(attr.set_by)), (
+        f"flashinfer {flashinfer.__version__}: BatchDecodeWithPagedKVCacheWrapper.{attr.set_by} no longer sets "
+        f"{attr.name} ({attr.use}); update ROUTES_AWAY in cudagraph.engine.kernels.flashinfer.private_api"
     )
 
 

@@ -120,7 +120,7 @@ def test_experts_split_over_two_ranks_give_single_rank_tokens_and_logits(preset:
     ("preset", "decode"),
     [
         ("tiny-qwen3-moe-random", "disabled"),
-        ("tiny-qwen3-moe-random", "breakable"),
+        pytest.param("tiny-qwen3-moe-random", "breakable", marks=pytest.mark.slow),
         pytest.param("tiny-qwen3-moe-random", "full", marks=pytest.mark.slow),
         pytest.param("tiny-mixtral-random", "disabled", marks=pytest.mark.slow),
         pytest.param("tiny-mixtral-random", "breakable", marks=pytest.mark.slow),
@@ -181,6 +181,7 @@ def test_sglangs_and_vllms_spellings_set_the_same_a2a_backend(flag: str) -> None
     assert commands.build_parser().parse_args(MOE_GENERATE).moe_a2a_backend == "none"
 
 
+@pytest.mark.slow  # deep: the CLI over two ranks; the two-rank exchange itself stays fast (above)
 def test_cli_generate_at_tp2_with_all_to_all_prints_the_single_rank_tokens(capsys: pytest.CaptureFixture[str]) -> None:
     prompts = ["--max-new-tokens", "5", "--json", "-q", "--kernel-backend", "torch"]
     assert commands.main([*MOE_GENERATE, *prompts]) == 0

@@ -3,6 +3,7 @@ one rank cannot capture stays eager on every rank."""
 
 from __future__ import annotations
 
+import pytest
 import tp_lifecycle_workers
 
 from cudagraph.engine.distributed import launch
@@ -10,6 +11,7 @@ from cudagraph.runner.agreement import ANOTHER_RANK_RAN_OUT
 from cudagraph.runner.memory_plan import OUT_OF_MEMORY_WHILE_CAPTURING
 
 
+@pytest.mark.slow  # deep: two gloo ranks capturing lazily
 def test_a_bucket_one_rank_cannot_capture_stays_eager_on_every_rank() -> None:
     ranks = launch(tp_lifecycle_workers.lazy_capture_on_rank, ([[], [4]], True), 2)
     assert [rank["captured"] for rank in ranks] == [[1, 2, 8], [1, 2, 8]]

@@ -30,7 +30,7 @@ from cudagraph.runner import DecodeCudaGraphRunner
 PROMPTS = ([1, 2, 3], [7, 300, 11, 45, 2, 9], [500], [64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74])
 NEW_TOKENS = 8
 TIMEOUT_S = 20.0
-EAGER = resolve(disable_cuda_graph=True)
+EAGER = resolve(decode_disable_cuda_graph=True, prefill_disable_cuda_graph=True)
 
 
 def join(rank: int, world_size: int, init_method: str, timeout_s: float = TIMEOUT_S):

@@ -183,6 +183,15 @@ def test_missing_config_json_names_the_path(tmp_path: Path) -> None:
         ModelConfig.from_pretrained(tmp_path / "nowhere")
 
 
+def test_a_file_that_is_not_json_is_not_a_model_directory(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("some notes\n")
+    with pytest.raises(
+        ModelLoadError, match=r"notes\.txt is not a model directory: give a folder holding config\.json"
+    ):
+        ModelConfig.from_pretrained(notes)
+
+
 def test_invalid_json_is_a_load_error(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="not valid JSON"):

@@ -262,6 +262,7 @@ def test_a_traced_forward_with_adapters_calls_the_op_and_keeps_eagers_numbers() 
         assert_compiled_matches_eager(runner, compiled, (3, 1))
 
 
+@pytest.mark.slow  # the deep variant of the traced forward with adapters (above): tc_piecewise splits it too
 def test_the_split_forward_with_adapters_keeps_the_deltas_in_the_pieces_and_eagers_numbers() -> None:
     """``tc_piecewise``'s split of a forward with adapters on: attention stays the only split, each projection's
     delta is a node of the piece it falls in (a layer's q/k/v delta before its attention, its o delta after), and the

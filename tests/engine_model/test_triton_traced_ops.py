@@ -89,7 +89,7 @@ def op_cases(rows: int, generator: torch.Generator) -> list[tuple[str, tuple[Any
     ]
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5])
+@pytest.mark.parametrize("rows", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow)])
 def test_every_op_passes_opcheck(rows: int) -> None:
     """Schema (what it mutates), fake implementation (shapes, dtypes, strides of the real outputs) and AOT dispatch,
     for every op at the kernels' row counts."""
@@ -191,6 +191,7 @@ def graph_ops(graph_module: torch.fx.GraphModule) -> list[str]:
     return [str(node.target) for node in graph_module.graph.nodes if node.op == "call_function"]
 
 
+@pytest.mark.slow  # deep: a whole forward traced per token count; each op's tracing is checked fast above
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_forward_over_the_triton_set_traces_into_one_graph_for_every_token_count(preset: str) -> None:
     """No graph break, one compilation for three token counts (the kernels are chosen inside the ops, so the graph
@@ -219,6 +220,7 @@ def test_a_forward_over_the_triton_set_traces_into_one_graph_for_every_token_cou
     assert targets.count("cudagraph_engine.unified_attention") == 0
 
 
+@pytest.mark.slow  # deep: aot_autograd over a whole traced forward
 @pytest.mark.parametrize("preset", PRESETS)
 def test_aot_autograd_functionalizes_the_traced_forward_and_keeps_eagers_numbers(preset: str) -> None:
     """``aot_eager``: the ops' schemas and fake implementations hold through AOTAutograd's functionalization (what

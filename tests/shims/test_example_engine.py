@@ -47,6 +47,7 @@ def migrated(tmp_path: Path) -> Path:
     return target
 
 
+@pytest.mark.slow  # deep: the example's whole suite through the shims; the plugin test below imports one
 def test_unmigrated_example_passes_through_the_shims_with_warnings(unmigrated: Path) -> None:
     result = _pytest(unmigrated, "-W", "always::DeprecationWarning")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -61,6 +62,7 @@ def test_the_no_legacy_plugin_catches_an_imported_shim(unmigrated: Path) -> None
     assert "legacy shim modules were imported" in result.stdout + result.stderr
 
 
+@pytest.mark.slow  # deep: the example's whole suite again, deprecations as errors
 def test_unmigrated_example_fails_at_the_first_legacy_use_under_error(unmigrated: Path) -> None:
     result = _pytest(unmigrated, "-W", "error::DeprecationWarning")
     assert result.returncode != 0

@@ -3,22 +3,31 @@
 Each worker reads, migrates and (unless only checking) writes its file itself, so results never travel back as whole
 file contents; only the diff does, when one was asked for. Files go to the workers in chunks, and each worker loads
 the rename table, the exports manifest and the rules once.
+
+Ctrl-C (SIGINT, to this process or to its whole process group) stops a run within moments at any job count: a file
+being written is finished (the write is one rename), every other file is left as it was, and :func:`migrate_files`
+returns a report marked :attr:`RunReport.interrupted` holding the files that were done. No worker prints a traceback.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import dataclasses
 import difflib
 import functools
-import itertools
+import multiprocessing
 import os
+import signal
+import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .exports import load_exports
-from .files import atomic_write
+from .files import atomic_write, patch_base
 from .line_moves import moved_lines
 from .options import RunOptions
 from .reexports import collect_reexports
@@ -39,6 +48,7 @@ __all__ = [
     "RunReport",
     "migrate_file",
     "migrate_files",
+    "one_line",
     "unified_patch",
     "with_project_reexports",
 ]
@@ -59,7 +69,10 @@ class MigrationOptions:
     run: RunOptions = field(default_factory=RunOptions)
     """Switches the rules read (``--rewrite-argv``)."""
     patch_root: str | None = None
-    """Name the patch's files relative to this folder (default: the working directory when inside it)."""
+    """Name the patch's files relative to this folder (default: see :attr:`patch_bases`)."""
+    patch_bases: tuple[str, ...] = ()
+    """The paths the files were found under: a patch names each file relative to the top of its git work tree, or
+    outside a repository to the path it was found under (:func:`cudagraph.migrate.files.patch_base`)."""
 
 
 @dataclass
@@ -68,11 +81,14 @@ class FileReport:
 
     path: str
     status: str
-    """``changed``, ``unchanged`` or ``failed``."""
+    """``changed``, ``unchanged``, ``failed``, or ``interrupted`` (Ctrl-C came first: left as it was)."""
     edits: dict[str, int] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None
     diff: str | None = None
+    warning: str | None = None
+    """Something the user should hear about a file left as it was (one that names nothing legacy but does not
+    parse)."""
     parsed: bool = False
     """Whether the file got past the text prefilter and the parser read it (one that does not parse is not
     counted: it is ``failed``)."""
@@ -88,6 +104,8 @@ class RunReport:
 
     files: list[FileReport]
     rules: Sequence[Rule]
+    interrupted: bool = False
+    """Ctrl-C stopped the run: :attr:`files` holds the files done before it (each written whole, or not at all)."""
 
     def count(self, status: str) -> int:
         """Files with ``status``."""
@@ -132,21 +150,99 @@ def migrate_files(
     jobs: int = 1,
     progress: Callable[[Iterator[FileReport], int], Iterator[FileReport]] | None = None,
 ) -> RunReport:
-    """Migrate ``files`` with ``jobs`` processes; ``progress`` wraps the stream of reports (a progress display)."""
-    worker = functools.partial(migrate_file, options=options)
+    """Migrate ``files`` with ``jobs`` processes; ``progress`` wraps the stream of reports (a progress display).
+
+    Ctrl-C ends the run early (see the module's docstring): the report then holds the files done before it, in input
+    order, and says it was interrupted.
+    """
     rules = _rules(options.rule_codes)
-    if jobs <= 1 or len(files) <= 1:
-        stream: Iterator[FileReport] = map(worker, files)
-        return RunReport(list(progress(stream, len(files)) if progress else stream), rules)
+    with _sigint_stops_the_run():
+        stream = _in_process(files, options) if jobs <= 1 or len(files) <= 1 else _in_workers(files, options, jobs)
+        done = {report.path: report for report in (progress(stream, len(files)) if progress else stream)}
+    finished = [done[str(path)] for path in files if str(path) in done and done[str(path)].status != "interrupted"]
+    return RunReport(finished, rules, interrupted=_INTERRUPT.requested)
+
+
+def _in_process(files: Sequence[Path], options: MigrationOptions) -> Iterator[FileReport]:
+    for path in files:
+        if _INTERRUPT.requested:
+            return
+        yield migrate_file(path, options)
+
+
+def _in_workers(files: Sequence[Path], options: MigrationOptions, jobs: int) -> Iterator[FileReport]:
+    """Reports as worker processes finish them; after Ctrl-C, only those of the tasks already running."""
     heavy, light = _split_by_work(files, options)
-    with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
-        # The few files with legacy names hold nearly all the work: largest first, one per task, so no worker is
-        # left with a chunk of them while the other idles; the rest go in large chunks.
-        heavy_stream = pool.map(worker, heavy, chunksize=1)
-        light_stream = pool.map(worker, light, chunksize=max(1, min(64, len(light) // (jobs * 8))))
-        reports: Iterator[FileReport] = itertools.chain(heavy_stream, light_stream)
-        by_path = {report.path: report for report in (progress(reports, len(files)) if progress else reports)}
-    return RunReport([by_path[str(path)] for path in files], rules)
+    # The few files with legacy names hold nearly all the work: largest first, one per task, so no worker is left
+    # with a chunk of them while the other idles; the rest go in large chunks.
+    size = max(1, min(64, len(light) // (jobs * 8)))
+    tasks = [[path] for path in heavy] + [light[start : start + size] for start in range(0, len(light), size)]
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(files)), initializer=_worker_started)
+    try:
+        pending: set[Future[list[FileReport]]] = {pool.submit(_migrate_chunk, task, options) for task in tasks}
+        while pending and not _INTERRUPT.requested:
+            finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+            for future in finished:
+                yield from future.result()
+        if pending:  # interrupted: queued tasks never start, running ones stop at their next file
+            for future in pending:
+                future.cancel()
+            for child in multiprocessing.active_children():
+                _signal(child.pid)
+            for future in wait([future for future in pending if not future.cancelled()], timeout=5).done:
+                yield from future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _signal(pid: int | None) -> None:
+    """Pass Ctrl-C on to a worker (it may have had it already, from the process group, or be gone)."""
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+
+
+def _migrate_chunk(paths: Sequence[Path], options: MigrationOptions) -> list[FileReport]:
+    return [migrate_file(path, options) for path in paths]
+
+
+@dataclass
+class _InterruptState:
+    """This process's Ctrl-C state. ``busy``: inside a file's migration, where Ctrl-C raises to abandon it; ``writing``:
+    inside the write, which always finishes (one rename, never half a file)."""
+
+    requested: bool = False
+    busy: bool = False
+    writing: bool = False
+
+
+_INTERRUPT = _InterruptState()
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    first = not _INTERRUPT.requested
+    _INTERRUPT.requested = True
+    if first and _INTERRUPT.busy and not _INTERRUPT.writing:
+        raise KeyboardInterrupt
+
+
+def _worker_started() -> None:
+    # A forked worker inherits the run's state (a Ctrl-C that came first stays seen); a spawned one starts clear.
+    signal.signal(signal.SIGINT, _on_sigint)
+
+
+@contextlib.contextmanager
+def _sigint_stops_the_run() -> Iterator[None]:
+    """While a run lasts, Ctrl-C in this process asks it to stop (instead of raising wherever it lands)."""
+    _INTERRUPT.requested = False
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _split_by_work(files: Sequence[Path], options: MigrationOptions) -> tuple[list[Path], list[Path]]:
@@ -171,7 +267,22 @@ def _split_by_work(files: Sequence[Path], options: MigrationOptions) -> tuple[li
 
 
 def migrate_file(path: Path, options: MigrationOptions) -> FileReport:
-    """Migrate one file: read, rewrite, and write it back atomically when it changed and writing is on."""
+    """Migrate one file: read, rewrite, and write it back atomically when it changed and writing is on.
+
+    After Ctrl-C (in a run, see :func:`migrate_files`) the file is left as it was and reported ``interrupted``.
+    """
+    if _INTERRUPT.requested:
+        return FileReport(str(path), "interrupted")
+    try:
+        _INTERRUPT.busy = True
+        return _migrate_file(path, options)
+    except KeyboardInterrupt:
+        return FileReport(str(path), "interrupted")
+    finally:
+        _INTERRUPT.busy = False
+
+
+def _migrate_file(path: Path, options: MigrationOptions) -> FileReport:
     try:
         original = path.read_bytes()
     except OSError as error:
@@ -179,20 +290,66 @@ def migrate_file(path: Path, options: MigrationOptions) -> FileReport:
     try:
         result = migrate_bytes(original, str(path), options)
     except MigrationError as error:
+        if _INTERRUPT.requested:  # Ctrl-C landed inside a rule, which reported it as its own failure
+            return FileReport(str(path), "interrupted")
         parsed = not isinstance(error, UnparsableSourceError)
-        return FileReport(str(path), "failed", error=str(error), parsed=parsed)
+        return FileReport(str(path), "failed", error=one_line(str(error)), parsed=parsed)
     report = _report(str(path), result)
+    if not result.parsed:
+        report.warning = _unparsable(original, path)
     if not result.changed:
         return report
     if options.diff:
-        report.diff = unified_patch(str(path), result.original, result.migrated, root=options.patch_root)
+        changed = _link_target(path)  # git patches what a link points to, never the link itself
+        root = options.patch_root or patch_base(changed, options.patch_bases)
+        report.diff = unified_patch(str(changed), result.original, result.migrated, root=root)
     if options.write:
+        if _INTERRUPT.requested:
+            return FileReport(str(path), "interrupted")
+        _INTERRUPT.writing = True
         try:
             atomic_write(path, result.migrated)
         except OSError as error:
             return FileReport(str(path), "failed", error=f"{path}: cannot write: {error.strerror or error}")
+        finally:
+            _INTERRUPT.writing = False
         report.findings = on_written_lines(report.findings, result.original, result.migrated)
     return report
+
+
+def _link_target(path: Path) -> Path:
+    """``path``, or where the symbolic link ``path`` leads, spelled from the link's own folder (so a patch names the
+    file as the tree spells it, not as the file system resolves every folder above it)."""
+    if not path.is_symlink():
+        return path
+    return Path(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), os.readlink(path))))
+
+
+def _unparsable(source: bytes, path: Path) -> str | None:
+    """Why ``source``, which the prefilter let no rule see, does not parse as Python; None when it does."""
+    try:
+        with warnings.catch_warnings():  # invalid escapes and the like are the file's business, not this run's
+            warnings.simplefilter("ignore")
+            ast.parse(source, str(path))
+    except SyntaxError as error:
+        return one_line(f"{path}:{error.lineno}:{error.offset}: does not parse: {error.msg} (it names nothing legacy)")
+    except ValueError as error:  # a NUL byte
+        return one_line(f"{path}: does not parse: {error} (it names nothing legacy)")
+    return None
+
+
+ERROR_WIDTH = 300
+"""The most characters of an error's message an ``error:`` line shows."""
+
+
+def one_line(message: str, width: int = ERROR_WIDTH) -> str:
+    """``message`` as one line of at most ``width`` characters: its first line, cut with ``...`` (an exception's
+    message can hold a whole syntax tree's repr)."""
+    lines = message.strip().splitlines()
+    first = lines[0] if lines else ""
+    if len(first) > width or len(lines) > 1:
+        return first[: width - 3].rstrip() + "..." if len(first) > width - 3 else first + " ..."
+    return first
 
 
 def on_written_lines(findings: Sequence[Finding], original: bytes, migrated: bytes) -> list[Finding]:

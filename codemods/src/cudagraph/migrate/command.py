@@ -7,7 +7,9 @@ Conventions follow ruff and black. Exit status:
   (on a writing run as with ``--check``) found places that need a manual step, each marked in its file with a
   ``# TODO(cudagraph-migrate)`` comment; or a file failed (it does not parse, cannot be written, or its migration
   would not import: such a file is left untouched);
-- 2: a usage error (a bad option, a missing path): nothing was done.
+- 2: a usage error (a bad option, a missing path): nothing was done;
+- 130: Ctrl-C stopped the run: each file is either as it was or fully migrated, and one line says how many were
+  written.
 
 In CI, ``cudagraph-migrate --check PATH`` fails while code the tool can migrate remains, and
 ``cudagraph-migrate --check --strict PATH`` also fails until every manual step is done.
@@ -22,13 +24,15 @@ and with ``-v`` ``skip:`` for every name left alone).
 
 Patches and ``--check``'s file list go to stdout; progress, findings and the summary go to stderr, so ``--diff``
 output can be piped straight into ``git apply``; ``--patch FILE`` writes the patch to FILE instead (empty when nothing
-would change), for runners that mix the two streams. ``-`` reads one file from stdin and writes the migrated text to
-stdout.
+would change), for runners that mix the two streams. A patch names each file relative to the top of its git work
+tree (outside a repository, relative to the PATH it was found under), so ``cudagraph-migrate --diff TREE | git -C TREE
+apply`` works from anywhere. ``-`` reads one file from stdin and writes the migrated text to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -44,11 +48,13 @@ from .batch_run import (
     RunReport,
     migrate_bytes,
     migrate_files,
+    one_line,
     unified_patch,
     usable_cpus,
     with_project_reexports,
 )
-from .files import discover
+from .files import Discovery, discover
+from .guide import explain
 from .options import RunOptions
 from .renames import RenameTableError, load_renames
 from .rules import RULES, RuleSelectionError, select_rules
@@ -58,6 +64,7 @@ from .source_migration import MigrationError
 __all__ = [
     "EXIT_CHANGES",
     "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
     "build_parser",
@@ -75,6 +82,8 @@ EXIT_ERROR = EXIT_CHANGES
 """A file failed (reported, left untouched)."""
 EXIT_USAGE = 2
 """A bad option or a missing path: nothing was done."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT, as shells report it): every file as it was or fully migrated."""
 STDIN = "-"
 _PREFIX = {
     FindingKind.TODO: "todo",
@@ -92,6 +101,7 @@ exit status:
      --strict: a place needs a manual step (a # TODO(cudagraph-migrate) comment marks it);
      or a file failed and was left untouched
   2  usage error (a bad option, a missing path)
+  130  interrupted (Ctrl-C): every file is as it was or fully migrated
 
 CI: `cudagraph-migrate --check PATH` fails while migratable code remains;
 `cudagraph-migrate --check --strict PATH` also fails until every manual step is done."""
@@ -104,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Rewrite code from the legacy CUDA-graph names to the cudagraph packages (refactor/renames.toml).",
         epilog=_EXIT_STATUS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to migrate; - reads stdin")
     parser.add_argument("--diff", action="store_true", help="print a git-apply-able patch, write nothing")
@@ -123,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--select", action="append", default=[], metavar="CODES", help="only these rules (CG101,CG2)")
     parser.add_argument("--ignore", action="append", default=[], metavar="CODES", help="skip these rules")
     parser.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+    parser.add_argument(
+        "--explain",
+        metavar="CODE",
+        help="print how to do by hand what rule CODE leaves (the steps its TODO comments name) and exit",
+    )
     parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN", help="gitignore-style pattern")
     parser.add_argument("--no-gitignore", action="store_true", help="also migrate files .gitignore excludes")
     parser.add_argument(
@@ -156,10 +172,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before or after the files' migration: nothing was written
+        print("interrupted: no file written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.list_rules:
         _list_rules(sys.stdout)
+        return EXIT_OK
+    if args.explain is not None:
+        try:
+            sys.stdout.write(explain(args.explain))
+        except KeyError as error:
+            print(f"cudagraph-migrate: error: --explain: {error.args[0]}", file=sys.stderr)
+            return EXIT_USAGE
         return EXIT_OK
     problem = _usage_problem(args)
     if problem:
@@ -192,9 +223,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     started = time.perf_counter()
     roots = [Path(path) for path in args.paths if Path(path).is_dir()] or [Path.cwd()]
+    options = dataclasses.replace(options, patch_bases=tuple(args.paths))
     options = with_project_reexports(options, discovery.files, roots)
     progress = None if args.no_progress or args.quiet else _progress
     report = migrate_files(discovery.files, options, jobs=args.jobs, progress=progress)
+    if report.interrupted:
+        print(_interrupted_line(report, len(discovery.files), written=options.write), file=sys.stderr)
+        return EXIT_INTERRUPTED
     _print_details(report, args)
     if args.patch is not None:
         _write_patch(args.patch, [file.diff for file in report.files if file.diff], args.quiet)
@@ -203,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             report, written=options.write, seconds=time.perf_counter() - started, verbose=args.verbose
         )
         print(summary, file=sys.stderr)
+        for line in _left_as_they_are(report, discovery, args.paths):
+            print(line, file=sys.stderr)
     if report.count("failed"):
         return EXIT_ERROR
     if (args.check or args.diff or args.patch) and report.count("changed"):
@@ -212,7 +249,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
+def _interrupted_line(report: RunReport, total: int, *, written: bool) -> str:
+    """The one line a Ctrl-C'd run ends with: what was written, and that the rest is untouched."""
+    changed = report.count("changed") if written else 0
+    return (
+        f"interrupted: {changed} file(s) written (each fully migrated), the other {total - changed} of {total} "
+        "left untouched"
+    )
+
+
+def _left_as_they_are(report: RunReport, discovery: Discovery, paths: Sequence[str]) -> Iterator[str]:
+    """The summary's last lines: every file skipped, failed or worth a word though left as it was, by name."""
+    if not discovery.files and not discovery.skipped:
+        shown = ", ".join(paths)
+        yield f"no Python file (.py, .pyi) found under {shown}: nothing to migrate"
+    for skipped in discovery.skipped:
+        yield f"skipped: {skipped.path}: {skipped.reason}"
+    for file_report in report.files:
+        if file_report.warning:
+            yield f"skipped: {file_report.warning}"
+    failed = [file_report.path for file_report in report.files if file_report.status == "failed"]
+    if failed:
+        yield f"failed (left untouched, the error: lines above say why): {', '.join(failed)}"
+
+
 def _usage_problem(args: argparse.Namespace) -> str | None:
+    if args.diff and args.check:
+        return "--diff and --check cannot be combined: --diff prints the patch, --check lists the files"
     if not args.paths:
         return "give at least one PATH (or - for stdin, or --list-rules)"
     if STDIN in args.paths and len(args.paths) > 1:
@@ -235,7 +298,7 @@ def _migrate_stdin(options: MigrationOptions, args: argparse.Namespace) -> int:
     try:
         result = migrate_bytes(source, "<stdin>", options)
     except MigrationError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
         sys.stdout.buffer.write(source)
         return EXIT_ERROR
     if not args.quiet:
@@ -313,7 +376,7 @@ def _print_details(report: RunReport, args: argparse.Namespace) -> None:
         if args.diff and file_report.diff:
             sys.stdout.write(file_report.diff)
         if file_report.error:
-            print(f"error: {file_report.error}", file=sys.stderr)
+            print(f"error: {one_line(file_report.error)}", file=sys.stderr)
         if args.quiet:
             continue
         for finding in file_report.findings:

@@ -203,14 +203,16 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         """Record a legacy use left as written that needs a manual step, and mark it in the file.
 
         The finding's line is looked up once the rule has finished; a ``# TODO(cudagraph-migrate)`` comment naming
-        ``message`` and the guide's ``section`` goes above the statement that holds ``node`` (see
-        :mod:`cudagraph.migrate.todo_comments`). Called while this rule visits ``node`` (from its ``visit_``/``leave_``
-        methods), or before the visit starts (a planning pass); ``node`` None records the finding only.
+        ``message`` and ``cudagraph-migrate --explain`` with this rule's code goes above the statement that holds
+        ``node`` (see :mod:`cudagraph.migrate.todo_comments`). ``section`` is the guide's section that says how to do
+        the step: one of those ``--explain`` prints for this rule (:data:`cudagraph.migrate.guide.RULE_SECTIONS`).
+        Called while this rule visits ``node`` (from its ``visit_``/``leave_`` methods), or before the visit starts (a
+        planning pass); ``node`` None records the finding only.
         """
         self._pending.append((node, FindingKind.TODO, message))
         if node is None:
             return
-        text = todo_text(message, section)
+        text = todo_text(message, self.CODE)
         if self._todo_stack:
             self._todo_stack[-1].append(text)
         else:

@@ -57,10 +57,24 @@ def _environment(args: argparse.Namespace) -> Environment:
     )
 
 
+class _LevelFormatter(logging.Formatter):
+    """``warning: message`` (``info: ...``, ``error: ...``): the format of the command's other stderr lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+def _stderr_handler() -> logging.Handler:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LevelFormatter())
+    return handler
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr)
+    # one format for everything said on stderr: a log record reads like a Python warning, `warning: ...`
+    logging.basicConfig(level=logging.INFO, handlers=[_stderr_handler()])
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -284,10 +284,15 @@ class ModelConfig:
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> ModelConfig:
-        """Read ``config.json`` from a model directory (or the file itself)."""
+        """Read ``config.json`` from a model directory (or the file itself: a ``.json`` file)."""
         config_path = Path(path)
         if config_path.is_dir():
             config_path = config_path / CONFIG_FILE
+        elif config_path.is_file() and config_path.suffix != ".json":
+            raise ModelLoadError(
+                f"{config_path} is not a model directory: give a folder holding {CONFIG_FILE} plus model.safetensors "
+                "or model.safetensors.index.json"
+            )
         if not config_path.is_file():
             raise ModelFileNotFoundError(
                 f"no {CONFIG_FILE} at {config_path}: a model directory needs config.json plus model.safetensors "

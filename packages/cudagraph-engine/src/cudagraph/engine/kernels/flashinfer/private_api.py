@@ -5,10 +5,13 @@ wrapper a pinned host workspace that outlives it. The engine needs both (the bou
 ``kernels.flashinfer.decode_attention``, the FlashInfer backend's shared workspaces), so it reads a paged decode
 wrapper's private attributes and FlashInfer's private helpers, here and nowhere else.
 
-Proven on flashinfer-python ``PROVEN_ON`` (0.5.3); ``PROVEN_RANGE`` is ``>=0.5.3,<0.6``: FlashInfer renames private
-attributes between minor releases without notice, so a new minor release is outside the range until the tests below
-pass on it and the bound moves. What is read is the table ``DECODE_WRAPPER_ATTRIBUTES`` (each attribute, the wrapper
-method that sets it, and what the engine uses it for) and ``UTILS_HELPERS``.
+Proven on flashinfer-python ``PROVEN_ON`` (0.5.3 and 0.7.4); ``PROVEN_RANGE`` is ``>=0.5.3,!=0.6.*,<0.8``, the minor
+releases proven (0.6 never was): FlashInfer renames private attributes between minor releases without notice, so a
+new minor release is outside the range until the tests below pass on it and the bound moves. What is read is the
+table ``DECODE_WRAPPER_ATTRIBUTES`` (each attribute, the wrapper method that sets it, and what the engine uses it
+for) and ``UTILS_HELPERS``. FlashInfer 0.7 added routes its ``run`` may take instead of the CUDA-core decode kernel
+(``ROUTES_AWAY``: cuDNN chosen by ``backend="auto"``, XQA multi-token decode, per-token-head scale factors); a wrapper
+whose plan took one is not bound directly (``wrapper.run`` serves it), and a 0.5 wrapper simply has none of them.
 
 - ``tests/engine/test_engine_flashinfer_private.py`` checks, wherever flashinfer is installed, that the installed
   release is in the range and that its wrapper still sets, and ``run`` still reads, every attribute of the table;
@@ -39,6 +42,7 @@ __all__ = [
     "DECODE_WRAPPER_ATTRIBUTES",
     "PROVEN_ON",
     "PROVEN_RANGE",
+    "ROUTES_AWAY",
     "UTILS_HELPERS",
     "FlashInferPrivateApiError",
     "PrivateAttribute",
@@ -49,12 +53,14 @@ __all__ = [
     "utils_helpers",
 ]
 
-PROVEN_ON = "0.5.3"
-"""The flashinfer-python release these reads were proven on (H100, torch 2.11: bound breaks equal ``wrapper.run``)."""
-PROVEN_RANGE = ">=0.5.3,<0.6"
-"""The releases this adapter claims: from the one proven on up to the next minor release (excluded)."""
-_PROVEN_FROM = (0, 5, 3)
-_PROVEN_BELOW = (0, 6, 0)
+PROVEN_ON = "0.5.3 and 0.7.4"
+"""The flashinfer-python releases these reads were proven on (bound breaks equal ``wrapper.run`` on the device: 0.5.3
+on an H100 with torch 2.11; 0.7.4 by ``tests/gpu/engine/test_gpu_flashinfer_private.py``)."""
+PROVEN_RANGE = ">=0.5.3,!=0.6.*,<0.8"
+"""The releases this adapter claims: each minor release proven, from the release proven on up to the next minor one
+(excluded)."""
+_PROVEN_SPANS = (((0, 5, 3), (0, 6, 0)), ((0, 7, 0), (0, 8, 0)))
+"""``PROVEN_RANGE`` as half-open ``[from, below)`` spans of ``(major, minor, patch)``."""
 
 
 @dataclass(frozen=True)
@@ -108,13 +114,21 @@ UTILS_HELPERS = ("TensorLayout", "_unpack_paged_kv_cache", "_get_cache_alibi_slo
 
 _DIRECT_LAUNCH_ATTRIBUTES = tuple(attr.name for attr in DECODE_WRAPPER_ATTRIBUTES if attr.name != PINNED_WORKSPACE)
 
+ROUTES_AWAY: tuple[PrivateAttribute, ...] = (
+    PrivateAttribute("_cudnn_auto", _PLAN, "true when backend='auto' picked cuDNN: run launches cuDNN's graph"),
+    PrivateAttribute("_use_xqa_mtp_decode", _PLAN, "true when run takes XQA's multi-token decode"),
+    PrivateAttribute("_use_token_head_sf", _PLAN, "true when the cache carries per-token-head scale factors"),
+)
+"""Switches FlashInfer 0.7's decode wrapper sets (0.5 has none of them): any one true, and ``run`` does not launch the
+CUDA-core decode kernel the bound launch mirrors, so the wrapper is not bound directly."""
+
 _DEFAULT_ROPE_SCALE = 1.0
 _DEFAULT_ROPE_THETA = 1e4
 """What ``run`` passes when the plan set no rope scale or theta (the kernels take them even without rope)."""
 
 
 class FlashInferPrivateApiError(RuntimeError):
-    """A private attribute or helper of FlashInfer this engine reads is not where FlashInfer 0.5.3 has it: the
+    """A private attribute or helper of FlashInfer this engine reads is not where FlashInfer 0.5.3 and 0.7 have it: the
     message names it, the method that should have set it, the installed release and ``PROVEN_RANGE``."""
 
 
@@ -130,7 +144,7 @@ def parse_version(version: str) -> tuple[int, int, int] | None:
 def in_proven_range(version: str) -> bool:
     """Whether flashinfer-python ``version`` is in ``PROVEN_RANGE``."""
     parsed = parse_version(version)
-    return parsed is not None and _PROVEN_FROM <= parsed < _PROVEN_BELOW
+    return parsed is not None and any(start <= parsed < below for start, below in _PROVEN_SPANS)
 
 
 def installed_version() -> str:
@@ -207,12 +221,15 @@ def direct_decode_launch(
     before every replay). Bind after ``plan``.
 
     ``None`` when the wrapper is not the plain configuration whose ``run`` this mirrors (a CUDA-graph wrapper, CUDA
-    cores, fa2 kernels, no custom JIT module, NHD layout) or the tensors do not match its plan: the caller uses
+    cores, fa2 kernels, no custom JIT module, NHD layout, none of ``ROUTES_AWAY``) or the tensors do not match its
+    plan: the caller uses
     ``run``. ``FlashInferPrivateApiError`` when an attribute or helper this reads is missing (another FlashInfer).
     """
     if not isinstance(paged_kv_cache, torch.Tensor):
         return None
     settings = read_private(wrapper, _DIRECT_LAUNCH_ATTRIBUTES)
+    if any(vars(wrapper).get(route.name) for route in ROUTES_AWAY):
+        return None
     helpers = utils_helpers()
     plainly_configured = (
         settings["_use_cuda_graph"] is True
