@@ -136,8 +136,8 @@ def test_bfloat16_moe_model_replays_its_eager_logits(backend: Backend) -> None:
         assert {layer.mlp.expert_compute.name for layer in graphed.model.layers} == {"triton_gemv"}
         runner = graphed.decode_cuda_graph_runner
         assert runner is not None
-        # Batch sizes that are buckets: eager and replay then run the same kernels on the same rows (1 and 8 on the
-        # GEMV kernels, 32 and 64 on the wide path). (Padded, the router's matmul may round one bfloat16 logit
+        # Batch sizes that are buckets: eager and replay then run the same kernels on the same rows (1, 8 and 32 on
+        # the GEMV kernels, 64 on the wide path). (Padded, the router's matmul may round one bfloat16 logit
         # differently and flip a near-tied expert; float32 padded runs are checked token for token above.)
         for size in (1, 8, 32, 64):
             batch = synthetic_decode_batch(graphed, size, context_len=20, seed=size)

@@ -154,15 +154,16 @@ class MoeTiles:
     down: MoeTile
 
 
-MOE_TILES = MoeTiles(gate_up=MoeTile(block_n=4, block_k=1024), down=MoeTile(block_n=4, block_k=256))
-"""The tiles ``moe_experts`` uses: ``ops.GEMV_TILES``' one-row shape (four output rows a program, so that a decode
-step spreads over every multiprocessor: Qwen3-30B-A3B's gate/up at one token is ``8 * 768 / 4`` programs) with
-reductions split to keep the register tile small (gate and up are two tiles); the down reduction of Qwen3-30B-A3B's
-width 768 in three exact steps rather than one of 1024 with a quarter masked."""
+MOE_TILES = MoeTiles(gate_up=MoeTile(block_n=2, block_k=2048), down=MoeTile(block_n=4, block_k=256))
+"""The tiles ``moe_experts`` uses, the fastest of ``bench/bench_moe.py --sweep-tiles`` at one token on an H200
+(2026-11-29, Qwen3-30B-A3B's expert shapes, ``bench/results/2026-11-29-h200-bench_moe-crossover.json``): gate/up two
+output rows a program over a reduction of 2048 (27.1 us a layer, against 30.3 for four rows over 1024); down four rows
+over 256, Qwen3-30B-A3B's width 768 in three exact steps (29.8 us, the fastest of nine)."""
 
-MOE_GEMV_MAX_TOKENS = 16
-"""Tokens up to which ``model.moe`` computes the experts with these kernels (above: the grouped GEMM). From the
-estimate in the module docstring and ``bench/bench_moe.py --sweep-crossover``, which prints the measured crossover."""
+MOE_GEMV_MAX_TOKENS = 32
+"""Tokens up to which ``model.moe`` computes the experts with these kernels (above: the grouped GEMM): the crossover
+``bench/bench_moe.py --sweep-crossover`` measured on an H200 (the kernels win at every count up to 32, 426 against
+459 us a layer at 32; the grouped GEMM from 48 on, 501 against 608 us)."""
 
 
 def uses_moe_gemv(tokens: int) -> bool:
