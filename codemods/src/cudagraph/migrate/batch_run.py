@@ -19,6 +19,14 @@ from pathlib import Path
 
 from .exports import load_exports
 from .files import atomic_write
+from .inventory import (
+    AccountedItem,
+    Accounting,
+    account_migration,
+    account_other_file,
+    file_kind,
+    is_python_path,
+)
 from .line_moves import moved_lines
 from .options import RunOptions
 from .reexports import collect_reexports
@@ -76,6 +84,8 @@ class FileReport:
     parsed: bool = False
     """Whether the file got past the text prefilter and the parser read it (one that does not parse is not
     counted: it is ``failed``)."""
+    inventory: list[AccountedItem] = field(default_factory=list)
+    """Every legacy spelling of the file as read, with what became of it (see :mod:`.inventory`)."""
 
     def of_kind(self, kind: FindingKind) -> list[Finding]:
         """The findings of one kind."""
@@ -88,6 +98,12 @@ class RunReport:
 
     files: list[FileReport]
     rules: Sequence[Rule]
+    other_files: list[FileReport] = field(default_factory=list)
+    """The text files that are not Python (config files, scripts, notebooks): inventoried, never migrated as code."""
+
+    def accounting(self) -> Accounting:
+        """The inventory's totals over every file."""
+        return Accounting.of(item for report in (*self.files, *self.other_files) for item in report.inventory)
 
     def count(self, status: str) -> int:
         """Files with ``status``."""
@@ -135,9 +151,13 @@ def migrate_files(
     """Migrate ``files`` with ``jobs`` processes; ``progress`` wraps the stream of reports (a progress display)."""
     worker = functools.partial(migrate_file, options=options)
     rules = _rules(options.rule_codes)
+    others = [path for path in files if file_kind(path) is not None and not is_python_path(path)]
+    other_set = set(others)
+    files = [path for path in files if path not in other_set]
+    other_reports = [_other_file(path, options) for path in others]
     if jobs <= 1 or len(files) <= 1:
         stream: Iterator[FileReport] = map(worker, files)
-        return RunReport(list(progress(stream, len(files)) if progress else stream), rules)
+        return RunReport(list(progress(stream, len(files)) if progress else stream), rules, other_reports)
     heavy, light = _split_by_work(files, options)
     with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
         # The few files with legacy names hold nearly all the work: largest first, one per task, so no worker is
@@ -146,7 +166,7 @@ def migrate_files(
         light_stream = pool.map(worker, light, chunksize=max(1, min(64, len(light) // (jobs * 8))))
         reports: Iterator[FileReport] = itertools.chain(heavy_stream, light_stream)
         by_path = {report.path: report for report in (progress(reports, len(files)) if progress else reports)}
-    return RunReport([by_path[str(path)] for path in files], rules)
+    return RunReport([by_path[str(path)] for path in files], rules, other_reports)
 
 
 def _split_by_work(files: Sequence[Path], options: MigrationOptions) -> tuple[list[Path], list[Path]]:
@@ -180,8 +200,10 @@ def migrate_file(path: Path, options: MigrationOptions) -> FileReport:
         result = migrate_bytes(original, str(path), options)
     except MigrationError as error:
         parsed = not isinstance(error, UnparsableSourceError)
-        return FileReport(str(path), "failed", error=str(error), parsed=parsed)
+        left = account_migration(original, None, [], options.table_path, why=f"the file was left untouched: {error}")
+        return FileReport(str(path), "failed", error=str(error), parsed=parsed, inventory=left)
     report = _report(str(path), result)
+    report.inventory = account_migration(original, result.migrated, result.findings, options.table_path)
     if not result.changed:
         return report
     if options.diff:
@@ -190,9 +212,22 @@ def migrate_file(path: Path, options: MigrationOptions) -> FileReport:
         try:
             atomic_write(path, result.migrated)
         except OSError as error:
-            return FileReport(str(path), "failed", error=f"{path}: cannot write: {error.strerror or error}")
+            why = f"the file was left untouched: cannot write it ({error.strerror or error})"
+            left = account_migration(original, None, [], options.table_path, why=why)
+            return FileReport(
+                str(path), "failed", error=f"{path}: cannot write: {error.strerror or error}", inventory=left
+            )
         report.findings = on_written_lines(report.findings, result.original, result.migrated)
     return report
+
+
+def _other_file(path: Path, options: MigrationOptions) -> FileReport:
+    """A text file that is not Python (a config file, a script, a notebook): inventoried, never migrated as code."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as error:
+        return FileReport(str(path), "failed", error=f"{path}: cannot read: {error.strerror or error}")
+    return FileReport(str(path), "unchanged", inventory=account_other_file(text, str(path), options.table_path))
 
 
 def on_written_lines(findings: Sequence[Finding], original: bytes, migrated: bytes) -> list[Finding]:

@@ -49,6 +49,7 @@ from .batch_run import (
     with_project_reexports,
 )
 from .files import discover
+from .inventory import AccountedItem, Outcome, account_migration, file_kind
 from .options import RunOptions
 from .renames import RenameTableError, load_renames
 from .rules import RULES, RuleSelectionError, select_rules
@@ -62,6 +63,7 @@ __all__ = [
     "EXIT_USAGE",
     "build_parser",
     "format_finding",
+    "format_item",
     "format_summary",
     "main",
 ]
@@ -185,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.paths == [STDIN]:
         return _migrate_stdin(options, args)
-    discovery = discover(args.paths, args.exclude, use_gitignore=not args.no_gitignore)
+    discovery = discover(
+        args.paths, args.exclude, use_gitignore=not args.no_gitignore, wanted=lambda name: file_kind(name) is not None
+    )
     if discovery.missing:
         for missing in discovery.missing:
             print(f"cudagraph-migrate: error: {missing}: no such file or directory", file=sys.stderr)
@@ -207,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     if (args.check or args.diff or args.patch) and report.count("changed"):
         return EXIT_CHANGES
-    if args.strict and report.findings(FindingKind.TODO):
+    if args.strict and (report.findings(FindingKind.TODO) or report.accounting().left):
         return EXIT_CHANGES
     return EXIT_OK
 
@@ -238,11 +242,16 @@ def _migrate_stdin(options: MigrationOptions, args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         sys.stdout.buffer.write(source)
         return EXIT_ERROR
+    inventory = account_migration(source, result.migrated, result.findings, options.table_path)
     if not args.quiet:
         for finding in result.findings:
             if finding.kind is not FindingKind.SKIP or args.verbose:
                 print(format_finding("<stdin>", finding), file=sys.stderr)
-    manual = args.strict and any(finding.kind is FindingKind.TODO for finding in result.findings)
+        for accounted in inventory:
+            if accounted.outcome is not Outcome.REWRITTEN and not accounted.reported:
+                print(format_item("<stdin>", accounted), file=sys.stderr)
+    left = any(accounted.left for accounted in inventory)
+    manual = args.strict and (left or any(finding.kind is FindingKind.TODO for finding in result.findings))
     if args.check or args.diff or args.patch:
         patch = unified_patch("<stdin>", result.original, result.migrated) if result.changed else ""
         if args.diff:
@@ -273,6 +282,9 @@ def format_summary(
         f"unchanged: {report.count('unchanged')}   failed: {report.count('failed')}{took}",
         f"migrated: {edits} edit(s) in {edited_files} file(s)" + ("" if written else " (not written)"),
     ]
+    if report.other_files:
+        lines.append(f"other text files scanned: {len(report.other_files)} (config files, scripts, notebooks)")
+
     todo_files = [(file.path, len(todos)) for file in report.files if (todos := file.of_kind(FindingKind.TODO))]
     lines.append(
         f"needs a manual step: {report.findings(FindingKind.TODO)} TODO(s) in {len(todo_files)} file(s)"
@@ -296,6 +308,14 @@ def format_summary(
             rule_edits, files = per_rule[rule.code]
             lines.append(f"{rule.code:<6} {rule.name:<24} {rule_edits:>6} {files:>6}")
     lines.append(f"not tied to the legacy API: {report.findings(FindingKind.SKIP)} (-v lists them)")
+    accounting = report.accounting()
+    lines.append(accounting.line())
+    if accounting.todos or accounting.listed:
+        not_tied = f", {accounting.not_tied} not tied to the legacy API (-v names them)" if accounting.not_tied else ""
+        lines.append(
+            f"legacy spellings left: {accounting.left} (--check --strict fails while any is){not_tied}: each is on a "
+            "todo:, listed: or review: line above"
+        )
     return "\n".join(lines)
 
 
@@ -306,8 +326,19 @@ def format_finding(path: str, finding: Finding) -> str:
     return f"{_PREFIX[finding.kind]}: {where}: {finding.code} {finding.message}"
 
 
+def format_item(path: str, accounted: AccountedItem) -> str:
+    """A legacy spelling left in place, as ``todo: PATH:LINE:COL: SPELLING -> NEW: why`` (``listed:`` for one listed
+    in the report only): its line and column in the file as it was read."""
+    item = accounted.item
+    prefix = "todo" if accounted.outcome is Outcome.TODO else "listed"
+    return (
+        f"{prefix}: {path}:{item.line}:{item.column}: {item.spelling.text} -> {item.spelling.new} "
+        f"({item.spelling.form} in {item.context}): {accounted.why}"
+    )
+
+
 def _print_details(report: RunReport, args: argparse.Namespace) -> None:
-    for file_report in report.files:
+    for file_report in [*report.files, *report.other_files]:
         if args.check and file_report.status == "changed":
             print(f"would migrate: {file_report.path}")
         if args.diff and file_report.diff:
@@ -319,6 +350,9 @@ def _print_details(report: RunReport, args: argparse.Namespace) -> None:
         for finding in file_report.findings:
             if finding.kind is not FindingKind.SKIP or args.verbose:
                 print(format_finding(file_report.path, finding), file=sys.stderr)
+        for accounted in file_report.inventory:
+            if accounted.outcome is not Outcome.REWRITTEN and not accounted.reported:
+                print(format_item(file_report.path, accounted), file=sys.stderr)
     sys.stdout.flush()
 
 

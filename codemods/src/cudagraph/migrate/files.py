@@ -12,7 +12,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +32,19 @@ class Discovery:
     missing: list[str] = field(default_factory=list)
 
 
-def discover(paths: Iterable[str | Path], exclude: Sequence[str] = (), *, use_gitignore: bool = True) -> Discovery:
-    """Every ``*.py`` file under ``paths`` (files given directly are taken as they are), sorted, minus exclusions.
+def _is_python_name(filename: str) -> bool:
+    return filename.endswith(".py")
+
+
+def discover(
+    paths: Iterable[str | Path],
+    exclude: Sequence[str] = (),
+    *,
+    use_gitignore: bool = True,
+    wanted: Callable[[str], bool] = _is_python_name,
+) -> Discovery:
+    """Every ``*.py`` file under ``paths`` (every file whose name ``wanted`` accepts; files given directly are taken
+    as they are), sorted, minus exclusions.
 
     ``exclude`` holds gitignore-style patterns matched against paths relative to the argument they were found under
     (``vendor`` anywhere, ``pkg/*.py``, ``*_pb2.py``); a file named directly is excluded when its name matches.
@@ -47,14 +58,16 @@ def discover(paths: Iterable[str | Path], exclude: Sequence[str] = (), *, use_gi
             if not excluded.match_file(root.name):
                 found[root] = None
         elif root.is_dir():
-            for path in sorted(_walk(root, excluded, use_gitignore)):
+            for path in sorted(_walk(root, excluded, use_gitignore, wanted)):
                 found[path] = None
         else:
             missing.append(str(raw))
     return Discovery(files=list(found), missing=missing)
 
 
-def _walk(root: Path, excluded: pathspec.PathSpec, use_gitignore: bool) -> Iterable[Path]:
+def _walk(
+    root: Path, excluded: pathspec.PathSpec, use_gitignore: bool, wanted: Callable[[str], bool]
+) -> Iterable[Path]:
     ignores: list[tuple[Path, pathspec.PathSpec]] = []
     for directory, subdirectories, filenames in os.walk(root):
         here = Path(directory)
@@ -72,7 +85,7 @@ def _walk(root: Path, excluded: pathspec.PathSpec, use_gitignore: bool) -> Itera
         )
         for filename in filenames:
             path = here / filename
-            if filename.endswith(".py") and not _skipped(path, False, root, excluded, ignores):
+            if wanted(filename) and not _skipped(path, False, root, excluded, ignores):
                 yield path
 
 
