@@ -211,7 +211,6 @@ class ImportPlanner(cst.CSTVisitor):
     def _plan_symbol_imports(self, node: cst.ImportFrom, legacy: Rename) -> None:
         assert not isinstance(node.names, cst.ImportStar)
         block = self.blocks[-1]
-        scope = self.command.get_metadata(ScopeProvider, node, None)
         placed_here: list[str] = []
         unexported = [alias for alias in node.names if self.command.command_target(legacy, _alias_name(alias)) is None]
         unexported_ids = {id(alias) for alias in unexported}
@@ -237,6 +236,8 @@ class ImportPlanner(cst.CSTVisitor):
             assert target is not None
             new_module, new_name = target
             if local is None and new_name != old_name:
+                # the scope analysis only where a name changes (most of a file's time when it runs at all)
+                scope = self.command.get_metadata(ScopeProvider, node, None)
                 if scope is not None and (
                     _name_taken(scope, new_name, new_module) or _bound_elsewhere(scope, old_name)
                 ):
@@ -291,15 +292,15 @@ class ImportPlanner(cst.CSTVisitor):
 
     def _uses_refused(self, node: cst.ImportFrom, legacy: Rename, alias: cst.ImportAlias) -> bool:
         """Whether some use of the name ``alias`` binds is one the new API would not accept (each is noted)."""
+        if self._shares_state(legacy, _alias_name(alias)):  # stays whatever its uses: no scope analysis for it
+            self.command.note(node, _shared_state_message(legacy, _alias_name(alias)), GuideSection.SHARED_STATE)
+            return True
         scope = self.command.get_metadata(ScopeProvider, node, None)
         local = _as_name(alias) or _alias_name(alias)
         if scope is None or local not in scope.assignments:
             return False
         target = self.command.command_target(legacy, _alias_name(alias))
         assert target is not None
-        if self._shares_state(legacy, _alias_name(alias)):
-            self.command.note(node, _shared_state_message(legacy, _alias_name(alias)), GuideSection.SHARED_STATE)
-            return True
         accesses = _uses_of(scope, local, node)
         legacy_name = f"{legacy.old}.{_alias_name(alias)}"
         return self._any_refused(accesses, legacy_name, ".".join(target))
