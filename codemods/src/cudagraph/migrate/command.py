@@ -48,8 +48,9 @@ from .batch_run import (
     usable_cpus,
     with_project_reexports,
 )
+from .config_files import CONFIG_EXTRA_HINT, config_libraries_installed
 from .files import discover
-from .inventory import AccountedItem, Outcome, account_migration, file_kind
+from .inventory import AccountedItem, FileKind, Outcome, account_migration, file_kind
 from .options import RunOptions
 from .renames import RenameTableError, load_renames
 from .rules import RULES, RuleSelectionError, select_rules
@@ -140,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Engine(...), server_args.<option>): only when those engines take cudagraph.config's options",
     )
     parser.add_argument(
+        "--rewrite-config",
+        action="store_true",
+        help="also rename legacy option keys in YAML, TOML and JSON files in place, keeping comments and order "
+        "(YAML and TOML need the extra: pip install 'cudagraph-migrate[config]')",
+    )
+    parser.add_argument(
         "--move-shared-state",
         action="store_true",
         help="also move the capture flag, graph pool and forward context helpers off a legacy engine's modules: only "
@@ -179,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write=not (args.diff or args.check or args.patch),
         diff=args.diff or args.patch is not None,
         table_path=args.renames,
+        rewrite_config=args.rewrite_config,
         run=RunOptions(
             rewrite_argv=args.rewrite_argv,
             rewrite_engine_options=args.rewrite_engine_options,
@@ -200,6 +208,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = None if args.no_progress or args.quiet else _progress
     report = migrate_files(discovery.files, options, jobs=args.jobs, progress=progress)
     _print_details(report, args)
+    if (
+        args.rewrite_config
+        and not config_libraries_installed()
+        and any(
+            file_kind(file.path) in (FileKind.YAML, FileKind.TOML) and file.inventory for file in report.other_files
+        )
+    ):
+        print(f"note: {CONFIG_EXTRA_HINT}", file=sys.stderr)
     if args.patch is not None:
         _write_patch(args.patch, [file.diff for file in report.files if file.diff], args.quiet)
     if not args.quiet:
@@ -283,7 +299,11 @@ def format_summary(
         f"migrated: {edits} edit(s) in {edited_files} file(s)" + ("" if written else " (not written)"),
     ]
     if report.other_files:
-        lines.append(f"other text files scanned: {len(report.other_files)} (config files, scripts, notebooks)")
+        rewritten = sum(file.status == "changed" for file in report.other_files)
+        lines.append(
+            f"other text files scanned: {len(report.other_files)} (config files, scripts, notebooks)"
+            + (f"   keys rewritten in: {rewritten}" if rewritten else "")
+        )
 
     todo_files = [(file.path, len(todos)) for file in report.files if (todos := file.of_kind(FindingKind.TODO))]
     lines.append(
@@ -328,7 +348,8 @@ def format_finding(path: str, finding: Finding) -> str:
 
 def format_item(path: str, accounted: AccountedItem) -> str:
     """A legacy spelling left in place, as ``todo: PATH:LINE:COL: SPELLING -> NEW: why`` (``listed:`` for one listed
-    in the report only): its line and column in the file as it was read."""
+    in the report only): its line and column in the file as it is on disk after the run (as read, where nothing
+    was written)."""
     item = accounted.item
     prefix = "todo" if accounted.outcome is Outcome.TODO else "listed"
     return (

@@ -135,11 +135,11 @@ class AccountedItem:
 
 def inventory(text: str, kind: FileKind, spellings: SpellingSet) -> list[InventoryItem]:
     """Every legacy spelling in ``text`` (a file of ``kind``), in order."""
-    if kind in (FileKind.PYTHON, FileKind.NOTEBOOK):
+    if kind is FileKind.PYTHON:
         if not _python_mentions(text, spellings):
             return []
-    elif not spellings.mentioned_in(text):
-        return []
+    elif kind is not FileKind.NOTEBOOK and not spellings.mentioned_in(text):
+        return []  # a notebook's cells are tested once read out of its JSON (quotes there are escaped)
     if kind is FileKind.PYTHON:
         return _python_items(text, spellings)
     if kind is FileKind.NOTEBOOK:
@@ -147,7 +147,7 @@ def inventory(text: str, kind: FileKind, spellings: SpellingSet) -> list[Invento
     return _config_items(text, kind, spellings)
 
 
-_LITERAL_JOINT = re.compile(r"""["'][ \t]*(?:\\?\n[ \t]*)*\+?[ \t]*(?:\\?\n[ \t]*)*[rRbBuUfF]{0,2}["']""")
+_LITERAL_JOINT = re.compile(r"""["'](?:[ \t]|\\?\n|\+)+[rRbBuUfF]{0,2}["']""")
 """Where two literals meet (adjacent or ``+``-joined): removed, an anchor split between them shows."""
 
 
@@ -280,7 +280,8 @@ def _notebook_items(text: str, spellings: SpellingSet) -> list[InventoryItem]:
             located.append(found)
             if found != -1:
                 cursor = found + len(encoded)
-        for item in _python_items("".join(lines), spellings):
+        cell = "".join(lines)
+        for item in _python_items(cell, spellings) if _python_mentions(cell, spellings) else []:
             where = located[item.line - 1] if item.line - 1 < len(located) else -1
             if where == -1:
                 items.append(item)
@@ -365,14 +366,30 @@ def _match(
     for item in before:
         unmatched.setdefault(item.spelling.text, []).append(item)
     remaining: dict[InventoryItem, InventoryItem] = {}
+    changed: list[InventoryItem] = []
     for later in after:
         candidates = unmatched.get(later.spelling.text)
         if not candidates:
+            changed.append(later)
             continue
         guess = back.get(later.line, later.line)
         best = min(candidates, key=lambda item: (abs(item.line - guess), abs(item.column - later.column)))
         candidates.remove(best)
         remaining[best] = later
+    for later in changed:
+        # a spelling the migration reshaped but did not remove (a qualified name whose module part was rewritten
+        # still holds its legacy bare name): the place it came from is not rewritten
+        guess = back.get(later.line, later.line)
+        candidates = [
+            item
+            for items in unmatched.values()
+            for item in items
+            if later.spelling.text in item.spelling.text and abs(item.line - guess) <= 1
+        ]
+        if candidates:
+            best = min(candidates, key=lambda item: (abs(item.line - guess), abs(item.column - later.column)))
+            unmatched[best.spelling.text].remove(best)
+            remaining[best] = later
     return remaining
 
 
