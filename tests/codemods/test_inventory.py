@@ -164,3 +164,30 @@ def test_a_file_only_newer_pythons_parse_is_migrated(tmp_path: Path, capsys: pyt
     assert target.read_text() == (Path(__file__).parent / "newer_grammar" / "py312_syntax.out.py").read_text()
     accounted = _accounted(err)
     assert accounted[0] == accounted[1] and accounted[2] > 0
+
+
+def test_a_plugin_hook_named_like_the_legacy_runner_method_is_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SGLang 0.5.13's batch-overlap plugin: the legacy runner calls its ``capture_one_batch_size``, the new one never
+    will; and a renamed name imported through a re-export path the table does not list."""
+    plugin = _write(
+        tmp_path,
+        "two_batch_overlap.py",
+        """\
+        from sglang.srt.distributed import is_in_piecewise_cuda_graph
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+
+        class TboCudaGraphRunnerPlugin:
+            def capture_one_batch_size(self, batch, num_tokens: int):
+                return is_in_piecewise_cuda_graph()
+        """,
+    )
+    assert main([str(plugin), "--check", "--no-progress"]) == EXIT_OK
+    err = capsys.readouterr().err
+    assert f"listed: {plugin}:6:9: capture_one_batch_size -> capture_bucket (name in code): a method named like" in err
+    assert f"listed: {plugin}:1:36: is_in_piecewise_cuda_graph -> is_in_tc_piecewise_cuda_graph" in err
+    assert f"listed: {plugin}:7:16: is_in_piecewise_cuda_graph" in err
+    assert _accounted(err) == (3, 3, 0, 0, 3)
+    assert main([str(plugin), "--check", "--strict", "--no-progress"]) == EXIT_CHANGES

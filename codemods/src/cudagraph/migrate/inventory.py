@@ -326,6 +326,8 @@ def account_python(
     remaining = _match(before, after_items, original, migrated)
     marked = _todo_lines(migrated, after_spans or python_spans(migrated)) if TODO_MARKER in migrated else {}
     by_line = _findings_by_line(findings)
+    legacy_engine_file = _names_legacy_engine(original, spellings)
+    lines = original.splitlines()
     accounted = []
     for item in before:
         if item not in remaining:
@@ -336,12 +338,34 @@ def account_python(
         if todo is not None or (finding is not None and finding.kind is FindingKind.TODO):
             why = finding.message if finding is not None and finding.kind is FindingKind.TODO else str(todo)
             accounted.append(AccountedItem(item, Outcome.TODO, why, reported=finding is not None))
+        elif finding is not None and finding.kind is FindingKind.SKIP and legacy_engine_file and _defines(item, lines):
+            accounted.append(AccountedItem(item, Outcome.LISTED, _hook_why(item)))
         elif finding is not None:
             not_tied = finding.kind is FindingKind.SKIP
             accounted.append(AccountedItem(item, Outcome.LISTED, finding.message, not_tied, reported=True))
         else:
             accounted.append(AccountedItem(item, Outcome.LISTED, _unruled_why(item)))
     return accounted
+
+
+def _names_legacy_engine(text: str, spellings: SpellingSet) -> bool:
+    """Whether the Python ``text`` imports a legacy engine's package (SGLang's, pymllm's): the packages of the table's
+    legacy modules."""
+    return any(f"import {package}" in text or f"from {package}" in text for package in spellings.engine_packages)
+
+
+def _defines(item: InventoryItem, lines: Sequence[str]) -> bool:
+    """Whether the item is the name of a ``def``."""
+    before = lines[item.line - 1][: item.column - 1] if item.line <= len(lines) else ""
+    return before.rstrip().endswith("def") and item.spelling.row.kind.value == "method"
+
+
+def _hook_why(item: InventoryItem) -> str:
+    return (
+        f"a method named like the legacy runners' {item.spelling.text} in a file of the legacy engine, on a class "
+        f"that is not a runner: the legacy runner calls a hook of this name (a plugin's), the new one never will "
+        f"(its hook is {item.spelling.new}): move what it does there by hand"
+    )
 
 
 def _unruled_why(item: InventoryItem) -> str:

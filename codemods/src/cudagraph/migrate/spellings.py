@@ -76,6 +76,8 @@ class SpellingSet:
     anchors: tuple[str, ...]
     longest_dotted: int
     """The most parts a dotted spelling has."""
+    engine_packages: frozenset[str] = frozenset()
+    """The top-level packages of the legacy engines (``sglang``, ``pymllm``): those of the legacy modules not ours."""
 
     def __iter__(self) -> Iterator[LegacySpelling]:
         return iter(self.by_text.values())
@@ -126,7 +128,10 @@ def _spelling_set(table: RenameTable) -> SpellingSet:
             if known is None or (known.still_shipped and not spelling.still_shipped):
                 by_text[spelling.text] = spelling
     longest = max((spelling.text.count(".") + 1 for spelling in by_text.values()), default=1)
-    return SpellingSet(by_text, _anchors(tuple(by_text)), longest)
+    packages = frozenset(
+        row.old.partition(".")[0] for row in table.of_kind(RenameKind.MODULE) if not row.old.startswith("cudagraph.")
+    )
+    return SpellingSet(by_text, _anchors(tuple(by_text)), longest, packages)
 
 
 def _anchors(texts: tuple[str, ...], length: int = 10) -> tuple[str, ...]:
