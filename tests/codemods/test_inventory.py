@@ -191,3 +191,15 @@ def test_a_plugin_hook_named_like_the_legacy_runner_method_is_listed(
     assert f"listed: {plugin}:7:16: is_in_piecewise_cuda_graph" in err
     assert _accounted(err) == (3, 3, 0, 0, 3)
     assert main([str(plugin), "--check", "--strict", "--no-progress"]) == EXIT_CHANGES
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("ruamel") is None,
+    reason="the config extra (ruamel.yaml) is not installed: pip install 'cudagraph-migrate[config]'",
+)
+def test_rewrite_config_with_check_and_diff_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values = _write(tmp_path, "values.yaml", "server:\n  cuda_graph_max_bs: 64\n")
+    assert main([str(tmp_path), "--rewrite-config", "--check", "--no-progress"]) == EXIT_CHANGES
+    assert main([str(tmp_path), "--rewrite-config", "--diff", "--no-progress"]) == EXIT_CHANGES
+    assert "+  decode_cuda_graph_max_bs: 64" in capsys.readouterr().out
+    assert values.read_text() == "server:\n  cuda_graph_max_bs: 64\n"

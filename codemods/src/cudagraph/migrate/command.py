@@ -217,7 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         print(f"note: {CONFIG_EXTRA_HINT}", file=sys.stderr)
     if args.patch is not None:
-        _write_patch(args.patch, [file.diff for file in report.files if file.diff], args.quiet)
+        diffs = [file.diff for file in [*report.files, *report.other_files] if file.diff]
+        _write_patch(args.patch, diffs, args.quiet)
     if not args.quiet:
         summary = format_summary(
             report, written=options.write, seconds=time.perf_counter() - started, verbose=args.verbose
@@ -225,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(summary, file=sys.stderr)
     if report.count("failed"):
         return EXIT_ERROR
-    if (args.check or args.diff or args.patch) and report.count("changed"):
+    config_changed = any(file.status == "changed" for file in report.other_files)  # --rewrite-config
+    if (args.check or args.diff or args.patch) and (report.count("changed") or config_changed):
         return EXIT_CHANGES
     if args.strict and (report.findings(FindingKind.TODO) or report.accounting().left):
         return EXIT_CHANGES
