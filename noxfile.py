@@ -44,7 +44,16 @@ WORKSPACE_PACKAGES = (
     "shims",
 )
 DIST = ROOT / "dist"
-PLAIN_TEST_REQUIREMENTS = ("pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "packaging>=23", "tqdm>=4.60")
+# ruamel.yaml and tomlkit: cudagraph-migrate's `config` extra, which --rewrite-config's tests exercise
+PLAIN_TEST_REQUIREMENTS = (
+    "pytest>=8",
+    "pytest-xdist>=3.5",
+    "hypothesis>=6.100",
+    "packaging>=23",
+    "tqdm>=4.60",
+    "ruamel.yaml>=0.18",
+    "tomlkit>=0.12",
+)
 # transformers is the reference forward nobody here wrote (compared against on CPU in float32); triton runs the
 # Triton kernel set's tests on CPU tensors through its interpreter (CUDA builds of torch bring it themselves).
 TEST_REQUIREMENTS = (

@@ -272,6 +272,8 @@ def test_the_summary_separates_migrated_manual_steps_and_review(tree: Path, caps
         "listed for review",
         "maybe tied to the legacy API",
         "not tied to the legacy API",
+        "accounted",
+        "legacy spellings left",
     ]
     assert "migrated: 15 edit(s) in 2 file(s) (not written)" in summary
     assert any("--rewrite-argv" in line and "--rewrite-engine-options" in line for line in summary if "review" in line)

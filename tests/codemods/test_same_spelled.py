@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cudagraph.migrate.command import EXIT_OK, main
+from cudagraph.migrate.command import EXIT_CHANGES, EXIT_OK, main
 from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import RenameKind, load_renames
 from cudagraph.migrate.rules import RULES
@@ -237,4 +237,6 @@ def test_places_maybe_tied_are_listed_for_review_without_verbose(
     reviewed = re.findall(rf"^review: {re.escape(str(worker))}:(\d+): CG201 \.\w+: maybe tied", err, flags=re.MULTILINE)
     assert [int(line) for line in reviewed] == [19, 22, 29, 30, 31]
     assert "maybe tied to the legacy API: 5 place(s)" in err
-    assert main([str(worker), "--check", "--strict", "--no-progress"]) == EXIT_OK  # review is not a manual step
+    # not a manual step, but a legacy spelling left: --strict fails until someone has looked at each
+    assert main([str(worker), "--check", "--strict", "--no-progress"]) == EXIT_CHANGES
+    assert "accounted: 7 of 7 legacy spellings (0 rewritten, 0 TODOs, 7 listed)" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from .python_ast import parse_ast
 from .signatures import Param, ParamKind, Signature
 
 __all__ = ["ClassSurface", "SourceTree", "ast_dotted_name", "signature_of_arguments"]
@@ -101,7 +102,7 @@ class SourceTree:
                 (root.joinpath(*parts, "__init__.py"), True),
             ):
                 if candidate.is_file():
-                    return ast.parse(candidate.read_bytes(), filename=str(candidate)), is_package
+                    return parse_ast(candidate.read_bytes(), filename=str(candidate)), is_package
         return None
 
     def modules(self) -> Iterator[str]:

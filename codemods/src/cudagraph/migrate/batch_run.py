@@ -26,8 +26,19 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config_files import rewrite_config_keys
 from .exports import load_exports
 from .files import atomic_write, patch_base
+from .inventory import (
+    AccountedItem,
+    Accounting,
+    FileKind,
+    Outcome,
+    account_migration,
+    account_other_file,
+    file_kind,
+    is_python_path,
+)
 from .line_moves import moved_lines
 from .options import RunOptions
 from .reexports import collect_reexports
@@ -73,6 +84,8 @@ class MigrationOptions:
     patch_bases: tuple[str, ...] = ()
     """The paths the files were found under: a patch names each file relative to the top of its git work tree, or
     outside a repository to the path it was found under (:func:`cudagraph.migrate.files.patch_base`)."""
+    rewrite_config: bool = False
+    """Rename legacy option keys of YAML, TOML and JSON files in place (``--rewrite-config``)."""
 
 
 @dataclass
@@ -92,6 +105,8 @@ class FileReport:
     parsed: bool = False
     """Whether the file got past the text prefilter and the parser read it (one that does not parse is not
     counted: it is ``failed``)."""
+    inventory: list[AccountedItem] = field(default_factory=list)
+    """Every legacy spelling of the file as read, with what became of it (see :mod:`.inventory`)."""
 
     def of_kind(self, kind: FindingKind) -> list[Finding]:
         """The findings of one kind."""
@@ -106,6 +121,12 @@ class RunReport:
     rules: Sequence[Rule]
     interrupted: bool = False
     """Ctrl-C stopped the run: :attr:`files` holds the files done before it (each written whole, or not at all)."""
+    other_files: list[FileReport] = field(default_factory=list)
+    """The text files that are not Python (config files, scripts, notebooks): inventoried, never migrated as code."""
+
+    def accounting(self) -> Accounting:
+        """The inventory's totals over every file."""
+        return Accounting.of(item for report in (*self.files, *self.other_files) for item in report.inventory)
 
     def count(self, status: str) -> int:
         """Files with ``status``."""
@@ -156,11 +177,15 @@ def migrate_files(
     order, and says it was interrupted.
     """
     rules = _rules(options.rule_codes)
+    others = [path for path in files if file_kind(path) is not None and not is_python_path(path)]
+    other_set = set(others)
+    files = [path for path in files if path not in other_set]
+    other_reports = [_other_file(path, options) for path in others]
     with _sigint_stops_the_run():
         stream = _in_process(files, options) if jobs <= 1 or len(files) <= 1 else _in_workers(files, options, jobs)
         done = {report.path: report for report in (progress(stream, len(files)) if progress else stream)}
     finished = [done[str(path)] for path in files if str(path) in done and done[str(path)].status != "interrupted"]
-    return RunReport(finished, rules, interrupted=_INTERRUPT.requested)
+    return RunReport(finished, rules, interrupted=_INTERRUPT.requested, other_files=other_reports)
 
 
 def _in_process(files: Sequence[Path], options: MigrationOptions) -> Iterator[FileReport]:
@@ -293,8 +318,12 @@ def _migrate_file(path: Path, options: MigrationOptions) -> FileReport:
         if _INTERRUPT.requested:  # Ctrl-C landed inside a rule, which reported it as its own failure
             return FileReport(str(path), "interrupted")
         parsed = not isinstance(error, UnparsableSourceError)
-        return FileReport(str(path), "failed", error=one_line(str(error)), parsed=parsed)
+        left = account_migration(
+            original, None, [], options.table_path, why=f"the file was left untouched: {one_line(str(error))}"
+        )
+        return FileReport(str(path), "failed", error=one_line(str(error)), parsed=parsed, inventory=left)
     report = _report(str(path), result)
+    report.inventory = account_migration(original, result.migrated, result.findings, options.table_path)
     if not result.parsed:
         report.warning = _unparsable(original, path)
     if not result.changed:
@@ -310,10 +339,60 @@ def _migrate_file(path: Path, options: MigrationOptions) -> FileReport:
         try:
             atomic_write(path, result.migrated)
         except OSError as error:
-            return FileReport(str(path), "failed", error=f"{path}: cannot write: {error.strerror or error}")
+            why = f"the file was left untouched: cannot write it ({error.strerror or error})"
+            left = account_migration(original, None, [], options.table_path, why=why)
+            return FileReport(
+                str(path), "failed", error=f"{path}: cannot write: {error.strerror or error}", inventory=left
+            )
         finally:
             _INTERRUPT.writing = False
         report.findings = on_written_lines(report.findings, result.original, result.migrated)
+        report.inventory = _items_on_written_lines(report.inventory, result.original, result.migrated)
+    return report
+
+
+def _items_on_written_lines(items: Sequence[AccountedItem], original: bytes, migrated: bytes) -> list[AccountedItem]:
+    """The places of the items left (a TODO, a listed one) in the written text, as :func:`on_written_lines` moves the
+    findings: a report line points into the file as it now is."""
+    before = original.decode("utf-8", "replace").splitlines()
+    after = migrated.decode("utf-8", "replace").splitlines()
+    moved = moved_lines(before, after)
+    return [
+        accounted
+        if accounted.outcome is Outcome.REWRITTEN
+        else dataclasses.replace(
+            accounted,
+            item=dataclasses.replace(accounted.item, line=moved.get(accounted.item.line, accounted.item.line)),
+        )
+        for accounted in items
+    ]
+
+
+def _other_file(path: Path, options: MigrationOptions) -> FileReport:
+    """A text file that is not Python (a config file, a script, a notebook): inventoried, never migrated as code."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as error:
+        return FileReport(str(path), "failed", error=f"{path}: cannot read: {error.strerror or error}")
+    items = account_other_file(text, str(path), options.table_path)
+    kind = file_kind(path)
+    if not options.rewrite_config or kind not in (FileKind.YAML, FileKind.TOML, FileKind.JSON) or not items:
+        return FileReport(str(path), "unchanged", inventory=items)
+    rewrite = rewrite_config_keys(text, kind, items)
+    if rewrite.text == text:
+        return FileReport(str(path), "unchanged", inventory=rewrite.items)
+    report = FileReport(str(path), "changed", inventory=rewrite.items)
+    report.edits["config"] = sum(item.outcome is Outcome.REWRITTEN for item in rewrite.items)
+    original, migrated = text.encode("utf-8"), rewrite.text.encode("utf-8")
+    if options.diff:
+        report.diff = unified_patch(str(path), original, migrated, root=options.patch_root)
+    if options.write:
+        try:
+            atomic_write(path, migrated)
+        except OSError as error:
+            return FileReport(
+                str(path), "failed", error=f"{path}: cannot write: {error.strerror or error}", inventory=items
+            )
     return report
 
 

@@ -53,8 +53,10 @@ from .batch_run import (
     usable_cpus,
     with_project_reexports,
 )
+from .config_files import CONFIG_EXTRA_HINT, config_libraries_installed
 from .files import Discovery, discover
 from .guide import explain
+from .inventory import AccountedItem, FileKind, Outcome, account_migration, file_kind
 from .options import RunOptions
 from .renames import RenameTableError, load_renames
 from .rules import RULES, RuleSelectionError, select_rules
@@ -69,6 +71,7 @@ __all__ = [
     "EXIT_USAGE",
     "build_parser",
     "format_finding",
+    "format_item",
     "format_summary",
     "main",
 ]
@@ -154,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Engine(...), server_args.<option>): only when those engines take cudagraph.config's options",
     )
     parser.add_argument(
+        "--rewrite-config",
+        action="store_true",
+        help="also rename legacy option keys in YAML, TOML and JSON files in place, keeping comments and order "
+        "(YAML and TOML need the extra: pip install 'cudagraph-migrate[config]')",
+    )
+    parser.add_argument(
         "--move-shared-state",
         action="store_true",
         help="also move the capture flag, graph pool and forward context helpers off a legacy engine's modules: only "
@@ -208,6 +217,7 @@ def _main(argv: Sequence[str] | None) -> int:
         write=not (args.diff or args.check or args.patch),
         diff=args.diff or args.patch is not None,
         table_path=args.renames,
+        rewrite_config=args.rewrite_config,
         run=RunOptions(
             rewrite_argv=args.rewrite_argv,
             rewrite_engine_options=args.rewrite_engine_options,
@@ -216,7 +226,9 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     if args.paths == [STDIN]:
         return _migrate_stdin(options, args)
-    discovery = discover(args.paths, args.exclude, use_gitignore=not args.no_gitignore)
+    discovery = discover(
+        args.paths, args.exclude, use_gitignore=not args.no_gitignore, wanted=lambda name: file_kind(name) is not None
+    )
     if discovery.missing:
         for missing in discovery.missing:
             print(f"cudagraph-migrate: error: {missing}: no such file or directory", file=sys.stderr)
@@ -231,8 +243,17 @@ def _main(argv: Sequence[str] | None) -> int:
         print(_interrupted_line(report, len(discovery.files), written=options.write), file=sys.stderr)
         return EXIT_INTERRUPTED
     _print_details(report, args)
+    if (
+        args.rewrite_config
+        and not config_libraries_installed()
+        and any(
+            file_kind(file.path) in (FileKind.YAML, FileKind.TOML) and file.inventory for file in report.other_files
+        )
+    ):
+        print(f"note: {CONFIG_EXTRA_HINT}", file=sys.stderr)
     if args.patch is not None:
-        _write_patch(args.patch, [file.diff for file in report.files if file.diff], args.quiet)
+        diffs = [file.diff for file in [*report.files, *report.other_files] if file.diff]
+        _write_patch(args.patch, diffs, args.quiet)
     if not args.quiet:
         summary = format_summary(
             report, written=options.write, seconds=time.perf_counter() - started, verbose=args.verbose
@@ -242,9 +263,10 @@ def _main(argv: Sequence[str] | None) -> int:
             print(line, file=sys.stderr)
     if report.count("failed"):
         return EXIT_ERROR
-    if (args.check or args.diff or args.patch) and report.count("changed"):
+    config_changed = any(file.status == "changed" for file in report.other_files)  # --rewrite-config
+    if (args.check or args.diff or args.patch) and (report.count("changed") or config_changed):
         return EXIT_CHANGES
-    if args.strict and report.findings(FindingKind.TODO):
+    if args.strict and (report.findings(FindingKind.TODO) or report.accounting().left):
         return EXIT_CHANGES
     return EXIT_OK
 
@@ -301,11 +323,16 @@ def _migrate_stdin(options: MigrationOptions, args: argparse.Namespace) -> int:
         print(f"error: {one_line(str(error))}", file=sys.stderr)
         sys.stdout.buffer.write(source)
         return EXIT_ERROR
+    inventory = account_migration(source, result.migrated, result.findings, options.table_path)
     if not args.quiet:
         for finding in result.findings:
             if finding.kind is not FindingKind.SKIP or args.verbose:
                 print(format_finding("<stdin>", finding), file=sys.stderr)
-    manual = args.strict and any(finding.kind is FindingKind.TODO for finding in result.findings)
+        for accounted in inventory:
+            if accounted.outcome is not Outcome.REWRITTEN and not accounted.reported:
+                print(format_item("<stdin>", accounted), file=sys.stderr)
+    left = any(accounted.left for accounted in inventory)
+    manual = args.strict and (left or any(finding.kind is FindingKind.TODO for finding in result.findings))
     if args.check or args.diff or args.patch:
         patch = unified_patch("<stdin>", result.original, result.migrated) if result.changed else ""
         if args.diff:
@@ -336,6 +363,13 @@ def format_summary(
         f"unchanged: {report.count('unchanged')}   failed: {report.count('failed')}{took}",
         f"migrated: {edits} edit(s) in {edited_files} file(s)" + ("" if written else " (not written)"),
     ]
+    if report.other_files:
+        rewritten = sum(file.status == "changed" for file in report.other_files)
+        lines.append(
+            f"other text files scanned: {len(report.other_files)} (config files, scripts, notebooks)"
+            + (f"   keys rewritten in: {rewritten}" if rewritten else "")
+        )
+
     todo_files = [(file.path, len(todos)) for file in report.files if (todos := file.of_kind(FindingKind.TODO))]
     lines.append(
         f"needs a manual step: {report.findings(FindingKind.TODO)} TODO(s) in {len(todo_files)} file(s)"
@@ -359,6 +393,14 @@ def format_summary(
             rule_edits, files = per_rule[rule.code]
             lines.append(f"{rule.code:<6} {rule.name:<24} {rule_edits:>6} {files:>6}")
     lines.append(f"not tied to the legacy API: {report.findings(FindingKind.SKIP)} (-v lists them)")
+    accounting = report.accounting()
+    lines.append(accounting.line())
+    if accounting.todos or accounting.listed:
+        not_tied = f", {accounting.not_tied} not tied to the legacy API (-v names them)" if accounting.not_tied else ""
+        lines.append(
+            f"legacy spellings left: {accounting.left} (--check --strict fails while any is){not_tied}: each is on a "
+            "todo:, listed: or review: line above"
+        )
     return "\n".join(lines)
 
 
@@ -369,8 +411,20 @@ def format_finding(path: str, finding: Finding) -> str:
     return f"{_PREFIX[finding.kind]}: {where}: {finding.code} {finding.message}"
 
 
+def format_item(path: str, accounted: AccountedItem) -> str:
+    """A legacy spelling left in place, as ``todo: PATH:LINE:COL: SPELLING -> NEW: why`` (``listed:`` for one listed
+    in the report only): its line and column in the file as it is on disk after the run (as read, where nothing
+    was written)."""
+    item = accounted.item
+    prefix = "todo" if accounted.outcome is Outcome.TODO else "listed"
+    return (
+        f"{prefix}: {path}:{item.line}:{item.column}: {item.spelling.text} -> {item.spelling.new} "
+        f"({item.spelling.form} in {item.context}): {accounted.why}"
+    )
+
+
 def _print_details(report: RunReport, args: argparse.Namespace) -> None:
-    for file_report in report.files:
+    for file_report in [*report.files, *report.other_files]:
         if args.check and file_report.status == "changed":
             print(f"would migrate: {file_report.path}")
         if args.diff and file_report.diff:
@@ -382,6 +436,9 @@ def _print_details(report: RunReport, args: argparse.Namespace) -> None:
         for finding in file_report.findings:
             if finding.kind is not FindingKind.SKIP or args.verbose:
                 print(format_finding(file_report.path, finding), file=sys.stderr)
+        for accounted in file_report.inventory:
+            if accounted.outcome is not Outcome.REWRITTEN and not accounted.reported:
+                print(format_item(file_report.path, accounted), file=sys.stderr)
     sys.stdout.flush()
 
 

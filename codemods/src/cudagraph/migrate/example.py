@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .batch_run import MigrationOptions, RunReport, migrate_files, with_project_reexports
-from .command import EXIT_ERROR, format_finding, format_summary
+from .command import EXIT_ERROR, format_finding, format_item, format_summary
 from .files import discover
 from .options import RunOptions
 from .rules import RULES
@@ -100,6 +100,9 @@ def migrate_example(destination: Path) -> ExampleMigration:
         for finding in file_report.findings:
             if finding.kind is not FindingKind.SKIP:
                 print(format_finding(file_report.path, finding))
+        for accounted in file_report.inventory:
+            if accounted.left and not accounted.reported:
+                print(format_item(file_report.path, accounted))
     print(format_summary(report, written=True))
     print(f"migrated copy: {_shown(target)}")
     print(f"patch: {_shown(patch_path)} (git apply -p1 {PATCH_NAME} inside a pristine copy reproduces the migration)")

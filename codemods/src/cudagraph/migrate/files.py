@@ -16,7 +16,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,8 +48,19 @@ class Discovery:
     skipped: list[Skipped] = field(default_factory=list)
 
 
-def discover(paths: Iterable[str | Path], exclude: Sequence[str] = (), *, use_gitignore: bool = True) -> Discovery:
-    """Every ``.py``/``.pyi`` file under ``paths`` (files given directly too), sorted, minus exclusions.
+def _is_python_name(filename: str) -> bool:
+    return filename.endswith(PYTHON_SUFFIXES)
+
+
+def discover(
+    paths: Iterable[str | Path],
+    exclude: Sequence[str] = (),
+    *,
+    use_gitignore: bool = True,
+    wanted: Callable[[str], bool] = _is_python_name,
+) -> Discovery:
+    """Every ``.py``/``.pyi`` file under ``paths`` (every file whose name ``wanted`` accepts), sorted, minus
+    exclusions.
 
     ``exclude`` holds gitignore-style patterns matched against paths relative to the argument they were found under
     (``vendor`` anywhere, ``pkg/*.py``, ``*_pb2.py``); a file named directly is excluded when its name matches. A file
@@ -65,11 +76,11 @@ def discover(paths: Iterable[str | Path], exclude: Sequence[str] = (), *, use_gi
     for raw in paths:
         root = Path(raw)
         if root.is_dir():
-            candidates = sorted(_walk(root, excluded, use_gitignore))
+            candidates = sorted(_walk(root, excluded, use_gitignore, wanted))
         elif root.is_file():
             if excluded.match_file(root.name):
                 continue
-            if not root.name.endswith(PYTHON_SUFFIXES):
+            if not wanted(root.name):
                 skipped.append(Skipped(str(root), "not a Python file (.py, .pyi)"))
                 continue
             candidates = [root]
@@ -130,7 +141,9 @@ def patch_base(path: Path, given: Sequence[str]) -> str:
     return str(deepest.parent if deepest == absolute else deepest)
 
 
-def _walk(root: Path, excluded: pathspec.PathSpec, use_gitignore: bool) -> Iterable[Path]:
+def _walk(
+    root: Path, excluded: pathspec.PathSpec, use_gitignore: bool, wanted: Callable[[str], bool]
+) -> Iterable[Path]:
     ignores: list[tuple[Path, pathspec.PathSpec]] = []
     for directory, subdirectories, filenames in os.walk(root):
         here = Path(directory)
@@ -148,7 +161,7 @@ def _walk(root: Path, excluded: pathspec.PathSpec, use_gitignore: bool) -> Itera
         )
         for filename in filenames:
             path = here / filename
-            if filename.endswith(PYTHON_SUFFIXES) and not _skipped(path, False, root, excluded, ignores):
+            if wanted(filename) and not _skipped(path, False, root, excluded, ignores):
                 yield path
 
 

@@ -31,7 +31,15 @@ from .exports import ClassApi
 from .legacy_api import LegacyApi
 from .signatures import Param, ParamKind
 
-__all__ = ["ConstructionContract", "HandoffChecker", "UseKind", "classify_use", "construction_contract", "member_named"]
+__all__ = [
+    "ConstructionContract",
+    "HandoffChecker",
+    "UseKind",
+    "classify_use",
+    "construction_contract",
+    "enclosing_class",
+    "member_named",
+]
 
 _SHIM_PREFIX = "cudagraph."
 """Legacy names under this prefix are the ``cudagraph.legacy`` shims: the objects they hand out are the new ones."""
@@ -54,6 +62,10 @@ class UseKind(str, enum.Enum):
     ...)``."""
     VALUE = "value"
     """Handed on: whoever receives it calls it as the legacy engine does (its construction contract)."""
+    BORROWED = "borrowed"
+    """A method called through the class object on another object: ``Name.method(self, ...)``,
+    ``super(Name, self).method(...)``, ``functools.partial(Name.method, ...)``, ``Name.method.__get__(obj)``. The
+    method runs on that object, so its class must be one the new method can run on."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,11 @@ def classify_use(access: cst.CSTNode, parent_of: Mapping[cst.CSTNode, cst.CSTNod
     if isinstance(parent, cst.Call) and parent.func is access:
         return UseKind.CALLED
     if isinstance(parent, cst.Attribute) and parent.value is access:
-        return UseKind.PATCHED if _is_store(parent, parent_of) else UseKind.MEMBER_READ
+        if _is_store(parent, parent_of):
+            return UseKind.PATCHED
+        return UseKind.BORROWED if _borrows(parent, parent_of) else UseKind.MEMBER_READ
+    if isinstance(parent, cst.Arg) and _is_super_call(parent, parent_of):
+        return UseKind.BORROWED
     if _in_annotation(access, parent_of):
         return UseKind.TYPE
     if isinstance(parent, cst.Arg):
@@ -129,11 +145,42 @@ _TYPE_EXPRESSION_PARTS = (
 """What a name inside an annotation can sit in: ``A | B``, ``Optional[A]``, ``dict[str, A]``, ``Callable[[A], B]``."""
 
 
+def _borrows(member: cst.Attribute, parent_of: Mapping[cst.CSTNode, cst.CSTNode]) -> bool:
+    """Whether ``Class.member`` runs the method on another object: called with arguments (the object first),
+    wrapped in ``partial``, or bound with ``__get__``."""
+    holder = parent_of.get(member)
+    if isinstance(holder, cst.Call) and holder.func is member:
+        return bool(holder.args) and holder.args[0].star == ""
+    if isinstance(holder, cst.Attribute) and holder.value is member and holder.attr.value == "__get__":
+        return True
+    if isinstance(holder, cst.Arg):
+        call = parent_of.get(holder)
+        return isinstance(call, cst.Call) and _callee(call.func).rpartition(".")[2] in _PARTIALS
+    return False
+
+
+_PARTIALS = frozenset({"partial", "partialmethod", "MethodType"})
+
+
+def _is_super_call(arg: cst.Arg, parent_of: Mapping[cst.CSTNode, cst.CSTNode]) -> bool:
+    """Whether ``arg`` is the class of ``super(Class, obj)``."""
+    call = parent_of.get(arg)
+    return isinstance(call, cst.Call) and _callee(call.func) == "super" and bool(call.args) and call.args[0] is arg
+
+
+def enclosing_class(node: cst.CSTNode, parent_of: Mapping[cst.CSTNode, cst.CSTNode]) -> cst.ClassDef | None:
+    """The class whose body holds ``node``, if any."""
+    current = parent_of.get(node)
+    while current is not None and not isinstance(current, cst.ClassDef):
+        current = parent_of.get(current)
+    return current
+
+
 def _in_annotation(access: cst.CSTNode, parent_of: Mapping[cst.CSTNode, cst.CSTNode]) -> bool:
     node: cst.CSTNode | None = parent_of.get(access)
     while isinstance(node, _TYPE_EXPRESSION_PARTS):
         node = parent_of.get(node)
-    return isinstance(node, cst.Annotation)
+    return isinstance(node, (cst.Annotation, cst.TypeAlias))  # x: A, and type X = A | None (PEP 695)
 
 
 def _is_store(attribute: cst.Attribute, parent_of: Mapping[cst.CSTNode, cst.CSTNode]) -> bool:

@@ -62,12 +62,38 @@ def positions(wrapper: MetadataWrapper) -> Mapping[cst.CSTNode, CodeRange]:
 
 @contextmanager
 def resolved(command: cst.MetadataDependent, wrapper: MetadataWrapper) -> Iterator[None]:
-    """``command.resolve(wrapper)``: the metadata ``command`` declares, for its ``get_metadata``, while inside."""
-    command.metadata = resolve_many(wrapper, command.get_inherited_dependencies())
+    """``command.resolve(wrapper)``: the metadata ``command`` declares, for its ``get_metadata``, while inside.
+
+    Each provider is computed on the first read of its metadata, not before the visit: a rule that declares
+    ``ScopeProvider`` but, in a given file, decides everything without it (a legacy import that stays for a reason
+    of its own, a file whose names all move unchanged) spares the scope analysis, which is most of the time of a
+    file it transforms. What is computed is stored in ``wrapper``, so later rules on the same tree reuse it.
+    """
+    command.metadata = _OnFirstRead(wrapper, command.get_inherited_dependencies())
     try:
         yield
     finally:
         command.metadata = {}
+
+
+class _OnFirstRead(dict):  # type: ignore[type-arg]
+    """The metadata of ``providers`` for a wrapper's module, each resolved when first read (``metadata[provider]``),
+    as libcst's ``get_metadata`` reads it."""
+
+    def __init__(self, wrapper: MetadataWrapper, providers: Collection[ProviderT]) -> None:
+        super().__init__()
+        self._wrapper = wrapper
+        self._providers = frozenset(providers)
+
+    def __contains__(self, provider: object) -> bool:
+        return provider in self._providers
+
+    def __missing__(self, provider: ProviderT) -> Mapping[cst.CSTNode, object]:
+        if provider not in self._providers:
+            raise KeyError(provider)
+        computed = resolve_many(self._wrapper, (provider,))[provider]
+        self[provider] = computed
+        return computed
 
 
 def parent_nodes(module: cst.Module) -> dict[cst.CSTNode, cst.CSTNode]:

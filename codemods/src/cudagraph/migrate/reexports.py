@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from .exports import ExportsManifest
+from .python_ast import parse_ast
 from .renames import RenameTable
 
 __all__ = ["collect_reexports", "import_statements", "imported_names", "module_names"]
@@ -52,7 +53,7 @@ def collect_reexports(
         if not any(module in text for module in legacy_modules):
             continue
         try:
-            tree = ast.parse(text, filename=str(path))
+            tree = parse_ast(text, filename=str(path))
         except SyntaxError:
             continue
         bindings = dict(_module_level_bindings(tree.body, table, exports))

@@ -19,6 +19,7 @@ from libcst.codemod import Codemod, CodemodContext
 
 from .exports import ExportsManifest, load_exports
 from .options import RunOptions
+from .python_ast import parse_ast
 from .reexports import imported_names
 from .renames import RenameTable
 from .rules import Rule
@@ -120,7 +121,7 @@ def migrate_source(
     if not active:
         return SourceMigration(original, original)
     try:
-        module_ast = ast.parse(original, filename=path)
+        module_ast = parse_ast(original, filename=path)
     except SyntaxError as error:
         raise UnparsableSourceError(f"{path}:{error.lineno}:{error.offset}: does not parse: {error.msg}") from None
     reexports = _reexports(options.reexports)

@@ -12,6 +12,7 @@ import ast
 from dataclasses import dataclass
 
 from .exports import ExportsManifest
+from .python_ast import parse_ast
 
 __all__ = ["CudagraphReference", "cudagraph_references", "unresolved_references"]
 
@@ -42,7 +43,7 @@ def cudagraph_references(source: bytes | str | ast.Module, filename: str = "<mig
 
     Raises :class:`SyntaxError` when ``source`` does not parse.
     """
-    tree = source if isinstance(source, ast.Module) else ast.parse(source, filename=filename)
+    tree = source if isinstance(source, ast.Module) else parse_ast(source, filename=filename)
     references: list[CudagraphReference] = []
     module_bindings: dict[str, str] = {}
     attributes: list[ast.Attribute] = []

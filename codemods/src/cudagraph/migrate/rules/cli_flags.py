@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 import libcst as cst
 
 from ..api_scan import ast_dotted_name
+from ..python_ast import parse_ast
 from ..renames import Rename, RenameKind, RenameTable
 from .base import (
     ORIGINAL_KEY,
@@ -518,7 +519,7 @@ class _Ties:
     def ties(self, scopes: tuple[str, ...], parser: str | None) -> bool:
         """Whether a definition on ``parser`` inside ``scopes`` belongs to SGLang's parser."""
         if self._ties is None:
-            tree = self.source if isinstance(self.source, ast.Module) else ast.parse(self.source)
+            tree = self.source if isinstance(self.source, ast.Module) else parse_ast(self.source)
             self._ties = DefinitionTies(tree, self.path, parser_owners(self.table))
         return self._ties.ties(scopes, parser)
 

@@ -68,8 +68,8 @@ class LegacyDottedStrings(MigrationCommand):
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
         """``"legacy.mod"`` -> ``"new.mod"``; ``"legacy.mod.Old"`` -> ``"new.mod.New"`` where it can move."""
         value = string_value(updated_node)
-        if value is None or not _DOTTED_PATH.fullmatch(value):
-            return updated_node
+        if value is None or not _DOTTED_PATH.fullmatch(value) or id(original_node) in self.finder.pieces:
+            return updated_node  # a piece of a longer string names something else: the inventory lists that one
         own = self.own_members.get(value)
         if own is not None:
             self.edited()
@@ -200,6 +200,8 @@ class _PrefixUses(cst.CSTVisitor):
         self.members_by_name: dict[str, list[str]] = {}
         self.bare_names: set[str] = set()
         """Strings of the file that are one identifier (a name a ``getattr`` may fetch)."""
+        self.pieces: set[int] = set()
+        """Ids of the literals that are pieces of a longer string (adjacent literals, or ``"a" + "b"``)."""
         self.reads_by_function: dict[str, frozenset[str]] = {}
         self.hook_reads: dict[int, frozenset[str]] = {}
         self.hook_names: dict[int, str] = {}
@@ -208,6 +210,9 @@ class _PrefixUses(cst.CSTVisitor):
         value = string_value(node)
         if value is not None and value.isidentifier():
             self.bare_names.add(value)
+
+    def visit_ConcatenatedString(self, node: cst.ConcatenatedString) -> None:
+        self.pieces.update(id(part) for part in (node.left, node.right) if isinstance(part, cst.SimpleString))
 
     @property
     def members_by_string(self) -> dict[int, tuple[str, ...]]:
@@ -255,6 +260,9 @@ class _PrefixUses(cst.CSTVisitor):
                 self.members_by_name.setdefault(before.expression.value, []).append(member.group(1))
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        literals = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+        if isinstance(node.operator, cst.Add) and isinstance(node.left, literals) and isinstance(node.right, literals):
+            self.pieces.update(id(part) for part in (node.left, node.right) if isinstance(part, cst.SimpleString))
         if isinstance(node.operator, cst.Add) and isinstance(node.left, cst.Name):
             text = string_value(node.right)
             member = _MEMBER_AFTER.match(text) if text is not None else None

@@ -8,14 +8,14 @@ list, so the walk keeps a ``_BlockMerge`` per block and writes the merged statem
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import BaseAssignment, ImportAssignment, Scope, ScopeProvider
 
-from ..handoffs import UseKind, classify_use, member_named
+from ..handoffs import UseKind, classify_use, enclosing_class, member_named
 from ..renames import Rename
 from ..todo_comments import GuideSection
 from .base import MOVE_SHARED_STATE_KEY, dotted_name
@@ -211,7 +211,6 @@ class ImportPlanner(cst.CSTVisitor):
     def _plan_symbol_imports(self, node: cst.ImportFrom, legacy: Rename) -> None:
         assert not isinstance(node.names, cst.ImportStar)
         block = self.blocks[-1]
-        scope = self.command.get_metadata(ScopeProvider, node, None)
         placed_here: list[str] = []
         unexported = [alias for alias in node.names if self.command.command_target(legacy, _alias_name(alias)) is None]
         unexported_ids = {id(alias) for alias in unexported}
@@ -237,6 +236,8 @@ class ImportPlanner(cst.CSTVisitor):
             assert target is not None
             new_module, new_name = target
             if local is None and new_name != old_name:
+                # the scope analysis only where a name changes (most of a file's time when it runs at all)
+                scope = self.command.get_metadata(ScopeProvider, node, None)
                 if scope is not None and (
                     _name_taken(scope, new_name, new_module) or _bound_elsewhere(scope, old_name)
                 ):
@@ -291,15 +292,15 @@ class ImportPlanner(cst.CSTVisitor):
 
     def _uses_refused(self, node: cst.ImportFrom, legacy: Rename, alias: cst.ImportAlias) -> bool:
         """Whether some use of the name ``alias`` binds is one the new API would not accept (each is noted)."""
+        if self._shares_state(legacy, _alias_name(alias)):  # stays whatever its uses: no scope analysis for it
+            self.command.note(node, _shared_state_message(legacy, _alias_name(alias)), GuideSection.SHARED_STATE)
+            return True
         scope = self.command.get_metadata(ScopeProvider, node, None)
         local = _as_name(alias) or _alias_name(alias)
         if scope is None or local not in scope.assignments:
             return False
         target = self.command.command_target(legacy, _alias_name(alias))
         assert target is not None
-        if self._shares_state(legacy, _alias_name(alias)):
-            self.command.note(node, _shared_state_message(legacy, _alias_name(alias)), GuideSection.SHARED_STATE)
-            return True
         accesses = _uses_of(scope, local, node)
         legacy_name = f"{legacy.old}.{_alias_name(alias)}"
         return self._any_refused(accesses, legacy_name, ".".join(target))
@@ -331,6 +332,9 @@ class ImportPlanner(cst.CSTVisitor):
             elif use is UseKind.VALUE:
                 problems = handoffs.value_problems(new_name, legacy_name)
                 section = GuideSection.HANDOFFS
+            elif use is UseKind.BORROWED:
+                problems = _borrow_problems(access, parent_of, short_old, new_name)
+                section = GuideSection.SUBCLASSES
             elif use is UseKind.MEMBER_READ:
                 member = member_named(access, parent_of)
                 problem = handoffs.member_problem(new_name, legacy_name, member) if member else None
@@ -343,7 +347,7 @@ class ImportPlanner(cst.CSTVisitor):
                 continue
             if problems:
                 refused = True
-                if use in (UseKind.CALLED, UseKind.BASE):
+                if use in (UseKind.CALLED, UseKind.BASE, UseKind.BORROWED):
                     self.command.note(where, f"kept on the legacy {short_old}: {'; '.join(problems)}", section)
                 else:
                     self.command.note(where, "; ".join(problems), section)
@@ -469,3 +473,26 @@ def _assignments(scope: Scope, name: str) -> Iterator[BaseAssignment]:
     yield from scope.assignments[name]
     if scope is not scope.globals:
         yield from scope.globals.assignments[name]
+
+
+def _borrow_problems(
+    access: cst.CSTNode, parent_of: Mapping[cst.CSTNode, cst.CSTNode], short_old: str, new_name: str
+) -> list[str]:
+    """Why a method of the legacy class run through the class object on another object cannot run the new class's
+    method: the class it runs on does not derive from the legacy class (it borrows the method, and the new method
+    reads state only the new class's constructor sets). Derived from it, the class moves onto the new base with it
+    and is checked as a subclass."""
+    holder = enclosing_class(access, parent_of)
+    spelled = access.value if isinstance(access, cst.Name) else None
+    if holder is not None and spelled is not None:
+        for base in holder.bases:
+            if isinstance(base.value, cst.Name) and base.value.value == spelled:
+                return []
+    member = member_named(access, parent_of)
+    borrowed = f"{short_old}.{member}" if member else f"super({short_old}, ...)"
+    where = f"class {holder.name.value}" if holder is not None else "an object of another class"
+    new_short = new_name.rpartition(".")[2]
+    return [
+        f"{borrowed} runs on {where}, which does not derive from {short_old}: {new_short}'s method reads state its "
+        f"own constructor sets (derive from {new_short}, or keep the legacy class)"
+    ]
