@@ -112,7 +112,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     def _output_row_counts(self, bucket: int) -> Iterable[int]:
         """The output rows of every batch size that pads to ``bucket`` (0, an idle batch, pads to the smallest): a
         row per request in decode, a row per token in verify."""
-        return [size * self.query_len for size, bucket in enumerate(self.bucket_by_size) if bucket == bucket]
+        return [size * self.query_len for size, padded in enumerate(self.bucket_by_size) if padded == bucket]
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """A batch of ``bucket`` requests viewing the static buffers: what a graph of that size was captured with."""
