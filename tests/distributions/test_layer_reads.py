@@ -130,3 +130,65 @@ def test_a_backend_that_reads_its_runner_is_named() -> None:
         "3: model_runner",
         "4: static_buckets",
     ]
+
+
+# -- the runner reads the engine only through its protocols ----------------------------------------------------------
+
+RUNNER = "cudagraph-runner"
+PROTOCOLS = ROOT / "packages/cudagraph-runner/src/cudagraph/runner/protocols.py"
+ENGINE_OBJECTS = ("model_runner", "attn_backend")
+"""The names under which the runner holds the engine's objects (a model runner and its attention backend)."""
+
+
+def protocol_members() -> set[str]:
+    """Every member the runner's engine protocols declare (``ModelRunnerLike``, ``AttentionBackendLike`` and the
+    optional ones beside them)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(PROTOCOLS.read_text())):
+        if isinstance(node, ast.ClassDef) and any(getattr(base, "id", "") == "Protocol" for base in node.bases):
+            found.update(_class_members(node))
+    return found
+
+
+def _engine_object(node: ast.expr) -> bool:
+    """``model_runner``, ``self.model_runner``, ``attn_backend``, ``x.attn_backend`` and so on."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return name in ENGINE_OBJECTS
+
+
+def engine_reads(source: str, declared: set[str]) -> list[str]:
+    """``line: what`` of each read in ``source`` that goes around the protocols: a member of an engine object that
+    no protocol declares, or any ``getattr``/``hasattr`` by a constant string (duck-typing a member by name)."""
+    problems = []
+    for node in ast.walk(ast.parse(source)):
+        if _is_getattr(node):
+            problems.append(f"{node.lineno}: getattr of {node.args[1].value!r}")  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Attribute) and _engine_object(node.value) and node.attr not in declared:
+            problems.append(f"{node.lineno}: {node.attr}")
+    return problems
+
+
+def test_the_runner_reads_the_engine_only_through_its_protocols() -> None:
+    declared = protocol_members()
+    assert {"forward", "attn_backend", "model_forward", "graph_read_tensors", "needs_seq_lens_cpu"} <= declared
+    problems = [
+        f"{path.relative_to(ROOT)}:{where}"
+        for path in sorted(DISTRIBUTIONS[RUNNER].source.rglob("*.py"))
+        for where in engine_reads(path.read_text(), declared)
+    ]
+    assert problems == [], "declare what the runner reads in cudagraph.runner.protocols and read it typed"
+
+
+def test_a_runner_that_duck_types_the_engine_is_named() -> None:
+    source = (
+        "def prepare(self):\n"
+        "    forward = getattr(self.model_runner, 'model_forward', None)\n"
+        "    self.model_runner.token_to_kv_pool.k_buffer\n"
+        "    self.model_runner.attn_backend.init_cuda_graph_state(1, 1)\n"
+        "    hasattr(attn_backend, 'needs_seq_lens_cpu')\n"
+    )
+    assert sorted(engine_reads(source, protocol_members())) == [
+        "2: getattr of 'model_forward'",
+        "3: token_to_kv_pool",
+        "5: getattr of 'needs_seq_lens_cpu'",
+    ]

@@ -13,7 +13,15 @@ from .forward_batch import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, ForwardBatch
 from .memory_plan import CaptureMemoryEstimate, ProbeCapture
 from .metrics import BucketRow, EagerRow, ReplayMetrics
 from .prefill import PrefillCudaGraphRunner
-from .protocols import AttentionBackendLike, ModelRunnerLike, ReqToTokenPoolLike
+from .protocols import (
+    AttentionBackendLike,
+    GraphReadsModelRunner,
+    HostLengthsHint,
+    ModelRunnerLike,
+    ModuleModelRunner,
+    ReqToTokenPoolLike,
+    TraceableModelRunner,
+)
 from .replay_metadata import ReplayMetadata, bind_replay_hook
 from .routing import EagerReason, Route, RouteTable, pad_to_bucket
 from .stats import CaptureStats, ShapeCaptureStats
@@ -34,7 +42,10 @@ __all__ = [
     "EagerRow",
     "ForwardBatch",
     "ForwardMode",
+    "GraphReadsModelRunner",
+    "HostLengthsHint",
     "ModelRunnerLike",
+    "ModuleModelRunner",
     "PrefillCudaGraphRunner",
     "ProbeCapture",
     "ReplayMetadata",
@@ -44,6 +55,7 @@ __all__ = [
     "RouteTable",
     "ShapeCaptureStats",
     "StepInputs",
+    "TraceableModelRunner",
     "__version__",
     "bind_replay_hook",
     "get_batch_sizes_to_capture",

@@ -56,7 +56,7 @@ from .memory_plan import (
     skipped_summary,
 )
 from .metrics import ReplayMetrics
-from .protocols import ModelRunnerLike
+from .protocols import ModelRunnerLike, traceable_forward
 from .replay_metadata import ReplayHook, bind_replay_hook
 from .routing import EagerReason, Route, RouteTable, check_padding_ratio, padded_bucket
 from .static_buffers import StaticInputs
@@ -549,8 +549,7 @@ class BaseCudaGraphRunner(abc.ABC):
             return True
         try:
             # The traceable part of the host's forward, for a backend that compiles it (optional for the others).
-            model_forward = getattr(self.model_runner, "model_forward", None)
-            self.backend.prepare(model_forward, self._entry_inputs())
+            self.backend.prepare(traceable_forward(self.model_runner), self._entry_inputs())
         except ModelTraceError as error:
             # A model the compiler cannot trace still runs: this phase falls back to eager, said once, plainly.
             self.eager_reason = f"the model does not trace for {self.backend_name}: {error}"

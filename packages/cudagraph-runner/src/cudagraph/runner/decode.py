@@ -24,7 +24,7 @@ from cudagraph.config import ConfigError, CudaGraphConfig, Phase
 from .base import BaseCudaGraphRunner
 from .forward_batch import ForwardBatch, ForwardMode
 from .metrics import ReplayMetrics
-from .protocols import ModelRunnerLike
+from .protocols import ModelRunnerLike, needs_seq_lens_cpu
 from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
 from .static_buffers import DECODE_FIELDS, StaticInputs
@@ -102,7 +102,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             device=self.device,
             seq_len_fill_value=attn_backend.get_cuda_graph_seq_len_fill_value(),
         )
-        self.inputs.mirror_seq_lens_cpu = getattr(attn_backend, "needs_seq_lens_cpu", True)
+        self.inputs.mirror_seq_lens_cpu = needs_seq_lens_cpu(attn_backend)
         attn_backend.init_cuda_graph_state(self.max_size, max_tokens)
         self._index_static_buckets(attn_backend)
 
