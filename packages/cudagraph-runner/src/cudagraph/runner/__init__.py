@@ -24,8 +24,11 @@ from .protocols import (
 )
 from .replay_metadata import ReplayMetadata, bind_replay_hook
 from .routing import EagerReason, Route, RouteTable, pad_to_bucket
-from .stats import CaptureStats, ShapeCaptureStats
+from .static_buckets import StaticBucket, StaticBuckets
+from .static_buffers import StaticBuffers
+from .stats import BucketCaptureStats, CaptureStats, ShapeCaptureStats
 from .step_inputs import StepInputs
+from .switches import RunnerSwitches
 
 __version__ = "0.1.0"
 
@@ -34,6 +37,7 @@ __all__ = [
     "PADDING_REQ_POOL_INDEX",
     "AttentionBackendLike",
     "BaseCudaGraphRunner",
+    "BucketCaptureStats",
     "BucketRow",
     "CaptureMemoryEstimate",
     "CaptureStats",
@@ -53,7 +57,11 @@ __all__ = [
     "ReqToTokenPoolLike",
     "Route",
     "RouteTable",
+    "RunnerSwitches",
     "ShapeCaptureStats",
+    "StaticBucket",
+    "StaticBuckets",
+    "StaticBuffers",
     "StepInputs",
     "TraceableModelRunner",
     "__version__",
