@@ -38,7 +38,7 @@ from cudagraph.runner import (
     ModelRunnerLike,
     PrefillCudaGraphRunner,
     ReplayMetrics,
-    RunnerSwitches,
+    RunnerConfig,
     StepInputs,
 )
 
@@ -408,8 +408,7 @@ class ModelRunner:
         host: ModelRunnerLike = LoraForwardHost(self) if lora else self
         runner = runner_type(
             host,
-            self.cuda_graph_config.for_phase(phase),
-            switches=RunnerSwitches.of(self.cuda_graph_config, phase),
+            RunnerConfig.of(self.cuda_graph_config, phase),
             show_progress=self.show_progress,
             capture_barrier=self.capture_barrier,
             metrics=metrics if metrics is not None else self.cuda_graph_metrics[phase],

@@ -28,7 +28,7 @@ from .static_buckets import StaticBucket, StaticBuckets
 from .static_buffers import StaticBuffers
 from .stats import BucketCaptureStats, CaptureStats, ShapeCaptureStats
 from .step_inputs import StepInputs
-from .switches import RunnerSwitches
+from .switches import RunnerConfig, RunnerSwitches
 
 __version__ = "0.1.0"
 
@@ -57,6 +57,7 @@ __all__ = [
     "ReqToTokenPoolLike",
     "Route",
     "RouteTable",
+    "RunnerConfig",
     "RunnerSwitches",
     "ShapeCaptureStats",
     "StaticBucket",

@@ -36,7 +36,7 @@ from .routing import EagerReason, Route, RouteTable, padded_bucket
 from .static_buckets import NO_CONTEXT, StaticBucket, StaticBuckets
 from .static_buffers import StaticBuffers
 from .stats import CaptureStats
-from .switches import RunnerSwitches, phase_settings
+from .switches import RunnerConfig, runner_config
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +46,12 @@ __all__ = ["BaseCudaGraphRunner", "StaticBucket"]
 class BaseCudaGraphRunner(RunnerCapture, RunnerLifecycle, RenamedMethods, abc.ABC):
     """Route, copy in and replay, shared by the decode and prefill runners, and the capture that feeds them.
 
-    Built with its phase's ``PhaseConfig`` and the engine-wide ``RunnerSwitches`` (or a whole ``CudaGraphConfig``,
-    from which both are selected once). ``backend`` defaults to ``make_backend`` for the phase's backend with
-    ``num_warmups`` eager runs before each capture (default: ``warmups_needed``); tests pass
-    ``cudagraph.backend.testing.CpuReplayBackend``. ``capture_barrier`` is where the ranks of a tensor-parallel group
-    meet while capturing (a ``RankAgreement`` also shares every capture decision). Every step is counted in
-    ``metrics`` (pass one to keep counting into one that outlives the runner).
+    Built with a ``RunnerConfig`` (its phase's ``PhaseConfig`` and the engine-wide ``RunnerSwitches``), a bare
+    ``PhaseConfig``, or a whole ``CudaGraphConfig`` (from which both are selected once). ``backend`` defaults to
+    ``make_backend`` for the phase's backend with ``num_warmups`` eager runs before each capture (default:
+    ``warmups_needed``); tests pass ``cudagraph.backend.testing.CpuReplayBackend``. ``capture_barrier`` is where
+    the ranks of a tensor-parallel group meet while capturing (a ``RankAgreement`` also shares every capture
+    decision). Every step is counted in ``metrics`` (pass one to keep counting into one that outlives the runner).
     """
 
     phase: ClassVar[Phase]
@@ -61,16 +61,16 @@ class BaseCudaGraphRunner(RunnerCapture, RunnerLifecycle, RenamedMethods, abc.AB
     def __init__(
         self,
         model_runner: ModelRunnerLike,
-        config: CudaGraphConfig | PhaseConfig,
+        config: CudaGraphConfig | PhaseConfig | RunnerConfig,
         *,
-        switches: RunnerSwitches | None = None,
         backend: BaseCudaGraphBackend | None = None,
         show_progress: bool = True,
         num_warmups: int | None = None,
         capture_barrier: Callable[[], None] | None = None,
         metrics: ReplayMetrics | None = None,
     ) -> None:
-        phase_config, self.switches = phase_settings(config, self.phase, switches)
+        settings = runner_config(config, self.phase)
+        phase_config, self.switches = settings.phase, settings.switches
         # The config decided whether this phase is graphed, and with which buckets (``resolve``: ascending, the last
         # one ``max_size``); a runner is made only for a phase it enabled.
         assert phase_config.enabled and phase_config.buckets, (

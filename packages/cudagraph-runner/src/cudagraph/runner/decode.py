@@ -29,7 +29,7 @@ from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
 from .static_buffers import DECODE_FIELDS, StaticBuffers
 from .step_inputs import StepInputs
-from .switches import RunnerSwitches
+from .switches import RunnerConfig
 
 _DECODE = ForwardMode.DECODE
 _IDLE = ForwardMode.IDLE
@@ -57,9 +57,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     def __init__(
         self,
         model_runner: ModelRunnerLike,
-        config: CudaGraphConfig | PhaseConfig,
+        config: CudaGraphConfig | PhaseConfig | RunnerConfig,
         *,
-        switches: RunnerSwitches | None = None,
         backend: BaseCudaGraphBackend | None = None,
         show_progress: bool = True,
         num_warmups: int | None = None,
@@ -80,7 +79,6 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         super().__init__(
             model_runner,
             config,
-            switches=switches,
             backend=backend,
             show_progress=show_progress,
             num_warmups=num_warmups,

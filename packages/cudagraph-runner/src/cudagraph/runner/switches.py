@@ -1,8 +1,9 @@
 """The few engine-wide settings a runner reads besides its own phase's ``PhaseConfig``, chosen once, at the boundary.
 
-A runner is handed its phase's ``PhaseConfig`` and a ``RunnerSwitches``; given a whole ``CudaGraphConfig`` instead
-(``DecodeCudaGraphRunner(model_runner, config)``, the contract engines build with), it selects both from it once
-(``phase_settings``) and reads the config no more.
+A runner is handed a ``RunnerConfig``: its phase's ``PhaseConfig`` and a ``RunnerSwitches``. Given a whole
+``CudaGraphConfig`` instead (``DecodeCudaGraphRunner(model_runner, config)``, the contract engines build with), it
+selects both from it once (``runner_config``) and reads the config no more; given a bare ``PhaseConfig``, the
+switches are the defaults.
 """
 
 from __future__ import annotations
@@ -46,13 +47,34 @@ _SAME_NAMED = tuple(field.name for field in fields(RunnerSwitches) if field.name
 """The switches named as the ``CudaGraphConfig`` fields they are read from."""
 
 
-def phase_settings(
-    config: CudaGraphConfig | PhaseConfig, phase: Phase, switches: RunnerSwitches | None = None
-) -> tuple[PhaseConfig, RunnerSwitches]:
-    """A ``phase`` runner's ``PhaseConfig`` and switches: selected from a whole ``CudaGraphConfig`` (its switches
-    unless ``switches`` are given), or ``config`` itself with ``switches`` (default: ``RunnerSwitches()``)."""
+@dataclass(frozen=True)
+class RunnerConfig:
+    """What one runner is built with: its phase's ``PhaseConfig`` and the engine-wide switches it reads.
+
+    Example (an engine's builder)::
+
+        DecodeCudaGraphRunner(model_runner, RunnerConfig.of(config, Phase.DECODE))
+    """
+
+    phase: PhaseConfig
+    switches: RunnerSwitches = RunnerSwitches()
+
+    @classmethod
+    def of(cls, config: CudaGraphConfig, phase: Phase) -> RunnerConfig:
+        """``phase``'s settings in ``config`` and the switches a ``phase`` runner reads of it."""
+        return cls(config.for_phase(phase), RunnerSwitches.of(config, phase))
+
+
+def runner_config(config: CudaGraphConfig | PhaseConfig | RunnerConfig, phase: Phase) -> RunnerConfig:
+    """What a ``phase`` runner is built with, from any of the forms its constructor takes: a whole
+    ``CudaGraphConfig`` (selected once, here), a ``PhaseConfig`` (default switches) or a ``RunnerConfig``."""
+    if isinstance(config, RunnerConfig):
+        return config
     if isinstance(config, CudaGraphConfig):
-        return config.for_phase(phase), switches if switches is not None else RunnerSwitches.of(config, phase)
+        return RunnerConfig.of(config, phase)
     if isinstance(config, PhaseConfig):
-        return config, switches if switches is not None else RunnerSwitches()
-    raise TypeError(f"a {phase} runner takes a CudaGraphConfig or its phase's PhaseConfig, got {type(config).__name__}")
+        return RunnerConfig(config)
+    raise TypeError(
+        f"a {phase} runner takes a CudaGraphConfig, its phase's PhaseConfig or a RunnerConfig, "
+        f"got {type(config).__name__}"
+    )
