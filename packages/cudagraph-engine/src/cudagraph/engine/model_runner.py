@@ -387,11 +387,11 @@ class ModelRunner:
         **runner_options: Any,
     ) -> RunnerT | None:
         reason = self.runnerless_reason(phase)
-        if reason is EagerReason.GRAPHS_UNAVAILABLE:
+        if reason is EagerReason.NOT_CAPTURED:
+            return self._make_runner(phase, runner_type, metrics=metrics, lora=lora, **runner_options)
+        if reason is EagerReason.GRAPHS_UNAVAILABLE and self.cuda_graph_config.for_phase(phase).enabled:
             logger.warning(self.graphs_unavailable_reason(phase))  # graphs the config asked for, this device lacks
-        if reason is not EagerReason.NOT_CAPTURED:
-            return None  # PHASE_DISABLED: the config's decision, explained where it resolved
-        return self._make_runner(phase, runner_type, metrics=metrics, lora=lora, **runner_options)
+        return None  # a disabled phase: the config's decision, explained where it resolved
 
     def _make_runner(
         self,
@@ -604,13 +604,14 @@ class ModelRunner:
         return self._built(_routed(make_verify_batch(requests, drafts, self.device, step.views), step), lora)
 
     def runnerless_reason(self, phase: Phase) -> EagerReason:
-        """Why ``phase`` has no graph runner, decided here once for ``_init_runner`` (which makes none) and for the
-        steps that then run eagerly: its graphs are disabled (the config's decision), there is no CUDA device, or
-        ``NOT_CAPTURED`` (a runner may be made: not yet, or not any more)."""
-        if not self.cuda_graph_config.for_phase(phase).enabled:
-            return EagerReason.PHASE_DISABLED
+        """Why ``phase`` has no graph runner, decided here once for ``_init_runner`` (which makes a runner only on
+        ``NOT_CAPTURED``) and for the steps that then run eagerly: there is no CUDA device ("graphs off", whatever the
+        config says), its graphs are disabled (the config's decision), or ``NOT_CAPTURED`` (not yet, or not any
+        more)."""
         if self.graphs_unavailable_reason(phase) is not None:
             return EagerReason.GRAPHS_UNAVAILABLE
+        if not self.cuda_graph_config.for_phase(phase).enabled:
+            return EagerReason.PHASE_DISABLED
         return EagerReason.NOT_CAPTURED
 
     def model_forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,6 @@ from cudagraph.backend import BaseCudaGraphBackend, make_backend, warmups_needed
 from cudagraph.backend_utils import CaptureOptions, ShapeDescriptor
 from cudagraph.config import CapturePolicy, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig
 
-from .capture import RunnerCapture
 from .forward_batch import ForwardBatch
 from .graph_inputs import GraphInputGuard, graph_read_tensors
 from .lazy_capture import LazyCapture
@@ -43,7 +42,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["BaseCudaGraphRunner", "StaticBucket"]
 
 
-class BaseCudaGraphRunner(RunnerCapture, RunnerLifecycle, RenamedMethods, abc.ABC):
+class BaseCudaGraphRunner(RunnerLifecycle, RenamedMethods, abc.ABC):
     """Route, copy in and replay, shared by the decode and prefill runners, and the capture that feeds them.
 
     Built with a ``RunnerConfig`` (its phase's ``PhaseConfig`` and the engine-wide ``RunnerSwitches``), a bare

@@ -18,21 +18,26 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from tqdm import tqdm
 
-from cudagraph.backend import EntryInputs, ModelTraceError
-from cudagraph.config import CapturePolicy, Phase
+from cudagraph.backend import BaseCudaGraphBackend, EntryInputs, ModelTraceError
+from cudagraph.backend_utils import ShapeDescriptor
+from cudagraph.config import CapturePolicy, MemoryBudget, Phase
 
 from .agreement import agreed_plan, agreement_of
 from .capture_loop import CaptureLoop
+from .graph_inputs import GraphInputGuard
 from .lazy_capture import LazyCapture
 from .memory_plan import CaptureMemoryEstimate, estimate_from_probes, plan_capture, skipped_summary
 from .memory_probe import probe_captures
-from .protocols import traceable_forward
+from .metrics import ReplayMetrics
+from .protocols import ModelRunnerLike, traceable_forward
+from .static_buckets import StaticBuckets
 from .stats import CaptureStats
 
 logger = logging.getLogger(__name__)
@@ -40,6 +45,37 @@ logger = logging.getLogger(__name__)
 
 class RunnerCapture:
     """The capture half of ``BaseCudaGraphRunner`` (see the module docstring)."""
+
+    if TYPE_CHECKING:  # what it reads and calls of the one class it is mixed into (``BaseCudaGraphRunner``)
+        phase: ClassVar[Phase]
+        model_runner: ModelRunnerLike
+        backend: BaseCudaGraphBackend
+        buckets: tuple[int, ...]
+        memory_budget: MemoryBudget | None
+        capture_policy: CapturePolicy
+        metrics: ReplayMetrics
+        show_progress: bool
+        stats: CaptureStats
+        eager_reason: str | None
+        captured: bool
+        captured_buckets: tuple[int, ...]
+        skipped_buckets: dict[int, str]
+        graph_inputs: GraphInputGuard
+        static_buckets: StaticBuckets
+        _lazy: LazyCapture | None
+        _memory_estimate: CaptureMemoryEstimate | None
+        _backend_prepared: bool
+        _buffers_allocated: bool
+
+        @property
+        def backend_name(self) -> str: ...  # noqa: D102
+        def shape_descriptor(self, bucket: int) -> ShapeDescriptor: ...  # noqa: D102
+        def static_buffer_tensors(self, bucket: int) -> list[torch.Tensor]: ...  # noqa: D102
+        def shutdown(self) -> None: ...  # noqa: D102
+        def _allocate_static_buffers(self) -> None: ...
+        def _prepare_capture(self, bucket: int) -> Callable[[], torch.Tensor]: ...
+        def _output_row_counts(self, bucket: int) -> Iterable[int]: ...
+        def _open_routes(self) -> None: ...
 
     def capture_bucket(self, bucket: int) -> torch.Tensor:
         """Capture ``bucket`` alone (inside ``capture``'s session) and return its static output."""

@@ -32,7 +32,9 @@ import enum
 import logging
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
+from .capture import RunnerCapture
 from .graph_inputs import moved_error
 
 logger = logging.getLogger(__name__)
@@ -82,9 +84,16 @@ def next_state(state: RunnerState, phase: object, call: str) -> RunnerState:
     return target
 
 
-class RunnerLifecycle:
-    """Sleep, wake and recapture of ``BaseCudaGraphRunner`` (a mixin of that one class): the moves of the table
-    above, made over the runner's ``StaticBuckets``."""
+class RunnerLifecycle(RunnerCapture):
+    """Sleep, wake and recapture of ``BaseCudaGraphRunner`` (a mixin of that one class, over its capture half): the
+    moves of the table above, made over the runner's ``StaticBuckets``."""
+
+    if TYPE_CHECKING:  # what it reads and calls of the runner, besides what ``RunnerCapture`` declares
+        state: RunnerState
+        wake_failure: str | None
+
+        def _index_buckets(self) -> None: ...
+        def _close_routes(self) -> None: ...
 
     def _release_graphs(self) -> None:
         """Every graph and its pool released (the static buffers stay); nothing captured or pending."""

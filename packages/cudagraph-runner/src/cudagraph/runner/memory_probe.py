@@ -66,13 +66,17 @@ def _probe_capture(backend: BaseCudaGraphBackend, bucket: int, prepare_capture: 
     return before
 
 
+def _warm_up(backend: BaseCudaGraphBackend, bucket: int, prepare_capture: PrepareCapture) -> None:
+    backend.warm_up(bucket, prepare_capture(bucket))
+
+
 def _warm_up_every_bucket(
     backend: BaseCudaGraphBackend, buckets: Sequence[int], prepare_capture: PrepareCapture
 ) -> None:
     """One warm-up forward of each bucket, largest first (one that runs out of memory is left to its probe)."""
     ran_out = False
     for bucket in sorted(buckets, reverse=True):
-        _, failed = out_of_memory_guarded(lambda bucket=bucket: backend.warm_up(bucket, prepare_capture(bucket)))
+        _, failed = out_of_memory_guarded(functools.partial(_warm_up, backend, bucket, prepare_capture))
         ran_out |= failed
     if ran_out:
         gc.collect()
