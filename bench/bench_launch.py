@@ -67,11 +67,11 @@ def _load_decode_inputs_kernel(
 
 def input_copy_paths(device: torch.device, batch_size: int = 1) -> dict[str, Callable[[], object]]:
     """A decode batch's inputs copied into a runner's static buffers, rotating over four source batches: the
-    runner's ``StaticInputs.load`` (torch) and one fused Triton copy (``FastLauncher``, and bound to one source)."""
+    runner's ``StaticBuffers.copy_in`` (torch) and one fused Triton copy (``FastLauncher``, and bound to one source)."""
     from cudagraph.runner import ForwardBatch, ForwardMode
-    from cudagraph.runner.static_buffers import DECODE_FIELDS, StaticInputs
+    from cudagraph.runner.static_buffers import DECODE_FIELDS, StaticBuffers
 
-    static = StaticInputs.allocate(DECODE_FIELDS, 256, 256, device, seq_len_fill_value=1)
+    static = StaticBuffers.allocate(DECODE_FIELDS, 256, 256, device, seq_len_fill_value=1)
     static.mirror_seq_lens_cpu = False
 
     def batch(seed: int) -> ForwardBatch:

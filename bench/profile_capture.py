@@ -53,7 +53,7 @@ def capture_once(model_runner: object, backend: str, max_bs: int, profile: bool)
     if profiler is not None:
         profiler.disable()
     seconds = time.perf_counter() - started
-    per_shape = {str(s.shape): round(s.seconds * 1e3, 1) for s in stats.per_shape}
+    per_shape = {str(s.bucket): round(s.seconds * 1e3, 1) for s in stats.per_bucket}
     runner.shutdown()
     row: dict[str, object] = {
         "backend": backend,

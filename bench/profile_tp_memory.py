@@ -122,7 +122,7 @@ def rank_main(rank: int, world_size: int, init_method: str, payload: tuple[str, 
             "capture_seconds": seconds,
             "decode": reading_delta(before, after),
             "kept_allocated_gib": (after.allocated_bytes - before.allocated_bytes) / GIB,
-            "largest_shapes_gib": {str(s.shape): s.bytes / GIB for s in runner.stats.per_shape[:4]},
+            "largest_shapes_gib": {str(s.bucket): s.bytes / GIB for s in runner.stats.per_bucket[:4]},
         }
         engine.shutdown()
         # The estimate against a repeat capture (as the capture section measures it at TP=1).

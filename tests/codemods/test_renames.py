@@ -120,12 +120,13 @@ def test_every_row_is_deprecated_now_and_removed_at_one() -> None:
 
 
 def test_own_earlier_names_are_the_runners_renamed_methods() -> None:
-    """cudagraph-runner 0.2.0 renamed three of its methods: rows of its own classes, with no legacy engine's owner."""
+    """cudagraph-runner 0.2.0 renamed four of its methods: rows of its own classes, with no legacy engine's owner."""
     own = {row.old: row for row in TABLE if row.own_name}
     assert {old: row.new for old, row in own.items()} == {
         "capture_one_shape": "capture_bucket",
         "replay_graph": "replay_bucket",
         "replay_routed": "replay",
+        "static_input_tensors": "static_buffer_tensors",
     }
     for row in own.values():
         assert row.kind is RenameKind.METHOD and not row.legacy_owners, row

@@ -20,7 +20,7 @@ from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, PhaseConfig
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.runner import DecodeCudaGraphRunner, ProbeCapture
-from cudagraph.runner.memory_plan import estimate_from_probes, plan_capture, probe_shapes
+from cudagraph.runner.memory_plan import estimate_from_probes, plan_capture, probe_buckets
 
 MiB = 2**20
 
@@ -31,7 +31,7 @@ costs = st.tuples(st.integers(0, 64 * 1024), st.integers(0, 8 * MiB), st.integer
 
 def probes_of(buckets: tuple[int, ...], per_row: int, graph: int, graph_per_row: int) -> list[ProbeCapture]:
     """What probing ``buckets`` reads on a device with exactly these costs."""
-    shapes = probe_shapes(buckets)
+    shapes = probe_buckets(buckets)
     largest = shapes[0]
     probes = [ProbeCapture(largest, per_row * largest + graph + graph_per_row * largest, per_row * largest, 0)]
     probes[0] = ProbeCapture(largest, probes[0].bytes, probes[0].peak_bytes, graph_per_row * largest)
@@ -73,7 +73,7 @@ def test_a_budget_plan_is_the_longest_prefix_whose_estimate_fits(
 
 @given(bucket_sets)
 def test_probes_are_the_largest_then_a_few_others_descending(buckets: tuple[int, ...]) -> None:
-    shapes = probe_shapes(buckets)
+    shapes = probe_buckets(buckets)
     assert shapes[0] == max(buckets)
     assert list(shapes) == sorted(set(shapes), reverse=True) and set(shapes) <= set(buckets)
     assert len(shapes) == min(len(buckets), 4)
@@ -122,7 +122,7 @@ def test_a_capture_never_runs_out_never_overspends_and_gives_everything_back(
     stats = runner.capture()
     assert set(runner.captured_buckets).isdisjoint(runner.skipped_buckets)
     assert set(runner.captured_buckets) | set(runner.skipped_buckets) == set(RUNNER_BUCKETS)
-    assert list(backend.shapes) == list(runner.captured_buckets) == [s.shape for s in reversed(stats.per_shape)]
+    assert list(backend.shapes) == list(runner.captured_buckets) == [s.bucket for s in reversed(stats.per_bucket)]
     ran_out = any("out of memory" in reason for reason in runner.skipped_buckets.values())
     assert ran_out or out_of_memory is None or out_of_memory not in runner.captured_buckets
     if budget is not None:

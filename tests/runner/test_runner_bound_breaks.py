@@ -98,8 +98,8 @@ def test_loading_inputs_of_a_seen_size_builds_nothing_new() -> None:
     runner = breakable_runner(model_runner)
     batch = decode_batch(model_runner, 3)
     runner.replay(batch)
-    views = runner.inputs.views(3, 3)  # the target views the load of size 3 copies into
+    views = runner.static_buffers.views(3, 3)  # the target views the load of size 3 copies into
     runner.replay(batch)
-    again = runner.inputs.views(3, 3)
+    again = runner.static_buffers.views(3, 3)
     assert all(again[name] is view for name, view in views.items()), "a seen size reuses its views"
     assert all(view.shape == (3,) for view in views.values())

@@ -19,7 +19,7 @@ def test_capture_goes_largest_first_and_records_stats(model_runner) -> None:
     assert backend.captured_order == [8, 4, 2, 1]
     assert backend.prepared == 1
     assert runner.stats.graphs == 4
-    assert [shape.shape for shape in runner.stats.per_shape] == [8, 4, 2, 1]
+    assert [bucket.bucket for bucket in runner.stats.per_bucket] == [8, 4, 2, 1]
     assert runner.stats.seconds > 0
 
 
@@ -54,7 +54,7 @@ def test_padded_rows_point_at_scratch_after_a_larger_batch(model_runner) -> None
     )
     k_before = model_runner.token_to_kv_pool.k_buffer[0].clone()
     runner.replay(small)
-    static = runner.inputs.tensors
+    static = runner.static_buffers.tensors
     fill = model_runner.attn_backend.get_cuda_graph_seq_len_fill_value()
     assert static["out_cache_loc"][3:8].tolist() == [PADDING_KV_SLOT] * 5
     assert static["req_pool_indices"][3:8].tolist() == [PADDING_REQ_POOL_INDEX] * 5
@@ -140,28 +140,15 @@ def test_model_runner_on_cpu_says_graphs_need_cuda_and_runs_eagerly(model_runner
     torch.testing.assert_close(model_runner.run(batch), model_runner.forward(batch))
 
 
-def test_buckets_above_the_phase_max_size_are_not_captured_and_run_eagerly(model_runner) -> None:
-    config = CudaGraphConfig(
-        decode=PhaseConfig(Backend.FULL, (1, 2, 4, 8, 16), 8), prefill=PhaseConfig(Backend.DISABLED, (), 0)
-    )
-    runner, backend = captured_runner(model_runner, config)
-    assert backend.captured_order == [8, 4, 2, 1] and runner.max_size == 8
-    above = decode_batch(model_runner, 9)
-    assert runner.can_run(ForwardBatch(**{**vars(above), "batch_size": 8}))
-    assert not runner.can_run(above)
-    torch.testing.assert_close(runner.replay(above), model_runner.forward(above))
-    assert backend.replayed == []
-
-
 def test_capture_stats_describe_the_latest_capture_only(model_runner) -> None:
     runner, _ = captured_runner(model_runner)
     first = runner.stats
     runner.shutdown()
     runner.capture()
     assert first.graphs == runner.stats.graphs == 4
-    assert [shape.shape for shape in runner.stats.per_shape] == [8, 4, 2, 1]
+    assert [bucket.bucket for bucket in runner.stats.per_bucket] == [8, 4, 2, 1]
     # The total is measured around the whole capture: never less than its shapes.
-    assert runner.stats.seconds >= sum(shape.seconds for shape in runner.stats.per_shape) > 0
+    assert runner.stats.seconds >= sum(bucket.seconds for bucket in runner.stats.per_bucket) > 0
 
 
 def test_breakable_replay_is_one_segment_more_than_attention_breaks(model_runner) -> None:
@@ -177,7 +164,7 @@ def test_debug_mode_catches_a_static_buffer_that_moved(model_runner) -> None:
     batch = decode_batch(model_runner, 3)
     runner.replay(batch)  # buffers in place: fine
     # Rebinding a buffer (instead of copying into it) leaves the graph reading the old memory.
-    runner.inputs.tensors["positions"] = runner.inputs.tensors["positions"].clone()
+    runner.static_buffers.tensors["positions"] = runner.static_buffers.tensors["positions"].clone()
     with pytest.raises(RuntimeError, match="static inputs are not where the graph was captured"):
         runner.replay(batch)
 

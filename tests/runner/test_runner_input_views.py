@@ -12,7 +12,7 @@ from cudagraph.config import Backend
 from cudagraph.engine.batch import extend_lens, make_decode_batch, make_extend_batch
 from cudagraph.engine.testing import DispatchedOps
 from cudagraph.runner import PADDING_KV_SLOT, ForwardMode, PrefillCudaGraphRunner
-from cudagraph.runner.static_buffers import DECODE_FIELDS, StaticInputs
+from cudagraph.runner.static_buffers import DECODE_FIELDS, StaticBuffers
 
 COPY_OPS = ("aten.copy_", "aten._foreach_copy_")
 
@@ -25,7 +25,7 @@ def copies_dispatched(step) -> list[str]:
 
 
 def test_views_are_the_same_tensors_at_every_call_and_cover_every_field() -> None:
-    inputs = StaticInputs.allocate(DECODE_FIELDS, 8, 8, torch.device("cpu"), seq_len_fill_value=1)
+    inputs = StaticBuffers.allocate(DECODE_FIELDS, 8, 8, torch.device("cpu"), seq_len_fill_value=1)
     first, second = inputs.views(3, 3), inputs.views(3, 3)
     assert set(first) == {spec.name for spec in DECODE_FIELDS} | {"seq_lens_cpu"}
     assert all(first[name] is second[name] for name in first)
@@ -74,12 +74,12 @@ def test_a_smaller_step_in_place_after_a_larger_one_still_pads_the_rows_it_left(
     views = runner.input_views(3)
     assert views is not None
     runner.replay(make_decode_batch(requests, model_runner.device, views))
-    assert runner.inputs.tensors["out_cache_loc"][3:4].tolist() == [PADDING_KV_SLOT]  # bucket 4's padded row
+    assert runner.static_buffers.tensors["out_cache_loc"][3:4].tolist() == [PADDING_KV_SLOT]  # bucket 4's padded row
 
 
 def test_only_fields_written_in_place_skip_their_copy() -> None:
     """A batch mixing views and its own tensors: the in-place fields are not copied, the others are."""
-    inputs = StaticInputs.allocate(DECODE_FIELDS, 8, 8, torch.device("cpu"), seq_len_fill_value=1)
+    inputs = StaticBuffers.allocate(DECODE_FIELDS, 8, 8, torch.device("cpu"), seq_len_fill_value=1)
     views = inputs.views(2, 2)
     model_runner = make_model_runner()
     requests = admit(model_runner, prompts_of([3, 4]))
@@ -121,7 +121,7 @@ def test_an_extend_step_written_into_the_prefill_views_replays_without_an_input_
     # the step in place none of them.
     for op in in_place_copies:
         copied_copies.remove(op)
-    mirror = ["aten.copy_.default"] if runner.inputs.mirror_seq_lens_cpu else []
+    mirror = ["aten.copy_.default"] if runner.static_buffers.mirror_seq_lens_cpu else []
     assert sorted(copied_copies) == ["aten._foreach_copy_.default"] * 2 + mirror
     torch.testing.assert_close(logits[0], eager, rtol=1e-5, atol=1e-5)
 

@@ -72,7 +72,7 @@ def test_start_up_captures_nothing_and_the_first_step_captures_its_bucket_and_re
 
 def test_the_eager_policy_still_captures_every_bucket_at_start_up() -> None:
     runner, backend = lazy_runner(config=lazy_config(policy=CapturePolicy.EAGER))
-    assert backend.captured_order == [8, 4, 2, 1] and runner._pending == set()
+    assert backend.captured_order == [8, 4, 2, 1] and runner.static_buckets.pending == set()
     runner.replay(stub_decode_batch(3))
     assert runner.metrics.lazy_captures == 0 and backend.captured_order == [8, 4, 2, 1]
 
@@ -92,7 +92,7 @@ def test_input_views_wait_for_the_capture_then_write_in_place() -> None:
     assert runner.input_views(3) is None
     runner.replay(stub_decode_batch(3))
     views = runner.input_views(3)
-    assert views is not None and views["input_ids"].data_ptr() == runner.inputs.tensors["input_ids"].data_ptr()
+    assert views is not None and views["input_ids"].data_ptr() == runner.static_buffers.tensors["input_ids"].data_ptr()
 
 
 def test_the_capture_runs_over_padding_rows_whatever_an_earlier_step_left() -> None:
@@ -100,12 +100,12 @@ def test_the_capture_runs_over_padding_rows_whatever_an_earlier_step_left() -> N
     model_runner = StubModelRunner()
     runner, backend = lazy_runner(model_runner, kind=Backend.BREAKABLE)
     runner.replay(stub_decode_batch(8, seed=1))
-    assert bool((runner.inputs.tensors["input_ids"] != 0).any())  # the step's live rows are still there
+    assert bool((runner.static_buffers.tensors["input_ids"] != 0).any())  # the step's live rows are still there
     seen: list[torch.Tensor] = []
     capture_one = backend.capture_one
 
     def capture_seeing_the_buffers(shape, forward_fn, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append(runner.inputs.tensors["input_ids"].clone())
+        seen.append(runner.static_buffers.tensors["input_ids"].clone())
         return capture_one(shape, forward_fn, **kwargs)
 
     backend.capture_one = capture_seeing_the_buffers  # type: ignore[method-assign]
@@ -127,7 +127,7 @@ def test_a_bucket_that_would_exceed_the_budget_stays_eager_with_its_reason(caplo
     assert simulated_total(list(buckets)) <= 64 * MiB  # the plan keeps them all
     backend.memory = dataclasses.replace(MEMORY, graph_bytes=12 * MiB, graph_bytes_per_row=0)
     runner.capture()
-    assert runner._pending == set(buckets)
+    assert runner.static_buckets.pending == set(buckets)
     kept: list[int] = []
     with caplog.at_level(logging.WARNING, logger="cudagraph.runner"):
         for size in (1, 2, 4, 8, 12):
@@ -234,9 +234,10 @@ def test_shutdown_forgets_pending_buckets_and_capture_plans_them_again() -> None
     runner, backend = lazy_runner()
     runner.replay(stub_decode_batch(3))
     runner.shutdown()
-    assert runner._pending == set() and runner.route(stub_decode_batch(3)).reason is EagerReason.NOT_CAPTURED
+    assert runner.static_buckets.pending == set()
+    assert runner.route(stub_decode_batch(3)).reason is EagerReason.NOT_CAPTURED
     runner.capture()
-    assert runner._pending == set(BUCKETS) and backend.entries == {}
+    assert runner.static_buckets.pending == set(BUCKETS) and backend.entries == {}
 
 
 def test_a_first_use_capture_walks_no_full_collection_inside_the_step(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -92,7 +92,7 @@ def test_the_estimate_captures_a_few_probes_and_leaves_nothing_behind() -> None:
     model_runner = make_model_runner(config=decode_config())
     runner, backend = decode_runner(model_runner)
     estimate = runner.estimate_capture_memory()
-    assert backend.probed == [16, 8, 2, 1] == [probe.shape for probe in estimate.probes]
+    assert backend.probed == [16, 8, 2, 1] == [probe.bucket for probe in estimate.probes]
     assert backend.captured_order == [] and backend.entries == {}
     assert used_bytes(backend) == 0 and not runner.captured
     # Asked again (and by capture), it is not measured again.
@@ -309,7 +309,7 @@ def test_an_out_of_memory_in_a_smaller_probe_estimates_from_the_probes_that_fit(
     model_runner = make_model_runner(config=decode_config())
     runner, backend = decode_runner(model_runner, out_of_memory_shapes=(2,))
     estimate = runner.estimate_capture_memory()
-    assert [probe.shape for probe in estimate.probes] == [16, 8] and estimate.out_of_memory == ()
+    assert [probe.bucket for probe in estimate.probes] == [16, 8] and estimate.out_of_memory == ()
     assert estimate.buckets == DECODE_BUCKETS and backend.entries == {} and used_bytes(backend) == 0
 
 

@@ -16,7 +16,7 @@ import cudagraph.runner
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig, RenameKind, load_renames
 from cudagraph.runner import BaseCudaGraphRunner, DecodeCudaGraphRunner, ForwardBatch, Route
-from cudagraph.runner.base import RENAMED_METHODS
+from cudagraph.runner.renamed_methods import RENAMED_METHODS
 
 CONFIG = CudaGraphConfig(
     decode=PhaseConfig(Backend.FULL, (1, 2, 4, 8), 8), prefill=PhaseConfig(Backend.DISABLED, (), 0)
@@ -107,7 +107,12 @@ def test_each_row_owns_every_runner_class_and_says_what_the_alias_says(old: str)
     renamed = {before: after for before, after in zip(alias, new, strict=True) if before != after}
     assert dict(row.parameters) == renamed
     runner = captured()
-    call = {"capture_one_shape": (2,), "replay_graph": (2,), "replay_routed": (stub_decode_batch(2), None)}[old]
+    call = {
+        "capture_one_shape": (2,),
+        "replay_graph": (2,),
+        "replay_routed": (stub_decode_batch(2), None),
+        "static_input_tensors": (2,),
+    }[old]
     with pytest.warns(DeprecationWarning) as warned, runner.backend.capture_session():
         getattr(runner, old)(*call)
     (message,) = [str(warning.message) for warning in warned]

@@ -162,7 +162,7 @@ def test_decode_calls_either_kind_of_hook_and_replays_what_eager_computes(kind: 
     replayed = runner.replay(batch)
     torch.testing.assert_close(replayed, eager, rtol=1e-5, atol=1e-5)
     static = runner.static_buckets[4].batch
-    fill = runner.inputs.seq_len_fill_value
+    fill = runner.static_buffers.seq_len_fill_value
     padded_sum = batch.seq_lens_sum + fill  # one padded row at the fill value
     if kind == "metadata":
         (metadata,) = heard.metadata

@@ -26,7 +26,7 @@ class CountingRoutes(list):
 
 def count_lookups(runner) -> type[CountingRoutes]:
     counting = type("Counting", (CountingRoutes,), {"lookups": 0})
-    runner._routes_by_size = counting(runner._routes_by_size)
+    runner.static_buckets.by_size = counting(runner.static_buckets.by_size)
     return counting
 
 
@@ -45,7 +45,7 @@ def test_a_decode_step_through_the_engine_reads_its_route_once(disable_padding: 
     batch = model_runner.decode_batch(requests)  # 3 requests: bucket 4, or eager when padding is off
     logits = model_runner.run(batch)
     assert counting.lookups == 1
-    in_place = batch.input_ids.data_ptr() == runner.inputs.tensors["input_ids"].data_ptr()
+    in_place = batch.input_ids.data_ptr() == runner.static_buffers.tensors["input_ids"].data_ptr()
     assert (batch.route.bucket is not None) is replays and in_place is replays
     assert runner.metrics.replays == int(replays)
     assert runner.metrics.eager_count(EagerReason.NOT_A_BUCKET) == int(not replays)

@@ -22,7 +22,6 @@ from cudagraph.runner import (
     Route,
     RouteTable,
 )
-from cudagraph.runner.routing import check_padding_ratio
 
 DISABLED = PhaseConfig(Backend.DISABLED, (), 0)
 
@@ -82,19 +81,18 @@ def test_a_table_of_impossible_buckets_is_refused(buckets: list[int], captured: 
 
 
 @pytest.mark.parametrize("ratio", [0.5, 0.999, math.nan, -1.0])
-def test_a_padding_ratio_below_one_is_one_clear_error(ratio: float) -> None:
-    # The config's one rule (read_padding_ratio), with infinity admitted as no limit.
-    expected = f"decode max_padding_ratio: {ratio!r} is not allowed; allowed: a number >= 1, e.g. 1.5 .*, or inf"
+def test_a_padding_ratio_below_one_is_one_clear_error_of_the_config(ratio: float) -> None:
+    # The config's one rule (read_padding_ratio), with infinity admitted as no limit; the runner trusts it.
+    expected = f"max_padding_ratio: {ratio!r} is not allowed; allowed: a number >= 1, e.g. 1.5 .*, or inf"
     with pytest.raises(ConfigError, match=expected):
-        check_padding_ratio("decode", ratio)
-    config = CudaGraphConfig(decode=PhaseConfig(Backend.FULL, (1, 2), 2, max_padding_ratio=ratio), prefill=DISABLED)
-    with pytest.raises(ConfigError, match="decode max_padding_ratio"):
-        DecodeCudaGraphRunner(StubModelRunner(), config, backend=CpuReplayBackend(), show_progress=False)
+        PhaseConfig(Backend.FULL, (1, 2), 2, max_padding_ratio=ratio)
 
 
 @pytest.mark.parametrize(("ratio", "checked"), [(None, None), (1, 1.0), (1.5, 1.5), (math.inf, math.inf)])
 def test_no_limit_and_ratios_of_at_least_one_are_admitted(ratio: float | None, checked: float | None) -> None:
-    assert check_padding_ratio("decode", ratio) == checked
+    config = CudaGraphConfig(decode=PhaseConfig(Backend.FULL, (1, 2), 2, max_padding_ratio=ratio), prefill=DISABLED)
+    runner = DecodeCudaGraphRunner(StubModelRunner(), config, backend=CpuReplayBackend(), show_progress=False)
+    assert runner.max_padding_ratio == checked
 
 
 def stub_runner(
@@ -241,8 +239,9 @@ def test_the_prefill_runner_routes_by_tokens_and_request_rows() -> None:
 
 
 def test_the_engine_takes_the_runners_route_once_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``ModelRunner.run`` decides nothing itself: it asks the runner's ``route`` once and hands that route to
-    ``replay`` (no ``can_run``, no second bucket lookup), whether the step replays or runs eagerly."""
+    """``ModelRunner.run`` decides nothing itself: it hands the batch to ``replay``, whose one rule (the route given,
+    else carried on the batch, else looked up) asks ``route`` once (no ``can_run``, no second bucket lookup),
+    whether the step replays or runs eagerly."""
     model_runner = make_model_runner()
     runner = DecodeCudaGraphRunner(
         model_runner, model_runner.cuda_graph_config, backend=CpuReplayBackend(), show_progress=False
@@ -250,7 +249,6 @@ def test_the_engine_takes_the_runners_route_once_per_step(monkeypatch: pytest.Mo
     runner.capture()
     model_runner.decode_cuda_graph_runner = runner
     routed: list[Route] = []
-    taken: list[Route] = []
     route, replay = runner.route, runner.replay
 
     def counting_route(batch: ForwardBatch) -> Route:
@@ -258,8 +256,7 @@ def test_the_engine_takes_the_runners_route_once_per_step(monkeypatch: pytest.Mo
         return routed[-1]
 
     def counting_replay(batch: ForwardBatch, given: Route | None = None) -> torch.Tensor:
-        assert given is not None, "the engine handed its route on"
-        taken.append(given)
+        assert given is None and batch.route is None, "the engine looked a route up itself"
         return replay(batch, given)
 
     def no_second_decision(batch: ForwardBatch) -> bool:
@@ -270,7 +267,7 @@ def test_the_engine_takes_the_runners_route_once_per_step(monkeypatch: pytest.Mo
     monkeypatch.setattr(runner, "can_run", no_second_decision)
     for size in (3, 9):  # 3 replays bucket 4; 9 is larger than the largest bucket (8)
         model_runner.run(stub_decode_batch_of(model_runner, size))
-    assert [r.bucket for r in routed] == [4, None] and taken == routed
+    assert [r.bucket for r in routed] == [4, None]
     assert runner.metrics.replays == 1 and runner.metrics.eager_count(EagerReason.TOO_LARGE) == 1
 
 

@@ -82,7 +82,7 @@ def test_kept_graphs_replay_after_the_wake_with_nothing_captured_again() -> None
     entries = {shape: weakref.ref(entry) for shape, entry in backend.entries.items()}
     captured = list(backend.captured_order)
     assert runner.sleep(keep_graphs=True) is True
-    assert runner.state is RunnerState.ASLEEP and runner.routes_kept is not None
+    assert runner.state is RunnerState.ASLEEP and runner.graphs_kept
     with pytest.raises(RunnerAsleepError, match="wake"):
         runner.replay(decode_batch(model_runner, 2, seed=3))
     assert runner.wake() is RunnerState.AWAKE
@@ -97,7 +97,7 @@ def test_graphs_in_memory_a_sleep_frees_are_released_and_the_sleep_says_why(capl
     model_runner, runner, backend = engine(outlive=False)
     with caplog.at_level(logging.INFO, logger="cudagraph.runner.lifecycle"):
         assert runner.sleep(keep_graphs=True) is False
-    assert backend.entries == {} and runner.routes_kept is None
+    assert backend.entries == {} and not runner.graphs_kept
     assert "captured again at wake: its graphs live in a pool of the caching allocator" in caplog.text
     runner.wake()
     assert backend.captured_order == [8, 4, 2, 1, 8, 4, 2, 1]  # everything captured again
@@ -107,7 +107,7 @@ def test_graphs_in_memory_a_sleep_frees_are_released_and_the_sleep_says_why(capl
 def test_lazily_captured_buckets_stay_captured_and_the_rest_stay_pending() -> None:
     model_runner, runner, backend = engine(outlive=True, policy=CapturePolicy.LAZY)
     graph_equals_eager(model_runner, 3, seed=1)
-    assert backend.captured_order == [4] and runner._pending == {1, 2, 8}
+    assert backend.captured_order == [4] and runner.static_buckets.pending == {1, 2, 8}
     runner.sleep(keep_graphs=True)
     runner.wake()
     graph_equals_eager(model_runner, 4, seed=2)  # bucket 4 again: replayed, not captured

@@ -39,7 +39,7 @@ def test_sleep_gives_back_graphs_and_kv_cache_and_wake_replays_again(kind: Backe
     graph_and_eager = decode_batch(model_runner, 3, seed=1)
     model_runner.run(graph_and_eager)
     entries = [weakref.ref(entry) for entry in backend.entries.values()]
-    input_addresses = {name: tensor.data_ptr() for name, tensor in runner.inputs.tensors.items()}
+    input_addresses = {name: tensor.data_ptr() for name, tensor in runner.static_buffers.tensors.items()}
     weights = {name: param.data_ptr() for name, param in model_runner.model.named_parameters()}
     pages = model_runner.token_to_kv_pool.kv_pages
     model_runner.sleep()
@@ -57,7 +57,7 @@ def test_sleep_gives_back_graphs_and_kv_cache_and_wake_replays_again(kind: Backe
     assert runner.state is RunnerState.AWAKE and not model_runner.asleep
     assert runner.captured_buckets == (1, 2, 4, 8) and sorted(backend.shapes) == [1, 2, 4, 8]
     assert all(page.untyped_storage().nbytes() == page.numel() * page.element_size() for page in pages)
-    assert {name: tensor.data_ptr() for name, tensor in runner.inputs.tensors.items()} == input_addresses
+    assert {name: tensor.data_ptr() for name, tensor in runner.static_buffers.tensors.items()} == input_addresses
     replayed = len(backend.replayed)
     graph_equals_eager(model_runner, runner, 3, seed=2)
     assert len(backend.replayed) == replayed + 1
@@ -69,7 +69,7 @@ def test_under_the_lazy_policy_wake_captures_nothing_until_a_step_needs_it() -> 
     assert backend.captured_order == [4]
     model_runner.sleep()
     model_runner.wake()
-    assert backend.entries == {} and runner._pending == {1, 2, 4, 8}
+    assert backend.entries == {} and runner.static_buckets.pending == {1, 2, 4, 8}
     graph_equals_eager(model_runner, runner, 3, seed=2)
     assert backend.captured_order == [4, 4] and runner.metrics.lazy_captures == 2
 

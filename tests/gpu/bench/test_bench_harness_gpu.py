@@ -143,12 +143,12 @@ def test_capture_rows_count_the_default_buckets(models, monkeypatch: pytest.Monk
     # A row's bytes are the driver's free memory of the whole device before and after (torch.cuda.mem_get_info),
     # clamped at 0: another process using this device (a neighbour's context or rank on it, its cache returned) moves
     # them, and one that frees memory mid-capture makes them 0. What this process's capture reserved is its own:
-    # each shape's growth of the allocator's reserved bytes (CaptureStats.per_shape), recorded beside the row.
+    # each shape's growth of the allocator's reserved bytes (CaptureStats.per_bucket), recorded beside the row.
     reserved: dict[tuple[str, str], int] = {}
     capture_row = capture._capture_row
 
     def recording(preset, phase, backend, source):  # type: ignore[no-untyped-def]
-        reserved[(phase, backend)] = sum(shape.bytes for shape in source.stats.per_shape)
+        reserved[(phase, backend)] = sum(bucket.bytes for bucket in source.stats.per_bucket)
         return capture_row(preset, phase, backend, source)
 
     monkeypatch.setattr(capture, "_capture_row", recording)

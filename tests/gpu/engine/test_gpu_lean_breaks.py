@@ -160,7 +160,7 @@ def test_flashinfer_replay_planning_launches_no_kernel_and_full_decode_matches_e
             bucket = runner.bucket_of(batch)
             assert bucket is not None
             static = runner.static_buckets[bucket].batch
-            runner.inputs.copy_in(batch, batch_size, batch_size)
+            runner.static_buffers.copy_in(batch, batch_size, batch_size)
             torch.cuda.synchronize()
             activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
             with torch.profiler.profile(activities=activities) as profiler:

@@ -1,5 +1,5 @@
 """The toy engine's decode runner, which records its buckets: written against cudagraph-runner 0.1.0, whose runner
-methods were ``capture_one_shape``, ``replay_graph`` and ``replay_routed``."""
+methods were ``capture_one_shape``, ``replay_graph``, ``replay_routed`` and ``static_input_tensors``."""
 
 from cudagraph.runner import DecodeCudaGraphRunner
 
@@ -18,6 +18,10 @@ class RecordingDecodeRunner(DecodeCudaGraphRunner):
     def replay_routed(self, batch, route):
         self.record("stepped", route.bucket)
         return super().replay_routed(batch, route)
+
+    def static_input_tensors(self, bucket):
+        self.record("checked", bucket)
+        return super().static_input_tensors(bucket)
 
     def record(self, what, bucket):
         """Append ``bucket`` to the list named ``what``."""

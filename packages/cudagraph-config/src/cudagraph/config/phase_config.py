@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .memory_budget import MemoryBudget
+from .values import read_padding_ratio
 from .vocabulary import DEFAULT_CAPTURE_POLICY, Backend, CapturePolicy
 
 PHASE_FIELDS: tuple[str, ...] = (
@@ -67,6 +68,13 @@ class PhaseConfig:
     capture_policy: CapturePolicy = DEFAULT_CAPTURE_POLICY
     """When the phase's graphs are captured: every bucket at start-up (``eager``), or each bucket by the first step
     routed to it (``lazy``). ``eager`` when the backend is ``disabled``."""
+
+    def __post_init__(self) -> None:
+        # The one check of a ratio built in Python (``resolve`` reads flags and JSON by the same rule): the layers
+        # above trust it.
+        if self.max_padding_ratio is not None:
+            ratio = read_padding_ratio("max_padding_ratio", self.max_padding_ratio, allow_infinity=True)
+            object.__setattr__(self, "max_padding_ratio", ratio)
 
     @property
     def enabled(self) -> bool:

@@ -39,6 +39,7 @@ from cudagraph.runner import (
     ModelRunnerLike,
     PrefillCudaGraphRunner,
     ReplayMetrics,
+    RunnerConfig,
     StepInputs,
 )
 
@@ -403,13 +404,12 @@ class ModelRunner:
         lora: bool = False,
         **runner_options: Any,
     ) -> RunnerT | None:
-        if not self.cuda_graph_config.for_phase(phase).enabled:
-            return None  # the config's decision, explained where it was resolved (a rule's line, or the user's flag)
-        reason = self.graphs_unavailable_reason(phase)
-        if reason is not None:
-            logger.warning(reason)  # graphs the config asked for and this device cannot run
-            return None
-        return self._make_runner(phase, runner_type, metrics=metrics, lora=lora, **runner_options)
+        reason = self.runnerless_reason(phase)
+        if reason is EagerReason.NOT_CAPTURED:
+            return self._make_runner(phase, runner_type, metrics=metrics, lora=lora, **runner_options)
+        if reason is EagerReason.GRAPHS_UNAVAILABLE and self.cuda_graph_config.for_phase(phase).enabled:
+            logger.warning(self.graphs_unavailable_reason(phase))  # graphs the config asked for, this device lacks
+        return None  # a disabled phase: the config's decision, explained where it resolved
 
     def _make_runner(
         self,
@@ -426,7 +426,7 @@ class ModelRunner:
         host: ModelRunnerLike = LoraForwardHost(self) if lora else self
         runner = runner_type(
             host,
-            self.cuda_graph_config,
+            RunnerConfig.of(self.cuda_graph_config, phase),
             show_progress=self.show_progress,
             capture_barrier=self.capture_barrier,
             metrics=metrics if metrics is not None else self.cuda_graph_metrics[phase],
@@ -554,9 +554,8 @@ class ModelRunner:
         uses_lora = batch is self._lora_batch
         runner = self._runner_for(mode, uses_lora)
         if runner is not None:
-            # The route the runner gave when the batch was built on its views (``step_inputs``), else routed now.
-            route = batch.route
-            return runner.replay(batch, route if route is not None else runner.route(batch))
+            # The route the batch carries (``step_inputs`` gave it when the batch was built), else routed there.
+            return runner.replay(batch)
         lifecycle.refuse_while_asleep(self)
         phase = Phase.PREFILL if mode.is_extend() else Phase.DECODE
         if uses_lora:
@@ -627,9 +626,11 @@ class ModelRunner:
         return self._built(_routed(make_verify_batch(requests, drafts, self.device, step.views), step), lora)
 
     def runnerless_reason(self, phase: Phase) -> EagerReason:
-        """Why a ``phase`` step runs eagerly while the phase has no graph runner: there is no CUDA device ("graphs
-        off", whatever the config says), its graphs are disabled, or they were not captured (yet, or any more)."""
-        if self.device.type != "cuda":
+        """Why ``phase`` has no graph runner, decided here once for ``_init_runner`` (which makes a runner only on
+        ``NOT_CAPTURED``) and for the steps that then run eagerly: there is no CUDA device ("graphs off", whatever the
+        config says), its graphs are disabled (the config's decision), or ``NOT_CAPTURED`` (not yet, or not any
+        more)."""
+        if self.graphs_unavailable_reason(phase) is not None:
             return EagerReason.GRAPHS_UNAVAILABLE
         if not self.cuda_graph_config.for_phase(phase).enabled:
             return EagerReason.PHASE_DISABLED

@@ -13,11 +13,22 @@ from .forward_batch import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, ForwardBatch
 from .memory_plan import CaptureMemoryEstimate, ProbeCapture
 from .metrics import BucketRow, EagerRow, ReplayMetrics
 from .prefill import PrefillCudaGraphRunner
-from .protocols import AttentionBackendLike, ModelRunnerLike, ReqToTokenPoolLike
+from .protocols import (
+    AttentionBackendLike,
+    GraphReadsModelRunner,
+    HostLengthsHint,
+    ModelRunnerLike,
+    ModuleModelRunner,
+    ReqToTokenPoolLike,
+    TraceableModelRunner,
+)
 from .replay_metadata import ReplayMetadata, bind_replay_hook
 from .routing import EagerReason, Route, RouteTable, pad_to_bucket
-from .stats import CaptureStats, ShapeCaptureStats
+from .static_buckets import StaticBucket, StaticBuckets
+from .static_buffers import StaticBuffers
+from .stats import BucketCaptureStats, CaptureStats, ShapeCaptureStats
 from .step_inputs import StepInputs
+from .switches import RunnerConfig, RunnerSwitches
 
 __version__ = "0.1.0"
 
@@ -26,6 +37,7 @@ __all__ = [
     "PADDING_REQ_POOL_INDEX",
     "AttentionBackendLike",
     "BaseCudaGraphRunner",
+    "BucketCaptureStats",
     "BucketRow",
     "CaptureMemoryEstimate",
     "CaptureStats",
@@ -34,7 +46,10 @@ __all__ = [
     "EagerRow",
     "ForwardBatch",
     "ForwardMode",
+    "GraphReadsModelRunner",
+    "HostLengthsHint",
     "ModelRunnerLike",
+    "ModuleModelRunner",
     "PrefillCudaGraphRunner",
     "ProbeCapture",
     "ReplayMetadata",
@@ -42,8 +57,14 @@ __all__ = [
     "ReqToTokenPoolLike",
     "Route",
     "RouteTable",
+    "RunnerConfig",
+    "RunnerSwitches",
     "ShapeCaptureStats",
+    "StaticBucket",
+    "StaticBuckets",
+    "StaticBuffers",
     "StepInputs",
+    "TraceableModelRunner",
     "__version__",
     "bind_replay_hook",
     "get_batch_sizes_to_capture",

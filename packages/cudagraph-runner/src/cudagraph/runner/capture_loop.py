@@ -1,8 +1,8 @@
 """The capture loop: a runner's planned buckets, largest first, into one shared pool, within a memory budget and
 through the device running out of memory.
 
-1. Each planned bucket is captured in turn (``capture_bucket``), largest first, so smaller graphs reuse the pool the
-   largest one grew.
+1. Each planned bucket is captured in turn (``StaticBuckets.capture_timed``), largest first, so smaller graphs reuse
+   the pool the largest one grew.
 2. With a budget, ``BudgetGuard``'s rule runs around each bucket: before it, the largest graphs held are released
    until the bucket fits, or it is skipped; after it, graphs are released until the memory used is within the
    budget again. The buckets that keep graphs therefore stay a prefix of the ascending buckets.
@@ -19,12 +19,13 @@ What it does not do: choose buckets (``plan_capture`` did), or read memory anywh
 from __future__ import annotations
 
 import gc
+import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from cudagraph.backend import BaseCudaGraphBackend
+from cudagraph.backend import BaseCudaGraphBackend, CompileStats
 from cudagraph.backend_utils import exception_chain, freeze_gc, is_out_of_memory
 
 from .agreement import (
@@ -36,7 +37,8 @@ from .agreement import (
     one_rank,
 )
 from .memory_plan import OUT_OF_MEMORY_WHILE_CAPTURING, BudgetGuard, CaptureMemoryEstimate, CapturePlan
-from .stats import ShapeCaptureStats
+from .static_buckets import StaticBuckets
+from .stats import BucketCaptureStats, CaptureStats
 
 T = TypeVar("T")
 
@@ -67,22 +69,20 @@ def out_of_memory_guarded(call: Callable[[], T]) -> tuple[T | None, bool]:
 
 @dataclass
 class CaptureLoop:
-    """One run of the capture loop (see the module docstring): ``run()``, then read ``kept`` and ``skipped``.
+    """One run of the capture loop (see the module docstring) over a runner's ``StaticBuckets``: ``run()``, then read
+    ``kept`` and ``skipped`` (or ``stats``).
 
-    ``capture_bucket(bucket, first)`` captures one bucket and says what it cost (``first``: the first bucket of the
-    run); ``release_bucket(bucket)`` frees a captured bucket's graph and everything the runner bound to it;
-    ``progress`` wraps the buckets in the progress bar; ``agree`` shares each decision with the other ranks of a
-    tensor-parallel group (``one_rank`` alone).
+    Each bucket is captured and released through ``buckets`` (``capture_timed``, ``release``); ``progress`` wraps
+    the buckets in the progress bar; ``agree`` shares each decision with the other ranks of a tensor-parallel group
+    (``one_rank`` alone).
     """
 
-    backend: BaseCudaGraphBackend
+    buckets: StaticBuckets
     plan: CapturePlan
     estimate: CaptureMemoryEstimate | None
     free_at_start: int
-    capture_bucket: Callable[[int, bool], ShapeCaptureStats]
-    release_bucket: Callable[[int], None]
     progress: Callable[[list[int]], Iterable[int]]
-    kept: dict[int, ShapeCaptureStats] = field(default_factory=dict)
+    kept: dict[int, BucketCaptureStats] = field(default_factory=dict)
     """Captured buckets that hold graphs, by bucket."""
     skipped: dict[int, str] = field(default_factory=dict)
     """Planned or captured buckets left without a graph, each with why."""
@@ -90,6 +90,11 @@ class CaptureLoop:
     """Whether this run's captures hold pool memory (from the first capture until the pool is renewed)."""
     agree: Agree = one_rank
     """The element-wise minimum of a few integers over every rank (see ``cudagraph.runner.agreement``)."""
+
+    @property
+    def backend(self) -> BaseCudaGraphBackend:
+        """The backend the buckets are captured by."""
+        return self.buckets.backend
 
     @property
     def guard(self) -> BudgetGuard | None:
@@ -140,7 +145,7 @@ class CaptureLoop:
         estimated = guard.estimated_need(bucket, pool_held=self.pool_held) if guard is not None else 0
         ran_out = False
         try:
-            self.kept[bucket] = self.capture_bucket(bucket, first)
+            self.kept[bucket] = self.buckets.capture_timed(bucket, first)
         except Exception as error:
             if not is_out_of_memory(error):
                 raise
@@ -149,7 +154,7 @@ class CaptureLoop:
         if not everywhere(self.agree, not ran_out):
             if not ran_out:
                 # Captured here, not on another rank: no rank may replay it.
-                self.release_bucket(bucket)
+                self.buckets.release(bucket)
                 del self.kept[bucket]
             self.skipped[bucket] = OUT_OF_MEMORY_WHILE_CAPTURING if ran_out else ANOTHER_RANK_RAN_OUT
             return False
@@ -172,7 +177,7 @@ class CaptureLoop:
             reason = guard.release_reason(used) if guard is not None and over(used) else ANOTHER_RANK_RELEASED
             if self.kept:
                 largest = max(self.kept)
-                self.release_bucket(largest)
+                self.buckets.release(largest)
                 del self.kept[largest]
                 self.skipped[largest] = reason
             elif self.pool_held:
@@ -183,6 +188,27 @@ class CaptureLoop:
             used = self._used_bytes() if guard is not None else 0
         return used
 
-    def captured_stats(self) -> tuple[ShapeCaptureStats, ...]:
+    def captured_stats(self) -> tuple[BucketCaptureStats, ...]:
         """What each kept bucket cost, in capture order (largest first)."""
         return tuple(self.kept[bucket] for bucket in sorted(self.kept, reverse=True))
+
+    def stats(
+        self,
+        started: float,
+        free_at_start: int,
+        estimate: CaptureMemoryEstimate | None,
+        compile_stats: CompileStats | None,
+    ) -> CaptureStats:
+        """What the run cost, from ``started`` (``time.perf_counter()`` before the backend was prepared) and the free
+        device memory before it: per bucket, in total, compiling, and against the estimate."""
+        return CaptureStats(
+            per_bucket=self.captured_stats(),
+            seconds=time.perf_counter() - started,
+            bytes=max(0, free_at_start - self.backend.memory_reading().free_bytes),
+            compile_seconds=compile_stats.compile_seconds if compile_stats is not None else 0.0,
+            compilations=compile_stats.compilations if compile_stats is not None else 0,
+            estimate_bytes=(
+                estimate.total_bytes_for(self.plan.buckets) if estimate is not None and estimate.probes else None
+            ),
+            skipped=dict(sorted(self.skipped.items())),
+        )

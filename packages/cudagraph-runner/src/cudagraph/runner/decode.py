@@ -19,16 +19,17 @@ import torch
 
 from cudagraph.backend import BaseCudaGraphBackend
 from cudagraph.backend_utils import ShapeDescriptor
-from cudagraph.config import ConfigError, CudaGraphConfig, Phase
+from cudagraph.config import ConfigError, CudaGraphConfig, Phase, PhaseConfig
 
 from .base import BaseCudaGraphRunner
 from .forward_batch import ForwardBatch, ForwardMode
 from .metrics import ReplayMetrics
-from .protocols import ModelRunnerLike
+from .protocols import ModelRunnerLike, needs_seq_lens_cpu
 from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
-from .static_buffers import DECODE_FIELDS, StaticInputs
+from .static_buffers import DECODE_FIELDS, StaticBuffers
 from .step_inputs import StepInputs
+from .switches import RunnerConfig
 
 _DECODE = ForwardMode.DECODE
 _IDLE = ForwardMode.IDLE
@@ -56,7 +57,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     def __init__(
         self,
         model_runner: ModelRunnerLike,
-        config: CudaGraphConfig,
+        config: CudaGraphConfig | PhaseConfig | RunnerConfig,
         *,
         backend: BaseCudaGraphBackend | None = None,
         show_progress: bool = True,
@@ -95,16 +96,16 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     def _allocate_static_buffers(self) -> None:
         attn_backend = self.model_runner.attn_backend
         max_tokens = self.max_size * self.query_len
-        self.inputs = StaticInputs.allocate(
+        self.static_buffers = StaticBuffers.allocate(
             DECODE_FIELDS,
             max_tokens=max_tokens,
             max_requests=self.max_size,
             device=self.device,
             seq_len_fill_value=attn_backend.get_cuda_graph_seq_len_fill_value(),
         )
-        self.inputs.mirror_seq_lens_cpu = getattr(attn_backend, "needs_seq_lens_cpu", True)
+        self.static_buffers.mirror_seq_lens_cpu = needs_seq_lens_cpu(attn_backend)
         attn_backend.init_cuda_graph_state(self.max_size, max_tokens)
-        self._index_static_buckets(attn_backend)
+        self._index_buckets()
 
     def _replay_reads_no_context(self) -> bool:
         return self.backend.captures_attn_metadata
@@ -112,11 +113,11 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     def _output_row_counts(self, bucket: int) -> Iterable[int]:
         """The output rows of every batch size that pads to ``bucket`` (0, an idle batch, pads to the smallest): a
         row per request in decode, a row per token in verify."""
-        return [size * self.query_len for size, bucket in enumerate(self.bucket_by_size) if bucket == bucket]
+        return [size * self.query_len for size in range(bucket + 1) if self.pad_to_bucket(max(size, 1)) == bucket]
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """A batch of ``bucket`` requests viewing the static buffers: what a graph of that size was captured with."""
-        view = self.inputs.view
+        view = self.static_buffers.view
         tokens = bucket * self.query_len
         return ForwardBatch(
             forward_mode=self.forward_mode,
@@ -126,8 +127,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             seq_lens=view("seq_lens", bucket),
             req_pool_indices=view("req_pool_indices", bucket),
             out_cache_loc=view("out_cache_loc", tokens),
-            seq_lens_sum=bucket * self.inputs.seq_len_fill_value,
-            seq_lens_cpu=self.inputs.seq_lens_cpu[:bucket],
+            seq_lens_sum=bucket * self.static_buffers.seq_len_fill_value,
+            seq_lens_cpu=self.static_buffers.seq_lens_cpu[:bucket],
         )
 
     def _prepare_capture(self, bucket: int) -> Callable[[], torch.Tensor]:
@@ -142,13 +143,14 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         """A step of this runner's mode (or idle), by batch size: the bucket that holds it (exactly, when padding is
         disabled) unless it has no graph or pads over ``max_padding_ratio``; larger batches and other modes run
         eagerly, and so does a verify step whose tokens per request differ from ``query_len``."""
+        buckets = self.static_buckets
         if batch.forward_mode not in self._graphed_modes:
-            return self._route_wrong_mode
+            return buckets.wrong_mode
         size = batch.batch_size
         if self.query_len != 1 and batch.forward_mode is not _IDLE and batch.num_tokens != size * self.query_len:
             return _WRONG_QUERY_LEN
-        routes = self._routes_by_size
-        return routes[size] if size < len(routes) else self._route_beyond
+        routes = buckets.by_size
+        return routes[size] if size < len(routes) else buckets.beyond
 
     def input_views(self, batch_size: int) -> Mapping[str, torch.Tensor] | None:
         """Where to write a step of ``batch_size`` requests so that its replay copies nothing: the first rows of the
@@ -175,12 +177,12 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         """The route of a step of ``batch_size`` requests in this runner's mode (what ``route`` gives its batch), and
         its ``input_views``: one lookup, made before the batch is built; build the batch with ``route`` set to it
         and ``replay`` takes it as given (``cudagraph.runner.step_inputs``)."""
-        routes = self._routes_by_size
-        route = routes[batch_size] if 0 <= batch_size < len(routes) else self._route_beyond
-        if batch_size < 1 or route.bucket is None or route.bucket in self._pending:
+        buckets = self.static_buckets
+        route = buckets.route_of_size(batch_size)
+        if batch_size < 1 or route.bucket is None or route.bucket in buckets.pending:
             # eager, or captured on first use (over padding rows, so not in the views)
             return StepInputs(route, None)
-        return StepInputs(route, self.inputs.views(batch_size * self.query_len, batch_size))
+        return StepInputs(route, self.static_buffers.views(batch_size * self.query_len, batch_size))
 
     def bucket_of(self, batch: ForwardBatch) -> int | None:
         """The bucket ``batch`` replays, or ``None`` when it must run eagerly."""
@@ -198,18 +200,18 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
             return self._run_eagerly(batch, route)
         batch_size = batch.batch_size
         self.metrics.count_replay(batch_size)
-        inputs = self.inputs
+        buffers = self.static_buffers
         mode = self.forward_mode
         if batch.forward_mode is mode:
-            inputs.copy_in(batch, batch_size * self.query_len, batch_size)
+            buffers.copy_in(batch, batch_size * self.query_len, batch_size)
         else:
-            inputs.pad_from(0, 0)  # idle: every row is padding
+            buffers.pad_from(0, 0)  # idle: every row is padding
         static_bucket = self.static_buckets[bucket]
         static_batch = static_bucket.batch
         # The host mirror is current only when it is kept and the batch brought host lengths (idle: all padding).
         host_seq_lens = (
             static_batch.seq_lens_cpu
-            if inputs.mirror_seq_lens_cpu and (batch.seq_lens_cpu is not None or batch_size == 0)
+            if buffers.mirror_seq_lens_cpu and (batch.seq_lens_cpu is not None or batch_size == 0)
             else None
         )
         self._replay_attn_metadata(
@@ -217,7 +219,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
                 bucket,
                 static_batch.req_pool_indices,
                 static_batch.seq_lens,
-                batch.seq_lens_sum + (bucket - batch_size) * inputs.seq_len_fill_value,
+                batch.seq_lens_sum + (bucket - batch_size) * buffers.seq_len_fill_value,
                 mode,
                 host_seq_lens,
                 query_len=self.query_len,

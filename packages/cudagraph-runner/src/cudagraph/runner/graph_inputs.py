@@ -21,6 +21,8 @@ import torch
 
 from cudagraph.backend_utils import AddressRecord, describe_moved
 
+from .protocols import GraphReadsModelRunner, ModelRunnerLike, ModuleModelRunner
+
 GraphTensors = Callable[[], Mapping[str, torch.Tensor]]
 """A zero-argument callable naming the tensors a runner's graphs read beyond its static buffers."""
 
@@ -30,16 +32,15 @@ class GraphInputsMovedError(RuntimeError):
     cache): replaying it would read stale or freed memory. The message names the tensors and the fix."""
 
 
-def graph_read_tensors(model_runner: object) -> Mapping[str, torch.Tensor]:
+def graph_read_tensors(model_runner: ModelRunnerLike) -> Mapping[str, torch.Tensor]:
     """What the graphs of ``model_runner``'s runners read beyond their static buffers, by name (see the module
-    docstring); empty when the model runner says nothing and has no ``torch.nn.Module`` ``model``."""
-    named = getattr(model_runner, "graph_read_tensors", None)
-    if callable(named):
-        return dict(named())
-    model = getattr(model_runner, "model", None)
-    if isinstance(model, torch.nn.Module):
-        tensors: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
-        tensors.update(model.named_buffers(remove_duplicate=False))
+    docstring); empty when the model runner names nothing (``GraphReadsModelRunner``) and holds no
+    ``torch.nn.Module`` ``model`` (``ModuleModelRunner``)."""
+    if isinstance(model_runner, GraphReadsModelRunner):
+        return dict(model_runner.graph_read_tensors())
+    if isinstance(model_runner, ModuleModelRunner) and isinstance(model_runner.model, torch.nn.Module):
+        tensors: dict[str, torch.Tensor] = dict(model_runner.model.named_parameters(remove_duplicate=False))
+        tensors.update(model_runner.model.named_buffers(remove_duplicate=False))
         return tensors
     return {}
 

@@ -32,42 +32,47 @@ import gc
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from cudagraph.backend_utils import freeze_gc, is_out_of_memory
 
 from .agreement import ANOTHER_RANK_HAS_NO_ROOM, ANOTHER_RANK_RAN_OUT, Agree, everywhere
 from .capture_loop import drop_failed_frames
 from .memory_plan import OUT_OF_MEMORY_WHILE_CAPTURING, CaptureMemoryEstimate, CapturePlan, format_bytes
-from .stats import ShapeCaptureStats
-
-if TYPE_CHECKING:  # the runner calls this module, never the other way round at import
-    from .base import BaseCudaGraphRunner
+from .metrics import ReplayMetrics
+from .static_buckets import StaticBuckets
+from .stats import BucketCaptureStats
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class LazyCapture:
-    """The capture-on-first-use state of one runner (see the module docstring).
+    """The capture-on-first-use state of one runner's ``StaticBuckets`` (see the module docstring).
 
-    ``pending`` is the planned buckets not captured yet (the runner's hot path reads it); ``kept`` what each
-    captured bucket cost; ``skipped`` the buckets that stay eager, with why.
+    ``pending`` is the planned buckets not captured yet (``buckets.pending``, which the runner's hot path reads);
+    ``kept`` what each captured bucket cost; ``skipped`` the buckets that stay eager, with why. Each capture is
+    counted in ``metrics``.
     """
 
-    runner: BaseCudaGraphRunner
+    buckets: StaticBuckets
     plan: CapturePlan
     estimate: CaptureMemoryEstimate | None
     free_at_start: int
     agree: Agree
-    pending: set[int] = field(default_factory=set)
-    kept: dict[int, ShapeCaptureStats] = field(default_factory=dict)
+    metrics: ReplayMetrics
+    backend_name: str
+    kept: dict[int, BucketCaptureStats] = field(default_factory=dict)
     skipped: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.pending = set(self.plan.buckets)
+        self.buckets.pending = set(self.plan.buckets)
         self.skipped.update(self.plan.skipped)
         self._guard = self.plan.guard(self.estimate)
+
+    @property
+    def pending(self) -> set[int]:
+        """Planned buckets not captured yet."""
+        return self.buckets.pending
 
     @property
     def routable(self) -> tuple[int, ...]:
@@ -77,28 +82,28 @@ class LazyCapture:
     def capture(self, bucket: int) -> bool:
         """Capture pending ``bucket`` for the step routed to it (see the module docstring); whether it holds a graph
         now (False: it stays eager, with its reason in ``skipped``)."""
-        runner = self.runner
+        buckets = self.buckets
         self.pending.discard(bucket)
         started = time.perf_counter()
-        runner.inputs.pad_from(0, 0)  # captured over padding rows, as at start-up
-        runner.graph_inputs.start_session()  # weights may have moved since the last capture: read where they are now
-        backend = runner.backend
+        buckets.buffers.pad_from(0, 0)  # captured over padding rows, as at start-up
+        buckets.graph_inputs.start_session()  # weights may have moved since the last capture: read where they are now
+        backend = buckets.backend
         # Inside a step: no full collection on entry (about 0.1 s in a process that imported the compiler stack).
         with freeze_gc(enable_gc=not backend.options.freeze_gc, collect_first=False), backend.capture_session():
             kept = self._capture_within_budget(bucket)
         seconds = time.perf_counter() - started
-        runner.metrics.count_lazy_capture(seconds)
+        self.metrics.count_lazy_capture(seconds)
         if kept:
-            logger.info("%s bucket %d captured on first use in %.1f ms", runner.phase, bucket, 1000 * seconds)
+            logger.info("%s bucket %d captured on first use in %.1f ms", buckets.phase, bucket, 1000 * seconds)
         else:
             gc.collect()  # what a failed capture's frames held
             logger.warning(
-                "%s bucket %d stays eager (%s): %s", runner.phase, bucket, runner.backend_name, self.skipped[bucket]
+                "%s bucket %d stays eager (%s): %s", buckets.phase, bucket, self.backend_name, self.skipped[bucket]
             )
         return kept
 
     def _used_bytes(self) -> int:
-        return self.free_at_start - self.runner.backend.memory_reading().free_bytes
+        return self.free_at_start - self.buckets.backend.memory_reading().free_bytes
 
     def _need(self, bucket: int) -> int:
         """Bytes ``bucket`` is assumed to take: its graph, and the pool's growth when it is the largest captured."""
@@ -125,7 +130,7 @@ class LazyCapture:
         failure: str | None = None
         stats = None
         try:
-            stats = self.runner._capture_timed(bucket)
+            stats = self.buckets.capture_timed(bucket)
         except Exception as error:
             # The step must still run, and the other ranks still wait for this rank's answer: a capture that fails
             # for any reason leaves its bucket eager, said once, rather than failing the step.
@@ -137,7 +142,7 @@ class LazyCapture:
             drop_failed_frames(error)
         if not everywhere(self.agree, failure is None):
             if failure is None:
-                self.runner._release_bucket(bucket)  # captured here, not on another rank: no rank may replay it
+                self.buckets.release(bucket)  # captured here, not on another rank: no rank may replay it
             self.skipped[bucket] = failure or ANOTHER_RANK_RAN_OUT
             return False
         assert stats is not None
@@ -145,7 +150,7 @@ class LazyCapture:
             used = self._used_bytes()
             guard.observe(need, used - used_before)
             if not everywhere(self.agree, used <= guard.limit_bytes):
-                self.runner._release_bucket(bucket)
+                self.buckets.release(bucket)
                 self.skipped[bucket] = guard.release_reason(used)
                 return False
         self.kept[bucket] = stats

@@ -14,15 +14,19 @@ failed     ``wake()`` could not capture run eagerly; ``eager_reason`` says why; 
 
 ``sleep(keep_graphs=True)`` keeps every graph: the engine gives their memory back through the allocator of
 ``cudagraph.backend_utils.sleep_memory``, which maps it again at the same addresses at wake, so ``wake()`` only
-reopens the routes the runner had (buckets captured lazily stay captured; those not captured yet stay pending). It is
-taken only where the graphs live in a pool that outlives a sleep (``graphs_kept_reason``); elsewhere the sleep
-releases them and says why in one line.
+reopens the routes (buckets captured lazily stay captured; those not captured yet stay pending). It is taken only
+where the graphs live in a pool that outlives a sleep (``graphs_kept_reason``); elsewhere the sleep releases them and
+says why in one line.
 
-``sleep()`` releases every graph and the pool they live in (``backend.cleanup``) and forgets their address records;
-the static buffers stay (small, and the graphs captured at wake read them at the same addresses). ``wake()`` makes
-fresh static batches over the same buffers and captures again through ``capture()``: every planned bucket under the
-``eager`` policy, none under ``lazy`` (each is captured by its next first step). ``recapture()`` is the same
-release-and-capture without the sleep, for graphs whose weights moved (``refresh_graphs``).
+``sleep()`` releases every graph and the pool they live in and forgets their address records
+(``StaticBuckets.release_all``); the static buffers stay (small, and the graphs captured at wake read them at the
+same addresses). ``wake()`` makes fresh static batches over the same buffers and captures again through
+``capture()``: every planned bucket under the ``eager`` policy, none under ``lazy`` (each is captured by its next
+first step). ``refresh_graphs()`` releases and captures the same way without the sleep, for graphs whose weights
+moved.
+
+The runner makes these moves (``BaseCudaGraphRunner.sleep``, ``wake``, ``refresh_graphs``) over its
+``StaticBuckets``; this module holds the states and the one rule of which call may move which state.
 
 Nothing here touches the engine's KV cache: the engine gives it back before the runners sleep and re-allocates it
 before they wake (``cudagraph.engine.model_runner.ModelRunner.sleep``).
@@ -36,8 +40,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the runner calls this module, never the other way round at import
-    from .base import BaseCudaGraphRunner
+from .capture import RunnerCapture
+from .graph_inputs import moved_error
 
 logger = logging.getLogger(__name__)
 
@@ -74,92 +78,101 @@ class RunnerAsleepError(RuntimeError):
     first."""
 
 
-def next_state(runner: BaseCudaGraphRunner, call: str) -> RunnerState:
-    """The state ``call`` moves ``runner`` to, or one ``RunnerStateError`` naming the state and what is allowed."""
-    state = runner.state
+def next_state(state: RunnerState, phase: object, call: str) -> RunnerState:
+    """The state ``call`` moves a ``phase`` runner in ``state`` to, or one ``RunnerStateError`` naming the state and
+    what is allowed."""
     target = TRANSITIONS.get((state, call))
     if target is None:
         allowed = sorted(name for (source, name) in TRANSITIONS if source is state)
         raise RunnerStateError(
-            f"{runner.phase} runner: {call}() while {state}; allowed now: {', '.join(allowed) or 'nothing'}"
+            f"{phase} runner: {call}() while {state}; allowed now: {', '.join(allowed) or 'nothing'}"
         )
     return target
 
 
-def release_graphs(runner: BaseCudaGraphRunner) -> None:
-    """Free every graph of ``runner`` and its pool, forget their bindings and address records, and route every step
-    eagerly; the static buffers stay."""
-    runner.backend.cleanup()
-    for static_bucket in runner.static_buckets.values():
-        static_bucket.release()
-    runner.graph_inputs.clear()
-    runner._lazy = None
-    runner._pending = set()
-    runner.captured = False
-    runner.captured_buckets = ()
-    runner.skipped_buckets = {}
+class RunnerLifecycle(RunnerCapture):
+    """Sleep, wake and recapture of ``BaseCudaGraphRunner`` (a mixin of that one class, over its capture half): the
+    moves of the table above, made over the runner's ``StaticBuckets``."""
 
+    if TYPE_CHECKING:  # what it reads and calls of the runner, besides what ``RunnerCapture`` declares
+        state: RunnerState
+        wake_failure: str | None
+        graphs_kept: bool
 
-def graphs_kept_reason(runner: BaseCudaGraphRunner) -> str | None:
-    """Why ``runner``'s graphs cannot outlive a sleep (one line), or ``None`` when they can: their pool is one whose
-    memory a sleep unmaps and a wake maps back at the same addresses (or nothing is captured into any pool yet)."""
-    if runner.backend.graphs_outlive_sleep:
-        return None
-    return "its graphs live in a pool of the caching allocator, which a sleep frees (no sleepable memory)"
+        def _index_buckets(self) -> None: ...
+        def _close_routes(self) -> None: ...
 
+    def _release_graphs(self) -> None:
+        """Every graph and its pool released (the static buffers stay); nothing captured or pending."""
+        self.static_buckets.release_all()
+        self._lazy = None
+        self.captured, self.captured_buckets, self.skipped_buckets = False, (), {}
 
-def sleep(runner: BaseCudaGraphRunner, *, keep_graphs: bool = False) -> bool:
-    """Put ``runner`` to sleep (see the module docstring): its graphs kept when ``keep_graphs`` and their pool allows
-    it, else released; steps are refused until ``wake``. Returns whether the graphs were kept."""
-    runner.state = next_state(runner, "sleep")
-    reason = graphs_kept_reason(runner) if keep_graphs else None
-    if keep_graphs and reason is None:
-        runner.routes_kept = runner.routes
-        runner._close_routes()
-        logger.info("%s runner asleep: %d graphs kept for the wake", runner.phase, len(runner.captured_buckets))
-        return True
-    runner.routes_kept = None
-    release_graphs(runner)
-    runner._close_routes()
-    if reason is not None:
-        logger.info("%s runner asleep: graphs released and captured again at wake: %s", runner.phase, reason)
-    else:
-        logger.info("%s runner asleep: graphs and their pool released", runner.phase)
-    return False
+    def _capture_again(self) -> None:
+        """Fresh static buckets over the same static buffers, then ``capture()`` (every bucket, or none if lazy)."""
+        self._index_buckets()
+        self.capture()
 
+    def graphs_kept_reason(self) -> str | None:
+        """Why this runner's graphs cannot outlive a sleep (one line), or ``None`` when they can: their pool is one
+        whose memory a sleep unmaps and a wake maps back at the same addresses (or nothing is captured yet)."""
+        if self.backend.graphs_outlive_sleep:
+            return None
+        return "its graphs live in a pool of the caching allocator, which a sleep frees (no sleepable memory)"
 
-def capture_again(runner: BaseCudaGraphRunner) -> None:
-    """Fresh static batches over the same buffers, then ``capture()`` (every bucket, or none under ``lazy``)."""
-    runner._index_static_buckets(runner.model_runner.attn_backend)
-    runner.capture()
+    def sleep(self, *, keep_graphs: bool = False) -> bool:
+        """Refuse steps until ``wake()``; release every graph and the pool they live in (the static buffers stay),
+        or with ``keep_graphs`` keep them where their memory outlives the sleep. Returns whether they were kept."""
+        self.state = next_state(self.state, self.phase, "sleep")
+        reason = self.graphs_kept_reason() if keep_graphs else None
+        self.graphs_kept = keep_graphs and reason is None
+        if not self.graphs_kept:
+            self._release_graphs()
+        self._close_routes()
+        if self.graphs_kept:
+            logger.info("%s runner asleep: %d graphs kept for the wake", self.phase, len(self.captured_buckets))
+        elif reason is not None:
+            logger.info("%s runner asleep: graphs released and captured again at wake: %s", self.phase, reason)
+        else:
+            logger.info("%s runner asleep: graphs and their pool released", self.phase)
+        return self.graphs_kept
 
+    def wake(self) -> RunnerState:
+        """Reopen the routes of graphs kept across the sleep, or capture again over the same static buffers (every
+        planned bucket, or none under the lazy policy). A failure leaves the runner running eagerly,
+        ``eager_reason`` saying why (state ``failed``)."""
+        self.state = next_state(self.state, self.phase, "wake")
+        if self.graphs_kept:
+            self.graphs_kept = False
+            self.state = RunnerState.AWAKE
+            self._open_routes()
+            logger.info("%s runner awake: %d graphs kept, none captured again", self.phase, len(self.captured_buckets))
+            return self.state
+        if self.wake_failure is not None:
+            self.eager_reason = self.wake_failure = None
+        try:
+            self._capture_again()
+        except Exception as error:  # any failure: nothing half-captured stays, and the runner still runs
+            self._release_graphs()
+            self.eager_reason = self.wake_failure = f"wake() could not capture the graphs again: {error}"
+            logger.warning("%s CUDA graphs are off after a failed wake, every step runs eagerly: %s", self.phase, error)
+        self.state = RunnerState.AWAKE if self.eager_reason is None else RunnerState.FAILED
+        if self.state is RunnerState.FAILED:
+            self._close_routes()
+        return self.state
 
-def wake(runner: BaseCudaGraphRunner) -> RunnerState:
-    """Capture ``runner``'s graphs again after ``sleep`` (see the module docstring); its state after: ``awake``, or
-    ``failed`` (everything released, every step eager, ``eager_reason`` saying why) when capturing raised."""
-    runner.state = next_state(runner, "wake")
-    kept, runner.routes_kept = runner.routes_kept, None
-    if kept is not None:
-        runner._set_routes(kept)
-        runner.state = RunnerState.AWAKE
-        logger.info("%s runner awake: %d graphs kept, none captured again", runner.phase, len(runner.captured_buckets))
-        return runner.state
-    if runner.wake_failure is not None:
-        runner.eager_reason = runner.wake_failure = None
-    try:
-        capture_again(runner)
-    except Exception as error:  # any failure: nothing half-captured stays, and the runner still runs
-        release_graphs(runner)
-        runner.eager_reason = runner.wake_failure = f"wake() could not capture the graphs again: {error}"
-        runner._close_routes()
-        runner.state = RunnerState.FAILED
-        logger.warning("%s CUDA graphs are off after a failed wake, every step runs eagerly: %s", runner.phase, error)
-        return runner.state
-    runner.state = RunnerState.AWAKE if runner.eager_reason is None else RunnerState.FAILED
-    return runner.state
-
-
-def recapture(runner: BaseCudaGraphRunner) -> None:
-    """Release every graph of an awake ``runner`` and capture again over the same static buffers."""
-    release_graphs(runner)
-    capture_again(runner)
+    def refresh_graphs(self, *, on_moved: str = "recapture") -> tuple[int, ...]:
+        """Check that every graph's weights and caches are where it was captured to read them; recapture the stale
+        buckets' graphs (all of them: they share their record), or refuse with one ``GraphInputsMovedError``
+        (``on_moved="raise"``). Returns the stale buckets. Not per step: a copy into the same memory moves nothing."""
+        if on_moved not in ("recapture", "raise"):
+            raise ValueError(f"on_moved={on_moved!r}: allowed: 'recapture', 'raise'")
+        stale = self.graph_inputs.stale()
+        if not stale:
+            return ()
+        if on_moved == "raise":
+            raise moved_error(self.phase, stale)
+        logger.info("%s CUDA graphs of %d buckets read moved tensors: capturing again", self.phase, len(stale))
+        self._release_graphs()
+        self._capture_again()
+        return tuple(sorted(stale))

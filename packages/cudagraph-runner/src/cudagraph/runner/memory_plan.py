@@ -1,11 +1,11 @@
 """Graph memory known before capture, and kept within a budget during it: what a runner's graphs will take, and
 which buckets a memory budget lets it capture.
 
-Measured, not modelled. A runner captures a few *probe* shapes into a scratch pool that is freed afterwards (the
+Measured, not modelled. A runner captures a few *probe* buckets into a scratch pool that is freed afterwards (the
 largest bucket first, then up to three smaller ones spread over the rest), reading the device memory around each
 (``ProbeCapture``), and ``estimate_from_probes`` turns those readings into a ``CaptureMemoryEstimate``:
 
-- the *pool*: what capturing the largest bucket took, less its own graph cost. Shapes are captured largest first
+- the *pool*: what capturing the largest bucket took, less its own graph cost. Buckets are captured largest first
   into one shared pool, so every smaller graph reuses the blocks the largest forward's activations needed; the
   reading includes the allocator's segment rounding, which no shape-times-dtype sum would;
 - each bucket's *graph cost*: what one more graph adds once the pool exists (the instantiated graph, which the
@@ -29,6 +29,8 @@ from types import MappingProxyType
 
 from cudagraph.config import MemoryBudget
 
+from .stats import warn_renamed_field
+
 __all__ = [
     "BudgetGuard",
     "CaptureMemoryEstimate",
@@ -38,7 +40,7 @@ __all__ = [
     "estimate_from_probes",
     "format_bytes",
     "plan_capture",
-    "probe_shapes",
+    "probe_buckets",
     "skipped_summary",
 ]
 
@@ -59,9 +61,9 @@ def format_bytes(count: int) -> str:
 
 @dataclass(frozen=True)
 class ProbeCapture:
-    """What capturing one probe shape took, read around its capture (earlier probes still held in the same pool)."""
+    """What capturing one probe bucket took, read around its capture (earlier probes still held in the same pool)."""
 
-    shape: int
+    bucket: int
     bytes: int
     """Drop in free device memory (driver-visible: pool segments, instantiated graphs, kept buffers)."""
     peak_bytes: int
@@ -70,15 +72,21 @@ class ProbeCapture:
     """Change in the bytes live in the allocator across it: what its graph keeps (its output is held weakly, so it
     does not count), less whatever an earlier probe kept that this one freed (so it may be negative)."""
 
+    @property
+    def shape(self) -> int:
+        """Deprecated name of ``bucket`` (removed in 1.0.0)."""
+        warn_renamed_field("ProbeCapture", "shape", "bucket")
+        return self.bucket
 
-def probe_shapes(buckets: Sequence[int], max_smaller: int = MAX_SMALLER_PROBES) -> tuple[int, ...]:
-    """The shapes to probe, in capture order: the largest bucket, then up to ``max_smaller`` others, spread evenly
+
+def probe_buckets(buckets: Sequence[int], max_smaller: int = MAX_SMALLER_PROBES) -> tuple[int, ...]:
+    """The buckets to probe, in capture order: the largest bucket, then up to ``max_smaller`` others, spread evenly
     over the rest from the smallest up (descending, as a capture runs).
 
     Example:
-        >>> probe_shapes([1, 2, 4, 8, 16, 32, 64])
+        >>> probe_buckets([1, 2, 4, 8, 16, 32, 64])
         (64, 16, 4, 1)
-        >>> probe_shapes([8, 16])
+        >>> probe_buckets([8, 16])
         (16, 8)
     """
     ordered = sorted(set(buckets))
@@ -134,16 +142,16 @@ class _GraphCostLine:
         if not smaller:
             return cls()
         level = sum(probe.bytes for probe in smaller) / len(smaller)
-        centre = sum(probe.shape for probe in smaller) / len(smaller)
-        if len({probe.shape for probe in smaller}) >= 2:
-            points = [(probe.shape, probe.bytes) for probe in smaller]
+        centre = sum(probe.bucket for probe in smaller) / len(smaller)
+        if len({probe.bucket for probe in smaller}) >= 2:
+            points = [(probe.bucket, probe.bytes) for probe in smaller]
         else:
-            points = [(probe.shape, probe.kept_bytes) for probe in probes]
+            points = [(probe.bucket, probe.kept_bytes) for probe in probes]
         # A graph never costs less for more rows: a falling fit is read as flat.
         return cls(level, centre, max(0.0, _slope(points)))
 
-    def __call__(self, shape: int) -> int:
-        return max(0, round(self.level + self.slope * (shape - self.centre)))
+    def __call__(self, bucket: int) -> int:
+        return max(0, round(self.level + self.slope * (bucket - self.centre)))
 
 
 @dataclass(frozen=True)
@@ -217,7 +225,7 @@ class CaptureMemoryEstimate:
             return f"graph memory not estimated: {self.note or 'nothing was measured'}"
         graphs = len(self.buckets)
         mean_graph = sum(self.graph_bytes.values()) // graphs if graphs else 0
-        measured = ", ".join(str(probe.shape) for probe in self.probes)
+        measured = ", ".join(str(probe.bucket) for probe in self.probes)
         text = (
             f"{format_bytes(self.total_bytes)} for {graphs} graphs: a {format_bytes(self.pool_bytes)} pool "
             f"(largest {self.largest}) + {format_bytes(mean_graph)} per graph (probes {measured}, "
@@ -242,12 +250,12 @@ def estimate_from_probes(
     if not probes:
         return CaptureMemoryEstimate(out_of_memory=failed, seconds=seconds, note=note or "no probe was captured")
     largest = probes[0]
-    estimated = tuple(bucket for bucket in sorted(set(buckets)) if bucket <= largest.shape and bucket not in failed)
+    estimated = tuple(bucket for bucket in sorted(set(buckets)) if bucket <= largest.bucket and bucket not in failed)
     graph_cost = _GraphCostLine.fit(probes)
-    peaks: dict[int, float] = {probe.shape: float(probe.peak_bytes) for probe in probes}
+    peaks: dict[int, float] = {probe.bucket: float(probe.peak_bytes) for probe in probes}
     return CaptureMemoryEstimate(
         buckets=estimated,
-        pool_bytes=max(0, largest.bytes - graph_cost(largest.shape)),
+        pool_bytes=max(0, largest.bytes - graph_cost(largest.bucket)),
         graph_bytes={bucket: graph_cost(bucket) for bucket in estimated},
         activation_bytes={bucket: max(0, round(_interpolate(peaks, bucket))) for bucket in estimated},
         probes=tuple(probes),
@@ -318,16 +326,16 @@ class BudgetGuard:
     """Keeps a running capture within ``limit_bytes`` (device memory the capture may take from what was free when
     it started), by what it measures, since no estimate is exact.
 
-    The rule, for shapes captured largest first into one pool that cannot shrink while it holds graphs:
+    The rule, for buckets captured largest first into one pool that cannot shrink while it holds graphs:
 
-    1. Before a shape, its need is its graph cost, plus the pool its forward needs when the capture holds no pool
+    1. Before a bucket, its need is its graph cost, plus the pool its forward needs when the capture holds no pool
        yet, both from the estimate and multiplied by ``correction``: the largest ratio of measured to estimated
-       growth seen so far in this capture, never below 1. Once the estimate has fallen short, every later shape is
+       growth seen so far in this capture, never below 1. Once the estimate has fallen short, every later bucket is
        assumed to fall short as much.
     2. While the memory used so far plus that need is over the limit, the runner releases the largest graph it
        holds (its graph cost comes back; small batches are the common ones, so the buckets kept stay a prefix);
-       with none left it releases the pool too. If the shape still does not fit, it is skipped.
-    3. After a shape, if the memory used is over the limit all the same, the runner releases the largest graphs
+       with none left it releases the pool too. If the bucket still does not fit, it is skipped.
+    3. After a bucket, if the memory used is over the limit all the same, the runner releases the largest graphs
        (and then the pool) until it is not.
     """
 
@@ -341,30 +349,30 @@ class BudgetGuard:
         """The budget as reasons name it."""
         return budget_text(self.budget, self.limit_bytes)
 
-    def estimated_need(self, shape: int, *, pool_held: bool) -> int:
-        """The estimate's bytes for capturing ``shape`` next (rule 1, before ``correction``)."""
+    def estimated_need(self, bucket: int, *, pool_held: bool) -> int:
+        """The estimate's bytes for capturing ``bucket`` next (rule 1, before ``correction``)."""
         estimate = self.estimate
         if estimate is None:
             return 0
-        graph = estimate.graph_bytes.get(shape, 0)
-        return graph if pool_held else graph + estimate.pool_bytes_for(shape)
+        graph = estimate.graph_bytes.get(bucket, 0)
+        return graph if pool_held else graph + estimate.pool_bytes_for(bucket)
 
-    def need(self, shape: int, *, pool_held: bool) -> int:
-        """Rule 1: the bytes ``shape`` is assumed to take."""
-        return round(self.estimated_need(shape, pool_held=pool_held) * self.correction)
+    def need(self, bucket: int, *, pool_held: bool) -> int:
+        """Rule 1: the bytes ``bucket`` is assumed to take."""
+        return round(self.estimated_need(bucket, pool_held=pool_held) * self.correction)
 
-    def fits(self, used_bytes: int, shape: int, *, pool_held: bool) -> bool:
-        """Whether ``shape`` may be captured with ``used_bytes`` already taken."""
-        return used_bytes + self.need(shape, pool_held=pool_held) <= self.limit_bytes
+    def fits(self, used_bytes: int, bucket: int, *, pool_held: bool) -> bool:
+        """Whether ``bucket`` may be captured with ``used_bytes`` already taken."""
+        return used_bytes + self.need(bucket, pool_held=pool_held) <= self.limit_bytes
 
     def observe(self, estimated_bytes: int, measured_bytes: int) -> None:
-        """Raise ``correction`` when a shape took more than estimated."""
+        """Raise ``correction`` when a bucket took more than estimated."""
         if estimated_bytes > 0 and measured_bytes > estimated_bytes:
             self.correction = max(self.correction, measured_bytes / estimated_bytes)
 
-    def skip_reason(self, used_bytes: int, shape: int, *, pool_held: bool) -> str:
-        """Why ``shape`` did not fit (rule 2)."""
-        need = self.need(shape, pool_held=pool_held)
+    def skip_reason(self, used_bytes: int, bucket: int, *, pool_held: bool) -> str:
+        """Why ``bucket`` did not fit (rule 2)."""
+        need = self.need(bucket, pool_held=pool_held)
         return f"over the {self.text} budget ({format_bytes(used_bytes)} used, {format_bytes(need)} more needed)"
 
     def release_reason(self, used_bytes: int) -> str:

@@ -22,7 +22,7 @@ from .base import BaseCudaGraphRunner
 from .forward_batch import PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
 from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
-from .static_buffers import EXTEND_FIELDS, StaticInputs
+from .static_buffers import EXTEND_FIELDS, StaticBuffers
 from .step_inputs import StepInputs
 
 _EXTEND = ForwardMode.EXTEND
@@ -56,7 +56,7 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
 
     def _allocate_static_buffers(self) -> None:
         attn_backend = self.model_runner.attn_backend
-        self.inputs = StaticInputs.allocate(
+        self.static_buffers = StaticBuffers.allocate(
             EXTEND_FIELDS,
             max_tokens=self.max_size,
             max_requests=self.max_requests,
@@ -65,7 +65,7 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         )
         attn_backend.init_cuda_graph_state(self.max_requests, self.max_size)
         self._attention_in_graph = self.attention_in_graph
-        self._index_static_buckets(attn_backend)
+        self._index_buckets()
 
     def _output_row_counts(self, bucket: int) -> Iterable[int]:
         """Every request count the graph of ``bucket`` tokens has rows for."""
@@ -73,7 +73,7 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
         """All-padding batch of ``bucket`` tokens viewing the static buffers: what the graph is captured with."""
-        view = self.inputs.view
+        view = self.static_buffers.view
         requests = self.requests_per_graph(bucket)
         return ForwardBatch(
             forward_mode=ForwardMode.EXTEND,
@@ -84,7 +84,7 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             req_pool_indices=view("req_pool_indices", requests),
             out_cache_loc=view("out_cache_loc", bucket),
             seq_lens_sum=0,
-            seq_lens_cpu=self.inputs.seq_lens_cpu[:0],
+            seq_lens_cpu=self.static_buffers.seq_lens_cpu[:0],
             extend_seq_lens=view("extend_seq_lens", requests),
             extend_prefix_lens=view("extend_prefix_lens", requests),
             extend_start_loc=view("extend_start_loc", requests),
@@ -114,13 +114,12 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         """Extend mode, by token count: the bucket that holds it (see ``BaseCudaGraphRunner.route``), as long as the
         batch has no more requests than that graph has rows for."""
         if batch.forward_mode is not _EXTEND:
-            return self._route_wrong_mode
+            return self.static_buckets.wrong_mode
         return self._route_of(int(batch.input_ids.shape[0]), batch.batch_size)
 
     def _route_of(self, num_tokens: int, batch_size: int) -> Route:
         """The route of an extend step of ``num_tokens`` tokens over ``batch_size`` requests (``route``'s rule)."""
-        routes = self._routes_by_size
-        route = routes[num_tokens] if num_tokens < len(routes) else self._route_beyond
+        route = self.static_buckets.route_of_size(num_tokens)
         if batch_size > route.requests and route.bucket is not None:
             return _TOO_MANY_REQUESTS
         return route
@@ -137,10 +136,10 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
         its batch), and its ``input_views``: one lookup, made before the batch is built (see
         ``DecodeCudaGraphRunner.step_inputs``)."""
         route = self._route_of(num_tokens, batch_size)
-        if num_tokens < 1 or batch_size < 1 or route.bucket is None or route.bucket in self._pending:
+        if num_tokens < 1 or batch_size < 1 or route.bucket is None or route.bucket in self.static_buckets.pending:
             # eager, or captured on first use (over padding rows, so not in the views)
             return StepInputs(route, None)
-        return StepInputs(route, self.inputs.views(num_tokens, batch_size))
+        return StepInputs(route, self.static_buffers.views(num_tokens, batch_size))
 
     def replay(self, batch: ForwardBatch, route: Route | None = None) -> torch.Tensor:
         """Logits ``[batch_size, vocab]`` (each request's last token) from the graph of ``route``'s token bucket.
@@ -153,15 +152,15 @@ class PrefillCudaGraphRunner(BaseCudaGraphRunner):
             return self._run_eagerly(batch, route)
         num_tokens, batch_size = int(batch.input_ids.shape[0]), batch.batch_size
         self.metrics.count_replay(num_tokens)
-        inputs = self.inputs
-        inputs.copy_in(batch, num_tokens, batch_size)
+        buffers = self.static_buffers
+        buffers.copy_in(batch, num_tokens, batch_size)
         static_bucket = self.static_buckets[bucket]
         static_batch = static_bucket.batch
         # The captured forward and its eager breaks see this very batch object: its tensors stay the padded static
         # views, its host-side fields are updated in place to describe the real requests.
         static_batch.batch_size = batch_size
         static_batch.seq_lens_sum = batch.seq_lens_sum
-        static_batch.seq_lens_cpu = inputs.seq_lens_cpu[:batch_size] if batch.seq_lens_cpu is not None else None
+        static_batch.seq_lens_cpu = buffers.seq_lens_cpu[:batch_size] if batch.seq_lens_cpu is not None else None
         static_batch.extend_num_tokens = num_tokens
         static_batch.extend_seq_lens_cpu = batch.extend_seq_lens_cpu
         static_batch.extend_prefix_lens_cpu = batch.extend_prefix_lens_cpu

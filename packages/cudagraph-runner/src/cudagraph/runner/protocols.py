@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -27,9 +28,9 @@ class AttentionBackendLike(Protocol):
     The capture and replay hooks run outside any graph, before the forward is captured or replayed, and must only
     update state in place (static buffers sized by ``init_cuda_graph_state``): a graph keeps the addresses it saw.
 
-    Optional attribute ``needs_seq_lens_cpu`` (default ``True``): ``False`` tells the decode runner the replay hook
-    never reads ``ReplayMetadata.seq_lens_cpu``, so it skips keeping a padded host copy (one host copy less per
-    step).
+    Optional member ``needs_seq_lens_cpu`` (``HostLengthsHint``; without it, ``True``): ``False`` tells the decode
+    runner the replay hook never reads ``ReplayMetadata.seq_lens_cpu``, so it skips keeping a padded host copy (one
+    host copy less per step).
     """
 
     def init_forward_metadata(self, batch: ForwardBatch) -> None:
@@ -65,6 +66,19 @@ class AttentionBackendLike(Protocol):
 
 
 @runtime_checkable
+class HostLengthsHint(Protocol):
+    """An attention backend that says whether its replay hook reads the host copy of ``seq_lens``."""
+
+    needs_seq_lens_cpu: bool
+    """``False``: ``ReplayMetadata.seq_lens_cpu`` is never read, so the decode runner keeps no padded host copy."""
+
+
+def needs_seq_lens_cpu(attn_backend: AttentionBackendLike) -> bool:
+    """Whether ``attn_backend``'s replay hook reads ``ReplayMetadata.seq_lens_cpu`` (``True`` unless it says not)."""
+    return attn_backend.needs_seq_lens_cpu if isinstance(attn_backend, HostLengthsHint) else True
+
+
+@runtime_checkable
 class ModelRunnerLike(Protocol):
     """The engine's model runner: a device, a dtype, a request-to-token pool, an attention backend and a forward."""
 
@@ -95,3 +109,39 @@ class ModelRunnerLike(Protocol):
         host or allocate shapes that depend on tensor values.
         """
         ...
+
+
+@runtime_checkable
+class TraceableModelRunner(Protocol):
+    """A model runner that offers the traceable part of its forward: what a compiling backend (``tc_piecewise``, or
+    ``full`` with compiled small buckets) traces. Optional: a runner whose backend compiles nothing never asks."""
+
+    def model_forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Hidden states ``[T, H]`` of the flat tokens: no forward-context reads, no per-layer branches."""
+        ...
+
+
+@runtime_checkable
+class GraphReadsModelRunner(Protocol):
+    """A model runner that names the tensors its graphs read beyond the runner's static buffers (weights, buffers,
+    the KV cache, the request table), so a runner can tell when they moved (``cudagraph.runner.graph_inputs``)."""
+
+    def graph_read_tensors(self) -> Mapping[str, torch.Tensor]:
+        """Every tensor a captured forward reads that the runner does not own, by a stable name."""
+        ...
+
+
+@runtime_checkable
+class ModuleModelRunner(Protocol):
+    """A model runner that holds its model as a ``torch.nn.Module`` (whose parameters and buffers the graphs read,
+    when the model runner does not name them itself: ``GraphReadsModelRunner``)."""
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model the forward runs."""
+        ...
+
+
+def traceable_forward(model_runner: ModelRunnerLike) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+    """``model_runner.model_forward`` when it offers one (``TraceableModelRunner``), else ``None``."""
+    return model_runner.model_forward if isinstance(model_runner, TraceableModelRunner) else None

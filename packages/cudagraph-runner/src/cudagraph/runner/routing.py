@@ -34,7 +34,6 @@ from cudagraph.config import (
     PADDING_RATIO_OPTIONS,
     Phase,
     exceeds_padding_ratio,
-    read_padding_ratio,
     smallest_bucket_holding,
 )
 
@@ -170,14 +169,6 @@ def padded_bucket(buckets: Sequence[int], size: int, *, disable_padding: bool = 
     if disable_padding:
         return size if size in buckets else None
     return pad_to_bucket(buckets, size)
-
-
-def check_padding_ratio(phase: Phase | str, ratio: float | None) -> float | None:
-    """``ratio`` as a valid ``max_padding_ratio``, else one ``ConfigError``: ``None`` (no limit) as it is, anything
-    else by the config's one rule (``read_padding_ratio``: at least 1), infinity (no limit either) admitted."""
-    if ratio is None:
-        return None
-    return read_padding_ratio(f"{phase} max_padding_ratio", ratio, allow_infinity=True)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ per dtype (on CUDA, one fused kernel for all int64 fields and one for the int32 
 size needs besides the batch (the target views, the readers of the batch's fields, the host mirror's view) is built
 once per size and cached, so a step builds no lists and looks up no names.
 
-A caller that writes its batch straight into the buffers (``StaticInputs.views``: the first rows of each, the same
+A caller that writes its batch straight into the buffers (``StaticBuffers.views``: the first rows of each, the same
 tensor objects every time) makes no copy at all: a group whose fields are those views is skipped, so such a step
 launches nothing before the graph.
 """
@@ -55,7 +55,7 @@ EXTEND_FIELDS = (
 @dataclass(frozen=True)
 class _LoadPlan:
     """How a batch of one size is copied in: one bound copy per dtype group, the view of the host ``seq_lens``
-    mirror its lengths go to, and every target view by field name (what ``StaticInputs.views`` hands out)."""
+    mirror its lengths go to, and every target view by field name (what ``StaticBuffers.views`` hands out)."""
 
     copies: tuple[Callable[[ForwardBatch], object], ...]
     host_seq_lens: torch.Tensor
@@ -89,7 +89,7 @@ def _group_copy(targets: tuple[torch.Tensor, ...], names: tuple[str, ...]) -> Ca
 
 
 @dataclass
-class StaticInputs:
+class StaticBuffers:
     """The static buffers of one runner, one tensor per ``PaddedField``, plus a CPU mirror of ``seq_lens``."""
 
     fields: tuple[PaddedField, ...]
@@ -112,16 +112,18 @@ class StaticInputs:
         max_requests: int,
         device: torch.device,
         seq_len_fill_value: int,
-    ) -> StaticInputs:
+    ) -> StaticBuffers:
         """Buffers for ``max_tokens`` tokens and ``max_requests`` requests, every row holding its padding."""
         dtypes = dict.fromkeys(spec.dtype for spec in padded_fields)
         groups = tuple(tuple(spec for spec in padded_fields if spec.dtype == dtype) for dtype in dtypes)
-        inputs = cls(padded_fields, groups, {}, torch.empty(0, dtype=torch.int32), seq_len_fill_value)
+        buffers = cls(padded_fields, groups, {}, torch.empty(0, dtype=torch.int32), seq_len_fill_value)
         for spec in padded_fields:
             rows = max_tokens if spec.per_token else max_requests
-            inputs.tensors[spec.name] = torch.full((rows,), inputs.padding_value(spec), dtype=spec.dtype, device=device)
-        inputs.seq_lens_cpu = torch.full((max_requests,), seq_len_fill_value, dtype=torch.int32)
-        return inputs
+            buffers.tensors[spec.name] = torch.full(
+                (rows,), buffers.padding_value(spec), dtype=spec.dtype, device=device
+            )
+        buffers.seq_lens_cpu = torch.full((max_requests,), seq_len_fill_value, dtype=torch.int32)
+        return buffers
 
     def padding_value(self, spec: PaddedField) -> int:
         """The value padded rows of ``spec`` hold."""
@@ -186,3 +188,7 @@ class StaticInputs:
         """Drop every buffer and cached view."""
         self.tensors.clear()
         self._load_plans.clear()
+
+
+StaticInputs = StaticBuffers
+"""Deprecated name of ``StaticBuffers`` (removed in cudagraph-runner 1.0.0)."""

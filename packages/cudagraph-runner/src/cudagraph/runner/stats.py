@@ -1,29 +1,49 @@
-"""What a capture cost: graphs, seconds and device bytes, in total and per shape."""
+"""What a capture cost: graphs, seconds and device bytes, in total and per bucket."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
-class ShapeCaptureStats:
-    """The cost of capturing one shape (warmup runs included)."""
+def warn_renamed_field(owner: str, old: str, new: str) -> None:
+    """One ``DeprecationWarning`` for a field of ``owner`` read under its 0.1.0 name."""
+    warnings.warn(
+        f"{owner}.{old} is deprecated since cudagraph-runner 0.2.0 and will be removed in 1.0.0; use {owner}.{new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
-    shape: int
+
+@dataclass(frozen=True)
+class BucketCaptureStats:
+    """The cost of capturing one bucket (warmup runs included)."""
+
+    bucket: int
     seconds: float
     bytes: int
-    """Device memory that left the free pool while this shape was captured (shared-pool growth, not its size)."""
+    """Device memory that left the free pool while this bucket was captured (shared-pool growth, not its size)."""
+
+    @property
+    def shape(self) -> int:
+        """Deprecated name of ``bucket`` (removed in 1.0.0)."""
+        warn_renamed_field("BucketCaptureStats", "shape", "bucket")
+        return self.bucket
+
+
+ShapeCaptureStats = BucketCaptureStats
+"""Deprecated name of ``BucketCaptureStats`` (removed in 1.0.0)."""
 
 
 @dataclass(frozen=True)
 class CaptureStats:
-    """The cost of one ``capture()`` of one runner: every shape in capture order (largest first) and the totals,
+    """The cost of one ``capture()`` of one runner: every bucket in capture order (largest first) and the totals,
     measured once around the whole capture (a recapture after ``shutdown`` gets new stats)."""
 
-    per_shape: tuple[ShapeCaptureStats, ...] = ()
+    per_bucket: tuple[BucketCaptureStats, ...] = ()
     seconds: float = 0.0
-    """Wall time of the whole capture: preparing the backend, warm-ups and every shape."""
+    """Wall time of the whole capture: preparing the backend, warm-ups and every bucket."""
     bytes: int = 0
     """Device memory the capture kept, as the driver sees it (pool blocks and instantiated graphs)."""
     compile_seconds: float = 0.0
@@ -38,8 +58,14 @@ class CaptureStats:
 
     @property
     def graphs(self) -> int:
-        """Shapes captured."""
-        return len(self.per_shape)
+        """Buckets captured."""
+        return len(self.per_bucket)
+
+    @property
+    def per_shape(self) -> tuple[BucketCaptureStats, ...]:
+        """Deprecated name of ``per_bucket`` (removed in 1.0.0)."""
+        warn_renamed_field("CaptureStats", "per_shape", "per_bucket")
+        return self.per_bucket
 
     def summary(self) -> str:
         """One line for the log: how many graphs, how long, how much memory (and the estimate, when one was made):

@@ -1,4 +1,4 @@
-"""``StaticInputs`` over any sequence of decode steps, each field either copied in or written in place through
+"""``StaticBuffers`` over any sequence of decode steps, each field either copied in or written in place through
 ``views``: after every load the first rows hold the step's values, every row up to the largest step so far holds
 padding, and a step whose fields are all views dispatches no copy."""
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cudagraph.engine.testing import DispatchedOps
 from cudagraph.runner import ForwardBatch, ForwardMode
-from cudagraph.runner.static_buffers import DECODE_FIELDS, StaticInputs
+from cudagraph.runner.static_buffers import DECODE_FIELDS, StaticBuffers
 
 MAX_ROWS = 8
 FILL = 1
@@ -32,7 +32,7 @@ def step_values(rows: int, seed: int) -> dict[str, torch.Tensor]:
 @settings(deadline=None)
 @given(steps)
 def test_every_load_leaves_the_step_in_front_and_padding_behind(sequence: list[tuple[int, set[str], int]]) -> None:
-    inputs = StaticInputs.allocate(DECODE_FIELDS, MAX_ROWS, MAX_ROWS, torch.device("cpu"), seq_len_fill_value=FILL)
+    inputs = StaticBuffers.allocate(DECODE_FIELDS, MAX_ROWS, MAX_ROWS, torch.device("cpu"), seq_len_fill_value=FILL)
     inputs.mirror_seq_lens_cpu = False
     largest = 0
     for rows, in_place, seed in sequence:
