@@ -95,7 +95,9 @@ def test_a_rank_that_raises_stops_the_group_with_its_error() -> None:
     started = time.monotonic()
     with pytest.raises(RankFailedError, match=r"rank 1 failed: ValueError: rank 1 cannot load its shard"):
         launch(tp_workers.raises_on_rank_1, None, 2)
-    assert time.monotonic() - started < 25, "the waiting rank should be stopped, not left in its collective"
+    # Rank 0's collective would wait tp_workers.STOPPED_WAIT_S (180 s); starting two ranks takes seconds, and under a
+    # loaded machine's worst seen well under a minute.
+    assert time.monotonic() - started < 90, "the waiting rank should be stopped, not left in its collective"
 
 
 def test_a_killed_rank_takes_the_group_down_with_one_error_naming_the_signal() -> None:
@@ -105,8 +107,8 @@ def test_a_killed_rank_takes_the_group_down_with_one_error_naming_the_signal() -
     ):
         launch(tp_workers.killed_on_rank_1, None, 2)
     # The launcher sees the dead process at once and stops rank 0 in its collective: the error names rank 1's signal,
-    # not rank 0's collective timeout (tp_workers.TIMEOUT_S), and it comes well within it plus the spawning.
-    assert time.monotonic() - started < 25, "the waiting rank should be stopped, not left in its collective"
+    # not rank 0's collective timeout (tp_workers.STOPPED_WAIT_S, 180 s), and it comes well within it.
+    assert time.monotonic() - started < 90, "the waiting rank should be stopped, not left in its collective"
 
 
 @pytest.mark.slow

@@ -123,9 +123,14 @@ def moe_a2a_outputs(rank: int, world_size: int, init_method: str, payload: tuple
     return {"tokens": tokens, "logits": logits, "breaks": breaks, "replayed": replayed}
 
 
+STOPPED_WAIT_S = 180.0
+"""The collective timeout of the workers whose waiting rank the launcher must stop: far above the time ranks take to
+start on a loaded machine, so a test bounded well below it tells a stopped rank from one that waited it out."""
+
+
 def raises_on_rank_1(rank: int, world_size: int, init_method: str, payload: Any) -> None:
     """Rank 1 fails after joining; rank 0 waits in a collective that rank 1 never enters."""
-    group = join(rank, world_size, init_method)
+    group = join(rank, world_size, init_method, STOPPED_WAIT_S)
     if rank == 1:
         raise ValueError("rank 1 cannot load its shard")
     dist.all_reduce(torch.ones(4), group=group.group)
@@ -134,7 +139,7 @@ def raises_on_rank_1(rank: int, world_size: int, init_method: str, payload: Any)
 def killed_on_rank_1(rank: int, world_size: int, init_method: str, payload: Any) -> None:
     """Rank 1 is killed (SIGKILL, as the kernel's out-of-memory killer does) after joining: it reports nothing;
     rank 0 waits in a collective that rank 1 never enters."""
-    group = join(rank, world_size, init_method)
+    group = join(rank, world_size, init_method, STOPPED_WAIT_S)
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     dist.all_reduce(torch.ones(4), group=group.group)
