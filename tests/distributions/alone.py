@@ -42,7 +42,7 @@ from .workspace import ROOT, load_distributions
 REQUIRED_METADATA = ("Version", "Requires-Python", "License-Expression", "Description-Content-Type")
 # Import names of requirements that differ from the distribution name, for requirements not installed in the venv
 # (an extra); installed ones are mapped by `importlib.metadata.packages_distributions()` there.
-IMPORT_NAMES = {"flashinfer-python": "flashinfer", "pyyaml": "yaml"}
+IMPORT_NAMES = {"flashinfer-python": "flashinfer", "pyyaml": "yaml", "ruamel-yaml": "ruamel"}
 
 # Runs inside the venv: import every module, record what fails and what warns, and map import names to distributions.
 CHECK_IMPORTS = """

@@ -30,7 +30,7 @@ else:  # Python 3.10: cudagraph-config requires tomli there
 DISTRIBUTIONS = load_distributions()
 PACKAGE_TO_DISTRIBUTION = {f"cudagraph.{dist.module}": name for name, dist in DISTRIBUTIONS.items()}
 
-IMPORT_NAMES = {"flashinfer-python": "flashinfer", "pyyaml": "yaml"}
+IMPORT_NAMES = {"flashinfer-python": "flashinfer", "pyyaml": "yaml", "ruamel-yaml": "ruamel"}
 """Import names of third-party distributions where they differ from the distribution's name."""
 
 STDLIB_SINCE = {"tomllib": (3, 11)}

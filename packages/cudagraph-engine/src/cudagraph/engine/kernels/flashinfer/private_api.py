@@ -5,9 +5,11 @@ wrapper a pinned host workspace that outlives it. The engine needs both (the bou
 ``kernels.flashinfer.decode_attention``, the FlashInfer backend's shared workspaces), so it reads a paged decode
 wrapper's private attributes and FlashInfer's private helpers, here and nowhere else.
 
-Proven on flashinfer-python ``PROVEN_ON`` (0.5.3 and 0.7.4); ``PROVEN_RANGE`` is ``>=0.5.3,!=0.6.*,<0.8``, the minor
-releases proven (0.6 never was): FlashInfer renames private attributes between minor releases without notice, so a
-new minor release is outside the range until the tests below pass on it and the bound moves. What is read is the
+Proven on flashinfer-python ``PROVEN_ON`` (0.5.3); ``PROVEN_RANGE`` is ``>=0.5.3,<0.6``, the minor release proven:
+FlashInfer renames private attributes between minor releases without notice, so a new minor release is outside the
+range until the tests below pass on it on a GPU and the bound moves. The adapter already reads 0.7's wrapper (checked
+against 0.7.4's source: ``plan`` hands its work to ``_plan_impl``, and the routes below); 0.7 joins the range once
+``tests/gpu/engine/test_gpu_flashinfer_private.py`` and the FlashInfer GPU tests pass on it. What is read is the
 table ``DECODE_WRAPPER_ATTRIBUTES`` (each attribute, the wrapper method that sets it, and what the engine uses it
 for) and ``UTILS_HELPERS``. FlashInfer 0.7 added routes its ``run`` may take instead of the CUDA-core decode kernel
 (``ROUTES_AWAY``: cuDNN chosen by ``backend="auto"``, XQA multi-token decode, per-token-head scale factors); a wrapper
@@ -53,13 +55,13 @@ __all__ = [
     "utils_helpers",
 ]
 
-PROVEN_ON = "0.5.3 and 0.7.4"
+PROVEN_ON = "0.5.3"
 """The flashinfer-python releases these reads were proven on (bound breaks equal ``wrapper.run`` on the device: 0.5.3
-on an H100 with torch 2.11; 0.7.4 by ``tests/gpu/engine/test_gpu_flashinfer_private.py``)."""
-PROVEN_RANGE = ">=0.5.3,!=0.6.*,<0.8"
+on an H100 and an H200 with torch 2.11)."""
+PROVEN_RANGE = ">=0.5.3,<0.6"
 """The releases this adapter claims: each minor release proven, from the release proven on up to the next minor one
 (excluded)."""
-_PROVEN_SPANS = (((0, 5, 3), (0, 6, 0)), ((0, 7, 0), (0, 8, 0)))
+_PROVEN_SPANS = (((0, 5, 3), (0, 6, 0)),)
 """``PROVEN_RANGE`` as half-open ``[from, below)`` spans of ``(major, minor, patch)``."""
 
 
