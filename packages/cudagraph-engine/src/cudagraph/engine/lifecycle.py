@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -289,7 +289,7 @@ def _zero_kv_cache(model_runner: ModelRunner) -> None:
     current.wait_stream(side)
 
 
-def _resize_storages(tensors: list[torch.Tensor], *, to_nothing: bool) -> None:
+def _resize_storages(tensors: Sequence[torch.Tensor], *, to_nothing: bool) -> None:
     """Without sleepable memory: give each tensor's storage back (``to_nothing``) or allocate it again (new
     addresses; the graphs that read it were released and are captured again)."""
     for tensor in tensors:
