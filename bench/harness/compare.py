@@ -6,8 +6,9 @@ those move with the machine's noise, ratios much less. Each ratio knows which di
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .rows import BenchResult
 
@@ -130,12 +131,19 @@ LIFECYCLE_RATIOS = (
 """``LifecycleRow`` ratio -> whether a larger value is better."""
 
 
-def _lifecycle_ratios(result: BenchResult) -> Iterator[Ratio]:
-    for row in result.lifecycle:
-        for name, higher_is_better in LIFECYCLE_RATIOS:
+def _named_ratios(
+    rows: Iterable[Any], names: tuple[tuple[str, bool], ...], key: Callable[[Any], str]
+) -> Iterator[Ratio]:
+    """Each ``(name, higher_is_better)`` ratio property a row measured, under ``key(row)/name``."""
+    for row in rows:
+        for name, higher_is_better in names:
             value = getattr(row, name)
             if value is not None:
-                yield Ratio(f"lifecycle/{row.preset}/{row.backend}/{name}", value, higher_is_better)
+                yield Ratio(f"{key(row)}/{name}", value, higher_is_better)
+
+
+def _lifecycle_ratios(result: BenchResult) -> Iterator[Ratio]:
+    return _named_ratios(result.lifecycle, LIFECYCLE_RATIOS, lambda row: f"lifecycle/{row.preset}/{row.backend}")
 
 
 SLEEP_RATIOS = (
@@ -147,11 +155,7 @@ SLEEP_RATIOS = (
 
 
 def _sleep_ratios(result: BenchResult) -> Iterator[Ratio]:
-    for row in result.sleep:
-        for name, higher_is_better in SLEEP_RATIOS:
-            value = getattr(row, name)
-            if value is not None:
-                yield Ratio(f"sleep/{row.preset}/{row.backend}/level{row.level}/{name}", value, higher_is_better)
+    return _named_ratios(result.sleep, SLEEP_RATIOS, lambda row: f"sleep/{row.preset}/{row.backend}/level{row.level}")
 
 
 RATIO_SOURCES = (
