@@ -79,7 +79,7 @@ TORCH_FREE_TESTS = (
     "tests/distributions",
     "tests/test_readme.py",
     "--ignore=tests/property/test_memory_plan_properties.py",
-    "--ignore=tests/property/test_static_inputs_properties.py",
+    "--ignore=tests/property/test_static_buffers_properties.py",
     # these import the torch packages, or run migrated code (the legacy example, the plugin fixtures) that does
     "--ignore=tests/codemods/test_api_manifest.py",
     "--ignore=tests/codemods/test_exports_manifest.py",
