@@ -9,17 +9,21 @@ engine-side contract is the ``Protocol``s in ``protocols``.
 
 from .base import BaseCudaGraphRunner
 from .decode import DecodeCudaGraphRunner, get_batch_sizes_to_capture
+from .draft import DraftCudaGraphRunner
+from .draft_extend import DraftExtendCudaGraphRunner, DraftSeed
 from .forward_batch import PADDING_KV_SLOT, PADDING_REQ_POOL_INDEX, ForwardBatch, ForwardMode
 from .memory_plan import CaptureMemoryEstimate, ProbeCapture
 from .metrics import BucketRow, EagerRow, ReplayMetrics
 from .prefill import PrefillCudaGraphRunner
 from .protocols import (
     AttentionBackendLike,
+    DraftModelRunnerLike,
     GraphReadsModelRunner,
     HostLengthsHint,
     ModelRunnerLike,
     ModuleModelRunner,
     ReqToTokenPoolLike,
+    TraceableDraftModelRunner,
     TraceableModelRunner,
 )
 from .replay_metadata import ReplayMetadata, bind_replay_hook
@@ -42,6 +46,10 @@ __all__ = [
     "CaptureMemoryEstimate",
     "CaptureStats",
     "DecodeCudaGraphRunner",
+    "DraftCudaGraphRunner",
+    "DraftExtendCudaGraphRunner",
+    "DraftModelRunnerLike",
+    "DraftSeed",
     "EagerReason",
     "EagerRow",
     "ForwardBatch",
@@ -64,6 +72,7 @@ __all__ = [
     "StaticBuckets",
     "StaticBuffers",
     "StepInputs",
+    "TraceableDraftModelRunner",
     "TraceableModelRunner",
     "__version__",
     "bind_replay_hook",

@@ -279,6 +279,11 @@ class BaseCudaGraphRunner(RunnerLifecycle, RenamedMethods, abc.ABC):
                 "back): call wake() before stepping"
             )
         self.metrics.count_eager(route.reason, batch.num_tokens)
+        return self._forward_eagerly(batch)
+
+    def _forward_eagerly(self, batch: ForwardBatch) -> Any:
+        """The eager step of ``batch``: what a graph of it replays (the model runner's forward, unless a runner's
+        step is more than one forward)."""
         return self.model_runner.forward(batch)
 
     def static_buffer_tensors(self, bucket: int) -> list[torch.Tensor]:

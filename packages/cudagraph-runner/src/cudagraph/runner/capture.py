@@ -31,6 +31,7 @@ from cudagraph.config import CapturePolicy, MemoryBudget, Phase
 
 from .agreement import agreed_plan, agreement_of
 from .capture_loop import CaptureLoop
+from .forward_batch import ForwardBatch
 from .graph_inputs import GraphInputGuard
 from .lazy_capture import LazyCapture
 from .memory_plan import CaptureMemoryEstimate, estimate_from_probes, plan_capture, skipped_summary
@@ -76,6 +77,16 @@ class RunnerCapture:
         def _prepare_capture(self, bucket: int) -> Callable[[], torch.Tensor]: ...
         def _output_row_counts(self, bucket: int) -> Iterable[int]: ...
         def _open_routes(self) -> None: ...
+        def _forward_eagerly(self, batch: ForwardBatch) -> torch.Tensor: ...
+
+    def _traced_forward(self) -> Callable[..., torch.Tensor] | None:
+        """The forward a compiling backend traces (the model runner's ``model_forward``, when it offers one)."""
+        return traceable_forward(self.model_runner)
+
+    @staticmethod
+    def _traced_inputs(batch: ForwardBatch) -> tuple[torch.Tensor, ...]:
+        """What ``_traced_forward`` is called with for ``batch`` (its token dimension first in each)."""
+        return (batch.input_ids, batch.positions)
 
     def capture_bucket(self, bucket: int) -> torch.Tensor:
         """Capture ``bucket`` alone (inside ``capture``'s session) and return its static output."""
@@ -149,17 +160,17 @@ class RunnerCapture:
         which case this runner has fallen back to eager (``eager_reason``) and says so once."""
         if self._backend_prepared:
             return True
-        forward = self.model_runner.forward
+        forward = self._forward_eagerly
         entries = {
             bucket: EntryInputs(
                 self.shape_descriptor(bucket),
-                (static.batch.input_ids, static.batch.positions),
+                self._traced_inputs(static.batch),
                 functools.partial(forward, static.batch),
             )
             for bucket, static in self.static_buckets.items()
         }
         try:
-            self.backend.prepare(traceable_forward(self.model_runner), entries)
+            self.backend.prepare(self._traced_forward(), entries)
         except ModelTraceError as error:
             # A model the compiler cannot trace still runs: this phase falls back to eager, said once, plainly.
             self.eager_reason = f"the model does not trace for {self.backend_name}: {error}"

@@ -87,6 +87,12 @@ class ForwardBatch:
     extend_seq_lens_cpu: list[int] | None = None
     extend_prefix_lens_cpu: list[int] | None = None
     attn_metadata: Any = None
+    hidden_states: torch.Tensor | None = None
+    """[T, H] the hidden states a draft model's step reads beside its tokens (EAGLE-style drafting: the target's
+    hidden state of the token before each one, or the draft's own from its previous step); ``None`` elsewhere."""
+    accepted_lens: torch.Tensor | None = None
+    """[B] int64 (a draft extend step): the real rows of each request's ``query_len`` rows (the drafts the target
+    accepted and its own next token), at least 1; the step returns each request's last real row."""
     route: Route | None = None
     """The step's route, when the runner gave it before the batch was built (``step_inputs``): its ``replay`` then
     takes it as given instead of routing the batch again. ``None``: routed when it runs."""

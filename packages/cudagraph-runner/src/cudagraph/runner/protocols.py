@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -145,3 +145,46 @@ class ModuleModelRunner(Protocol):
 def traceable_forward(model_runner: ModelRunnerLike) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
     """``model_runner.model_forward`` when it offers one (``TraceableModelRunner``), else ``None``."""
     return model_runner.model_forward if isinstance(model_runner, TraceableModelRunner) else None
+
+
+@runtime_checkable
+class DraftModelRunnerLike(ModelRunnerLike, Protocol):
+    """A draft model's runner (an EAGLE-style head): its steps read the tokens and the hidden states handed to them
+    (``ForwardBatch.hidden_states``) and return the next hidden states beside the logits, so the draft runners can
+    chain its steps on the device (``cudagraph.runner.draft``, ``cudagraph.runner.draft_extend``).
+
+    ``forward`` (of ``ModelRunnerLike``) is not called by the draft runners; ``attn_backend`` serves the draft
+    extend step, and ``step_attn_backends[i]`` draft step ``i`` (each step attends over one more token than the one
+    before, so each keeps its own metadata, as SGLang's multi-step draft backends do).
+    """
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the hidden states handed from step to step."""
+        ...
+
+    @property
+    def step_attn_backends(self) -> Sequence[AttentionBackendLike]:
+        """One attention backend per draft step (at least as many as the draft runner's ``num_steps``), over the
+        draft model's KV cache."""
+        ...
+
+    def draft_forward(
+        self, batch: ForwardBatch, attn_backend: AttentionBackendLike
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[T, vocab]`` and hidden states ``[T, H]`` of every token of ``batch`` (decode: one per request;
+        verify-shaped: ``query_len`` per request), reading ``batch.hidden_states`` and attending through
+        ``attn_backend`` (its metadata prepared as ``forward`` prepares its own). Called eagerly and inside capture:
+        no host syncs there."""
+        ...
+
+
+@runtime_checkable
+class TraceableDraftModelRunner(Protocol):
+    """A draft model runner that offers the traceable part of its step (what ``tc_piecewise`` compiles)."""
+
+    def draft_model_forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor
+    ) -> torch.Tensor:
+        """The head's hidden states ``[T, H]`` of the flat tokens and the hidden states handed to them."""
+        ...
