@@ -36,3 +36,11 @@ def test_the_lifecycle_example_runs_after_the_routing_example_and_prints_what_it
     expected = [line.split("  # ", 1)[1] for line in lifecycle.splitlines() if line.startswith("print(")]
     assert len(expected) == 6
     assert printed.getvalue()[start:].splitlines() == expected
+
+
+def test_the_drafting_example_runs_and_its_assert_holds() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    drafting = next(block for block in blocks if "DraftCudaGraphRunner(" in block)
+    namespace: dict[str, object] = {"__name__": "runner_readme_example"}
+    exec(compile(drafting, str(README), "exec"), namespace)
+    assert namespace["tokens"].shape == (3, 3)  # type: ignore[attr-defined]
