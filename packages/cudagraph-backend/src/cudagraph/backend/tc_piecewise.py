@@ -187,14 +187,25 @@ class TcPiecewiseCudaGraphBackend(BaseCudaGraphBackend):
         sequence, output = record_shape(
             descriptor, forward_fn, capture, self.recordings, debug=self.options.debug, stream=stream
         )
-        if sequence.pieces != self.compile_stats.pieces:
+        if not whole_passes(sequence.pieces, self.compile_stats.pieces):
             sequence.reset()
             raise RuntimeError(
                 f"tc_piecewise: capturing {descriptor} ran {sequence.pieces} compiled piece(s), the compiled forward "
-                f"has {self.compile_stats.pieces}: the forward did not go through the compiled model forward once "
-                f"(call compiled_model_forward() in place of the eager one, once per step)"
+                f"has {self.compile_stats.pieces}: the forward did not go whole through the compiled model forward "
+                f"(call compiled_model_forward() in place of the eager one, once per forward of the step)"
             )
         return GraphEntry(shape=shape, graph=sequence, replay=sequence.replay, output=output)
+
+
+def whole_passes(pieces_run: int, pieces: int) -> bool:
+    """Whether a capture that ran ``pieces_run`` compiled pieces went whole through a forward of ``pieces`` pieces
+    one or more times (a step of chained forwards, such as draft steps, passes through it once per forward).
+
+    Example:
+        >>> whole_passes(6, 3), whole_passes(3, 3), whole_passes(4, 3), whole_passes(0, 3)
+        (True, True, False, False)
+    """
+    return pieces_run > 0 and pieces_run % max(pieces, 1) == 0
 
 
 def record_shape(
