@@ -111,9 +111,10 @@ def test_the_self_draft_head_has_every_draft_accepted_k_plus_one_tokens_a_step(g
     run = run_eagle("self", num_tokens, num_layers=1)
     assert run.tokens == greedy[1]
     assert run.stats.accepted_tokens == run.stats.drafted_tokens > 0
-    if num_tokens == 3:  # every request wants 1 + 4 n tokens: the prefill's, then n verify steps of k + 1
-        assert run.stats.decode_tokens == (num_tokens + 1) * sum(len(t) - 1 for t in greedy[1]) // (num_tokens + 1)
-        assert run.stats.verify_steps == max(len(t) - 1 for t in greedy[1]) // (num_tokens + 1)
+    if num_tokens == 3:  # every request wants 1 + 4 n tokens: the prefill's, then n verify steps of k + 1 each
+        request_steps = run.stats.drafted_tokens // num_tokens  # a verify step of a request drafts k
+        assert (num_tokens + 1) * request_steps == sum(len(tokens) - 1 for tokens in greedy[1])
+        assert run.stats.verify_steps == max(len(tokens) - 1 for tokens in greedy[1]) // (num_tokens + 1)
 
 
 @pytest.mark.parametrize("kind", [Backend.FULL, Backend.BREAKABLE])
