@@ -78,7 +78,9 @@ def _draft_row(
         assert extend is not None, "decode graphs are off in the section's own config"
         size = settings.eagle_batch_size
         with verify_batches(target, size, drafts, settings.context_len) as batches:
-            extend_batch, chain_batch = _draft_batches(batches[0], drafts, target.model.config.hidden_size)
+            extend_batch, chain_batch = _draft_batches(
+                batches[0], drafts, target.model.config.hidden_size, target.dtype
+            )
 
             def eager(index: int) -> object:
                 seed = extend.extend_eagerly(extend_batch)
@@ -123,12 +125,14 @@ def _seconds(capture: object) -> float:
     return time.perf_counter() - started
 
 
-def _draft_batches(verify: ForwardBatch, drafts: int, hidden_size: int) -> tuple[ForwardBatch, ForwardBatch]:
+def _draft_batches(
+    verify: ForwardBatch, drafts: int, hidden_size: int, dtype: torch.dtype
+) -> tuple[ForwardBatch, ForwardBatch]:
     """The draft extend batch (the verify batch's rows, every row real, random hidden states) and the chain's first
     step (each request's first verify row as a decode row: the chain's steps write the rows after it)."""
     query_len = drafts + 1
     generator = torch.Generator(device=verify.input_ids.device).manual_seed(drafts)
-    device, dtype = verify.input_ids.device, torch.bfloat16
+    device = verify.input_ids.device
 
     def hidden(rows: int) -> torch.Tensor:
         return torch.randn((rows, hidden_size), generator=generator, device=device).to(dtype)
