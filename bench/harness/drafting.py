@@ -8,7 +8,8 @@ head (``cudagraph.engine.model.eagle``):
   steps (``DraftCudaGraphRunner``), run eagerly (the runners' own eager paths) against their graphs' replays (the
   decode phase's ``full`` backend). Graphed seeds and drafts are checked against eager's first.
 - ``draft capture s`` / ``decode capture s``: capturing both draft runners against capturing the target's decode
-  runner, for the same buckets (``verify_batch_sizes`` and the batch size).
+  runner, for the same buckets (``verify_batch_sizes`` and the batch size), after one eager run of every step both
+  capture (so neither pays alone for kernel compiles and autotuning).
 - ``self-draft tok/step``: tokens a request gains per verify step when the head is the self-draft head over a
   one-layer target of the preset's shape (every draft agrees with the target up to bf16 rounding): ``k + 1`` at best.
 
@@ -72,15 +73,22 @@ def _draft_row(
     target = verify_capable_engine(result, preset, settings, models, config)
     eagle = EagleModelRunner(target, random_eagle_head(target.model, seed=0), drafts)  # type: ignore[arg-type]
     try:
-        decode_capture_s = _seconds(target.init_decode_cuda_graph)
-        draft_capture_s = _seconds(eagle.init_cuda_graphs)
-        chain, extend = eagle.draft_cuda_graph_runner, eagle.draft_extend_cuda_graph_runner
-        assert extend is not None, "decode graphs are off in the section's own config"
         size = settings.eagle_batch_size
         with verify_batches(target, size, drafts, settings.context_len) as batches:
             extend_batch, chain_batch = _draft_batches(
                 batches[0], drafts, target.model.config.hidden_size, target.dtype
             )
+            # Every kernel both captures launch runs eagerly first (JIT compiles, autotuning, library handles), so
+            # neither capture is charged for them alone.
+            target.forward(batches[0])
+            target.forward(chain_batch)
+            eagle.draft_extend(extend_batch)
+            if drafts > 1:
+                eagle.draft_steps(chain_batch)
+            decode_capture_s = _seconds(target.init_decode_cuda_graph)
+            draft_capture_s = _seconds(eagle.init_cuda_graphs)
+            chain, extend = eagle.draft_cuda_graph_runner, eagle.draft_extend_cuda_graph_runner
+            assert extend is not None, "decode graphs are off in the section's own config"
 
             def eager(index: int) -> object:
                 seed = extend.extend_eagerly(extend_batch)
