@@ -192,6 +192,10 @@ class EagleDrafter:
 
     The seeds stay on the device; ``propose_batch`` reads the ``k`` drafts to the host once (the verify batch is
     built there). The target must keep its hidden states (``ModelRunner(keep_hidden_states=k + 1)``).
+
+    The head's keys and values go to the target's slots of the same positions, within the ``k`` slots a request
+    reserves past its budget (``Request.lookahead``): a round whose last token is at position ``m`` writes the draft
+    extend up to ``m + k`` and the chain up to ``m + k - 1``, and a request that finished gets no extend.
     """
 
     model_runner: EagleModelRunner
