@@ -2,7 +2,8 @@
 own, with its sizes on the command line (a script, not a test).
 
     python3 bench/bench_speculative.py [--presets qwen3-0.6b] [--batch-sizes 1 8 32] [--drafts 3]
-        [--mixed 8x48 32x96] [--attention-backend triton] [--out bench-results/speculative.json]
+        [--mixed 8x48 32x96] [--eagle-drafts 3 5] [--attention-backend triton]
+        [--out bench-results/speculative.json]
 
 Rows (``bench/harness/speculative.py`` says how each is built and timed):
 
@@ -10,6 +11,10 @@ Rows (``bench/harness/speculative.py`` says how each is built and timed):
   tokens; eager forward against the verify runner's ``full`` graph (``ModelRunner.init_verify_cuda_graph``).
 - ``mixed``: one extend step of ``R`` running requests' next tokens beside a ``C``-token prompt chunk; eager
   forward against the prefill runner's ``breakable`` graph.
+- ``draft``: an EAGLE draft round of ``--eagle-batch-size`` requests (draft extend and ``k - 1`` chained draft
+  steps, a random head) for each ``k`` of ``--eagle-drafts``, eager against the draft runners' ``full`` graphs; the
+  draft graphs' capture seconds beside the target's decode capture for the same buckets; tokens a step with the
+  self-draft head over a one-layer target (``bench/harness/drafting.py``).
 
 Prints the section's table and writes the harness's JSON (``python3 bench/run.py compare`` reads it). Exit status 1
 when a graphed step's tokens differ from eager's. Needs CUDA; ``python3 bench/run.py --sections speculative`` runs
@@ -51,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drafts", type=int, default=full.speculative_drafts)
     parser.add_argument("--context", type=int, default=full.context_len)
     parser.add_argument("--mixed", type=_shape, nargs="*", default=list(full.mixed_shapes), help="RUNNINGxCHUNK")
+    parser.add_argument("--eagle-drafts", type=int, nargs="*", default=list(full.eagle_drafts), metavar="K")
+    parser.add_argument("--eagle-batch-size", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=full.iterations.warmup)
     parser.add_argument("--timed", type=int, default=full.iterations.timed)
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "speculative.json")
@@ -72,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         iterations=Iterations(args.warmup, args.timed),
         attention_backend=args.attention_backend,
         kernel_backend=args.kernel_backend,
+        eagle_drafts=tuple(args.eagle_drafts),
+        eagle_batch_size=args.eagle_batch_size,
     )
     result = BenchResult(environment=describe_machine(), settings={"script": "bench_speculative", **vars(args)})
     result.settings["out"] = str(args.out)

@@ -210,6 +210,7 @@ def _gpu_sections(args: argparse.Namespace, profile: Profile) -> dict[str, Calla
                 profile.iterations,
                 backend,
                 kernel_backend=args.kernel_backend,
+                eagle_drafts=profile.eagle_drafts,
             ),
             models,
         ),

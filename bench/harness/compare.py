@@ -88,6 +88,15 @@ def _speculative_ratios(result: BenchResult) -> Iterator[Ratio]:
             yield Ratio(key, row.speedup, higher_is_better=True)
 
 
+def _draft_ratios(result: BenchResult) -> Iterator[Ratio]:
+    for row in result.draft:
+        key = f"speculative/{row.preset}/draft/{row.requests}xk{row.drafts}"
+        if row.graph_ms > 0:
+            yield Ratio(f"{key}/speedup", row.speedup, higher_is_better=True)
+        if row.decode_capture_s > 0:
+            yield Ratio(f"{key}/capture_over_decode", row.capture_ratio, higher_is_better=False)
+
+
 def _migration_ratios(result: BenchResult) -> Iterator[Ratio]:
     for row in result.migration:
         single = next((r for r in result.migration if r.tree == row.tree and r.jobs == 1), None)
@@ -163,6 +172,7 @@ RATIO_SOURCES = (
     _break_ratios,
     _prefill_ratios,
     _speculative_ratios,
+    _draft_ratios,
     _migration_ratios,
     _tensor_parallel_ratios,
     _lifecycle_ratios,

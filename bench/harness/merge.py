@@ -23,6 +23,7 @@ ROW_KEYS: dict[str, Callable[[Any], tuple[object, ...]]] = {
     "breaks": lambda row: (row.implementation, row.workload),
     "prefill": lambda row: (row.preset, row.backend, row.requests, row.tokens_per_request),
     "speculative": lambda row: (row.preset, row.kind, row.requests, row.tokens, row.drafts),
+    "draft": lambda row: (row.preset, row.requests, row.drafts),
     "capture": lambda row: (row.preset, row.phase, row.backend),
     "compile": lambda row: (row.preset, row.compiler),
     "migration": lambda row: (row.tree, row.jobs),

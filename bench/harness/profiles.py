@@ -36,6 +36,8 @@ class Profile:
     """Drafts per request (``k``) in a verify step."""
     mixed_shapes: tuple[tuple[int, int], ...] = ()
     """(running requests, prompt chunk tokens) of the speculative section's mixed extend steps."""
+    eagle_drafts: tuple[int, ...] = ()
+    """``k`` of the speculative section's EAGLE draft rows (batch 1; none: no draft rows)."""
     tp_presets: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """(preset, tensor-parallel sizes) the ``tp`` section launches (sizes the machine lacks are skipped)."""
     tp_batch_sizes: tuple[int, ...] = (1, 32, 128)
@@ -59,6 +61,7 @@ PROFILES: dict[str, Profile] = {
         verify_batch_sizes=(1, 8, 32),
         speculative_drafts=3,
         mixed_shapes=((8, 48), (32, 96)),
+        eagle_drafts=(3, 5),
         # TP=8 rows are "Not measured" on a machine of fewer GPUs: the 70B comparison and Qwen3-32B need eight.
         tp_presets=(("llama-3-8b", (1, 2, 4)), ("llama-3-70b", (4, 8)), ("qwen3-32b", (8,))),
         tp_batch_sizes=(1, 32, 128),
@@ -78,6 +81,7 @@ PROFILES: dict[str, Profile] = {
         verify_batch_sizes=(1, 8),
         speculative_drafts=3,
         mixed_shapes=((8, 48),),
+        eagle_drafts=(3,),
         tp_presets=(("llama-3-8b", (1, 2)),),
         tp_batch_sizes=(1, 32),
         lifecycle_presets=("qwen3-0.6b",),

@@ -67,6 +67,21 @@ SPECULATIVE_COLUMNS = (
     Column("eager host us", lambda r: f"{r.eager_host_us:.0f}"),
     Column("graph host us", lambda r: f"{r.graph_host_us:.0f}"),
 )
+DRAFT_COLUMNS = (
+    Column("preset", lambda r: r.preset),
+    Column("k", lambda r: str(r.drafts)),
+    Column("requests", lambda r: str(r.requests)),
+    Column("attention", lambda r: r.attention_backend),
+    Column("eager ms", lambda r: _ms(r.eager_ms)),
+    Column("graph ms", lambda r: _ms(r.graph_ms)),
+    Column("eager/graph", lambda r: _ratio(r.speedup)),
+    Column("graph host us", lambda r: f"{r.graph_host_us:.0f}"),
+    Column("graphs", lambda r: str(r.graphs)),
+    Column("draft capture s", lambda r: f"{r.draft_capture_s:.2f}"),
+    Column("decode capture s", lambda r: f"{r.decode_capture_s:.2f}"),
+    Column("draft/decode capture", lambda r: _ratio(r.capture_ratio)),
+    Column("self-draft tok/step", lambda r: f"{r.self_draft_tokens_per_step:.2f}"),
+)
 CAPTURE_COLUMNS = (
     Column("preset", lambda r: r.preset),
     Column("phase", lambda r: r.phase),
@@ -183,6 +198,7 @@ SECTIONS: tuple[tuple[str, str, tuple[Column, ...]], ...] = (
     ("breaks", "Breaks alone", BREAK_COLUMNS),
     ("prefill", "Prefill step", PREFILL_COLUMNS),
     ("speculative", "Speculative verify and mixed steps, eager vs graphed", SPECULATIVE_COLUMNS),
+    ("draft", "EAGLE draft rounds (extend + k - 1 chained steps), eager vs graphed", DRAFT_COLUMNS),
     ("capture", "Capture of the default buckets", CAPTURE_COLUMNS),
     ("compile", "tc_piecewise compile, fresh process", COMPILE_COLUMNS),
     ("migration", "cudagraph-migrate", MIGRATION_COLUMNS),

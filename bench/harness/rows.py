@@ -79,6 +79,42 @@ class PrefillRow:
 
 
 @dataclass(frozen=True)
+class DraftRow:
+    """One EAGLE draft round shape (``harness.drafting``): eager against graphed, capture beside the target's decode
+    capture, and the self-draft head's tokens a step."""
+
+    preset: str
+    attention_backend: str
+    requests: int
+    drafts: int
+    """``k``: the round's draft extend has ``k + 1`` rows a request, its chain ``k - 1`` steps."""
+    eager_ms: float
+    """Median time of the round run eagerly (draft extend, then the chain)."""
+    graph_ms: float
+    """Median time of the round's two replays."""
+    eager_host_us: float
+    graph_host_us: float
+    graphs: int
+    """Buckets captured, by the draft runners and by the target's decode runner alike."""
+    draft_capture_s: float
+    """Seconds to capture both draft runners (chain and extend) at every bucket."""
+    decode_capture_s: float
+    """Seconds to capture the target's decode runner at the same buckets."""
+    self_draft_tokens_per_step: float
+    """Tokens a request gains a verify step with the self-draft head over a one-layer target (``k + 1`` at best)."""
+
+    @property
+    def speedup(self) -> float:
+        """Eager round time over graphed round time (the issue's target: at least 5 at ``k = 3``, batch 1)."""
+        return self.eager_ms / self.graph_ms
+
+    @property
+    def capture_ratio(self) -> float:
+        """Draft capture seconds over the target's decode capture seconds (the target: at most 1)."""
+        return self.draft_capture_s / self.decode_capture_s
+
+
+@dataclass(frozen=True)
 class SpeculativeRow:
     """One speculative step shape, eager against graphed in the same run.
 
@@ -416,6 +452,7 @@ ROW_TYPES: dict[str, type[Any]] = {
     "breaks": BreakRow,
     "prefill": PrefillRow,
     "speculative": SpeculativeRow,
+    "draft": DraftRow,
     "capture": CaptureRow,
     "compile": CompileRow,
     "migration": MigrationRow,
@@ -439,6 +476,7 @@ class BenchResult:
     breaks: list[BreakRow] = field(default_factory=list)
     prefill: list[PrefillRow] = field(default_factory=list)
     speculative: list[SpeculativeRow] = field(default_factory=list)
+    draft: list[DraftRow] = field(default_factory=list)
     capture: list[CaptureRow] = field(default_factory=list)
     compile: list[CompileRow] = field(default_factory=list)
     migration: list[MigrationRow] = field(default_factory=list)

@@ -5,6 +5,9 @@
   one per request count).
 - ``mixed``: one extend step of ``R`` running requests' next tokens beside a ``C``-token prompt chunk, replayed by
   the prefill runner (``breakable``, one graph per token count).
+- ``draft`` (``drafting``, for each ``k`` of ``eagle_drafts``): an EAGLE draft round (draft extend and ``k - 1``
+  chained draft steps) eager against graphed, the draft graphs' capture beside the target's decode capture, and the
+  self-draft head's tokens a step.
 
 Only attention backends that run verify steps (``supports_verify``: ``torch``, ``triton``) can measure it; with
 another the section runs on ``triton`` and records why. It measures; it never changes how the engine runs a step.
@@ -59,6 +62,10 @@ class SpeculativeSettings:
     iterations: Iterations
     attention_backend: str = "auto"
     kernel_backend: str = "auto"
+    eagle_drafts: tuple[int, ...] = ()
+    """``k`` of each EAGLE draft row (``drafting``): none, no draft rows."""
+    eagle_batch_size: int = 1
+    """Requests of the EAGLE draft rows' round."""
 
     @property
     def mixed_tokens(self) -> tuple[int, ...]:
@@ -87,7 +94,7 @@ def run_speculative(result: BenchResult, settings: SpeculativeSettings, models: 
     """Measure every verify and mixed step of ``settings``, eager and graphed, and add the rows."""
     config = SPECULATIVE_CONFIG.runner_config(settings.phase_shapes())
     for preset in settings.presets:
-        model_runner = _verify_capable_engine(result, preset, settings, models, config)
+        model_runner = verify_capable_engine(result, preset, settings, models, config)
         try:
             with guarded(result, SECTION, f"{preset} verify k={settings.drafts}", SPECULATIVE_CONFIG):
                 verify = model_runner.init_verify_cuda_graph(settings.drafts + 1)
@@ -109,9 +116,13 @@ def run_speculative(result: BenchResult, settings: SpeculativeSettings, models: 
             del model_runner
             gc.collect()
             torch.cuda.empty_cache()
+    if settings.eagle_drafts:
+        from .drafting import run_drafting  # it imports this module
+
+        run_drafting(result, settings, models)
 
 
-def _verify_capable_engine(
+def verify_capable_engine(
     result: BenchResult, preset: str, settings: SpeculativeSettings, models: ModelCache, config: CudaGraphConfig
 ) -> ModelRunner:
     """The engine on the attention backend asked for, or on ``VERIFY_FALLBACK_ATTENTION`` (recorded as a skip of

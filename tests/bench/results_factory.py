@@ -10,6 +10,7 @@ from harness.rows import (
     CaptureRow,
     CompileRow,
     DecodeRow,
+    DraftRow,
     LifecycleRow,
     MigrationRow,
     PrefillRow,
@@ -34,6 +35,16 @@ def decode_rows(step_ms: dict[str, float] | None = None, batch_sizes: tuple[int,
         for batch_size in batch_sizes
     ]
     return with_ratios(rows)
+
+
+def draft_rows(graph_slower: float = 1.0, capture_slower: float = 1.0) -> list[DraftRow]:
+    """EAGLE draft rounds at batch 1, k = 3 and 5 (graphed ``graph_slower`` times longer, draft capture
+    ``capture_slower``)."""
+    rows = []
+    for k, eager_ms, graph_ms, capture_s, per_step in ((3, 6.0, 1.0, 1.2, 3.9), (5, 10.0, 1.6, 1.6, 5.8)):
+        graph, capture = graph_ms * graph_slower, capture_s * capture_slower
+        rows.append(DraftRow("qwen3-0.6b", "triton", 1, k, eager_ms, graph, 5000.0, 40.0, 3, capture, 2.4, per_step))
+    return rows
 
 
 def speculative_rows(graph_slower: float = 1.0) -> list[SpeculativeRow]:
@@ -138,6 +149,7 @@ def sample_result() -> BenchResult:
         PrefillRow("qwen3-0.6b", "breakable", 1, 64, 10.0, 3000.0, 3.0),
     ]
     result.speculative = speculative_rows()
+    result.draft = draft_rows()
     result.capture = [CaptureRow("qwen3-0.6b", "decode", "full", 35, 2.5, 3 * 2**28)]
     result.compile = [CompileRow("qwen3-0.6b", "inductor", 40.0, 8.0, 45.0, 10.0)]
     result.migration = [MigrationRow("generated-10", 10, 1, 2.0, 0, 0), MigrationRow("generated-10", 10, 4, 1.0, 0, 0)]

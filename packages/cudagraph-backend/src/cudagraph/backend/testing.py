@@ -8,9 +8,10 @@
   capture mode and copies the result into the output returned at capture, as a graph writes its static output.
 - ``breakable``: capture records the forward op by op, as a tape: every torch op between two registered break ops
   is one step of a segment, replayed with the arguments it was captured with (so Python control flow and host-side
-  values are frozen at capture, as in a graph segment), and every registered break op is an eager call run again at
-  replay, reading whatever the forward context holds then; a break op with a ``ReplayBinder`` is bound at capture
-  and replays its bound callable instead, exactly as ``BreakableCUDAGraph`` does. A host sync (``.item()``,
+  values are frozen at capture, as in a graph segment; a custom op that reads the forward context inside itself, such
+  as an engine's KV store, replays under the context of its capture), and every registered break op is an eager call
+  run again at replay, reading whatever the forward context holds then; a break op with a ``ReplayBinder`` is bound
+  at capture and replays its bound callable instead, exactly as ``BreakableCUDAGraph`` does. A host sync (``.item()``,
   ``.tolist()``) inside a segment is an error, as it is under CUDA stream capture. ``@eager_break`` functions and
   ``add_eager`` calls are not breaks here (only registered operators are), and memory is not pooled.
 
@@ -37,7 +38,9 @@ from cudagraph.backend_utils import (
     MemoryReading,
     ShapeDescriptor,
     break_options,
+    get_forward_context,
     model_capture_mode,
+    set_forward_context,
 )
 from cudagraph.config import Backend
 
@@ -127,9 +130,28 @@ class CpuTape(TorchDispatchMode):
         if options is not None or func not in _ALLOCATIONS:
             # Inside this handler the tape is off, so what the binder runs is not recorded.
             bound = options.replay_binder(*args, **kwargs) if options is not None and options.replay_binder else None
-            call = EagerCall(name=str(func), fn=func, args=args, kwargs=kwargs, copy_back=_tensors(result), bound=bound)
+            fn = func if options is not None else _as_captured(func)
+            call = EagerCall(name=str(func), fn=fn, args=args, kwargs=kwargs, copy_back=_tensors(result), bound=bound)
             self.steps.append(_TapeStep(call, eager=options is not None))
         return result
+
+
+def _as_captured(func: torch._ops.OpOverload) -> Callable[..., Any]:
+    """``func`` as a graph segment replays it: a custom op (the engine's KV store) that reads the forward context
+    inside itself replays under the context it was captured under, as a graph replays the kernels it launched
+    then (aten ops read no context and are returned as they are)."""
+    if func.namespace in ("aten", "prims"):
+        return func
+    try:
+        context = get_forward_context()
+    except RuntimeError:
+        return func
+
+    def under_captured_context(*args: Any, **kwargs: Any) -> Any:
+        with set_forward_context(context):
+            return func(*args, **kwargs)
+
+    return under_captured_context
 
 
 @dataclass(frozen=True)

@@ -94,11 +94,13 @@ def _step_batch(
     device: torch.device,
     into: Mapping[str, torch.Tensor] | None = None,
     extend_tensors: Mapping[str, torch.Tensor] | None = None,
+    starts: list[int] | None = None,
     **extend: Any,
 ) -> ForwardBatch:
     """The batch of ``mode`` feeding each request its ``new_tokens`` at the positions after its cached ones (their
-    keys and values going to its next slots), request after request; ``extend_tensors`` (CPU tensors, one row a
-    request) and ``extend`` (host values) set the extend fields.
+    keys and values going to its next slots), request after request (``starts``: at the positions from
+    ``starts[i]`` instead); ``extend_tensors`` (CPU tensors, one row a request) and ``extend`` (host values) set the
+    extend fields.
 
     ``into``: a graph runner's ``input_views`` for this step; the tensor fields are written there (one host-to-device
     copy each, as without them) and the batch views them, so the runner's replay copies nothing."""
@@ -106,8 +108,9 @@ def _step_batch(
     positions: list[int] = []
     slots: list[torch.Tensor] = []
     seq_lens: list[int] = []
-    for request, tokens in zip(requests, new_tokens, strict=True):
-        start, end = request.cached_len, request.cached_len + len(tokens)
+    for index, (request, tokens) in enumerate(zip(requests, new_tokens, strict=True)):
+        start = request.cached_len if starts is None else starts[index]
+        end = start + len(tokens)
         input_ids += tokens
         positions += range(start, end)
         slots.append(_slots(request, start, end))
@@ -210,3 +213,13 @@ def make_verify_batch(
         )
     new_tokens = [[request.token_ids[-1], *draft] for request, draft in zip(requests, drafts, strict=True)]
     return _step_batch(ForwardMode.TARGET_VERIFY, requests, new_tokens, device, into)
+
+
+def make_rows_batch(
+    mode: ForwardMode, requests: list[Request], new_tokens: list[list[int]], starts: list[int], device: torch.device
+) -> ForwardBatch:
+    """A decode-shaped (``mode`` decode, one row a request) or verify-shaped (``TARGET_VERIFY``, the same number of
+    rows for every request) step feeding request ``i`` the tokens ``new_tokens[i]`` at the positions from
+    ``starts[i]``, their keys and values going to the request's slots at those positions, whatever it has cached:
+    the steps of an EAGLE draft model, which shares the target's slots and runs ahead of the target's cache."""
+    return _step_batch(mode, requests, new_tokens, device, starts=starts)

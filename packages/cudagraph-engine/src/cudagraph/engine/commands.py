@@ -69,12 +69,14 @@ from .distributed import (
     shutdown_tensor_parallel,
     torchrun_rank,
 )
+from .eagle_cli import build_eagle_drafter, eagle_draft_problem, eagle_source, eagle_target_options
 from .generate import Scheduler, StepPolicy
 from .kernels import KERNEL_BACKEND_CHOICES, KernelBackendError
 from .kv_cache import MAX_PAGE_SIZE, check_page_size
 from .lora import LoraError
 from .lora_cli import add_lora_args, load_planned_adapters, with_lora_plan
 from .model import (
+    EAGLE_PRESETS,
     MOE_A2A_BACKENDS,
     PRESETS,
     SINGLE_RANK,
@@ -87,7 +89,7 @@ from .model import (
     random_model,
 )
 from .model_runner import CacheConfig, ModelRunner
-from .speculative import Drafter, DraftModelDrafter, NgramDrafter
+from .speculative import Drafter, DraftModelDrafter, EagleDrafter, NgramDrafter
 from .speed import SpeedReport, engine_speed
 from .variants import explain_variants, graph_variants, planned_variants, variants_line
 
@@ -293,7 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SOURCE",
         help="what drafts, with --speculative-tokens: 'ngram' (default: lookup in the request's own text), a preset "
         f"({', '.join(sorted(PRESETS))}; random weights from --model-seed) or a model directory of the target's "
-        "vocabulary, run in an engine of its own with its own graphs",
+        "vocabulary, run in an engine of its own with its own graphs; or an EAGLE head over the target's hidden "
+        f"states, 'eagle:PRESET' ({', '.join(EAGLE_PRESETS)}) or 'eagle:DIR', its k draft steps and its draft "
+        "extend each one graph",
     )
     step_kind.add_argument(
         "--mixed-steps",
@@ -408,6 +412,12 @@ def check_step_kinds(args: argparse.Namespace) -> None:
     draft = args.speculative_draft or NGRAM_DRAFT
     if draft == NGRAM_DRAFT:
         return
+    head = eagle_source(draft)
+    if head is not None:
+        problem = eagle_draft_problem(head, model_config_of(args), tp_size_of(args))
+        if problem is not None:
+            raise EngineInputError(problem)
+        return
     if tp_size_of(args) > 1:
         # The n-gram drafter is host work on rank 0; a draft model would need shards and collectives of its own.
         raise EngineInputError(
@@ -429,21 +439,28 @@ def draft_model_config(draft: str) -> ModelConfig:
         return model_config_from_preset(draft)
     if not (Path(draft) / "config.json").is_file():
         raise EngineInputError(
-            f"--speculative-draft {draft}: not {NGRAM_DRAFT!r}, a preset ({', '.join(sorted(PRESETS))}), or a model "
-            "directory with a config.json"
+            f"--speculative-draft {draft}: not {NGRAM_DRAFT!r}, a preset ({', '.join(sorted(PRESETS))}), a model "
+            "directory with a config.json, or an EAGLE head (eagle:PRESET or eagle:DIR)"
         )
     return ModelConfig.from_pretrained(Path(draft))
 
 
-def build_drafter(args: argparse.Namespace, config: CudaGraphConfig) -> Drafter | None:
+def build_drafter(
+    args: argparse.Namespace, config: CudaGraphConfig, target: ModelRunner | None = None
+) -> Drafter | None:
     """The drafter ``--speculative-tokens`` and ``--speculative-draft`` ask for (``None``: no speculation). A draft
     model gets an engine of its own (``build_model_runner``), with the target's device, cache sizes, kernels and
-    graphs."""
+    graphs; an EAGLE head (``eagle:``) drafts beside ``target`` (built with ``eagle_target_options``)."""
     if args.speculative_tokens is None:
         return None
     draft = args.speculative_draft or NGRAM_DRAFT
     if draft == NGRAM_DRAFT:
         return NgramDrafter(args.speculative_tokens)
+    head = eagle_source(draft)
+    if head is not None:
+        if target is None:
+            raise EngineInputError(f"--speculative-draft {draft}: an EAGLE head needs the target's model runner")
+        return build_eagle_drafter(args, target, head)
     draft_runner = build_model_runner(args, config, model_source=draft if draft in PRESETS else Path(draft))
     return DraftModelDrafter(draft_runner, args.speculative_tokens)
 
@@ -623,7 +640,9 @@ def run_generate(
     every step, the other ranks follow (and return ``None``)."""
     check_prompts_fit(args)
     # Every rank estimates or none does: the probe captures run the forward and its collectives, as capture does.
-    estimate = {"log_capture_estimate": args.estimate_cuda_graph_memory}
+    estimate: dict[str, Any] = {"log_capture_estimate": args.estimate_cuda_graph_memory}
+    if group is None:  # an EAGLE head reads the target's hidden states (one process only: check_step_kinds)
+        estimate.update(eagle_target_options(args))
     if group is not None and group.rank != 0:
         follower = build_model_runner(args, config, group=group, **estimate)
         try:
@@ -654,7 +673,7 @@ def run_generate(
     try:
         if args.speculative_tokens is not None:
             model_runner.check_verify_support()
-            drafter = build_drafter(args, config)
+            drafter = build_drafter(args, config, model_runner)
             if model_runner.decode_cuda_graph_runner is not None:
                 model_runner.init_verify_cuda_graph(args.speculative_tokens + 1)
         scheduler = Scheduler(model_runner, policy=StepPolicy(mixed=args.mixed_steps, drafter=drafter))
@@ -665,7 +684,7 @@ def run_generate(
         if broadcaster is not None:
             broadcaster.stop()
         model_runner.shutdown()
-        if isinstance(drafter, DraftModelDrafter):
+        if isinstance(drafter, DraftModelDrafter | EagleDrafter):
             drafter.model_runner.shutdown()
     if args.cuda_graph_metrics is not None:
         metrics = dict(model_runner.cuda_graph_metrics)

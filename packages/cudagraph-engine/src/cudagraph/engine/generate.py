@@ -27,7 +27,7 @@ import torch
 from .batch import Request, SamplingParams
 from .kv_cache import CacheFullError
 from .model_runner import ModelRunner
-from .speculative import Drafter, accept_greedy
+from .speculative import Drafter, TargetStepDrafter, accept_greedy
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,9 @@ class Scheduler:
         logits = self.model_runner.run(self.model_runner.extend_batch(requests, limits))
         if limits is None:
             self._sample_into(requests, logits)
+            drafter = self.policy.drafter
+            if isinstance(drafter, TargetStepDrafter):  # reads this step's hidden states: now, before the next step
+                drafter.after_prefill(requests)
             return
         done = [row for row, request in enumerate(requests) if limits[row] >= request.uncached]
         for request, limit in zip(requests, limits, strict=True):
@@ -246,8 +249,10 @@ class Scheduler:
         batch = self.model_runner.verify_batch(requests, drafts)
         query_len = drafter.num_tokens + 1
         target = self.model_runner.run(batch).argmax(dim=-1).view(len(requests), query_len).tolist()
+        accepted: list[int] = []
         for request, draft, target_tokens in zip(requests, drafts, target, strict=True):
             new_tokens = accept_greedy(draft, target_tokens)
+            accepted.append(len(new_tokens) - 1)
             room = request.params.max_new_tokens - len(request.output_ids)
             for token in new_tokens[:room]:
                 request.output_ids.append(token)
@@ -258,6 +263,8 @@ class Scheduler:
             self.stats.drafted_tokens += len(draft)
             self.stats.accepted_tokens += len(new_tokens) - 1
         self.stats.verify_steps += 1
+        if isinstance(drafter, TargetStepDrafter):
+            drafter.after_verify(requests, accepted)
 
     def run(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams] = GREEDY

@@ -176,6 +176,11 @@ class ModelRunner:
     ``--estimate-cuda-graph-memory``). It is off by default: the estimate captures a few probe graphs of its own,
     which a plain start need not pay for. A phase with a memory budget estimates anyway (its capture is planned
     from the estimate) and its capture's log line compares the estimate with the bytes taken.
+
+    ``keep_hidden_states`` (``q``, 0: off) keeps every token's last hidden state of each forward in
+    ``hidden_states_buffer`` (sized for prefill steps and decode-phase steps of up to ``q`` tokens a request: a
+    verify step's ``k + 1``), written inside the forward and so inside every graph: what an EAGLE drafter
+    (``cudagraph.engine.eagle``) reads on the device after the target's prefill and verify steps.
     """
 
     def __init__(
@@ -191,6 +196,7 @@ class ModelRunner:
         log_capture_estimate: bool = False,
         lora_config: LoraConfig | None = None,
         enable_sleep_mode: bool = False,
+        keep_hidden_states: int = 0,
     ) -> None:
         first_parameter = next(iter(model.parameters()))
         self.model = model
@@ -273,6 +279,17 @@ class ModelRunner:
         """The latest batch built with adapters (``run`` takes the LoRA variant for it alone)."""
         if lora_config is not None:
             self.lora = LoraManager(lora_config, model, self._max_step_tokens())
+        self.hidden_states_buffer: torch.Tensor | None = None
+        """With ``keep_hidden_states``: every forward writes each token's last hidden state (after the final norm) to
+        its first rows, in the step's token order, inside the forward (so inside every captured graph, whatever the
+        backend): what an EAGLE drafter reads after a prefill or verify step, on the device. ``None``: not kept."""
+        if keep_hidden_states:
+            rows = max(
+                self._max_step_tokens(), self.cuda_graph_config.for_phase(Phase.DECODE).max_size * keep_hidden_states
+            )
+            self.hidden_states_buffer = torch.zeros(
+                (rows, model.config.hidden_size), dtype=self.dtype, device=self.device
+            )
 
     def _max_step_tokens(self) -> int:
         """The most tokens a forward can bring: each new token takes a KV slot, and a graph bucket may pad past the
@@ -659,6 +676,8 @@ class ModelRunner:
         context = ForwardContext(forward_batch=batch, attn_backend=self.attn_backend, extra={})
         with set_forward_context(context):
             hidden = model_forward(batch.input_ids, batch.positions)
+        if self.hidden_states_buffer is not None:
+            self.hidden_states_buffer[: hidden.shape[0]].copy_(hidden)
         if batch.forward_mode.is_extend():
             assert batch.extend_start_loc is not None and batch.extend_seq_lens is not None
             # Each request's last new token; padded requests (no tokens) clamp to row 0 and are sliced off later.
