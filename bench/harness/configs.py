@@ -82,6 +82,8 @@ class BenchConfig:
             if phase in phase_shapes:
                 keywords[shape_key] = list(phase_shapes[phase])
             else:
+                # A phase left out is off, whatever backend the row names for it (two answers would conflict).
+                keywords.pop(f"{phase}_cuda_graph_backend", None)
                 keywords[disable_key] = True
         return resolve(**keywords)  # type: ignore[arg-type]  # keywords are flag names, never ``environment``
 

@@ -202,3 +202,11 @@ def test_the_pdl_off_row_is_full_with_the_switch_off_while_it_is_captured_and_ti
     with pdl_setting(None):
         assert pdl.pdl_enabled() is before
     assert pdl.pdl_enabled() is before
+
+
+def test_a_phase_left_out_of_a_runner_row_is_off_even_when_the_row_names_its_backend() -> None:
+    from harness.speculative import SPECULATIVE_CONFIG  # names prefill's backend (breakable)
+
+    config = SPECULATIVE_CONFIG.runner_config({"decode": (1, 4)})
+    assert config.decode.buckets == (1, 4)
+    assert not config.prefill.enabled
