@@ -171,3 +171,22 @@ def test_freeze_gc_collects_everything_on_entry_only_when_asked(
         assert gc.get_freeze_count() > 0
     # The young generations are collected on leaving either way; the full walk on entry only with collect_first.
     assert generations == ([2, 1] if collect_first else [1])
+
+
+def test_nested_freeze_gc_blocks_collect_once_and_keep_the_outer_block_frozen(monkeypatch) -> None:
+    import gc
+
+    from cudagraph.backend_utils import gc_control
+
+    full_collections = []
+    real_collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *generation: full_collections.append(generation) or real_collect(1))
+    with gc_control.freeze_gc():
+        frozen = gc.get_freeze_count()
+        with gc_control.freeze_gc():
+            pass
+        assert gc.get_freeze_count() == frozen  # the inner block did not unfreeze the outer one's objects
+        with gc_control.freeze_gc():
+            pass
+    assert full_collections.count(()) == 1  # one full collection on entry, for three captures
+    assert gc.get_freeze_count() == 0

@@ -7,6 +7,9 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
+_depth = 0
+"""How many ``freeze_gc`` blocks are open (only the outermost collects, freezes and unfreezes)."""
+
 
 @contextlib.contextmanager
 def freeze_gc(enable_gc: bool = False, *, collect_first: bool = True) -> Iterator[None]:
@@ -24,20 +27,30 @@ def freeze_gc(enable_gc: bool = False, *, collect_first: bool = True) -> Iterato
     (a bucket captured on first use), where the entry's full collection would be most of the step's extra time.
     Garbage frozen with the rest is collected by the first full collection after the block.
 
+    Blocks nest: an inner block (another runner's capture inside an engine's) does nothing, so the outer block's
+    single collection serves every capture in it.
+
     Example:
         >>> import gc
         >>> with freeze_gc():
+        ...     with freeze_gc():
+        ...         pass
         ...     gc.get_freeze_count() > 0
         True
     """
-    if enable_gc:
+    global _depth
+    if enable_gc or _depth:
+        # Inside another freeze_gc block the objects are frozen already: nothing to collect, and unfreezing here
+        # would unfreeze the outer block's objects too. Several captures in one block pay for one collection.
         yield
         return
     if collect_first:
         gc.collect()
     gc.freeze()
+    _depth += 1
     try:
         yield
     finally:
+        _depth -= 1
         gc.unfreeze()
         gc.collect(1)

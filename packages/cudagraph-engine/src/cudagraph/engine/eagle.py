@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from cudagraph.backend_utils import ForwardContext, compiled_model_forward, set_forward_context
+from cudagraph.backend_utils import ForwardContext, compiled_model_forward, freeze_gc, set_forward_context
 from cudagraph.config import Phase
 from cudagraph.runner import (
     DraftCudaGraphRunner,
@@ -127,15 +127,18 @@ class EagleModelRunner:
                 return
         config = RunnerConfig.of(self.cuda_graph_config, Phase.DECODE)
         options: dict[str, Any] = {"backend": backend, "show_progress": self.show_progress}
-        if self.num_tokens > 1:
-            chain = DraftCudaGraphRunner(
-                self, config, num_steps=self.num_tokens - 1, metrics=self.draft_metrics, **options
+        # Both captures in one garbage-collector block: one full collection, not one per runner (most of a small
+        # model's capture time).
+        with freeze_gc(enable_gc=config.switches.enable_gc):
+            if self.num_tokens > 1:
+                chain = DraftCudaGraphRunner(
+                    self, config, num_steps=self.num_tokens - 1, metrics=self.draft_metrics, **options
+                )
+                self.draft_cuda_graph_runner = _captured(chain)
+            extend = DraftExtendCudaGraphRunner(
+                self, config, query_len=self.num_tokens + 1, metrics=self.draft_extend_metrics, **options
             )
-            self.draft_cuda_graph_runner = _captured(chain)
-        extend = DraftExtendCudaGraphRunner(
-            self, config, query_len=self.num_tokens + 1, metrics=self.draft_extend_metrics, **options
-        )
-        self.draft_extend_cuda_graph_runner = _captured(extend)
+            self.draft_extend_cuda_graph_runner = _captured(extend)
 
     def shutdown(self) -> None:
         """Free the draft graphs (the head and its KV cache stay)."""
