@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 
 from cudagraph.backend.testing import CpuReplayBackend, SimulatedDeviceMemory
-from cudagraph.backend_utils import CaptureOptions
-from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, PhaseConfig, resolve
+from cudagraph.backend_utils import CaptureOptions, is_capture_mode
+from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig, resolve
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.distributed import (
     DrivingModelRunner,
@@ -24,6 +24,7 @@ from cudagraph.engine.distributed import (
 )
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model, reference_logits
+from cudagraph.engine.model.collectives import register_communicator
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.runner import DecodeCudaGraphRunner
 
@@ -121,6 +122,71 @@ def moe_a2a_outputs(rank: int, world_size: int, init_method: str, payload: tuple
         return None
     replayed = [size for size, count in enumerate(replays) if count]
     return {"tokens": tokens, "logits": logits, "breaks": breaks, "replayed": replayed}
+
+
+class GatherRecorder:
+    """The group's communicator, recording every all-gather into a given tensor: its rows, the address it wrote at
+    and whether a graph was being captured or replayed (the CPU double replays in capture mode)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.world_size = inner.world_size
+        self.gathers: list[tuple[int, int, bool]] = []
+
+    def all_reduce_(self, tensor: torch.Tensor) -> None:
+        self.inner.all_reduce_(tensor)
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.inner.all_gather(tensor)
+
+    def all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor) -> None:
+        self.gathers.append((int(tensor.shape[0]), out.data_ptr(), is_capture_mode()))
+        self.inner.all_gather_into(out, tensor)
+
+    def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.inner.all_to_all(tensor)
+
+
+HEAD_DECODE_BUCKETS = (1, 2, 4)
+
+
+def shared_head_outputs(rank: int, world_size: int, init_method: str, payload: tuple[str, str]) -> dict[str, Any]:
+    """Rank 0's greedy tokens of the sharded model with its decode steps replaying graphs (the CPU double of the
+    ``decode`` backend, buckets ``HEAD_DECODE_BUCKETS``, captured by the model runner, which reserves the head's
+    gather buffer first), dense logits per prompt, the decode sizes that replayed, the gather buffer's address and
+    rows, and every gather the head made (rows, address, in a graph), per rank. Every rank runs the same greedy
+    steps."""
+    preset, decode = payload
+    group = join(rank, world_size, init_method)
+    try:
+        recorder = GatherRecorder(group.choose_all_reduce("auto", torch.float32, 64 * 64).communicator)
+        register_communicator(group.group_name, recorder)
+        model = random_model(config_of(preset), seed=5, shard=group.shard_plan())
+        backend = Backend(decode)
+        graphs = CudaGraphConfig(
+            decode=PhaseConfig(backend, HEAD_DECODE_BUCKETS, max(HEAD_DECODE_BUCKETS)),
+            prefill=PhaseConfig(Backend.DISABLED, (), 0),
+        )
+        engine = ModelRunner(
+            model, graphs, cache_config=cache_config(1), kernel_backend="torch", capture_barrier=group.capture_barrier
+        )
+        double = CpuReplayBackend(backend, options=CaptureOptions(barrier=group.capture_barrier))
+        runner = engine.capture_cuda_graph_variant(Phase.DECODE, lora=False, backend=double)
+        captured = len(recorder.gathers)
+        params = SamplingParams(max_new_tokens=NEW_TOKENS)
+        tokens = [out.output_token_ids for out in generate(engine, [list(p) for p in PROMPTS], params)]
+        logits = [reference_logits(model, prompt) for prompt in PROMPTS]
+        replays = runner.metrics.replays_by_size
+        assert model.logits_gather is not None
+        buffer = {"address": model.logits_gather.data_ptr(), "rows": model.logits_gather.rows}
+        engine.shutdown()
+        mine = {"buffer": buffer, "gathers": recorder.gathers, "captured": captured}
+        everyone: list[Any] = [None] * world_size
+        dist.all_gather_object(everyone, mine, group=group.cpu_group)
+    finally:
+        shutdown_tensor_parallel(group)
+    replayed = [size for size, count in enumerate(replays) if count]
+    return {"tokens": tokens, "logits": logits, "replayed": replayed, "ranks": everyone}
 
 
 STOPPED_WAIT_S = 180.0
