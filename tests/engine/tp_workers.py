@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from cudagraph.backend.testing import CpuReplayBackend, SimulatedDeviceMemory
-from cudagraph.backend_utils import CaptureOptions, is_capture_mode
+from cudagraph.backend_utils import CaptureOptions
 from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig, resolve
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.distributed import (
@@ -26,6 +26,7 @@ from cudagraph.engine.generate import generate
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model, reference_logits
 from cudagraph.engine.model.collectives import register_communicator
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.testing import GatherRecorder
 from cudagraph.runner import DecodeCudaGraphRunner
 
 PROMPTS = ([1, 2, 3], [7, 300, 11, 45, 2, 9], [500], [64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74])
@@ -124,29 +125,6 @@ def moe_a2a_outputs(rank: int, world_size: int, init_method: str, payload: tuple
     return {"tokens": tokens, "logits": logits, "breaks": breaks, "replayed": replayed}
 
 
-class GatherRecorder:
-    """The group's communicator, recording every all-gather into a given tensor: its rows, the address it wrote at
-    and whether a graph was being captured or replayed (the CPU double replays in capture mode)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.world_size = inner.world_size
-        self.gathers: list[tuple[int, int, bool]] = []
-
-    def all_reduce_(self, tensor: torch.Tensor) -> None:
-        self.inner.all_reduce_(tensor)
-
-    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.inner.all_gather(tensor)
-
-    def all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor) -> None:
-        self.gathers.append((int(tensor.shape[0]), out.data_ptr(), is_capture_mode()))
-        self.inner.all_gather_into(out, tensor)
-
-    def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.inner.all_to_all(tensor)
-
-
 HEAD_DECODE_BUCKETS = (1, 2, 4)
 
 
@@ -180,7 +158,8 @@ def shared_head_outputs(rank: int, world_size: int, init_method: str, payload: t
         assert model.logits_gather is not None
         buffer = {"address": model.logits_gather.data_ptr(), "rows": model.logits_gather.rows}
         engine.shutdown()
-        mine = {"buffer": buffer, "gathers": recorder.gathers, "captured": captured}
+        gathers = [(record.rows, record.address, record.in_graph) for record in recorder.gathers]
+        mine = {"buffer": buffer, "gathers": gathers, "captured": captured}
         everyone: list[Any] = [None] * world_size
         dist.all_gather_object(everyone, mine, group=group.cpu_group)
     finally:
