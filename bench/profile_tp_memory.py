@@ -1,6 +1,8 @@
 """Where graph memory goes at TP > 1 (a script, not a test): per rank, the default decode buckets captured ``full``,
 split into what torch's allocator reserved (the graph pool) and what left the device outside it (NCCL's buffers
-for captured collectives, graph instantiation), then two small graphs that isolate a captured all-reduce:
+for captured collectives, graph instantiation); before them, each in its own row, what the engine sets up outside
+the graphs: the collectives' buffers (``--warm``) and the vocabulary-parallel head's gather buffer (one for every
+bucket, rows of the largest); then two small graphs that isolate a captured all-reduce:
 
 - ``in_place``: 64 all-reduces of one tensor allocated outside the graph (what a captured collective costs by
   itself, no pool in play);
@@ -13,7 +15,8 @@ reports it at TP=1).
     python bench/profile_tp_memory.py --tp 2 --all-reduce auto process-group --warm both --out tp-memory.json
 
 Each ``--all-reduce`` path is one launch of ``--tp`` ranks per ``--warm`` choice (before capture, the group's
-collectives warmed up as the engine does, or not); ``--tp 1`` takes neither. The JSON holds every rank.
+collectives warmed up as the engine does, or not); ``--tp 1`` takes neither. The JSON holds every rank; a table per
+launch (``part_rows``: one row per part, one column per rank, GiB) is printed after it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +103,11 @@ def rank_main(rank: int, world_size: int, init_method: str, payload: tuple[str, 
             kind = group.choose_all_reduce(path, model.dtype, max_bs * config.hidden_size).kind
             if warm:
                 warmed_gib = group.warm_collectives(model.dtype, 2048 * config.hidden_size) / GIB
+        # The head's gather buffer, reserved here (the model runner would, inside the capture's reading) so that
+        # its bytes are read apart from the graphs'.
+        before_head = read_device_memory(device)
+        model.reserve_logits_rows(max_bs)
+        head_gib = reading_delta(before_head, read_device_memory(device))["total_gib"]
         graphs = resolve(decode_cuda_graph_max_bs=max_bs, prefill_disable_cuda_graph=True)
         engine = ModelRunner(
             model,
@@ -118,6 +127,8 @@ def rank_main(rank: int, world_size: int, init_method: str, payload: tuple[str, 
             "all_reduce": kind,
             "warmed": warm,
             "collective_buffers_gib": warmed_gib,
+            "head_gather_buffer_gib": head_gib,
+            "head_gather_buffer_bytes": model.logits_gather.nbytes if model.logits_gather is not None else 0,
             "graphs": len(runner.captured_buckets),
             "capture_seconds": seconds,
             "decode": reading_delta(before, after),
@@ -149,6 +160,36 @@ def rank_main(rank: int, world_size: int, init_method: str, payload: tuple[str, 
     return gathered
 
 
+PARTS: tuple[tuple[str, Callable[[dict[str, Any]], float | None]], ...] = (
+    (
+        "collective buffers (warm-up, outside the graphs)",
+        lambda f: f["collective_buffers_gib"] if f["warmed"] else None,
+    ),
+    ("head gather buffer (outside the graphs, shared)", lambda f: f["head_gather_buffer_bytes"] / GIB),
+    ("decode graphs: torch's pool", lambda f: f["decode"]["torch_reserved_gib"]),
+    ("decode graphs: outside torch", lambda f: f["decode"]["outside_torch_gib"]),
+    ("decode graphs: taken in all", lambda f: f["decode"]["total_gib"]),
+    ("decode graphs: repeat capture after shutdown", lambda f: f["repeat_gib"]),
+    ("decode graphs: estimate", lambda f: f["estimate_gib"]),
+)
+"""The rows of a launch's table: what each part took on a rank (``None``: not measured in that launch)."""
+
+
+def part_rows(ranks: list[dict[str, Any]]) -> list[tuple[str, list[float | None]]]:
+    """One row per part of ``PARTS``, each with a figure per rank (GiB)."""
+    return [(name, [figure(ranks_figures) for ranks_figures in ranks]) for name, figure in PARTS]
+
+
+def format_parts(title: str, ranks: list[dict[str, Any]]) -> str:
+    """``part_rows`` as a Markdown table under ``title``."""
+    header = "| part | " + " | ".join(f"rank {figures['rank']} GiB" for figures in ranks) + " |"
+    lines = [f"{title}:", "", header, "|---|" + "---:|" * len(ranks)]
+    for name, values in part_rows(ranks):
+        cells = " | ".join("-" if value is None else f"{value:.3f}" for value in values)
+        lines.append(f"| {name} | {cells} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     """Launch every path asked for, print and write what each rank took."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -169,6 +210,8 @@ def main() -> int:
             runs.append({"tp": args.tp, "requested": path, "warm": warm, "ranks": ranks})
             for figures in ranks:
                 print(json.dumps(figures), flush=True)
+            title = f"TP={args.tp}, all-reduce {path}, collectives {'warmed' if warm else 'not warmed'}"
+            print(format_parts(title, ranks), flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps({"preset": args.preset, "runs": runs}, indent=2) + "\n")
     return 0

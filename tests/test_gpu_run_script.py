@@ -32,3 +32,55 @@ def test_carried_wheels_are_unpacked_once_and_again_when_one_changes(
     wheels[1].write_bytes(b"a rebuilt wheel")
     gpu_run.install_wheels(names, site)
     assert len(installs) == 2, "a wheel of another size is unpacked again"
+
+
+TP_FILE = "tests/gpu/engine/test_gpu_engine_tensor_parallel.py"
+
+
+@pytest.mark.parametrize(
+    ("argv", "reaches"),
+    [
+        ([], True),  # all of tests/gpu
+        ([TP_FILE], True),
+        ([f"{TP_FILE}::test_tp2_logits_match_tp1_within_bf16", "-x"], True),
+        (["tests/gpu/engine", "-k", "tests/gpu/backend"], True),
+        (["tests/gpu"], True),
+        (["tests/gpu/backend", "tests/gpu/model"], False),
+        (["tests/gpu/engine", f"--ignore={TP_FILE}"], False),
+        (["tests/gpu/engine", "--ignore", TP_FILE], False),
+        (["-k", "breakable"], True),
+    ],
+)
+def test_the_warm_up_runs_for_selections_that_reach_the_tensor_parallel_file(argv: list[str], reaches: bool) -> None:
+    assert gpu_run.reaches_tensor_parallel_file(argv) is reaches
+
+
+def _run_main(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> tuple[int, list[list[str]]]:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(gpu_run, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(gpu_run, "workspace_env", lambda: {})
+
+    def call(command: list[str], env: dict[str, str], cwd: Path) -> int:
+        calls.append(command)
+        return 7 if command[-1].endswith("flashinfer_warmup.py") else 0
+
+    monkeypatch.setattr(subprocess, "call", call)
+    return gpu_run.main(argv), calls
+
+
+def test_the_warm_up_runs_before_pytest_and_its_failure_does_not_stop_the_tests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    status, calls = _run_main(monkeypatch, [TP_FILE])
+    assert len(calls) == 2 and calls[0][-1].endswith("flashinfer_warmup.py")
+    assert calls[1][1:3] == ["-m", "pytest"] and calls[1][-1] == TP_FILE
+    assert status == 0, "pytest's status, not the warm-up's"
+
+
+def test_the_warm_up_flags_skip_it_or_run_it_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    status, calls = _run_main(monkeypatch, [TP_FILE, "--no-flashinfer-warmup"])
+    assert len(calls) == 1 and calls[0][1:3] == ["-m", "pytest"] and "--no-flashinfer-warmup" not in calls[0]
+    status, calls = _run_main(monkeypatch, ["--flashinfer-warmup-only"])
+    assert status == 7 and len(calls) == 1 and calls[0][-1].endswith("flashinfer_warmup.py")
+    _, calls = _run_main(monkeypatch, ["tests/gpu/backend"])
+    assert len(calls) == 1, "a selection without the tensor-parallel file needs no warm-up"

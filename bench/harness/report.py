@@ -146,6 +146,7 @@ TP_START_COLUMNS = (
     Column("prefill graphs", lambda r: str(r.prefill_graphs)),
     Column("prefill GiB per rank", lambda r: _gib_per_rank(r.prefill_graph_bytes_per_rank)),
     Column("collective buffers GiB per rank", lambda r: _gib_per_rank(r.collective_buffer_bytes_per_rank)),
+    Column("head gather buffer GiB per rank", lambda r: _gib_per_rank(r.head_gather_bytes_per_rank)),
 )
 LIFECYCLE_COLUMNS = (
     Column("preset", lambda r: r.preset),

@@ -275,6 +275,9 @@ class TensorParallelStartRow:
     collective_buffer_bytes_per_rank: list[int] | None = None
     """Device memory the group's collectives took when warmed up before capture (NCCL's buffers, set up once per
     group; ``cudagraph.engine.distributed.TensorParallelGroup.warm_collectives``); zeros at TP=1."""
+    head_gather_bytes_per_rank: list[int] | None = None
+    """The vocabulary-parallel head's gather buffer (``CausalLM.logits_gather``): outside the graphs, one for every
+    bucket of every phase; zeros at TP=1."""
 
     @property
     def largest_decode_graph_bytes(self) -> int:

@@ -44,7 +44,7 @@ from cudagraph.engine.distributed import (
     shutdown_tensor_parallel,
 )
 from cudagraph.engine.generate import generate
-from cudagraph.engine.model import SINGLE_RANK, ModelConfig, ShardPlan, TensorParallelError, random_model
+from cudagraph.engine.model import SINGLE_RANK, CausalLM, ModelConfig, ShardPlan, TensorParallelError, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 from cudagraph.engine.testing import release_synthetic_batch, synthetic_decode_batch
 from cudagraph.runner import DecodeCudaGraphRunner, ForwardBatch
@@ -266,6 +266,8 @@ class RankBench:
         prefill_bytes = self.gather(prefill.stats.bytes if prefill is not None else 0)
         decode_graphs = len(decode.captured_buckets) if decode is not None else 0
         prefill_graphs = len(prefill.captured_buckets) if prefill is not None else 0
+        head = engine.model.logits_gather if isinstance(engine.model, CausalLM) else None  # None at TP=1
+        head_bytes = self.gather(head.nbytes if head is not None else 0)
         engine.shutdown()
         self.report.start = TensorParallelStartRow(
             preset=self.job.preset,
@@ -279,6 +281,7 @@ class RankBench:
             prefill_graphs=prefill_graphs,
             prefill_graph_bytes_per_rank=prefill_bytes,
             collective_buffer_bytes_per_rank=self.collective_bytes,
+            head_gather_bytes_per_rank=head_bytes,
         )
         gc.collect()
         torch.cuda.empty_cache()

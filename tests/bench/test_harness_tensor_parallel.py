@@ -124,3 +124,15 @@ def test_the_eight_gpu_presets_can_be_split_eight_ways() -> None:
     for preset in ("llama-3-70b", "qwen3-32b"):
         usable, refused = usable_sizes(preset_config(preset), (4, 8), devices=8)
         assert usable == [4, 8] and refused == {}
+
+
+def test_the_start_up_table_shows_the_head_gather_buffer_per_rank_apart_from_the_graphs() -> None:
+    rows = [
+        dataclasses.replace(row, head_gather_bytes_per_rank=[row.tp_size * 2**26] * row.tp_size)
+        for row in tp_start_rows()
+    ]
+    result = BenchResult(tp_start=rows)
+    text = format_report(result)
+    assert "head gather buffer GiB per rank" in text
+    assert "0.125/0.125" in text  # TP=2: 128 MiB on each of two ranks
+    assert BenchResult.from_dict(json.loads(result.to_json())).tp_start == rows

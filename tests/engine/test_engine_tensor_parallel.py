@@ -362,3 +362,29 @@ def test_a_rank_with_a_smaller_budget_makes_every_rank_capture_its_buckets(
     assert ranks[smallest]["skipped"] == dict(alone.skipped_buckets)
     unshared = launch(tp_workers.capture_under_own_budget, (budgets_mib, False), len(budgets_mib))
     assert tuple(unshared[0]["captured"]) != expected  # what the shared decision prevents
+
+
+@pytest.mark.parametrize("decode", ["full", pytest.param("breakable", marks=pytest.mark.slow)])
+def test_the_head_gathers_into_one_buffer_every_graph_shares_and_gives_single_rank_tokens(decode: str) -> None:
+    """The vocabulary-parallel head's all-gather writes into one buffer the model runner reserved before capturing
+    (rows of the largest bucket), on every rank: every captured bucket's gather, every replay's and every eager step
+    that fits write at its one address; only an eager step larger than any graph gathers elsewhere. Tokens and logits
+    stay the single-rank ones."""
+    expected_tokens, expected_logits = single_rank_outputs("tiny-qwen3-random", 1)
+    got = launch(tp_workers.shared_head_outputs, ("tiny-qwen3-random", decode), 2)
+    assert got["tokens"] == expected_tokens
+    for index, (have, want) in enumerate(zip(got["logits"], expected_logits, strict=True)):
+        torch.testing.assert_close(have, want, **FLOAT32_LOGITS, msg=lambda m, i=index: f"prompt {i}: {m}")
+    assert got["replayed"], "no decode step replayed a graph"
+    largest = max(tp_workers.HEAD_DECODE_BUCKETS)
+    for rank, seen in enumerate(got["ranks"]):
+        address, rows = seen["buffer"]["address"], seen["buffer"]["rows"]
+        assert rows == largest, f"rank {rank}: the buffer holds {rows} rows, not the largest bucket's {largest}"
+        captured = seen["gathers"][: seen["captured"]]
+        assert {gather_rows for gather_rows, _, _ in captured} == set(tp_workers.HEAD_DECODE_BUCKETS)
+        in_graphs = [gather for gather in seen["gathers"] if gather[2]]
+        assert len(in_graphs) > len(captured), f"rank {rank}: no replay gathered"
+        fitting = [gather for gather in seen["gathers"] if gather[0] <= largest]
+        assert {at for _, at, _ in fitting} == {address}, f"rank {rank}: a step that fits gathered elsewhere"
+        larger = [gather for gather in seen["gathers"] if gather[0] > largest]
+        assert larger and address not in {at for _, at, _ in larger}

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from cudagraph.backend.testing import CpuReplayBackend, SimulatedDeviceMemory
 from cudagraph.backend_utils import CaptureOptions
-from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, PhaseConfig, resolve
+from cudagraph.config import Backend, CudaGraphConfig, MemoryBudget, Phase, PhaseConfig, resolve
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.distributed import (
     DrivingModelRunner,
@@ -24,7 +24,9 @@ from cudagraph.engine.distributed import (
 )
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model, reference_logits
+from cudagraph.engine.model.collectives import register_communicator
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.testing import GatherRecorder
 from cudagraph.runner import DecodeCudaGraphRunner
 
 PROMPTS = ([1, 2, 3], [7, 300, 11, 45, 2, 9], [500], [64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74])
@@ -121,6 +123,49 @@ def moe_a2a_outputs(rank: int, world_size: int, init_method: str, payload: tuple
         return None
     replayed = [size for size, count in enumerate(replays) if count]
     return {"tokens": tokens, "logits": logits, "breaks": breaks, "replayed": replayed}
+
+
+HEAD_DECODE_BUCKETS = (1, 2, 4)
+
+
+def shared_head_outputs(rank: int, world_size: int, init_method: str, payload: tuple[str, str]) -> dict[str, Any]:
+    """Rank 0's greedy tokens of the sharded model with its decode steps replaying graphs (the CPU double of the
+    ``decode`` backend, buckets ``HEAD_DECODE_BUCKETS``, captured by the model runner, which reserves the head's
+    gather buffer first), dense logits per prompt, the decode sizes that replayed, the gather buffer's address and
+    rows, and every gather the head made (rows, address, in a graph), per rank. Every rank runs the same greedy
+    steps."""
+    preset, decode = payload
+    group = join(rank, world_size, init_method)
+    try:
+        recorder = GatherRecorder(group.choose_all_reduce("auto", torch.float32, 64 * 64).communicator)
+        register_communicator(group.group_name, recorder)
+        model = random_model(config_of(preset), seed=5, shard=group.shard_plan())
+        backend = Backend(decode)
+        graphs = CudaGraphConfig(
+            decode=PhaseConfig(backend, HEAD_DECODE_BUCKETS, max(HEAD_DECODE_BUCKETS)),
+            prefill=PhaseConfig(Backend.DISABLED, (), 0),
+        )
+        engine = ModelRunner(
+            model, graphs, cache_config=cache_config(1), kernel_backend="torch", capture_barrier=group.capture_barrier
+        )
+        double = CpuReplayBackend(backend, options=CaptureOptions(barrier=group.capture_barrier))
+        runner = engine.capture_cuda_graph_variant(Phase.DECODE, lora=False, backend=double)
+        captured = len(recorder.gathers)
+        params = SamplingParams(max_new_tokens=NEW_TOKENS)
+        tokens = [out.output_token_ids for out in generate(engine, [list(p) for p in PROMPTS], params)]
+        logits = [reference_logits(model, prompt) for prompt in PROMPTS]
+        replays = runner.metrics.replays_by_size
+        assert model.logits_gather is not None
+        buffer = {"address": model.logits_gather.data_ptr(), "rows": model.logits_gather.rows}
+        engine.shutdown()
+        gathers = [(record.rows, record.address, record.in_graph) for record in recorder.gathers]
+        mine = {"buffer": buffer, "gathers": gathers, "captured": captured}
+        everyone: list[Any] = [None] * world_size
+        dist.all_gather_object(everyone, mine, group=group.cpu_group)
+    finally:
+        shutdown_tensor_parallel(group)
+    replayed = [size for size, count in enumerate(replays) if count]
+    return {"tokens": tokens, "logits": logits, "replayed": replayed, "ranks": everyone}
 
 
 STOPPED_WAIT_S = 180.0

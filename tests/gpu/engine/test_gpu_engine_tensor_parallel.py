@@ -93,6 +93,19 @@ def test_tp2_logits_match_tp1_within_bf16(preset: str) -> None:
         torch.testing.assert_close(have, want, **BF16_LOGITS)
 
 
+def test_tp2_head_gathers_into_one_buffer_every_graph_shares_and_keeps_eager_tokens() -> None:
+    """The vocabulary-parallel head's all-gather, captured in every decode bucket's graph on both ranks, writes into
+    the one buffer the engine reserved before capturing (the largest bucket's rows), not into the graph pool."""
+    eager = launch(workers.tensor_parallel, ("tiny-qwen3-random", "float32", "disabled", "auto"), 2)
+    graphed = launch(workers.shared_head_gathers, "tiny-qwen3-random", 2)
+    assert graphed["replayed"] == list(range(1, 65)), "every decode batch size 1..64 should have replayed a graph"
+    assert graphed["tokens"] == eager["tokens"]
+    for rank, seen in enumerate(graphed["ranks"]):
+        assert seen["rows"] == max(workers.DECODE_BUCKETS), f"rank {rank}: {seen['rows']} rows reserved"
+        assert sorted({rows for rows, _ in seen["captured"]}) == list(workers.DECODE_BUCKETS)
+        assert {address for _, address in seen["captured"]} == {seen["address"]}, f"rank {rank} gathered elsewhere"
+
+
 needs_flashinfer = pytest.mark.skipif(
     importlib.util.find_spec("flashinfer") is None,
     reason="flashinfer is not installed: pip install flashinfer-python into the GPU interpreter (or put its wheels in "

@@ -20,7 +20,9 @@ from cudagraph.engine.distributed import (
 )
 from cudagraph.engine.generate import generate
 from cudagraph.engine.model import ModelConfig, model_config_from_preset, random_model, reference_logits
+from cudagraph.engine.model.collectives import register_communicator
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
+from cudagraph.engine.testing import GatherRecorder
 from cudagraph.runner import DecodeCudaGraphRunner
 
 DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64)
@@ -198,6 +200,32 @@ def tensor_parallel(
     if rank != 0:
         return None
     return {**result, "logits": logits, "all_reduce": choice.kind, "reason": choice.reason}
+
+
+def shared_head_gathers(rank: int, world_size: int, init_method: str, preset: str) -> Any:
+    """One rank: the sharded float32 model runs the shrinking workload with decode ``full`` graphs, every all-gather
+    of its head recorded (``GatherRecorder``); rank 0 returns the tokens, the replayed sizes and, per rank, the head's
+    gather buffer (rows, address) and the gathers captured into graphs (rows, address)."""
+    device = torch.device("cuda", rank)
+    group = init_tensor_parallel(GroupOptions(rank, world_size, device, init_method, timeout_s=120.0))
+    try:
+        config = model_config_from_preset(preset)
+        model = random_model(config, seed=3, dtype="float32", device=device, shard=group.shard_plan())
+        choice = group.choose_all_reduce("auto", model.dtype, 64 * config.hidden_size)
+        recorder = GatherRecorder(choice.communicator)
+        register_communicator(group.group_name, recorder)
+        result = run_engine(model, Backend.FULL, group.capture_barrier, StepBroadcaster(group), rank)
+        assert model.logits_gather is not None
+        mine = {
+            "rows": model.logits_gather.rows,
+            "address": model.logits_gather.data_ptr(),
+            "captured": [(record.rows, record.address) for record in recorder.gathers if record.in_graph],
+        }
+        everyone: list[Any] = [None] * world_size
+        dist.all_gather_object(everyone, mine, group=group.cpu_group)
+    finally:
+        shutdown_tensor_parallel(group)
+    return {**result, "ranks": everyone} if rank == 0 else None
 
 
 def eager_and_graphed(

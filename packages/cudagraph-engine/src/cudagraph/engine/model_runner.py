@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -79,6 +79,28 @@ class CausalLMLike(Protocol):
     def use_kernels(self, kernels: LayerKernels) -> None:
         """Compute through ``kernels`` from now on."""
         ...
+
+
+@runtime_checkable
+class SharesLogitsGather(Protocol):
+    """A model whose head gathers its logits into a buffer every graph shares (a vocabulary-parallel head,
+    ``CausalLM`` on a tensor-parallel rank): the model runner sizes it before capturing a phase's graphs."""
+
+    def reserve_logits_rows(self, rows: int) -> None:
+        """Make room for steps of up to ``rows`` logits rows, outside any capture."""
+        ...
+
+    def release_outgrown_logits(self) -> None:
+        """Free what earlier, smaller reservations held (once their graphs are gone)."""
+        ...
+
+
+def logits_rows(runner: DecodeCudaGraphRunner | PrefillCudaGraphRunner) -> int:
+    """The most logits rows a graph of ``runner`` returns: a row per request of its largest bucket in decode, a row
+    per token in verify, a row per request in prefill."""
+    if isinstance(runner, PrefillCudaGraphRunner):
+        return runner.max_requests
+    return runner.max_size * runner.query_len
 
 
 @dataclass(frozen=True)
@@ -449,6 +471,9 @@ class ModelRunner:
             metrics=metrics if metrics is not None else self.cuda_graph_metrics[phase],
             **runner_options,
         )
+        if isinstance(self.model, SharesLogitsGather):
+            # Before the capture, so the buffer is nobody's graph memory and every bucket's graph shares it.
+            self.model.reserve_logits_rows(logits_rows(runner))
         self._capture_or_free(runner)
         return runner
 
@@ -475,6 +500,8 @@ class ModelRunner:
             runner.shutdown()
         self.decode_cuda_graph_runner = self.verify_cuda_graph_runner = self.prefill_cuda_graph_runner = None
         self.lora_decode_cuda_graph_runner = self.lora_prefill_cuda_graph_runner = None
+        if isinstance(self.model, SharesLogitsGather):
+            self.model.release_outgrown_logits()
         lifecycle.close_sleep_memory(self.sleep_memory)
 
     # -- LoRA adapters (``cudagraph.engine.lora``) ------------------------------------------------------------------

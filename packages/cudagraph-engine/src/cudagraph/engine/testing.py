@@ -1,23 +1,72 @@
 """Test helpers for code built on the engine: record the aten ops a piece of code dispatches, run the attention
-break unbound (as a replay that dispatches its op), and make a synthetic decode batch over a model runner's KV cache
-(and give its rows and slots back). For tests and benchmarks, never for production."""
+break unbound (as a replay that dispatches its op), make a synthetic decode batch over a model runner's KV cache
+(and give its rows and slots back), and record where a tensor-parallel group's gathers write
+(``GatherRecorder``). For tests and benchmarks, never for production."""
 
 from __future__ import annotations
 
 import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from cudagraph.backend_utils import is_capture_mode
 from cudagraph.runner import ForwardBatch, ForwardMode
 
 from .attention import op as attention_op
+from .model.collectives import Communicator
 from .model_runner import ModelRunner
 
-__all__ = ["DispatchedOps", "release_synthetic_batch", "synthetic_decode_batch", "unbound_attention"]
+__all__ = [
+    "DispatchedOps",
+    "GatherRecord",
+    "GatherRecorder",
+    "release_synthetic_batch",
+    "synthetic_decode_batch",
+    "unbound_attention",
+]
+
+
+@dataclass(frozen=True)
+class GatherRecord:
+    """One all-gather into a given tensor: the rows each rank sent, the address written and whether a graph was being
+    captured (a CPU double's replay runs in capture mode too; a CUDA graph's replay calls no Python)."""
+
+    rows: int
+    address: int
+    in_graph: bool
+
+
+class GatherRecorder:
+    """A group's communicator (``inner``) that records every all-gather into a given tensor (``gathers``) and passes
+    every collective on. Register it under the group's name (``collectives.register_communicator``) to see where the
+    vocabulary-parallel head gathers."""
+
+    def __init__(self, inner: Communicator) -> None:
+        self.inner = inner
+        self.world_size = inner.world_size
+        self.gathers: list[GatherRecord] = []
+
+    def all_reduce_(self, tensor: torch.Tensor) -> None:
+        """``inner``'s all-reduce."""
+        self.inner.all_reduce_(tensor)
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``inner``'s all-gather (not recorded: it writes into memory of its own)."""
+        return self.inner.all_gather(tensor)
+
+    def all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor) -> None:
+        """Record, then ``inner``'s all-gather into ``out``."""
+        self.gathers.append(GatherRecord(int(tensor.shape[0]), out.data_ptr(), is_capture_mode()))
+        self.inner.all_gather_into(out, tensor)
+
+    def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``inner``'s all-to-all."""
+        return self.inner.all_to_all(tensor)
 
 
 class DispatchedOps(TorchDispatchMode):

@@ -31,7 +31,7 @@ ONE_SHOT_MAX_BYTES = 256 * 1024
 
 
 class ProcessGroupCommunicator:
-    """All-reduce, all-gather and all-to-all through ``torch.distributed`` on ``group`` (NCCL or gloo)."""
+    """All-reduce, all-gathers and all-to-all through ``torch.distributed`` on ``group`` (NCCL or gloo)."""
 
     kind = "process-group"
 
@@ -45,10 +45,16 @@ class ProcessGroupCommunicator:
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """``[world_size, *tensor.shape]``: every rank's ``tensor`` in rank order."""
-        # Rows concatenated along dim 0 (the layout gloo and NCCL both take), then viewed per rank.
-        gathered = tensor.new_empty((self.world_size * tensor.shape[0], *tensor.shape[1:]))
-        _all_gather_single(gathered, tensor.contiguous(), group=self.group)
-        return gathered.view(self.world_size, *tensor.shape)
+        gathered = tensor.new_empty((self.world_size, *tensor.shape))
+        self.all_gather_into(gathered, tensor)
+        return gathered
+
+    def all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor) -> None:
+        """Every rank's ``tensor`` written into ``out`` (contiguous, ``[world_size, *tensor.shape]``), in rank order:
+        what ``all_gather`` returns, in memory the caller owns."""
+        # Rows concatenated along dim 0 (the layout gloo and NCCL both take), seen per rank through ``out``.
+        rows = out.view(self.world_size * tensor.shape[0], *tensor.shape[1:])
+        _all_gather_single(rows, tensor.contiguous(), group=self.group)
 
     def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` ``[world_size, C, ...]``: block ``r`` goes to rank ``r``; the blocks received, in rank order.

@@ -14,7 +14,7 @@ from torch import nn
 
 from ..kernels.layer_set import TORCH_KERNELS, LayerKernels
 from .architecture import SUPPORTED_DTYPES, ModelConfig
-from .collectives import gather_vocab_logits, vocab_parallel_embedding
+from .collectives import VocabGatherBuffer, gather_vocab_logits, vocab_parallel_embedding
 from .errors import ModelLoadError
 from .layers import AttendFn, DecoderLayer, KernelModule, RMSNorm
 from .moe_a2a import ExpertExchange
@@ -94,6 +94,13 @@ class CausalLM(nn.Module):
             if config.tie_word_embeddings
             else nn.Parameter(torch.zeros_like(self.embed_tokens), requires_grad=False)
         )
+        self.logits_gather = (
+            VocabGatherBuffer(shard.size, shard.vocab_per_rank(config), self.dtype, self.device)
+            if self.reduce_group is not None
+            else None
+        )
+        """Where a sharded head gathers its logits, shared by every graph (``reserve_logits_rows``); ``None`` on one
+        rank."""
         self.kernels: LayerKernels = TORCH_KERNELS
         self.rotary_cos_sin: torch.Tensor
         self._build_rotary_table()
@@ -126,9 +133,22 @@ class CausalLM(nn.Module):
         assert residual is not None, "a model has at least one layer"
         return self.norm.add_and_norm(hidden, residual)[0]
 
+    def reserve_logits_rows(self, rows: int) -> None:
+        """Make the sharded head's gather buffer (``logits_gather``) hold ``rows`` rows: every step of up to that
+        many rows, every graph's included, then gathers there instead of into memory of its own. Call it outside any
+        capture (a model runner does, before capturing a phase's graphs). Nothing to do on one rank."""
+        if self.logits_gather is not None:
+            self.logits_gather.reserve(rows)
+
+    def release_outgrown_logits(self) -> None:
+        """Free the gather buffers ``reserve_logits_rows`` outgrew, once no graph captured over them is left."""
+        if self.logits_gather is not None:
+            self.logits_gather.release_outgrown()
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits ``[N, vocab]`` for hidden states ``[N, hidden]`` (the head runs in the model dtype; a
-        sharded head's slices are gathered from every rank)."""
+        sharded head's slices are gathered from every rank, into ``logits_gather`` when it has room)."""
         if self.reduce_group is None:
             return F.linear(hidden, self.lm_head).float()
-        return gather_vocab_logits(F.linear(hidden, self.lm_head), self.reduce_group, self.config.vocab_size).float()
+        local = F.linear(hidden, self.lm_head)
+        return gather_vocab_logits(local, self.reduce_group, self.config.vocab_size, self.logits_gather)
