@@ -10,10 +10,10 @@ import pytest
 
 from cudagraph.migrate.command import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
 
-from .fixture_cases import FIXTURES
+from .fixture_cases import FIXTURES, expected_text
 
 LEGACY = FIXTURES / "kwargs.in.py"
-MIGRATED = FIXTURES / "kwargs.out.py"
+MIGRATED = expected_text(LEGACY)
 UNPARSABLE = FIXTURES / "unparsable.bad.py"
 
 
@@ -38,7 +38,7 @@ def test_patch_writes_the_patch_to_a_file_and_nothing_to_stdout(
     assert (project / "pkg" / "server.py").read_bytes() == LEGACY.read_bytes()  # nothing written
     applied = subprocess.run(["git", "apply", str(patch)], capture_output=True, text=True, cwd=project / "pkg")
     assert applied.returncode == 0, applied.stderr
-    assert (project / "pkg" / "server.py").read_text() == MIGRATED.read_text()
+    assert (project / "pkg" / "server.py").read_text() == MIGRATED
     # Nothing left to change: an empty patch, exit 0.
     assert main(["pkg", "--patch", str(patch), "--no-progress"]) == EXIT_OK
     assert patch.read_text() == ""
