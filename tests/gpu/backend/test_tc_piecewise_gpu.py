@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 import pytest
@@ -103,6 +103,22 @@ def decode_graphs(model_runner: ModelRunner, kind: type[BackendT]) -> tuple[Deco
     return runner, runner.backend
 
 
+def assert_replays_match_eager(
+    model_runner: ModelRunner, runner: DecodeCudaGraphRunner, batch_sizes: Iterable[int], replays: int
+) -> None:
+    """Every batch size runs on the graphs and its last of ``replays`` replays gives the eager forward's logits."""
+    for batch_size in batch_sizes:
+        batch = synthetic_decode_batch(model_runner, batch_size, context_len=40, seed=batch_size)
+        try:
+            assert runner.can_run(batch)
+            expected = model_runner.forward(batch).clone()
+            for _ in range(replays):
+                got = runner.replay(batch)
+            torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        finally:
+            release_synthetic_batch(model_runner, batch, context_len=40)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("preset", PRESETS)
@@ -132,16 +148,7 @@ def test_tc_piecewise_decode_gives_eager_tokens_at_every_batch_size(preset: str,
 def test_five_batch_sizes_replay_on_at_most_two_compilations_and_match_eager(compiler: str) -> None:
     with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
         runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
-        for batch_size in FIVE_BATCH_SIZES:
-            batch = synthetic_decode_batch(graphed, batch_size, context_len=40, seed=batch_size)
-            try:
-                assert runner.can_run(batch)
-                expected = graphed.forward(batch).clone()
-                for _ in range(5):
-                    got = runner.replay(batch)
-                torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
-            finally:
-                release_synthetic_batch(graphed, batch, context_len=40)
+        assert_replays_match_eager(graphed, runner, FIVE_BATCH_SIZES, replays=5)
         assert backend.compile_stats.compilations <= 2
         assert backend.compile_stats.recompiles_at_replay == 0
         assert dict(counters["graph_break"]) == {}
@@ -153,16 +160,7 @@ def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(compiler
     with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
         runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
         unique_graphs = counters["stats"]["unique_graphs"]
-        for batch_size in range(1, 17):
-            batch = synthetic_decode_batch(graphed, batch_size, context_len=40, seed=batch_size)
-            try:
-                assert runner.can_run(batch)
-                expected = graphed.forward(batch).clone()
-                for _ in range(20):
-                    got = runner.replay(batch)
-                torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
-            finally:
-                release_synthetic_batch(graphed, batch, context_len=40)
+        assert_replays_match_eager(graphed, runner, range(1, 17), replays=20)
         assert backend.compile_stats.compilations == 1
         assert backend.compile_stats.recompiles == 0
         assert counters["stats"]["unique_graphs"] == unique_graphs
