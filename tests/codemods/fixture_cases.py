@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,6 +179,23 @@ def fixture_texts() -> dict[str, str]:
         if expected_diff_path(case.source, case.switch).exists():
             texts[f"{case.name}.out.py"] = case.expected
     return texts
+
+
+LEGACY = FIXTURES / "kwargs.in.py"
+"""The legacy file the command-line tests migrate: keywords of every kind, two left for the user."""
+MIGRATED = expected_text(LEGACY)
+"""What the migration writes for ``LEGACY``."""
+UNPARSABLE = FIXTURES / "unparsable.bad.py"
+"""A file the migration must report and leave as it is."""
+
+
+def project_of(root: Path, files: dict[str, str]) -> Path:
+    """A project at ``root`` holding, at each relative path of ``files``, a copy of the fixture file it names."""
+    for relative, fixture in files.items():
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIXTURES / fixture, target)
+    return root
 
 
 def covers(row: Rename, source: str, expected: str) -> bool:

@@ -29,24 +29,19 @@ from cudagraph.migrate.rules import RULES
 from cudagraph.migrate.rules.base import Finding, FindingKind
 from cudagraph.migrate.source_migration import migrate_source
 
-from .fixture_cases import FIXTURES, expected_text
-
-LEGACY = FIXTURES / "kwargs.in.py"
-MIGRATED = expected_text(LEGACY)
-UNPARSABLE = FIXTURES / "unparsable.bad.py"
+from .fixture_cases import FIXTURES, LEGACY, MIGRATED, UNPARSABLE, expected_text, project_of
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A small project: two legacy files, one clean file, one vendored directory."""
-    root = tmp_path / "project"
-    (root / "pkg").mkdir(parents=True)
-    (root / "vendor").mkdir()
-    shutil.copy(LEGACY, root / "pkg" / "server.py")
-    shutil.copy(FIXTURES / "from_import_alias.in.py", root / "pkg" / "runner.py")
-    shutil.copy(FIXTURES / "no_legacy.in.py", root / "pkg" / "clean.py")
-    shutil.copy(FIXTURES / "cli_flags.in.py", root / "vendor" / "launch.py")
-    return root
+    files = {
+        "pkg/server.py": LEGACY.name,
+        "pkg/runner.py": "from_import_alias.in.py",
+        "pkg/clean.py": "no_legacy.in.py",
+        "vendor/launch.py": "cli_flags.in.py",
+    }
+    return project_of(tmp_path / "project", files)
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:

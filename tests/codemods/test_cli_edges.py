@@ -18,10 +18,8 @@ from cudagraph.migrate.batch_run import one_line
 from cudagraph.migrate.command import EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
 from cudagraph.migrate.source_migration import MigrationError
 
-from .fixture_cases import FIXTURES, expected_text
+from .fixture_cases import FIXTURES, LEGACY, MIGRATED
 
-LEGACY = FIXTURES / "kwargs.in.py"
-MIGRATED = expected_text(LEGACY)
 CHECKOUT = Path(__file__).resolve().parents[2]
 MIGRATE = [sys.executable, "-m", "cudagraph.migrate.command"]
 
