@@ -103,6 +103,17 @@ def decode_graphs(model_runner: ModelRunner, kind: type[BackendT]) -> tuple[Deco
     return runner, runner.backend
 
 
+TcPiecewiseDecode = tuple[ModelRunner, DecodeCudaGraphRunner, TcPiecewiseCudaGraphBackend]
+
+
+@pytest.fixture(params=COMPILERS)
+def tc_piecewise_decode(request: pytest.FixtureRequest) -> Iterator[TcPiecewiseDecode]:
+    """The tiny Qwen3 engine with tc_piecewise decode graphs (each compiler in turn), its decode runner and backend."""
+    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, request.param)) as graphed:
+        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
+        yield graphed, runner, backend
+
+
 def assert_replays_match_eager(
     model_runner: ModelRunner, runner: DecodeCudaGraphRunner, batch_sizes: Iterable[int], replays: int
 ) -> None:
@@ -144,65 +155,63 @@ def test_tc_piecewise_decode_gives_eager_tokens_at_every_batch_size(preset: str,
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("compiler", COMPILERS)
-def test_five_batch_sizes_replay_on_at_most_two_compilations_and_match_eager(compiler: str) -> None:
-    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
-        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
-        assert_replays_match_eager(graphed, runner, FIVE_BATCH_SIZES, replays=5)
-        assert backend.compile_stats.compilations <= 2
-        assert backend.compile_stats.recompiles_at_replay == 0
-        assert dict(counters["graph_break"]) == {}
+def test_five_batch_sizes_replay_on_at_most_two_compilations_and_match_eager(
+    tc_piecewise_decode: TcPiecewiseDecode,
+) -> None:
+    graphed, runner, backend = tc_piecewise_decode
+    assert_replays_match_eager(graphed, runner, FIVE_BATCH_SIZES, replays=5)
+    assert backend.compile_stats.compilations <= 2
+    assert backend.compile_stats.recompiles_at_replay == 0
+    assert dict(counters["graph_break"]) == {}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("compiler", COMPILERS)
-def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(compiler: str) -> None:
-    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
-        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
-        unique_graphs = counters["stats"]["unique_graphs"]
-        assert_replays_match_eager(graphed, runner, range(1, 17), replays=20)
-        assert backend.compile_stats.compilations == 1
-        assert backend.compile_stats.recompiles == 0
-        assert counters["stats"]["unique_graphs"] == unique_graphs
-        assert dict(counters["graph_break"]) == {}
+def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(tc_piecewise_decode: TcPiecewiseDecode) -> None:
+    graphed, runner, backend = tc_piecewise_decode
+    unique_graphs = counters["stats"]["unique_graphs"]
+    assert_replays_match_eager(graphed, runner, range(1, 17), replays=20)
+    assert backend.compile_stats.compilations == 1
+    assert backend.compile_stats.recompiles == 0
+    assert counters["stats"]["unique_graphs"] == unique_graphs
+    assert dict(counters["graph_break"]) == {}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("compiler", COMPILERS)
-def test_a_replay_launches_pieces_plus_split_calls_and_never_enters_dynamo(compiler: str) -> None:
-    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
-        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
-        stats = backend.compile_stats
-        for bucket in DECODE_BUCKETS:
-            sequence = backend.sequence(bucket)
-            assert (sequence.segments, len(sequence.split_calls)) == (stats.pieces, stats.split_ops)
-            assert sequence.launches == stats.pieces + stats.split_ops
-            # Each attention split's rotary and KV store (one Triton launch) are in the graph segment before it; the
-            # split call only attends.
-            assert sequence.prefixes == stats.split_ops
-            assert all(call.kwargs.get("rotated") is True for call in sequence.split_calls)
-        batch = synthetic_decode_batch(graphed, 7, context_len=40, seed=7)
+def test_a_replay_launches_pieces_plus_split_calls_and_never_enters_dynamo(
+    tc_piecewise_decode: TcPiecewiseDecode,
+) -> None:
+    graphed, runner, backend = tc_piecewise_decode
+    stats = backend.compile_stats
+    for bucket in DECODE_BUCKETS:
+        sequence = backend.sequence(bucket)
+        assert (sequence.segments, len(sequence.split_calls)) == (stats.pieces, stats.split_ops)
+        assert sequence.launches == stats.pieces + stats.split_ops
+        # Each attention split's rotary and KV store (one Triton launch) are in the graph segment before it; the
+        # split call only attends.
+        assert sequence.prefixes == stats.split_ops
+        assert all(call.kwargs.get("rotated") is True for call in sequence.split_calls)
+    batch = synthetic_decode_batch(graphed, 7, context_len=40, seed=7)
+    try:
+        expected = graphed.forward(batch).clone()  # eager: no compiled forward outside a capture
+        torch._dynamo.reset()  # compiled code and guards gone: a replay must not need them
+        entered: list[str] = []
+
+        def watch(frame: object, event: str, arg: object) -> None:
+            filename = frame.f_code.co_filename  # type: ignore[attr-defined]
+            if event == "call" and ("/torch/_dynamo/" in filename or "/torch/fx/" in filename):
+                entered.append(f"{filename}:{frame.f_code.co_name}")  # type: ignore[attr-defined]
+
+        sys.setprofile(watch)
         try:
-            expected = graphed.forward(batch).clone()  # eager: no compiled forward outside a capture
-            torch._dynamo.reset()  # compiled code and guards gone: a replay must not need them
-            entered: list[str] = []
-
-            def watch(frame: object, event: str, arg: object) -> None:
-                filename = frame.f_code.co_filename  # type: ignore[attr-defined]
-                if event == "call" and ("/torch/_dynamo/" in filename or "/torch/fx/" in filename):
-                    entered.append(f"{filename}:{frame.f_code.co_name}")  # type: ignore[attr-defined]
-
-            sys.setprofile(watch)
-            try:
-                for _ in range(5):
-                    got = runner.replay(batch)
-            finally:
-                sys.setprofile(None)
-            torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
-            assert entered == [], f"a replay ran dynamo or FX code: {entered[:5]}"
-            assert stats.compilations == 1
+            for _ in range(5):
+                got = runner.replay(batch)
         finally:
-            release_synthetic_batch(graphed, batch, context_len=40)
+            sys.setprofile(None)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        assert entered == [], f"a replay ran dynamo or FX code: {entered[:5]}"
+        assert stats.compilations == 1
+    finally:
+        release_synthetic_batch(graphed, batch, context_len=40)
 
 
 def replay_kernels(model_runner: ModelRunner, kind: type[BaseCudaGraphBackend], batch_size: int) -> list[str]:
