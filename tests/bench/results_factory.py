@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import Any
 
 from harness.rows import (
     BenchResult,
@@ -23,6 +25,7 @@ from harness.rows import (
     with_ratios,
     with_tensor_parallel_ratios,
 )
+from harness.targets import Target, check_targets
 
 DECODE_STEP_MS = {"eager": 30.0, "raw": 2.0, "full": 2.02, "breakable": 3.0, "torch.compile": 3.6}
 
@@ -161,6 +164,21 @@ def sample_result() -> BenchResult:
     result.skipped = [SkippedRow("decode", "qwen3-0.6b full+compiled", "the config rejects it")]
     result.wrong = [WrongAnswer("decode", "qwen3-0.6b x bs 8", "3 of 8 greedy tokens wrong")]
     return result
+
+
+def result_with(**sections: list[Any]) -> BenchResult:
+    """``sample_result()`` with the named sections' rows replaced, e.g. ``result_with(sleep=rows)``."""
+    return dataclasses.replace(sample_result(), **sections)
+
+
+def json_round_trip(result: BenchResult) -> BenchResult:
+    """``result`` written as JSON and read back, as ``compare`` and ``merge`` read a stored run."""
+    return BenchResult.from_dict(json.loads(result.to_json()))
+
+
+def target_verdicts(result: BenchResult, targets: tuple[Target, ...]) -> list[bool | None]:
+    """Whether ``result`` meets each of ``targets`` (``None``: nothing to judge it on)."""
+    return [target.met for target in check_targets(result, targets)]
 
 
 def scaled(result: BenchResult, backend: str, factor: float) -> BenchResult:

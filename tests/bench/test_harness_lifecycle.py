@@ -23,23 +23,19 @@ from harness.rows import BenchResult, LifecycleRow
 from harness.targets import LIFECYCLE_TARGETS, SLEEP_TARGETS, TARGETS, check_targets
 from hypothesis import given
 from hypothesis import strategies as st
-from results_factory import lifecycle_rows, sample_result
+from results_factory import json_round_trip, lifecycle_rows, result_with, target_verdicts
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 RATIO_NAMES = ("lazy_over_eager", "freed_share", "wake_over_first_capture", "after_over_before")
 
 
-def with_lifecycle(rows: list[LifecycleRow]) -> BenchResult:
-    return dataclasses.replace(sample_result(), lifecycle=rows)
-
-
 def lifecycle_verdicts(rows: list[LifecycleRow]) -> list[bool | None]:
-    return [target.met for target in check_targets(with_lifecycle(rows), LIFECYCLE_TARGETS)]
+    return target_verdicts(result_with(lifecycle=rows), LIFECYCLE_TARGETS)
 
 
 def test_rows_round_trip_json_with_their_ratios_derived_not_stored() -> None:
-    result = with_lifecycle(lifecycle_rows())
-    again = BenchResult.from_dict(json.loads(result.to_json()))
+    result = result_with(lifecycle=lifecycle_rows())
+    again = json_round_trip(result)
     assert again.lifecycle == result.lifecycle
     qwen = again.lifecycle[0]
     assert qwen.lazy_over_eager == pytest.approx(0.12 / 1.67)
@@ -66,7 +62,7 @@ def test_a_result_written_before_the_section_still_loads() -> None:
 
 
 def lifecycle_table(rows: list[LifecycleRow]) -> list[str]:
-    text = format_report(with_lifecycle(rows))
+    text = format_report(result_with(lifecycle=rows))
     return text.split("== Decode graphs across an engine's life\n\n", 1)[1].split("\n\n")[0].splitlines()
 
 
@@ -85,7 +81,7 @@ def test_report_prints_the_table() -> None:
 
 
 def test_the_sample_meets_the_five_targets() -> None:
-    targets = check_targets(with_lifecycle(lifecycle_rows()), LIFECYCLE_TARGETS)
+    targets = check_targets(result_with(lifecycle=lifecycle_rows()), LIFECYCLE_TARGETS)
     assert [target.met for target in targets] == [True] * 5
     assert "qwen3-0.6b full 0.072x eager's; llama-3-8b full 0.038x eager's" in targets[0].detail
     assert set(LIFECYCLE_TARGETS) <= set(TARGETS)  # a whole run's --check states them too
@@ -144,9 +140,9 @@ def test_the_lazy_target_is_met_exactly_at_a_quarter_or_less(eager: float, lazy:
 def test_compare_flags_each_ratio_more_than_10_percent_worse_in_its_direction(
     changes: dict[str, object], flagged: str | None
 ) -> None:
-    old = with_lifecycle(lifecycle_rows())
+    old = result_with(lifecycle=lifecycle_rows())
     qwen, llama = lifecycle_rows()
-    new = with_lifecycle([dataclasses.replace(qwen, **changes), llama])  # type: ignore[arg-type]
+    new = result_with(lifecycle=[dataclasses.replace(qwen, **changes), llama])  # type: ignore[arg-type]
     keys = {f"lifecycle/{preset}/full/{name}" for preset in ("qwen3-0.6b", "llama-3-8b") for name in RATIO_NAMES}
     assert keys <= set(ratios_of(old))
     found = [regression.key for regression in regressions(old, new)]
@@ -154,7 +150,7 @@ def test_compare_flags_each_ratio_more_than_10_percent_worse_in_its_direction(
 
 
 def test_compare_leaves_out_a_ratio_not_measured() -> None:
-    ratios = ratios_of(with_lifecycle(lifecycle_rows(graph_and_kv_bytes=0)))
+    ratios = ratios_of(result_with(lifecycle=lifecycle_rows(graph_and_kv_bytes=0)))
     assert not [key for key in ratios if key.startswith("lifecycle/") and key.endswith("freed_share")]
     assert "lifecycle/llama-3-8b/full/lazy_over_eager" in ratios
 

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 from harness.report import SECTIONS, format_report
 from harness.rows import ROW_TYPES, BenchResult, BreakRow
 from harness.targets import check_targets
-from results_factory import sample_result
+from results_factory import json_round_trip, sample_result
 
 
 def test_json_round_trips_every_row_kind() -> None:
     result = sample_result()
     assert all(getattr(result, key) for key in ROW_TYPES), "the sample must hold a row of every kind"
-    again = BenchResult.from_dict(json.loads(result.to_json()))
+    again = json_round_trip(result)
     assert again == result
     assert again.decode[0].floor_fraction == pytest.approx(result.decode[0].floor_ms / result.decode[0].step_ms)
 
@@ -78,7 +77,7 @@ def test_a_capture_row_says_how_far_the_estimate_was_from_the_repeat_capture() -
     assert row.estimate_error == pytest.approx(6 / 96)
     assert CaptureRow("qwen3-0.6b", "decode", "full", 7, 1.9, 44 * 2**20).estimate_error is None
     result = BenchResult(capture=[row])
-    assert BenchResult.from_dict(json.loads(result.to_json())).capture == [row]
+    assert json_round_trip(result).capture == [row]
     # A result written before the estimate columns existed still reads, its new figures unknown.
     old = {key: value for key, value in dataclasses.asdict(row).items() if not key.startswith(("repeat", "estimate"))}
     assert BenchResult.from_dict({"schema_version": 1, "capture": [old]}).capture[0].estimate_bytes is None

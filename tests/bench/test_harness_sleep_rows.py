@@ -6,28 +6,23 @@ misses every one)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 from harness.compare import ratios_of
 from harness.merge import merge_results
 from harness.report import format_report
-from harness.rows import BenchResult, SleepRow
-from harness.targets import SLEEP_TARGETS, TARGETS, check_targets
-from results_factory import sample_result, sleep_rows
-
-
-def with_sleep(rows: list[SleepRow]) -> BenchResult:
-    return dataclasses.replace(sample_result(), sleep=rows)
+from harness.rows import SleepRow
+from harness.targets import SLEEP_TARGETS, TARGETS
+from results_factory import json_round_trip, result_with, sleep_rows, target_verdicts
 
 
 def verdicts(rows: list[SleepRow]) -> list[bool | None]:
-    return [target.met for target in check_targets(with_sleep(rows), SLEEP_TARGETS)]
+    return target_verdicts(result_with(sleep=rows), SLEEP_TARGETS)
 
 
 def test_rows_round_trip_json_with_their_ratios_derived_not_stored() -> None:
-    result = with_sleep(sleep_rows())
-    again = BenchResult.from_dict(json.loads(result.to_json()))
+    result = result_with(sleep=sleep_rows())
+    again = json_round_trip(result)
     assert again.sleep == result.sleep
     level_1 = again.sleep[1]
     assert level_1.freed_share == pytest.approx(8.3 / 8.2, rel=1e-6)
@@ -37,7 +32,7 @@ def test_rows_round_trip_json_with_their_ratios_derived_not_stored() -> None:
 
 
 def test_the_report_prints_one_line_per_level() -> None:
-    text = format_report(with_sleep(sleep_rows()))
+    text = format_report(result_with(sleep=sleep_rows()))
     table = text.split("== Sleep mode: graphs kept across a sleep, per level\n\n", 1)[1].split("\n\n")[0]
     header, *lines = table.splitlines()
     assert header.split()[:4] == ["preset", "backend", "level", "buckets"]
@@ -75,7 +70,7 @@ def test_without_sleep_rows_the_targets_are_not_measured() -> None:
 
 
 def test_merge_keeps_one_row_per_level_and_compare_reads_each() -> None:
-    older, newer = with_sleep(sleep_rows()), with_sleep(sleep_rows(sleep_s=0.5))
+    older, newer = result_with(sleep=sleep_rows()), result_with(sleep=sleep_rows(sleep_s=0.5))
     merged = merge_results([("older.json", older), ("newer.json", newer)])
     assert [(row.level, row.sleep_s) for row in merged.sleep] == [(0, 0.5), (1, 0.5), (2, 0.5)]
     names = {name for name in ratios_of(older) if name.startswith("sleep/")}

@@ -14,19 +14,15 @@ from harness.compare import ratios_of, regressions
 from harness.merge import merge_results
 from harness.profiles import PROFILES
 from harness.report import format_report
-from harness.rows import BenchResult, SpeculativeRow
-from results_factory import sample_result, speculative_rows
+from harness.rows import BenchResult
+from results_factory import json_round_trip, result_with, speculative_rows
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 
 
-def with_speculative(rows: list[SpeculativeRow]) -> BenchResult:
-    return dataclasses.replace(sample_result(), speculative=rows)
-
-
 def test_rows_round_trip_json_with_their_shape_and_speedup() -> None:
-    result = with_speculative(speculative_rows())
-    again = BenchResult.from_dict(json.loads(result.to_json()))
+    result = result_with(speculative=speculative_rows())
+    again = json_round_trip(result)
     assert again.speculative == result.speculative
     verify, _, mixed = again.speculative
     assert (verify.shape, verify.speedup) == ("1x4", pytest.approx(6.0))
@@ -43,7 +39,10 @@ def test_a_result_written_before_the_section_still_loads() -> None:
 
 @pytest.mark.parametrize(("slower", "flagged"), [(1.15, True), (1.05, False)])
 def test_compare_flags_a_speedup_more_than_10_percent_worse(slower: float, flagged: bool) -> None:
-    old, new = with_speculative(speculative_rows()), with_speculative(speculative_rows(graph_slower=slower))
+    old, new = (
+        result_with(speculative=speculative_rows()),
+        result_with(speculative=speculative_rows(graph_slower=slower)),
+    )
     keys = {
         "speculative/qwen3-0.6b/verify/1x4/speedup",
         "speculative/qwen3-0.6b/verify/8x4/speedup",
@@ -66,7 +65,7 @@ def test_merge_keeps_the_rows_and_a_later_run_replaces_a_remeasured_one() -> Non
 
 
 def test_report_prints_the_table() -> None:
-    text = format_report(with_speculative(speculative_rows()))
+    text = format_report(result_with(speculative=speculative_rows()))
     table = text.split("== Speculative verify and mixed steps, eager vs graphed\n\n", 1)[1].split("\n\n")[0]
     header, *lines = table.splitlines()
     assert header.split() == [

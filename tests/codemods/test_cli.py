@@ -29,24 +29,19 @@ from cudagraph.migrate.rules import RULES
 from cudagraph.migrate.rules.base import Finding, FindingKind
 from cudagraph.migrate.source_migration import migrate_source
 
-from .fixture_cases import FIXTURES
-
-LEGACY = FIXTURES / "kwargs.in.py"
-MIGRATED = FIXTURES / "kwargs.out.py"
-UNPARSABLE = FIXTURES / "unparsable.bad.py"
+from .fixture_cases import FIXTURES, LEGACY, MIGRATED, UNPARSABLE, expected_text, project_of
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A small project: two legacy files, one clean file, one vendored directory."""
-    root = tmp_path / "project"
-    (root / "pkg").mkdir(parents=True)
-    (root / "vendor").mkdir()
-    shutil.copy(LEGACY, root / "pkg" / "server.py")
-    shutil.copy(FIXTURES / "from_import_alias.in.py", root / "pkg" / "runner.py")
-    shutil.copy(FIXTURES / "no_legacy.in.py", root / "pkg" / "clean.py")
-    shutil.copy(FIXTURES / "cli_flags.in.py", root / "vendor" / "launch.py")
-    return root
+    files = {
+        "pkg/server.py": LEGACY.name,
+        "pkg/runner.py": "from_import_alias.in.py",
+        "pkg/clean.py": "no_legacy.in.py",
+        "vendor/launch.py": "cli_flags.in.py",
+    }
+    return project_of(tmp_path / "project", files)
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -55,8 +50,8 @@ def _snapshot(root: Path) -> dict[str, bytes]:
 
 def test_rewrites_in_place_by_default(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tree), "--no-progress"]) == EXIT_OK
-    assert (tree / "pkg" / "server.py").read_text() == MIGRATED.read_text()
-    assert (tree / "pkg" / "runner.py").read_text() == (FIXTURES / "from_import_alias.out.py").read_text()
+    assert (tree / "pkg" / "server.py").read_text() == MIGRATED
+    assert (tree / "pkg" / "runner.py").read_text() == expected_text(FIXTURES / "from_import_alias.in.py")
     summary = capsys.readouterr().err
     assert "files scanned: 4   parsed: 3   changed: 2   unchanged: 2   failed: 0" in summary
     assert "listed for review: 6 candidate(s)" in summary  # not launch.py's own flag definition (-v lists it)
@@ -65,7 +60,7 @@ def test_rewrites_in_place_by_default(tree: Path, capsys: pytest.CaptureFixture[
     assert (tree / "vendor" / "launch.py").read_bytes() == (FIXTURES / "cli_flags.in.py").read_bytes()
     assert main([str(tree), "--check", "--no-progress"]) == EXIT_OK
     assert main([str(tree), "--rewrite-argv", "--no-progress"]) == EXIT_OK
-    assert (tree / "vendor" / "launch.py").read_text() == (FIXTURES / "cli_flags.out.py").read_text()
+    assert (tree / "vendor" / "launch.py").read_text() == expected_text(FIXTURES / "cli_flags.in.py")
 
 
 def test_diff_prints_a_patch_git_applies_and_writes_nothing(
@@ -109,7 +104,7 @@ def test_an_unparsable_file_is_reported_and_left_untouched(tree: Path, capsys: p
     shutil.copy(UNPARSABLE, broken)
     assert main([str(tree), "--no-progress"]) == EXIT_ERROR == 1
     assert broken.read_bytes() == UNPARSABLE.read_bytes()
-    assert (tree / "pkg" / "server.py").read_text() == MIGRATED.read_text()  # the rest still migrates
+    assert (tree / "pkg" / "server.py").read_text() == MIGRATED  # the rest still migrates
     err = capsys.readouterr().err
     assert f"error: {broken}:2:" in err and "does not parse" in err
     assert "failed: 1" in err
@@ -124,7 +119,7 @@ def test_select_and_ignore_pick_rules(tree: Path) -> None:
     assert "--disable-piecewise-cuda-graph" in (tree / "vendor" / "launch.py").read_text()
     assert "from cudagraph.runner import" in (tree / "pkg" / "runner.py").read_text()
     assert main([str(tree), "--select", "legacy-keywords,CG402", "--rewrite-argv", "--no-progress"]) == EXIT_OK
-    assert server.read_text() == MIGRATED.read_text()
+    assert server.read_text() == MIGRATED
     assert "--disable-piecewise-cuda-graph" not in (tree / "vendor" / "launch.py").read_text()
 
 
@@ -201,7 +196,7 @@ def test_stdin_to_stdout(monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.C
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(LEGACY.read_bytes())))
     assert main(["-", "--no-progress"]) == EXIT_OK
-    assert capsysbinary.readouterr().out == MIGRATED.read_bytes()
+    assert capsysbinary.readouterr().out == MIGRATED.encode()
 
 
 def test_gitignore_is_honoured(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -342,7 +337,7 @@ def test_strict_fails_while_manual_steps_remain(tree: Path, capsys: pytest.Captu
     assert main([str(tree), "--check", "--strict", "--no-progress"]) == EXIT_CHANGES
     # a writing run migrates everything it can, and still fails under --strict
     assert main([str(tree), "--strict", "--no-progress"]) == EXIT_CHANGES
-    assert (tree / "pkg" / "server.py").read_text() == MIGRATED.read_text()
+    assert (tree / "pkg" / "server.py").read_text() == MIGRATED
     assert main([str(tree), "--check", "--no-progress"]) == EXIT_OK  # nothing migratable is left
     assert main([str(tree), "--check", "--strict", "--no-progress"]) == EXIT_CHANGES  # manual steps are
     assert "needs a manual step: 2 TODO(s) in 1 file(s)" in capsys.readouterr().err

@@ -18,10 +18,8 @@ from cudagraph.migrate.batch_run import one_line
 from cudagraph.migrate.command import EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
 from cudagraph.migrate.source_migration import MigrationError
 
-from .fixture_cases import FIXTURES
+from .fixture_cases import FIXTURES, LEGACY, MIGRATED
 
-LEGACY = FIXTURES / "kwargs.in.py"
-MIGRATED = FIXTURES / "kwargs.out.py"
 CHECKOUT = Path(__file__).resolve().parents[2]
 MIGRATE = [sys.executable, "-m", "cudagraph.migrate.command"]
 
@@ -57,7 +55,7 @@ def test_diff_applies_with_git_from_the_users_repository(repository: Path, spell
         ["git", "-C", str(tree), "apply"], input=migrated.stdout, capture_output=True, text=True, check=False
     )
     assert applied.returncode == 0, applied.stderr
-    assert (repository / "src" / "pkg" / "server.py").read_text() == MIGRATED.read_text()
+    assert (repository / "src" / "pkg" / "server.py").read_text() == MIGRATED
 
 
 def test_outside_a_repository_the_patch_is_relative_to_the_path_given(tmp_path: Path) -> None:
@@ -72,7 +70,7 @@ def test_outside_a_repository_the_patch_is_relative_to_the_path_given(tmp_path: 
         ["git", "-C", str(tree), "apply"], input=migrated.stdout, capture_output=True, text=True, check=False
     )
     assert applied.returncode == 0, applied.stderr
-    assert (tree / "pkg" / "server.py").read_text() == MIGRATED.read_text()
+    assert (tree / "pkg" / "server.py").read_text() == MIGRATED
 
 
 @pytest.mark.parametrize("argv", [["--dif"], ["--chec"], ["--rewrite-arg"]])
@@ -103,7 +101,7 @@ def test_only_python_files_are_read_as_python(tmp_path: Path, capsys: pytest.Cap
     stub.write_bytes(LEGACY.read_bytes())
     assert main([str(tmp_path), "--no-progress"]) == EXIT_OK
     assert notes.read_bytes() == LEGACY.read_bytes()  # found in the tree: not Python, not touched
-    assert stub.read_text() == MIGRATED.read_text()  # a stub is Python
+    assert stub.read_text() == MIGRATED  # a stub is Python
     assert main([str(notes), "--no-progress"]) == EXIT_OK  # named directly: skipped, and said so
     assert notes.read_bytes() == LEGACY.read_bytes()
     assert f"skipped: {notes}: not a Python file (.py, .pyi)" in capsys.readouterr().err
@@ -144,13 +142,13 @@ def test_a_link_inside_the_tree_is_migrated_through_its_target_once(
     (tree / "pkg" / "again.py").symlink_to("server.py")
     assert main([str(tree), "--no-progress"]) == EXIT_OK
     assert (tree / "alias.py").is_symlink() and (tree / "pkg" / "again.py").is_symlink()
-    assert (tree / "pkg" / "server.py").read_text() == MIGRATED.read_text()
+    assert (tree / "pkg" / "server.py").read_text() == MIGRATED
     assert "files scanned: 1 " in capsys.readouterr().err  # the target, once
     # a link named on its own is migrated through its target too, and stays a link
     shutil.copy(LEGACY, tree / "pkg" / "server.py")
     assert main([str(tree / "alias.py"), "--no-progress"]) == EXIT_OK
     assert (tree / "alias.py").is_symlink()
-    assert (tree / "pkg" / "server.py").read_text() == MIGRATED.read_text()
+    assert (tree / "pkg" / "server.py").read_text() == MIGRATED
 
 
 def test_a_patch_through_a_link_names_the_file_it_leads_to(repository: Path) -> None:
@@ -166,7 +164,7 @@ def test_a_patch_through_a_link_names_the_file_it_leads_to(repository: Path) -> 
         ["git", "-C", str(repository), "apply"], input=migrated.stdout, capture_output=True, text=True, check=False
     )
     assert applied.returncode == 0, applied.stderr
-    assert link.is_symlink() and server.read_text() == MIGRATED.read_text()
+    assert link.is_symlink() and server.read_text() == MIGRATED
 
 
 def test_a_link_leaving_the_tree_is_left_and_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -242,7 +240,7 @@ def test_ctrl_c_stops_the_run_and_leaves_every_file_whole(tmp_path: Path, jobs: 
     written = int(last.split()[1])
     contents = [path.read_bytes() for path in tree.rglob("*.py")]
     assert len(contents) == 400
-    migrated = sum(content == MIGRATED.read_bytes() for content in contents)
+    migrated = sum(content == MIGRATED.encode() for content in contents)
     untouched = sum(content == LEGACY.read_bytes() for content in contents)
     assert (migrated, untouched) == (written, 400 - written)
     assert 0 < written < 400

@@ -10,20 +10,12 @@ import pytest
 
 from cudagraph.migrate.command import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
 
-from .fixture_cases import FIXTURES
-
-LEGACY = FIXTURES / "kwargs.in.py"
-MIGRATED = FIXTURES / "kwargs.out.py"
-UNPARSABLE = FIXTURES / "unparsable.bad.py"
+from .fixture_cases import LEGACY, MIGRATED, UNPARSABLE, project_of
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "pkg").mkdir(parents=True)
-    shutil.copy(LEGACY, root / "pkg" / "server.py")
-    shutil.copy(FIXTURES / "no_legacy.in.py", root / "pkg" / "clean.py")
-    return root
+    return project_of(tmp_path / "project", {"pkg/server.py": LEGACY.name, "pkg/clean.py": "no_legacy.in.py"})
 
 
 def test_patch_writes_the_patch_to_a_file_and_nothing_to_stdout(
@@ -38,7 +30,7 @@ def test_patch_writes_the_patch_to_a_file_and_nothing_to_stdout(
     assert (project / "pkg" / "server.py").read_bytes() == LEGACY.read_bytes()  # nothing written
     applied = subprocess.run(["git", "apply", str(patch)], capture_output=True, text=True, cwd=project / "pkg")
     assert applied.returncode == 0, applied.stderr
-    assert (project / "pkg" / "server.py").read_text() == MIGRATED.read_text()
+    assert (project / "pkg" / "server.py").read_text() == MIGRATED
     # Nothing left to change: an empty patch, exit 0.
     assert main(["pkg", "--patch", str(patch), "--no-progress"]) == EXIT_OK
     assert patch.read_text() == ""

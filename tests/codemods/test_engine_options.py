@@ -25,7 +25,7 @@ from cudagraph.migrate.rules.base import ORIGINAL_KEY, REWRITE_ENGINE_OPTIONS_KE
 from cudagraph.migrate.rules.cli_flags import REWRITE_ARGV_KEY
 from cudagraph.migrate.source_migration import migrate_source
 
-from .fixture_cases import FIXTURES
+from .fixture_cases import FIXTURES, expected_text, fixture_texts
 
 TABLE = load_renames()
 OPTION_RULES = select_rules(["CG402", "CG403"])
@@ -212,32 +212,31 @@ def test_what_rewrite_argv_cannot_rewrite_stays_listed() -> None:
     ]
 
 
-OPTION_SOURCES = sorted(
-    [
-        *(
-            path
-            for path in FIXTURES.glob("*.py")
-            if path.name.startswith(("engine_options", "engine_option_dicts", "cli_flags", "argv_"))
-        ),
-        *(path for path in FIXTURES.glob("*.py") if path.name.startswith(("kwargs", "other_programs_keywords"))),
-        *(Path(__file__).parent / "plugins").rglob("*.py"),
-    ]
-)
+PLUGINS = Path(__file__).parent / "plugins"
+OPTION_SOURCES = {
+    **{
+        name: text
+        for name, text in fixture_texts().items()
+        if name.startswith(("engine_options", "engine_option_dicts", "cli_flags", "argv_", "kwargs", "other_programs_"))
+    },
+    **{str(path.relative_to(PLUGINS.parent)): path.read_text() for path in sorted(PLUGINS.rglob("*.py"))},
+}
+"""The fixture inputs and expected outputs that pass options, and every plugin file, by name."""
 
 
-@pytest.mark.parametrize("path", OPTION_SOURCES, ids=lambda path: str(path.relative_to(Path(__file__).parent)))
-def test_the_ast_report_is_what_the_libcst_pass_finds(path: Path) -> None:
+@pytest.mark.parametrize("name", sorted(OPTION_SOURCES))
+def test_the_ast_report_is_what_the_libcst_pass_finds(name: str) -> None:
     """Reporting reads the ``ast`` tree; the libcst pass (which runs where something is rewritten) must list the same
     places with the same words, so a flag changes only what is rewritten, never what is reported."""
-    source = path.read_text()
+    source = OPTION_SOURCES[name]
     exports = load_exports()
-    view = QuickView(ast.parse(source), source, str(path), TABLE, rewrite_argv=False, imported=frozenset())
+    view = QuickView(ast.parse(source), source, name, TABLE, rewrite_argv=False, imported=frozenset())
     for rule in OPTION_RULES:
         quick = rule.command.quick_findings(view)
         assert quick is not None
         tree = cst.parse_module(source)
         scratch = {REWRITE_ARGV_KEY: False, REWRITE_ENGINE_OPTIONS_KEY: False, ORIGINAL_KEY: (tree, source)}
-        command = rule.command(CodemodContext(filename=str(path), scratch=scratch), TABLE, exports)
+        command = rule.command(CodemodContext(filename=name, scratch=scratch), TABLE, exports)
         assert command.transform_module(tree).code == source or command.comments_added
         assert command.edits == 0
         assert sorted(map(str, command.findings)) == sorted(map(str, quick)), rule.code
@@ -387,7 +386,7 @@ def test_the_opt_in_flags_on_the_command_line(tmp_path: Path, capsys: pytest.Cap
     assert "migrated: 0 edit(s)" in summary and "listed for review: 25 candidate(s)" in summary
     assert main([str(tmp_path), "--no-progress", "--rewrite-argv", "--rewrite-engine-options"]) == 0
     for name, switch in switches.items():
-        assert (tmp_path / f"{name}.py").read_text() == (FIXTURES / f"{name}.{switch}.out.py").read_text()
+        assert (tmp_path / f"{name}.py").read_text() == expected_text(FIXTURES / f"{name}.in.py", switch)
     summary = capsys.readouterr().err
     assert "CG403  legacy-engine-options        16" in summary
 

@@ -9,6 +9,8 @@ import ast
 
 import libcst as cst
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cudagraph.migrate.options import RunOptions
 from cudagraph.migrate.renames import Rename, RenameKind, load_renames
@@ -17,7 +19,17 @@ from cudagraph.migrate.rules.base import FindingKind
 from cudagraph.migrate.source_migration import migrate_source
 from cudagraph.migrate.todo_comments import TODO_MARKER, todo_comments_in
 
-from .fixture_cases import FixtureCase, covers, discover_cases, expected_outputs
+from .fixture_cases import (
+    FIXTURES,
+    FixtureCase,
+    StaleDiff,
+    apply_diff,
+    covers,
+    diff_from,
+    discover_cases,
+    expected_diff_path,
+    expected_outputs,
+)
 
 CASES = discover_cases()
 
@@ -25,19 +37,19 @@ CASES = discover_cases()
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_fixture_migrates_to_expected(case: FixtureCase) -> None:
     result = case.migrate(case.source.read_text())
-    assert result.migrated.decode() == case.expected.read_text()
+    assert result.migrated.decode() == case.expected
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_expected_output_parses(case: FixtureCase) -> None:
-    text = case.expected.read_text()
+    text = case.expected
     cst.parse_module(text)
     ast.parse(text)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_second_run_changes_nothing(case: FixtureCase) -> None:
-    text = case.expected.read_text()
+    text = case.expected
     result = case.migrate(text)
     assert result.migrated.decode() == text
     assert result.edits == {}
@@ -48,13 +60,35 @@ def test_every_expected_output_has_its_input() -> None:
     assert expected_outputs() <= {case.name for case in CASES}
 
 
+def test_expected_outputs_are_stored_as_diffs() -> None:
+    """A whole ``NAME.out.py`` would be read by no case: the expected output is stored as ``NAME.out.diff``."""
+    assert sorted(path.name for path in FIXTURES.glob("*.out.py")) == []
+
+
+def test_an_input_edited_without_its_diff_fails_by_name() -> None:
+    (case,) = [case for case in CASES if case.name == "kwargs"]
+    diff = expected_diff_path(case.source).read_text()
+    edited = case.source.read_text().replace("a = resolve(disable_cuda_graph=True)", "a = resolve()")
+    with pytest.raises(StaleDiff, match=r"kwargs.out.diff: line 7 of the input is '    a = resolve\(\)\\n'"):
+        apply_diff(edited, diff, "kwargs.out.diff")
+
+
+LINES = st.lists(st.sampled_from(["a\n", "b\n", "\n", "    c\n", "-d\n", "+e\n", "@@ f\n", "--- g\n"]), max_size=30)
+
+
+@given(source=LINES, expected=LINES)
+def test_a_stored_diff_gives_back_the_expected_output(source: list[str], expected: list[str]) -> None:
+    source_text, expected_text = "".join(source), "".join(expected)
+    assert apply_diff(source_text, diff_from(source_text, expected_text, "x.in.py", "x.out.py")) == expected_text
+
+
 HAND_WRITTEN_ROWS = [row for row in load_renames() if row.kind not in (RenameKind.MODULE, RenameKind.SYMBOL)]
 """Module and symbol rows are exercised by the generated cases of ``row_cases.py`` (``test_row_cases.py``)."""
 
 
 @pytest.mark.parametrize("row", HAND_WRITTEN_ROWS, ids=lambda row: f"{row.kind.value}:{row.old}")
 def test_every_row_has_a_fixture(row: Rename) -> None:
-    pairs = [(case.source.read_text(), case.expected.read_text()) for case in CASES]
+    pairs = [(case.source.read_text(), case.expected) for case in CASES]
     assert any(covers(row, source, expected) for source, expected in pairs), f"no fixture exercises {row}"
 
 
@@ -94,8 +128,8 @@ def test_every_import_form_has_a_fixture_the_codemod_acts_on(name: str) -> None:
 def test_the_engines_own_forward_context_is_untouched() -> None:
     (own,) = [case for case in CASES if case.name == "forward_context_own"]
     (piecewise,) = [case for case in CASES if case.name == "forward_context_piecewise"]
-    assert own.expected.read_text() == own.source.read_text()
-    migrated = piecewise.expected.read_text()
+    assert own.expected == own.source.read_text()
+    migrated = piecewise.expected
     assert "from cudagraph.backend_utils import ForwardContext" in migrated
     assert "engine_forward_context.ForwardContext()" in migrated
 
@@ -195,7 +229,7 @@ def test_names_not_tied_to_the_legacy_api_are_listed_not_rewritten() -> None:
         "CG401 9: disable_cuda_graph=: callee not tied to cudagraph.config.resolve; left as written",
     ]
     own = next(case for case in CASES if case.name == "attributes_own_classes")
-    assert own.expected.read_text() == own.source.read_text()
+    assert own.expected == own.source.read_text()
     # -v names every member spelled like a legacy one that the engine's own classes define or use, read off the ast
     # tree (the file reaches no owner): definitions, attribute uses, name strings, patch.object; not a local function
     assert sorted({int(skip.split()[1].rstrip(":")) for skip in skips["attributes_own_classes"]}) == [

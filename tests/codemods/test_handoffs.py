@@ -71,7 +71,7 @@ def test_a_patched_class_names_what_each_patched_member_became() -> None:
 
 
 def test_a_fallback_moves_under_the_name_every_branch_binds() -> None:
-    migrated = CASES["import_fallbacks"].expected.read_text()
+    migrated = CASES["import_fallbacks"].expected
     assert "    from cudagraph.runner import DecodeCudaGraphRunner as CudaGraphRunner\n" in migrated
     assert "decode = CudaGraphRunner(model_runner, config)" in migrated
     assert _todos("import_fallbacks") == []
@@ -92,7 +92,7 @@ def test_member_strings_name_the_members_they_reach_and_those_the_new_class_lack
         for todo in todos
     )
     assert any("fetches CudaGraphRunner from it by name" in todo for todo in todos)
-    migrated = CASES["dotted_member_strings"].expected.read_text()
+    migrated = CASES["dotted_member_strings"].expected
     assert 'GC_HOOK = "cudagraph.backend_utils.freeze_gc"' in migrated
     assert 'importlib.import_module("cudagraph.runner")' in migrated
 

@@ -31,38 +31,42 @@ from cudagraph.migrate.reexports import import_statements
 from cudagraph.migrate.renames import load_renames
 from cudagraph.migrate.rules.imports import LegacyImports
 
-from .fixture_cases import FIXTURES
+from .fixture_cases import fixture_texts
 
 
-def _parses(path: Path) -> bool:
+def _parses(text: str) -> bool:
     try:
-        ast.parse(path.read_bytes())
+        ast.parse(text)
     except SyntaxError:
         return False
     return True
 
 
-SOURCES = sorted(
-    path for path in [*FIXTURES.glob("*.py"), *(Path(__file__).parent / "plugins").rglob("*.py")] if _parses(path)
-)
+PLUGINS = Path(__file__).parent / "plugins"
+TEXTS = {
+    **fixture_texts(),
+    **{str(path.relative_to(PLUGINS.parent)): path.read_text() for path in sorted(PLUGINS.rglob("*.py"))},
+}
+"""Every fixture input and expected output, and every plugin file, by name."""
+SOURCES = sorted(name for name, text in TEXTS.items() if _parses(text))
 
 
-def _parsed(path: Path) -> cst.Module:
-    return cst.parse_module(path.read_bytes())
+def _parsed(name: str) -> cst.Module:
+    return cst.parse_module(TEXTS[name])
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=[path.name for path in SOURCES])
-def test_parents_are_libcsts(path: Path) -> None:
-    module = _parsed(path)
+@pytest.mark.parametrize("name", SOURCES)
+def test_parents_are_libcsts(name: str) -> None:
+    module = _parsed(name)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ParentNodeProvider)
     found = parent_nodes(module)
     assert found.keys() == expected.keys()
     assert all(found[node] is parent for node, parent in expected.items())
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=[path.name for path in SOURCES])
-def test_resolved_metadata_is_libcsts(path: Path) -> None:
-    module = _parsed(path)
+@pytest.mark.parametrize("name", SOURCES)
+def test_resolved_metadata_is_libcsts(name: str) -> None:
+    module = _parsed(name)
     providers = (ExpressionContextProvider, PositionProvider, ScopeProvider, ParentNodeProvider)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve_many(providers)
     found = resolve_many(MetadataWrapper(module, unsafe_skip_copy=True), providers)
@@ -73,10 +77,10 @@ def test_resolved_metadata_is_libcsts(path: Path) -> None:
     assert _scopes(found[ScopeProvider], in_tree) == _scopes(expected[ScopeProvider], in_tree)
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=[path.name for path in SOURCES])
-def test_qualified_names_asked_of_the_scope_are_the_providers(path: Path) -> None:
+@pytest.mark.parametrize("name", SOURCES)
+def test_qualified_names_asked_of_the_scope_are_the_providers(name: str) -> None:
     """What ``OwnerResolver.qualified_names`` asks of a node's scope is what ``QualifiedNameProvider`` provides."""
-    wrapper = MetadataWrapper(_parsed(path), unsafe_skip_copy=True)
+    wrapper = MetadataWrapper(_parsed(name), unsafe_skip_copy=True)
     provided = wrapper.resolve(QualifiedNameProvider)
     scopes = wrapper.resolve(ScopeProvider)
     for node in parent_nodes(wrapper.module):
@@ -105,9 +109,9 @@ def test_nothing_is_resolved_twice() -> None:
     assert resolve_many(wrapper, (ScopeProvider, ParentNodeProvider))[ScopeProvider] is first
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=[path.name for path in SOURCES])
-def test_import_statements_are_every_import(path: Path) -> None:
-    tree = ast.parse(path.read_bytes())
+@pytest.mark.parametrize("name", SOURCES)
+def test_import_statements_are_every_import(name: str) -> None:
+    tree = ast.parse(TEXTS[name])
     expected = {id(node) for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))}
     assert {id(node) for node in import_statements(tree)} == expected
 

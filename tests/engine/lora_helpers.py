@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from lora_factors import TARGETS, random_lora_adapter
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
@@ -22,7 +23,6 @@ CONFIG = CudaGraphConfig(
 )
 CACHE = CacheConfig(max_num_reqs=8, max_context_len=48)
 LORA = LoraConfig(max_loras=3, max_rank=8)
-TARGETS = tuple(LORA_TARGETS)
 
 
 def base_model(preset: str = PRESET, seed: int = 0, device: str = "cpu") -> CausalLM:
@@ -33,17 +33,17 @@ def base_model(preset: str = PRESET, seed: int = 0, device: str = "cpu") -> Caus
 def random_adapter(
     model: CausalLM, rank: int, seed: int, targets: Sequence[str] = TARGETS, alpha: float | None = None
 ) -> LoraAdapter:
-    """Random factors of ``rank`` for every layer and target, large enough to change greedy tokens."""
+    """Random factors of ``rank`` for every layer and target of ``model`` (its rank's slice), on its device."""
     generator = torch.Generator().manual_seed(seed)
-    config = model.local_config
-    factors = {}
-    for layer in range(len(model.layers)):
-        for name in targets:
-            target = LORA_TARGETS[name]
-            a = torch.randn((rank, target.in_features(config)), generator=generator) * 0.3
-            b = torch.randn((target.out_features(config), rank), generator=generator) * 0.3
-            factors[(layer, name)] = (a.to(model.device), b.to(model.device))
-    return LoraAdapter.from_tensors(factors, alpha=alpha if alpha is not None else 2.0 * rank)
+    return random_lora_adapter(
+        model.local_config,
+        rank,
+        generator,
+        num_layers=len(model.layers),
+        targets=targets,
+        device=model.device,
+        alpha=alpha,
+    )
 
 
 def merged(model: CausalLM, adapter: LoraAdapter | None) -> CausalLM:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from published import published_config
 
 from cudagraph.engine.model import (
     PRESETS,
@@ -18,77 +19,9 @@ from cudagraph.engine.model import (
 )
 
 # Trimmed from the published config.json of each family (Transformers 4 spelling).
-QWEN3_0_6B = {
-    "architectures": ["Qwen3ForCausalLM"],
-    "attention_bias": False,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-    "head_dim": 128,
-    "hidden_act": "silu",
-    "hidden_size": 1024,
-    "intermediate_size": 3072,
-    "max_position_embeddings": 40960,
-    "model_type": "qwen3",
-    "num_attention_heads": 16,
-    "num_hidden_layers": 28,
-    "num_key_value_heads": 8,
-    "rms_norm_eps": 1e-06,
-    "rope_scaling": None,
-    "rope_theta": 1000000,
-    "sliding_window": None,
-    "tie_word_embeddings": True,
-    "torch_dtype": "bfloat16",
-    "use_sliding_window": False,
-    "vocab_size": 151936,
-}
-LLAMA_3_2_1B = {
-    "architectures": ["LlamaForCausalLM"],
-    "attention_bias": False,
-    "bos_token_id": 128000,
-    "eos_token_id": [128001, 128008, 128009],
-    "head_dim": 64,
-    "hidden_act": "silu",
-    "hidden_size": 2048,
-    "intermediate_size": 8192,
-    "max_position_embeddings": 131072,
-    "mlp_bias": False,
-    "model_type": "llama",
-    "num_attention_heads": 32,
-    "num_hidden_layers": 16,
-    "num_key_value_heads": 8,
-    "rms_norm_eps": 1e-05,
-    "rope_scaling": {
-        "factor": 32.0,
-        "high_freq_factor": 4.0,
-        "low_freq_factor": 1.0,
-        "original_max_position_embeddings": 8192,
-        "rope_type": "llama3",
-    },
-    "rope_theta": 500000.0,
-    "tie_word_embeddings": True,
-    "torch_dtype": "bfloat16",
-    "vocab_size": 128256,
-}
-QWEN2_5_0_5B = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "bos_token_id": 151643,
-    "eos_token_id": 151643,
-    "hidden_act": "silu",
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "max_position_embeddings": 32768,
-    "model_type": "qwen2",
-    "num_attention_heads": 14,
-    "num_hidden_layers": 24,
-    "num_key_value_heads": 2,
-    "rms_norm_eps": 1e-06,
-    "rope_theta": 1000000.0,
-    "sliding_window": 32768,
-    "tie_word_embeddings": True,
-    "torch_dtype": "bfloat16",
-    "use_sliding_window": False,
-    "vocab_size": 151936,
-}
+QWEN3_0_6B = published_config("qwen3-0.6b")
+LLAMA_3_2_1B = published_config("llama-3.2-1b")
+QWEN2_5_0_5B = published_config("qwen2.5-0.5b")
 
 
 def test_qwen3_config_has_explicit_head_dim_qk_norm_and_no_bias() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from published import published_config
 
 from cudagraph.engine.model import (
     ModelConfig,
@@ -20,36 +21,7 @@ from cudagraph.engine.model import (
 )
 
 # Trimmed from Qwen3-30B-A3B's published config.json (Transformers 4 spelling).
-QWEN3_30B_A3B: dict[str, Any] = {
-    "architectures": ["Qwen3MoeForCausalLM"],
-    "attention_bias": False,
-    "bos_token_id": 151643,
-    "decoder_sparse_step": 1,
-    "eos_token_id": 151645,
-    "head_dim": 128,
-    "hidden_act": "silu",
-    "hidden_size": 2048,
-    "intermediate_size": 6144,
-    "max_position_embeddings": 40960,
-    "max_window_layers": 48,
-    "mlp_only_layers": [],
-    "model_type": "qwen3_moe",
-    "moe_intermediate_size": 768,
-    "norm_topk_prob": True,
-    "num_attention_heads": 32,
-    "num_experts": 128,
-    "num_experts_per_tok": 8,
-    "num_hidden_layers": 48,
-    "num_key_value_heads": 4,
-    "rms_norm_eps": 1e-06,
-    "rope_scaling": None,
-    "rope_theta": 1000000.0,
-    "sliding_window": None,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "use_sliding_window": False,
-    "vocab_size": 151936,
-}
+QWEN3_30B_A3B = published_config("qwen3-30b-a3b")
 
 
 def test_the_published_config_is_the_preset_shape() -> None:
@@ -122,27 +94,7 @@ def test_a_tensor_parallel_size_must_split_the_experts_whole() -> None:
 
 
 # Trimmed from Mixtral-8x7B-v0.1's published config.json.
-MIXTRAL_8X7B: dict[str, Any] = {
-    "architectures": ["MixtralForCausalLM"],
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "hidden_act": "silu",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "max_position_embeddings": 32768,
-    "model_type": "mixtral",
-    "num_attention_heads": 32,
-    "num_experts_per_tok": 2,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 8,
-    "num_local_experts": 8,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 1000000.0,
-    "sliding_window": None,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "vocab_size": 32000,
-}
+MIXTRAL_8X7B = published_config("mixtral-8x7b-v0.1")
 
 
 def test_mixtral_routes_every_layer_to_experts_of_its_mlp_width() -> None:

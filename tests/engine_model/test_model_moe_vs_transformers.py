@@ -8,24 +8,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_model_vs_transformers import GREEDY_STEPS, PROMPT, _hf_greedy, _hf_logits, perturb_weights
+from transformers_reference import assert_agrees_with_transformers, perturb_weights, transformers
 
 from cudagraph.engine.model import (
     ModelConfig,
     load_model,
     model_config_from_preset,
     random_model,
-    reference_greedy,
-    reference_logits,
     save_model,
 )
-from cudagraph.engine.model.moe import EXPERT_COMPUTES_BY_NAME, SparseMoE
+from cudagraph.engine.model.moe import SparseMoE
 
-transformers = pytest.importorskip(
-    "transformers", reason=("compares with transformers: pip install transformers (`nox -s tests` does)")
-)
-
-FLOAT32_LOGITS = {"rtol": 1e-4, "atol": 1e-4}
+EXPERT_COMPUTES = ("dense", "grouped_mm")
+"""Both CPU expert computations are held to transformers' logits."""
 
 TINY_MOE = model_config_from_preset("tiny-qwen3-moe-random")
 OUR_CONFIGS = {
@@ -34,12 +29,6 @@ OUR_CONFIGS = {
     "mixed-unnormalized": TINY_MOE.with_overrides(mlp_only_layers=(1,), norm_topk_prob=False, attention_bias=True),
     "every-second-layer": TINY_MOE.with_overrides(decoder_sparse_step=2, num_experts_per_tok=3),
 }
-
-
-def use_expert_compute(model: torch.nn.Module, name: str) -> None:
-    for module in model.modules():
-        if isinstance(module, SparseMoE):
-            module.expert_compute = EXPERT_COMPUTES_BY_NAME[name]
 
 
 @pytest.mark.parametrize("name", list(OUR_CONFIGS))
@@ -54,11 +43,7 @@ def test_transformers_loads_our_moe_checkpoint_and_agrees(tmp_path: Path, name: 
     assert type(hf_model).__name__ == "Qwen3MoeForCausalLM"
     hf_sparse = [type(layer.mlp).__name__ == "Qwen3MoeSparseMoeBlock" for layer in hf_model.model.layers]
     assert hf_sparse == [config.uses_experts(layer) for layer in range(config.num_layers)]
-    expected = _hf_logits(hf_model, PROMPT)
-    for compute in ("dense", "grouped_mm"):
-        use_expert_compute(model, compute)
-        torch.testing.assert_close(reference_logits(model, PROMPT), expected, **FLOAT32_LOGITS)
-    assert reference_greedy(model, PROMPT, GREEDY_STEPS) == _hf_greedy(hf_model, PROMPT, GREEDY_STEPS)
+    assert_agrees_with_transformers(model, hf_model, EXPERT_COMPUTES)
 
 
 def hf_moe_config(**changes: object) -> object:
@@ -83,11 +68,7 @@ def test_we_load_a_transformers_moe_checkpoint_and_agree(tmp_path: Path, sharded
     assert config == ModelConfig.from_pretrained(tmp_path)
     assert (config.model_type, config.num_experts, config.moe_intermediate_size) == ("qwen3_moe", 6, 48)
     assert (config.num_experts_per_tok, config.norm_topk_prob, config.mlp_only_layers) == (2, True, (2,))
-    expected = _hf_logits(hf_model, PROMPT)
-    for compute in ("dense", "grouped_mm"):
-        use_expert_compute(model, compute)
-        torch.testing.assert_close(reference_logits(model, PROMPT), expected, **FLOAT32_LOGITS)
-    assert reference_greedy(model, PROMPT, GREEDY_STEPS) == _hf_greedy(hf_model, PROMPT, GREEDY_STEPS)
+    assert_agrees_with_transformers(model, hf_model, EXPERT_COMPUTES)
 
 
 def test_our_moe_checkpoint_round_trips_through_save_and_load(tmp_path: Path) -> None:
@@ -107,11 +88,7 @@ def test_transformers_loads_our_mixtral_checkpoint_and_agrees(tmp_path: Path) ->
     save_model(model, tmp_path)
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
     assert type(hf_model).__name__ == "MixtralForCausalLM"
-    expected = _hf_logits(hf_model, PROMPT)
-    for compute in ("dense", "grouped_mm"):
-        use_expert_compute(model, compute)
-        torch.testing.assert_close(reference_logits(model, PROMPT), expected, **FLOAT32_LOGITS)
-    assert reference_greedy(model, PROMPT, GREEDY_STEPS) == _hf_greedy(hf_model, PROMPT, GREEDY_STEPS)
+    assert_agrees_with_transformers(model, hf_model, EXPERT_COMPUTES)
 
 
 def test_we_load_a_transformers_mixtral_checkpoint_and_agree(tmp_path: Path) -> None:
@@ -129,5 +106,4 @@ def test_we_load_a_transformers_mixtral_checkpoint_and_agree(tmp_path: Path) -> 
     assert (config.model_type, config.num_experts, config.num_experts_per_tok) == ("mixtral", 6, 3)
     assert config.moe_intermediate_size == config.intermediate_size == 40 and config.norm_topk_prob
     assert all(isinstance(layer.mlp, SparseMoE) for layer in model.layers)
-    torch.testing.assert_close(reference_logits(model, PROMPT), _hf_logits(hf_model, PROMPT), **FLOAT32_LOGITS)
-    assert reference_greedy(model, PROMPT, GREEDY_STEPS) == _hf_greedy(hf_model, PROMPT, GREEDY_STEPS)
+    assert_agrees_with_transformers(model, hf_model)

@@ -3,11 +3,11 @@ our checkpoints loaded by transformers, and transformers checkpoints loaded by u
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 import torch
+from transformers_reference import assert_agrees_with_transformers, perturb_weights, transformers
 
 from cudagraph.engine.model import (
     ModelConfig,
@@ -15,17 +15,8 @@ from cudagraph.engine.model import (
     load_model,
     model_config_from_preset,
     random_model,
-    reference_greedy,
-    reference_logits,
     save_model,
 )
-
-transformers = pytest.importorskip(
-    "transformers", reason=("compares with transformers: pip install transformers (`nox -s tests` does)")
-)
-
-PROMPT = [11, 400, 3, 77, 250, 9, 9, 130, 61, 500, 2, 42]
-GREEDY_STEPS = 8
 
 OUR_CONFIGS = {
     "qwen3": model_config_from_preset("tiny-qwen3-random"),
@@ -42,26 +33,13 @@ OUR_CONFIGS = {
 }
 
 
-def _hf_logits(hf_model: torch.nn.Module, token_ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        return hf_model(torch.tensor([token_ids]), use_cache=False).logits[0].float()
-
-
-def _hf_greedy(hf_model: torch.nn.Module, prompt: list[int], steps: int) -> list[int]:
-    sequence = list(prompt)
-    for _ in range(steps):
-        sequence.append(int(_hf_logits(hf_model, sequence)[-1].argmax()))
-    return sequence[len(prompt) :]
-
-
 @pytest.mark.parametrize("name", list(OUR_CONFIGS))
 def test_transformers_loads_our_checkpoint_and_agrees(tmp_path: Path, name: str) -> None:
     model = random_model(OUR_CONFIGS[name], seed=7)
     save_model(model, tmp_path)
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
     assert type(hf_model).__name__ == model.config.architecture
-    torch.testing.assert_close(reference_logits(model, PROMPT), _hf_logits(hf_model, PROMPT), rtol=1e-4, atol=1e-4)
-    assert reference_greedy(model, PROMPT, GREEDY_STEPS) == _hf_greedy(hf_model, PROMPT, GREEDY_STEPS)
+    assert_agrees_with_transformers(model, hf_model)
 
 
 HF_CONFIGS = {
@@ -82,21 +60,6 @@ HF_CONFIGS = {
 }  # fmt: skip
 
 
-def perturb_weights(hf_model: torch.nn.Module, seed: int) -> None:
-    """Replace transformers' init (norms at one, biases at zero) with random values, so that a norm or bias
-    mapped to the wrong place changes the output."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in hf_model.named_parameters():
-            if "norm" in name:
-                parameter.copy_(1 + 0.1 * torch.randn(parameter.shape, generator=generator))
-            elif name.endswith("bias"):
-                parameter.copy_(0.1 * torch.randn(parameter.shape, generator=generator))
-            else:
-                std = 1 / math.sqrt(parameter.shape[-1])
-                parameter.copy_(std * torch.randn(parameter.shape, generator=generator))
-
-
 @pytest.mark.parametrize("sharded", [False, True], ids=["single", "sharded"])
 @pytest.mark.parametrize("name", list(HF_CONFIGS))
 def test_we_load_a_transformers_checkpoint_and_agree(tmp_path: Path, name: str, sharded: bool) -> None:
@@ -108,5 +71,4 @@ def test_we_load_a_transformers_checkpoint_and_agree(tmp_path: Path, name: str, 
     model = load_model(tmp_path)
     assert model.config == ModelConfig.from_pretrained(tmp_path) and model.config.model_type == name
     assert model.dtype == torch.float32
-    torch.testing.assert_close(reference_logits(model, PROMPT), _hf_logits(hf_model, PROMPT), rtol=1e-4, atol=1e-4)
-    assert reference_greedy(model, PROMPT, GREEDY_STEPS) == _hf_greedy(hf_model, PROMPT, GREEDY_STEPS)
+    assert_agrees_with_transformers(model, hf_model)

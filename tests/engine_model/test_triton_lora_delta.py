@@ -23,6 +23,7 @@ from torch._dynamo.utils import counters
 pytest.importorskip("triton", reason="triton is not installed: pip install triton (CUDA builds of torch bring it)")
 
 from inductor_cpu import needs_cxx
+from lora_factors import random_lora_adapter
 
 from cudagraph.backend import PiecewiseCompiler
 from cudagraph.config import resolve
@@ -30,7 +31,7 @@ from cudagraph.engine.kernels import TORCH_KERNELS
 from cudagraph.engine.kernels.triton import lora as triton_lora
 from cudagraph.engine.kernels.triton import traced_ops
 from cudagraph.engine.kernels.triton.layer_set import TritonKernels
-from cudagraph.engine.lora import LORA_TARGETS, LoraAdapter, LoraConfig, ProjectionSlots, add_delta, add_lora_delta
+from cudagraph.engine.lora import LORA_TARGETS, LoraConfig, ProjectionSlots, add_delta, add_lora_delta
 from cudagraph.engine.lora import apply as lora_apply
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
@@ -195,13 +196,7 @@ def lora_runner(kernels: TritonKernels | None) -> ModelRunner:
         runner.use_kernels(kernels)
     generator = torch.Generator().manual_seed(5)
     for name, rank in (("a", 4), ("b", 2)):
-        factors = {}
-        for layer in range(config.num_layers):
-            for target_name, target in LORA_TARGETS.items():
-                a = torch.randn((rank, target.in_features(config)), generator=generator) * 0.3
-                b = torch.randn((target.out_features(config), rank), generator=generator) * 0.3
-                factors[(layer, target_name)] = (a, b)
-        runner.load_lora_adapter(name, LoraAdapter.from_tensors(factors, alpha=2.0 * rank))
+        runner.load_lora_adapter(name, random_lora_adapter(config, rank, generator))
     return runner
 
 

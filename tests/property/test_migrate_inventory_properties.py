@@ -136,35 +136,48 @@ def python_file(draw: st.DrawFn) -> Draft:
     return draft
 
 
+@dataclass(frozen=True)
+class ConfigKind:
+    """One kind of config file: its name, its opening lines, and the line a spelling stands in."""
+
+    filename: str
+    header: str
+    template: str
+    """One line with ``{s}`` where the spelling goes."""
+    takes_flag: bool
+    """The spelling is a dashed flag (an argv entry); otherwise an option name (a key)."""
+
+
+CONFIG_KINDS = {
+    "yaml": ConfigKind("values.yaml", "# server options\n", "server:\n  {s}: 64\n", takes_flag=False),
+    "k8s": ConfigKind(
+        "deployment.yaml",
+        "spec:\n  containers:\n    - args:\n        - --model-path\n",
+        '        - "{s}"\n',
+        takes_flag=True,
+    ),
+    "toml": ConfigKind("serve.toml", "[server]\n", "{s} = 64  # graphed\n", takes_flag=False),
+    "json": ConfigKind("serve.json", "{\n", '  "{s}": 64\n}\n', takes_flag=False),
+    "sh": ConfigKind(
+        "launch.sh", "#!/bin/sh\n", "python -m sglang.launch_server {s} 8 \\\n  --port 30000\n", takes_flag=True
+    ),
+    "Dockerfile": ConfigKind(
+        "Dockerfile",
+        "FROM python:3.11\n",
+        'CMD ["python", "-m", "sglang.launch_server", "{s}", "8"]\n',
+        takes_flag=True,
+    ),
+}
+
+
 @st.composite
 def config_file(draw: st.DrawFn) -> tuple[str, Draft]:
-    kind = draw(st.sampled_from(("yaml", "toml", "json", "sh", "Dockerfile", "k8s")))
-    draft = Draft()
+    kind = CONFIG_KINDS[draw(st.sampled_from(("yaml", "toml", "json", "sh", "Dockerfile", "k8s")))]
     option = draw(st.sampled_from(sorted({*DASHED, *(row.old for row in TABLE.of_kind(RenameKind.KWARG))})))
     flag = draw(st.sampled_from(FLAGS))
-    if kind == "yaml":
-        draft.text = "# server options\n"
-        draft.add("server:\n  {s}: 64\n", option)
-        return "values.yaml", draft
-    if kind == "k8s":
-        draft.text = "spec:\n  containers:\n    - args:\n        - --model-path\n"
-        draft.add('        - "{s}"\n', flag)
-        return "deployment.yaml", draft
-    if kind == "toml":
-        draft.text = "[server]\n"
-        draft.add("{s} = 64  # graphed\n", option)
-        return "serve.toml", draft
-    if kind == "json":
-        draft.text = "{\n"
-        draft.add('  "{s}": 64\n}\n', option)
-        return "serve.json", draft
-    if kind == "sh":
-        draft.text = "#!/bin/sh\n"
-        draft.add("python -m sglang.launch_server {s} 8 \\\n  --port 30000\n", flag)
-        return "launch.sh", draft
-    draft.text = "FROM python:3.11\n"
-    draft.add('CMD ["python", "-m", "sglang.launch_server", "{s}", "8"]\n', flag)
-    return "Dockerfile", draft
+    draft = Draft(kind.header)
+    draft.add(kind.template, flag if kind.takes_flag else option)
+    return kind.filename, draft
 
 
 def notebook(draft: Draft) -> tuple[str, list[tuple[int, int, str]]]:

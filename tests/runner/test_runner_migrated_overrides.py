@@ -1,29 +1,27 @@
 """A runner subclass written against cudagraph 0.1.0, before and after ``nox -s migrate``, run against the runner.
 
 The codemod fixture ``own_runner_overrides`` is that subclass (``.in.py``, overriding ``capture_one_shape``,
-``replay_graph`` and ``replay_routed``) and its migration (``.out.py``, which the codemod tests prove is what the
-migration writes). The migrated file must run on the new names alone, with no ``DeprecationWarning`` at class
-creation or at any call, and give the same logits as the unmigrated file run through the runner's compatibility
-path, which in turn give the eager forward's.
+``replay_graph`` and ``replay_routed``) and its migration (its ``.out.diff`` applied, which the codemod tests prove
+is what the migration writes). The migrated file must run on the new names alone, with no ``DeprecationWarning`` at
+class creation or at any call, and give the same logits as the unmigrated file run through the runner's
+compatibility path, which in turn give the eager forward's.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from codemods.fixture_cases import FIXTURES, expected_text
 from runner_helpers import StubModelRunner, stub_decode_batch
 
 from cudagraph.backend.testing import CpuReplayBackend
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 
-FIXTURES = Path(__file__).resolve().parents[1] / "codemods" / "fixtures"
-LEGACY = FIXTURES / "own_runner_overrides.in.py"
-MIGRATED = FIXTURES / "own_runner_overrides.out.py"
+LEGACY = (FIXTURES / "own_runner_overrides.in.py").read_text()
+MIGRATED = expected_text(FIXTURES / "own_runner_overrides.in.py")
 
 CONFIG = CudaGraphConfig(
     decode=PhaseConfig(Backend.FULL, (1, 2, 4, 8), 8), prefill=PhaseConfig(Backend.DISABLED, (), 0)
@@ -32,11 +30,10 @@ SIZES = (1, 3, 8, 9)
 """Step sizes: an exact bucket, one padded to bucket 4, the largest bucket, one above it (eager)."""
 
 
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def _load(text: str, name: str) -> ModuleType:
+    module = ModuleType(name)
+    module.__file__ = f"{name}.py"
+    exec(compile(text, module.__file__, "exec"), module.__dict__)
     return module
 
 
@@ -91,6 +88,6 @@ def test_the_migrated_subclass_gives_the_legacy_subclass_s_results() -> None:
 
 
 def test_the_migrated_file_spells_no_old_name() -> None:
-    text = MIGRATED.read_text()
+    text = MIGRATED
     for old in ("capture_one_shape", "replay_graph", "replay_routed"):
         assert f".{old}(" not in text and f"def {old}(" not in text, old

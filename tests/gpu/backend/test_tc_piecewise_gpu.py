@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 import pytest
@@ -103,6 +103,33 @@ def decode_graphs(model_runner: ModelRunner, kind: type[BackendT]) -> tuple[Deco
     return runner, runner.backend
 
 
+TcPiecewiseDecode = tuple[ModelRunner, DecodeCudaGraphRunner, TcPiecewiseCudaGraphBackend]
+
+
+@pytest.fixture(params=COMPILERS)
+def tc_piecewise_decode(request: pytest.FixtureRequest) -> Iterator[TcPiecewiseDecode]:
+    """The tiny Qwen3 engine with tc_piecewise decode graphs (each compiler in turn), its decode runner and backend."""
+    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, request.param)) as graphed:
+        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
+        yield graphed, runner, backend
+
+
+def assert_replays_match_eager(
+    model_runner: ModelRunner, runner: DecodeCudaGraphRunner, batch_sizes: Iterable[int], replays: int
+) -> None:
+    """Every batch size runs on the graphs and its last of ``replays`` replays gives the eager forward's logits."""
+    for batch_size in batch_sizes:
+        batch = synthetic_decode_batch(model_runner, batch_size, context_len=40, seed=batch_size)
+        try:
+            assert runner.can_run(batch)
+            expected = model_runner.forward(batch).clone()
+            for _ in range(replays):
+                got = runner.replay(batch)
+            torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        finally:
+            release_synthetic_batch(model_runner, batch, context_len=40)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("compiler", COMPILERS)
 @pytest.mark.parametrize("preset", PRESETS)
@@ -128,83 +155,63 @@ def test_tc_piecewise_decode_gives_eager_tokens_at_every_batch_size(preset: str,
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("compiler", COMPILERS)
-def test_five_batch_sizes_replay_on_at_most_two_compilations_and_match_eager(compiler: str) -> None:
-    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
-        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
-        for batch_size in FIVE_BATCH_SIZES:
-            batch = synthetic_decode_batch(graphed, batch_size, context_len=40, seed=batch_size)
-            try:
-                assert runner.can_run(batch)
-                expected = graphed.forward(batch).clone()
-                for _ in range(5):
-                    got = runner.replay(batch)
-                torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
-            finally:
-                release_synthetic_batch(graphed, batch, context_len=40)
-        assert backend.compile_stats.compilations <= 2
-        assert backend.compile_stats.recompiles_at_replay == 0
-        assert dict(counters["graph_break"]) == {}
+def test_five_batch_sizes_replay_on_at_most_two_compilations_and_match_eager(
+    tc_piecewise_decode: TcPiecewiseDecode,
+) -> None:
+    graphed, runner, backend = tc_piecewise_decode
+    assert_replays_match_eager(graphed, runner, FIVE_BATCH_SIZES, replays=5)
+    assert backend.compile_stats.compilations <= 2
+    assert backend.compile_stats.recompiles_at_replay == 0
+    assert dict(counters["graph_break"]) == {}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("compiler", COMPILERS)
-def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(compiler: str) -> None:
-    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
-        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
-        unique_graphs = counters["stats"]["unique_graphs"]
-        for batch_size in range(1, 17):
-            batch = synthetic_decode_batch(graphed, batch_size, context_len=40, seed=batch_size)
-            try:
-                assert runner.can_run(batch)
-                expected = graphed.forward(batch).clone()
-                for _ in range(20):
-                    got = runner.replay(batch)
-                torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
-            finally:
-                release_synthetic_batch(graphed, batch, context_len=40)
-        assert backend.compile_stats.compilations == 1
-        assert backend.compile_stats.recompiles == 0
-        assert counters["stats"]["unique_graphs"] == unique_graphs
-        assert dict(counters["graph_break"]) == {}
+def test_twenty_replays_of_every_bucket_never_recompile_and_match_eager(tc_piecewise_decode: TcPiecewiseDecode) -> None:
+    graphed, runner, backend = tc_piecewise_decode
+    unique_graphs = counters["stats"]["unique_graphs"]
+    assert_replays_match_eager(graphed, runner, range(1, 17), replays=20)
+    assert backend.compile_stats.compilations == 1
+    assert backend.compile_stats.recompiles == 0
+    assert counters["stats"]["unique_graphs"] == unique_graphs
+    assert dict(counters["graph_break"]) == {}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("compiler", COMPILERS)
-def test_a_replay_launches_pieces_plus_split_calls_and_never_enters_dynamo(compiler: str) -> None:
-    with engine("tiny-qwen3-random", graphs(Backend.TC_PIECEWISE, compiler)) as graphed:
-        runner, backend = decode_graphs(graphed, TcPiecewiseCudaGraphBackend)
-        stats = backend.compile_stats
-        for bucket in DECODE_BUCKETS:
-            sequence = backend.sequence(bucket)
-            assert (sequence.segments, len(sequence.split_calls)) == (stats.pieces, stats.split_ops)
-            assert sequence.launches == stats.pieces + stats.split_ops
-            # Each attention split's rotary and KV store (one Triton launch) are in the graph segment before it; the
-            # split call only attends.
-            assert sequence.prefixes == stats.split_ops
-            assert all(call.kwargs.get("rotated") is True for call in sequence.split_calls)
-        batch = synthetic_decode_batch(graphed, 7, context_len=40, seed=7)
+def test_a_replay_launches_pieces_plus_split_calls_and_never_enters_dynamo(
+    tc_piecewise_decode: TcPiecewiseDecode,
+) -> None:
+    graphed, runner, backend = tc_piecewise_decode
+    stats = backend.compile_stats
+    for bucket in DECODE_BUCKETS:
+        sequence = backend.sequence(bucket)
+        assert (sequence.segments, len(sequence.split_calls)) == (stats.pieces, stats.split_ops)
+        assert sequence.launches == stats.pieces + stats.split_ops
+        # Each attention split's rotary and KV store (one Triton launch) are in the graph segment before it; the
+        # split call only attends.
+        assert sequence.prefixes == stats.split_ops
+        assert all(call.kwargs.get("rotated") is True for call in sequence.split_calls)
+    batch = synthetic_decode_batch(graphed, 7, context_len=40, seed=7)
+    try:
+        expected = graphed.forward(batch).clone()  # eager: no compiled forward outside a capture
+        torch._dynamo.reset()  # compiled code and guards gone: a replay must not need them
+        entered: list[str] = []
+
+        def watch(frame: object, event: str, arg: object) -> None:
+            filename = frame.f_code.co_filename  # type: ignore[attr-defined]
+            if event == "call" and ("/torch/_dynamo/" in filename or "/torch/fx/" in filename):
+                entered.append(f"{filename}:{frame.f_code.co_name}")  # type: ignore[attr-defined]
+
+        sys.setprofile(watch)
         try:
-            expected = graphed.forward(batch).clone()  # eager: no compiled forward outside a capture
-            torch._dynamo.reset()  # compiled code and guards gone: a replay must not need them
-            entered: list[str] = []
-
-            def watch(frame: object, event: str, arg: object) -> None:
-                filename = frame.f_code.co_filename  # type: ignore[attr-defined]
-                if event == "call" and ("/torch/_dynamo/" in filename or "/torch/fx/" in filename):
-                    entered.append(f"{filename}:{frame.f_code.co_name}")  # type: ignore[attr-defined]
-
-            sys.setprofile(watch)
-            try:
-                for _ in range(5):
-                    got = runner.replay(batch)
-            finally:
-                sys.setprofile(None)
-            torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
-            assert entered == [], f"a replay ran dynamo or FX code: {entered[:5]}"
-            assert stats.compilations == 1
+            for _ in range(5):
+                got = runner.replay(batch)
         finally:
-            release_synthetic_batch(graphed, batch, context_len=40)
+            sys.setprofile(None)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        assert entered == [], f"a replay ran dynamo or FX code: {entered[:5]}"
+        assert stats.compilations == 1
+    finally:
+        release_synthetic_batch(graphed, batch, context_len=40)
 
 
 def replay_kernels(model_runner: ModelRunner, kind: type[BaseCudaGraphBackend], batch_size: int) -> list[str]:
@@ -313,19 +320,10 @@ def test_full_with_compiled_small_buckets_gives_eager_tokens_at_every_batch_size
 @pytest.mark.gpu
 def test_compiled_small_buckets_compile_once_and_the_graph_runs_inductor_kernels() -> None:
     with engine("tiny-qwen3-random", compiled_full(), kernel_backend="torch") as graphed:
-        runner, backend = decode_graphs(graphed, FullCudaGraphBackend)
+        _, backend = decode_graphs(graphed, FullCudaGraphBackend)
         assert backend.compile_stats is not None and backend.compile_stats.compilations == 1
-        batch = synthetic_decode_batch(graphed, 4, context_len=40, seed=4)
-        try:
-            expected = graphed.forward(batch).clone()
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-                got = runner.replay(batch).clone()
-                torch.cuda.synchronize()
-            torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
-        finally:
-            release_synthetic_batch(graphed, batch, context_len=40)
-        kernels = [event.name for event in profile.events() if event.device_type == torch.autograd.DeviceType.CUDA]
-        assert any(name.startswith("triton_") for name in kernels), sorted(set(kernels))[:20]
+        kernels = replay_kernels(graphed, FullCudaGraphBackend, 4)  # the replay checked against eager's output
+    assert any(name.startswith("triton_") for name in kernels), sorted(set(kernels))[:20]
 
 
 BF16_TOLERANCE = {"compiled_full": 5e-2, "tc_piecewise_eager": 2e-2, "tc_piecewise_inductor": 2e-2}

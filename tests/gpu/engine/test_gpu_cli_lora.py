@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from lora_factors import random_lora_adapter
 
 from cudagraph.engine.commands import main
-from cudagraph.engine.lora import LORA_TARGETS, LoraAdapter
+from cudagraph.engine.lora import LoraAdapter
 from cudagraph.engine.model import model_config_from_preset
 
 pytestmark = pytest.mark.gpu
@@ -20,15 +21,7 @@ NEW_TOKENS = 8
 
 
 def _adapter(rank: int, seed: int) -> LoraAdapter:
-    config = model_config_from_preset(PRESET)
-    generator = torch.Generator().manual_seed(seed)
-    factors = {}
-    for layer in range(config.num_layers):
-        for name, target in LORA_TARGETS.items():
-            a = torch.randn((rank, target.in_features(config)), generator=generator) * 0.3
-            b = torch.randn((target.out_features(config), rank), generator=generator) * 0.3
-            factors[(layer, name)] = (a, b)
-    return LoraAdapter.from_tensors(factors, alpha=2.0 * rank)
+    return random_lora_adapter(model_config_from_preset(PRESET), rank, torch.Generator().manual_seed(seed))
 
 
 def _generate(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:

@@ -12,11 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from lora_factors import random_lora_adapter
 
 from cudagraph.config import Backend, CudaGraphConfig, PhaseConfig
 from cudagraph.engine.batch import SamplingParams
 from cudagraph.engine.generate import generate
-from cudagraph.engine.lora import LORA_TARGETS, LoraAdapter, LoraConfig
+from cudagraph.engine.lora import LoraAdapter, LoraConfig
 from cudagraph.engine.model import model_config_from_preset, random_model
 from cudagraph.engine.model_runner import CacheConfig, ModelRunner
 
@@ -39,15 +40,8 @@ def config(backend: Backend) -> CudaGraphConfig:
 
 def random_adapter(rank: int, seed: int) -> LoraAdapter:
     """Random factors of ``rank`` on q/k/v/o of every layer, large enough to change greedy tokens."""
-    model_config = model_config_from_preset(PRESET)
     generator = torch.Generator().manual_seed(seed)
-    factors = {}
-    for layer in range(model_config.num_layers):
-        for name, target in LORA_TARGETS.items():
-            a = torch.randn((rank, target.in_features(model_config)), generator=generator) * 0.3
-            b = torch.randn((target.out_features(model_config), rank), generator=generator) * 0.3
-            factors[(layer, name)] = (a.cuda(), b.cuda())
-    return LoraAdapter.from_tensors(factors, alpha=2.0 * rank)
+    return random_lora_adapter(model_config_from_preset(PRESET), rank, generator, device="cuda")
 
 
 ADAPTERS = {"a": (8, 11), "b": (4, 12)}

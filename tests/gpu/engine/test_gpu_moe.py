@@ -72,53 +72,34 @@ def cuda_block(compute: str, experts: RowRange | None = None, seed: int = 0) -> 
     return block
 
 
-@needs_grouped_mm
-@pytest.mark.parametrize("tokens_count", [1, 7, 32, 513])
+def fused_cases(grouped_mm_tokens: tuple[int, ...], triton_gemv_tokens: tuple[int, ...]) -> list[object]:
+    """(compute, tokens count) cases of both fused expert computations, each skipped where its kernels can't run."""
+    return [
+        *(pytest.param("grouped_mm", n, marks=needs_grouped_mm, id=f"grouped_mm-{n}") for n in grouped_mm_tokens),
+        *(pytest.param("triton_gemv", n, marks=needs_triton_gemv, id=f"triton_gemv-{n}") for n in triton_gemv_tokens),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("compute", "tokens_count"),
+    fused_cases((1, 7, 32, 513), (1, 4, MOE_GEMV_MAX_TOKENS, MOE_GEMV_MAX_TOKENS + 1)),
+)
 @pytest.mark.parametrize("experts", [None, RowRange(32, 64)], ids=["all-experts", "rank-1-of-4"])
-def test_grouped_mm_experts_agree_with_the_dense_experts_in_bfloat16(
-    tokens_count: int, experts: RowRange | None
+def test_fused_experts_agree_with_the_dense_experts_in_bfloat16(
+    compute: str, tokens_count: int, experts: RowRange | None
 ) -> None:
-    grouped, dense = cuda_block("grouped_mm", experts), cuda_block("dense", experts)
+    fused, dense = cuda_block(compute, experts), cuda_block("dense", experts)
     x = torch.randn(tokens_count, 2048, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
-        torch.testing.assert_close(grouped(x), dense(x), **BF16)
+        torch.testing.assert_close(fused(x), dense(x), **BF16)
 
 
-@needs_grouped_mm
-def test_grouped_mm_experts_capture_in_a_cuda_graph_and_replay_new_tokens() -> None:
-    block = cuda_block("grouped_mm", RowRange(0, 64))
-    static_x = torch.randn(16, 2048, device="cuda", dtype=torch.bfloat16)
-    with torch.no_grad():
-        block(static_x)  # warm up outside the capture (kernel selection, workspaces)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):  # a host sync inside would raise here
-            static_out = block(static_x)
-        for seed in range(3):
-            static_x.copy_(torch.randn(static_x.shape, generator=torch.Generator().manual_seed(seed)).cuda())
-            graph.replay()
-            torch.testing.assert_close(static_out, block(static_x), rtol=0, atol=0)
-
-
-@needs_triton_gemv
-@pytest.mark.parametrize("tokens_count", [1, 4, MOE_GEMV_MAX_TOKENS, MOE_GEMV_MAX_TOKENS + 1])
-@pytest.mark.parametrize("experts", [None, RowRange(32, 64)], ids=["all-experts", "rank-1-of-4"])
-def test_triton_gemv_experts_agree_with_the_dense_experts_in_bfloat16(
-    tokens_count: int, experts: RowRange | None
-) -> None:
-    gemv, dense = cuda_block("triton_gemv", experts), cuda_block("dense", experts)
-    x = torch.randn(tokens_count, 2048, device="cuda", dtype=torch.bfloat16)
-    with torch.no_grad():
-        torch.testing.assert_close(gemv(x), dense(x), **BF16)
-
-
-@needs_triton_gemv
-@pytest.mark.parametrize("tokens_count", [1, 8])
-def test_triton_gemv_experts_capture_in_a_cuda_graph_and_replay_new_routing(tokens_count: int) -> None:
-    block = cuda_block("triton_gemv", RowRange(0, 64))
+@pytest.mark.parametrize(("compute", "tokens_count"), fused_cases((16,), (1, 8)))
+def test_fused_experts_capture_in_a_cuda_graph_and_replay_new_tokens(compute: str, tokens_count: int) -> None:
+    block = cuda_block(compute, RowRange(0, 64))
     static_x = torch.randn(tokens_count, 2048, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
-        block(static_x)  # warm up outside the capture (Triton compiles here)
+        block(static_x)  # warm up outside the capture (kernel selection, workspaces; Triton compiles here)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):  # a host sync inside would raise here

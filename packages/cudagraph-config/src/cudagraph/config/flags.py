@@ -76,17 +76,10 @@ class Arity(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Flag:
-    """One modern flag: its option string, arity, precedence kind, help, and how its value becomes claims."""
+class _Spelling:
+    """What every flag row has: the option string a user types, and the keyword it becomes."""
 
     option: str
-    arity: Arity
-    kind: OriginKind
-    read: Callable[[str, object, Notes], Claims]
-    """``read(label, raw, notes)``: the claims of a given value; ``label`` is the flag the user typed (for messages),
-    ``notes`` collects the legacy value spellings it accepted."""
-    help: str
-    metavar: str | None = None
 
     @property
     def dest(self) -> str:
@@ -95,7 +88,20 @@ class Flag:
 
 
 @dataclass(frozen=True)
-class LegacyFlag:
+class Flag(_Spelling):
+    """One modern flag: its option string, arity, precedence kind, help, and how its value becomes claims."""
+
+    arity: Arity
+    kind: OriginKind
+    read: Callable[[str, object, Notes], Claims]
+    """``read(label, raw, notes)``: the claims of a given value; ``label`` is the flag the user typed (for messages),
+    ``notes`` collects the legacy value spellings it accepted."""
+    help: str
+    metavar: str | None = None
+
+
+@dataclass(frozen=True)
+class LegacyFlag(_Spelling):
     """A deprecated flag: an alias of one or more modern flags, each with a fixed value or the alias's own value.
 
     Built from a ``cli_flag`` row of the rename table by :func:`legacy_flags_from_table`, never by hand.
@@ -109,11 +115,6 @@ class LegacyFlag:
     """The cudagraph-config version that deprecated the flag (the row's ``deprecated_in``)."""
     removed_in: str
     """The cudagraph-config version that removes it (the row's ``removed_in``)."""
-
-    @property
-    def dest(self) -> str:
-        """The argparse destination, which is also the Python keyword argument name."""
-        return option_dest(self.option)
 
     @property
     def kind(self) -> OriginKind:
@@ -165,7 +166,7 @@ class LegacyFlag:
 
 
 @dataclass(frozen=True)
-class AliasFlag:
+class AliasFlag(_Spelling):
     """Another engine's spelling of one modern flag: same values, same precedence, no warning.
 
     It reads through the modern flag under its own name, so messages and ``CudaGraphConfig.sources`` name the
@@ -177,11 +178,6 @@ class AliasFlag:
     """The modern flag's option string."""
     engine: str
     """Whose spelling this is (``"SGLang"``, ``"vLLM"``), for the help text."""
-
-    @property
-    def dest(self) -> str:
-        """The argparse destination, which is also the Python keyword argument name."""
-        return option_dest(self.option)
 
     @property
     def arity(self) -> Arity:
@@ -231,28 +227,9 @@ def _disable_reader(phase: Phase) -> Reader:
     return read
 
 
-def _sizes_reader(key: str) -> Reader:
-    return lambda label, raw, notes: {key: read_sizes(label, raw)}
-
-
-def _max_reader(key: str) -> Reader:
-    return lambda label, raw, notes: {key: read_positive_int(label, raw)}
-
-
-def _padding_ratio_reader(key: str) -> Reader:
-    return lambda label, raw, notes: {key: read_padding_ratio(label, raw)}
-
-
-def _memory_budget_reader(key: str) -> Reader:
-    return lambda label, raw, notes: {key: read_memory_budget(label, raw)}
-
-
-def _capture_policy_reader(key: str) -> Reader:
-    return lambda label, raw, notes: {key: read_capture_policy(label, raw)}
-
-
-def _switch_reader(key: str) -> Reader:
-    return lambda label, raw, notes: {key: read_switch(label, raw)}
+def _value_reader(parse: Callable[[str, object], object], key: str) -> Reader:
+    """A flag that sets one key: its value parsed by ``parse(label, raw)`` (which names the flag when it is bad)."""
+    return lambda label, raw, notes: {key: parse(label, raw)}
 
 
 def _phase_flags(phase: Phase) -> list[Flag]:
@@ -278,7 +255,7 @@ def _phase_flags(phase: Phase) -> list[Flag]:
             BUCKETS_OPTIONS[phase],
             Arity.MANY,
             OriginKind.FLAG,
-            _sizes_reader(phase_key(phase, "buckets")),
+            _value_reader(read_sizes, phase_key(phase, "buckets")),
             f"{phase} {shapes} to capture, separated by spaces or commas (default: a schedule up to the max)",
             "N",
         ),
@@ -286,7 +263,7 @@ def _phase_flags(phase: Phase) -> list[Flag]:
             MAX_SIZE_OPTIONS[phase],
             Arity.ONE,
             OriginKind.FLAG,
-            _max_reader(phase_key(phase, "max_size")),
+            _value_reader(read_positive_int, phase_key(phase, "max_size")),
             f"largest {phase} {shapes[:-1]} to capture "
             + f"(default: {'from GPU memory, else ' if phase is Phase.DECODE else ''}{DEFAULT_MAX_SIZE[phase]})",
             "N",
@@ -295,7 +272,7 @@ def _phase_flags(phase: Phase) -> list[Flag]:
             PADDING_RATIO_OPTIONS[phase],
             Arity.ONE,
             OriginKind.FLAG,
-            _padding_ratio_reader(phase_key(phase, "max_padding_ratio")),
+            _value_reader(read_padding_ratio, phase_key(phase, "max_padding_ratio")),
             f"a {phase} batch whose bucket is more than RATIO times its {shapes[:-1]} runs eagerly; RATIO >= 1 "
             "(default: none, any padding replays)",
             "RATIO",
@@ -304,7 +281,7 @@ def _phase_flags(phase: Phase) -> list[Flag]:
             MEMORY_BUDGET_OPTIONS[phase],
             Arity.ONE,
             OriginKind.FLAG,
-            _memory_budget_reader(phase_key(phase, "memory_budget")),
+            _value_reader(read_memory_budget, phase_key(phase, "memory_budget")),
             # argparse formats help with %, so the percent sign of the examples is doubled.
             f"the most device memory the {phase} graphs may take: {BUDGET_EXAMPLES.replace('%', '%%')}; capture "
             "stops before exceeding it (default: no cap)",
@@ -314,7 +291,7 @@ def _phase_flags(phase: Phase) -> list[Flag]:
             CAPTURE_POLICY_OPTIONS[phase],
             Arity.ONE,
             OriginKind.FLAG,
-            _capture_policy_reader(phase_key(phase, "capture_policy")),
+            _value_reader(read_capture_policy, phase_key(phase, "capture_policy")),
             f"when the {phase} graphs are captured: eager, every bucket at start-up; lazy, each bucket by the first "
             f"step routed to it, which replays it (default: {DEFAULT_CAPTURE_POLICY})",
             "{" + ",".join(policy.value for policy in CapturePolicy) + "}",
@@ -347,7 +324,7 @@ _MODERN_ROWS: tuple[Flag, ...] = (
         TORCH_COMPILE_OPTION,
         Arity.ONE,
         OriginKind.FLAG,
-        _max_reader("torch_compile_max_bs"),
+        _value_reader(read_positive_int, "torch_compile_max_bs"),
         "full decode graphs of batch sizes up to N capture an inductor-compiled forward (default: off; SGLang also "
         f"needs {ENABLE_TORCH_COMPILE_OPTION}, here either flag turns it on)",
         "N",
@@ -376,28 +353,28 @@ _MODERN_ROWS: tuple[Flag, ...] = (
         SWITCH_OPTIONS["debug"],
         Arity.SWITCH,
         OriginKind.FLAG,
-        _switch_reader("debug"),
+        _value_reader(read_switch, "debug"),
         "debug mode: extra checks and detail in capture and replay errors",
     ),
     Flag(
         SWITCH_OPTIONS["enable_gc"],
         Arity.SWITCH,
         OriginKind.FLAG,
-        _switch_reader("enable_gc"),
+        _value_reader(read_switch, "enable_gc"),
         "keep the garbage collector running during capture (slower capture)",
     ),
     Flag(
         SWITCH_OPTIONS["disable_padding"],
         Arity.SWITCH,
         OriginKind.FLAG,
-        _switch_reader("disable_padding"),
+        _value_reader(read_switch, "disable_padding"),
         "replay only batches that exactly match a captured shape",
     ),
     Flag(
         SWITCH_OPTIONS["profile_capture"],
         Arity.SWITCH,
         OriginKind.FLAG,
-        _switch_reader("profile_capture"),
+        _value_reader(read_switch, "profile_capture"),
         "record a torch.profiler trace of one capture; the runner logs the trace's path",
     ),
 )
@@ -493,7 +470,7 @@ SGLANG_FLAGS: tuple[Flag, ...] = (
         ENABLE_TORCH_COMPILE_OPTION,
         Arity.SWITCH,
         OriginKind.FLAG,
-        _switch_reader("enable_torch_compile"),
+        _value_reader(read_switch, "enable_torch_compile"),
         f"SGLang's switch: compile small full decode graphs, up to {TORCH_COMPILE_OPTION} "
         f"(default {DEFAULT_TORCH_COMPILE_MAX_BS})",
     ),

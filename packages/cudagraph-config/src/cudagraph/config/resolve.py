@@ -27,7 +27,7 @@ from .memory_budget import MemoryBudget
 from .origins import PRECEDENCE, Origin, OriginKind
 from .phase_config import PHASE_FIELDS
 from .rules import CompatibilityRule, RuleContext, first_applicable_rule
-from .types import CudaGraphConfig, PhaseConfig
+from .types import ENGINE_WIDE_FIELDS, CudaGraphConfig, PhaseConfig
 from .values import Notes
 from .vocabulary import (
     COMPILER_OPTION,
@@ -420,11 +420,4 @@ def resolve(
 
 def _key_order(key: str) -> int:
     order = [phase_key(phase, name) for phase in Phase for name in PHASE_FIELDS]
-    order += [
-        "tc_piecewise_compiler",
-        "torch_compile_max_bs",
-        "torch_compile_mode",
-        "compile_cache_dir",
-        *SWITCH_OPTIONS,
-    ]
-    return order.index(key)
+    return [*order, *ENGINE_WIDE_FIELDS].index(key)

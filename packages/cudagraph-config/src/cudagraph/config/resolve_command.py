@@ -7,6 +7,7 @@ exits with status 2 and one ``error:`` line on stderr; warnings and rule logs go
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -46,15 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _environment(args: argparse.Namespace) -> Environment:
-    return Environment(
-        device_type=args.device_type,
-        pipeline_parallel_size=args.pipeline_parallel_size,
-        lora=args.lora,
-        multimodal=args.multimodal,
-        mla_attention=args.mla_attention,
-        torch_compile=args.torch_compile,
-        gpu_memory_gib=args.gpu_memory_gib,
-    )
+    """The environment the flags describe: each field of ``Environment`` is the flag of its name."""
+    return Environment(**{field.name: getattr(args, field.name) for field in dataclasses.fields(Environment)})
 
 
 class _LevelFormatter(logging.Formatter):

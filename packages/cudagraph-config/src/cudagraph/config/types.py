@@ -52,6 +52,17 @@ def _format_value(value: object) -> str:
     return str(value)
 
 
+ENGINE_WIDE_FIELDS: tuple[str, ...] = (
+    "tc_piecewise_compiler",
+    "torch_compile_max_bs",
+    "torch_compile_mode",
+    "compile_cache_dir",
+    *SWITCH_OPTIONS,
+)
+"""The ``CudaGraphConfig`` fields of no one phase, in display order (after each phase's ``PHASE_FIELDS``); each is
+its own ``sources`` key."""
+
+
 @dataclass(frozen=True)
 class CudaGraphConfig:
     """The one resolved CUDA-graph configuration of an engine, per phase, with where every value came from.
@@ -114,13 +125,7 @@ class CudaGraphConfig:
             for name in PHASE_FIELDS:
                 value = getattr(phase_config, name)
                 values[phase_key(phase, name)] = value.value if isinstance(value, (Backend, CapturePolicy)) else value
-        values["tc_piecewise_compiler"] = self.tc_piecewise_compiler
-        values["torch_compile_max_bs"] = self.torch_compile_max_bs
-        values["torch_compile_mode"] = self.torch_compile_mode
-        values["compile_cache_dir"] = self.compile_cache_dir
-        for switch in SWITCH_OPTIONS:
-            values[switch] = getattr(self, switch)
-        return values
+        return values | _engine_wide_values(self)
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict: ``decode`` and ``prefill`` hold the backend names, the rest sits alongside.
@@ -142,14 +147,7 @@ class CudaGraphConfig:
             result[f"{phase.value}_max_padding_ratio"] = phase_config.max_padding_ratio
             result[f"{phase.value}_memory_budget"] = None if budget is None else str(budget)
             result[f"{phase.value}_capture_policy"] = phase_config.capture_policy.value
-        result["tc_piecewise_compiler"] = self.tc_piecewise_compiler
-        result["torch_compile_max_bs"] = self.torch_compile_max_bs
-        result["torch_compile_mode"] = self.torch_compile_mode
-        result["compile_cache_dir"] = self.compile_cache_dir
-        for switch in SWITCH_OPTIONS:
-            result[switch] = getattr(self, switch)
-        result["sources"] = dict(self.sources)
-        return result
+        return result | _engine_wide_values(self) | {"sources": dict(self.sources)}
 
     def explain(self) -> str:
         """One line per value: key, value, and where it came from (JSON, flag, legacy flag, default or rule); then per
@@ -193,3 +191,8 @@ class CudaGraphConfig:
         Written by ``cli_args.config_cli_args``, beside the flags; the method stays for its callers.
         """
         return config_cli_args(self)
+
+
+def _engine_wide_values(config: CudaGraphConfig) -> dict[str, object]:
+    """The settings of no one phase (``ENGINE_WIDE_FIELDS``), JSON-ready as they are."""
+    return {name: getattr(config, name) for name in ENGINE_WIDE_FIELDS}
