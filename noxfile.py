@@ -85,6 +85,7 @@ TORCH_FREE_TESTS = (
     "--ignore=tests/codemods/test_exports_manifest.py",
     "--ignore=tests/codemods/test_example.py",
     "--ignore=tests/codemods/test_plugins.py",
+    "--ignore=tests/codemods/test_eagle_fork.py",
 )
 
 nox.options.sessions = ["tests"]

@@ -143,6 +143,7 @@ HANDOFF_FIXTURES = frozenset(
         "import_fallback_patched",
         "dotted_member_strings",
         "eagle_draft_runners",
+        "eagle_fork_draft_runners",
     }
 )
 """Fixtures of hand-offs, patches, fallbacks and member strings whose TODOs ``test_handoffs.py`` checks."""

@@ -45,6 +45,9 @@ NEW_HOMES = {
         "DecodeCudaGraphRunner", "PrefillCudaGraphRunner", "get_batch_sizes_to_capture", "ForwardBatch", "ForwardMode",
     },
 }  # fmt: skip
+UNSHIMMED_HOMES = {"cudagraph.runner": {"DraftCudaGraphRunner", "DraftExtendCudaGraphRunner"}}
+"""Homes of names only SGLang's modules had (its EAGLE draft runners): cudagraph never shipped them, so no
+``cudagraph.legacy`` shim serves them (a shim would hand out a class that cannot be built as SGLang built it)."""
 KWARGS = {
     "disable_cuda_graph": (("decode_disable_cuda_graph", "prefill_disable_cuda_graph"), None),
     "disable_piecewise_cuda_graph": (("prefill_disable_cuda_graph",), None),
@@ -64,7 +67,8 @@ def test_every_legacy_module_has_a_row() -> None:
 
 def test_every_symbol_lands_in_its_documented_home() -> None:
     for row in TABLE.of_kind(RenameKind.SYMBOL):
-        assert row.new_name in NEW_HOMES.get(row.new_module, set()), row
+        homes = NEW_HOMES.get(row.new_module, set()) | UNSHIMMED_HOMES.get(row.new_module, set())
+        assert row.new_name in homes, row
 
 
 def test_every_documented_name_is_reachable_from_the_shims() -> None:
@@ -184,6 +188,20 @@ ROW = 'kind = "{kind}"\nold = "{old}"\nnew = "{new}"\ndeprecated_in = "0.1.0"\nr
             + ROW.format(kind="method", old="a", new="b")
             + 'owners = ["x.Y"]\nlegacy_owners = ["s.Y"]\nown_name = true\n',
             "only on method rows without 'legacy_owners'",
+        ),
+        (
+            "schema = 1\n[[rename]]\n"
+            + ROW.format(kind="kwarg", old="a", new="b")
+            + 'owners = ["x.Y"]\n[rename.hooks]\nreplay = "returns tokens"\n',
+            "'hooks' must be a table of legacy method name = what the new class does instead, and only on symbol rows",
+        ),
+        (
+            "schema = 1\n[[rename]]\n"
+            + ROW.format(kind="module", old="x", new="y")
+            + "[[rename]]\n"
+            + ROW.format(kind="symbol", old="x.A", new="y.B")
+            + '[rename.hooks]\n"not a name" = "text"\n',
+            "'hooks' must be a table of legacy method name",
         ),
     ],
 )

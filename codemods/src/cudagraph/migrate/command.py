@@ -384,8 +384,8 @@ def format_summary(
     )
     lines.append(
         f"maybe tied to the legacy API: {report.findings(FindingKind.MAYBE)} place(s) in files that import a legacy "
-        "engine (a legacy member on a receiver of unknown type, a config field named like a legacy option): check "
-        "each by hand"
+        "engine (a legacy member on a receiver of unknown type, a config field named like a legacy option, the "
+        "builders of a subclass that moved onto a runner built otherwise): check each by hand"
     )
     if verbose or edits:
         lines.append(f"{'rule':<6} {'name':<24} {'edits':>6} {'files':>6}")

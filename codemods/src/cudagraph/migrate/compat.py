@@ -7,8 +7,10 @@ Renaming an import is not enough for code to keep running. Before a legacy name 
   ``get_batch_sizes_to_capture(config)`` binds ``(model_runner)`` but would read it as a config);
 - a **subclass** of it must still work on the new base: every ``self.X`` it reads and does not define exists there,
   every method it defines that the new base also defines (after the member renames the migration makes) accepts the
-  new base's call, it overrides no legacy hook the new base lacks (such an override would never be called), and its
-  ``super().method(...)`` calls bind.
+  new base's call, its ``super().__init__(...)`` binds to the new constructor with every argument meaning the same
+  (as a call does), it overrides no legacy hook the new base lacks (such an override would never be called) and no
+  method whose contract the symbol row's ``hooks`` says changed (its TODO says what the new class does instead), and
+  its ``super().method(...)`` calls bind.
 
 Each check returns the problems as short phrases; the caller leaves the code as written and writes them into a
 ``# TODO(cudagraph-migrate)`` comment. Nothing here rewrites anything.
@@ -226,7 +228,10 @@ class ApiChecker:
         if missing:
             problems.append(f"{short} has no {', '.join(missing)}")
         problems.extend(self._override_problems(body, base, renames, short, legacy))
+        problems.extend(self._construction_problems(body, new, legacy))
         for name, call in body.super_calls:
+            if name == "__init__":
+                continue  # checked with the construction, meaning included
             method = base.method(renames.get(name, name))
             if method is None:
                 continue  # reported above as a member the base lacks
@@ -235,22 +240,43 @@ class ApiChecker:
                 problems.append(f"super().{renames.get(name, name)}(...) does not bind: {problem}")
         return problems
 
+    def _construction_problems(self, body: _ClassBody, new: str, legacy: str) -> list[str]:
+        """Why the subclass's own ``super().__init__(...)`` calls could not build ``new``: they would not bind there,
+        or would pass a positional argument that means something else (``super().__init__(eagle_worker, ...)``
+        lands on the new runner's ``model_runner``). A call handing ``*args``/``**kwargs`` on binds as far as can be
+        told here."""
+        return [
+            f"super().__init__(...): {problem}"
+            for name, call in body.super_calls
+            if name == "__init__"
+            for problem in self.shape_problems(CallShape.of(call), new, legacy)
+        ]
+
     def _override_problems(
         self, body: _ClassBody, base: ClassApi, renames: Mapping[str, str], short: str, legacy: str
     ) -> Iterator[str]:
         legacy_class = self.legacy.classes.get(legacy)
+        module, _, legacy_name = legacy.rpartition(".")
+        row = self.table.symbol(module, legacy_name)
+        instead = dict(row.hooks) if row is not None else {}
         for function in body.methods:
             name = function.name.value
             new_name = renames.get(name, name)
             if _is_dunder(name) or _is_property(function):
                 continue  # constructors are called by users (their super().__init__ is checked), not by the base
             base_method = base.method(new_name)
-            if base_method is not None:
+            if base_method is not None and name in instead:
+                yield f"{name} overrides {short}.{new_name}, whose contract changed: {instead[name]}"
+            elif base_method is not None:
                 problem = signature_of(function).override_problem(base_method)
                 if problem is not None:
                     yield f"{name} overrides {short}.{new_name}, which it would break: {problem}"
-            elif legacy_class is not None and name in legacy_class.methods and not base.has_member(new_name):
-                yield f"{name} overrides a hook of the legacy {legacy.rpartition('.')[2]} that {short} never calls"
+            elif base.has_member(new_name):
+                continue
+            elif name in instead:
+                yield f"{name} overrides a hook of the legacy {legacy_name} that {short} never calls ({instead[name]})"
+            elif legacy_class is not None and name in legacy_class.methods:
+                yield f"{name} overrides a hook of the legacy {legacy_name} that {short} never calls"
 
 
 def _positional_names(legacy: Signature, new: Signature, shape: CallShape) -> Iterator[tuple[str, str]]:

@@ -237,6 +237,25 @@ class HandoffChecker:
             f"{short_old} (or hand on a callable that builds {short_new} with what it needs)"
         ]
 
+    def builders_problem(self, class_name: str, new: str, legacy: str) -> str | None:
+        """What to check by hand where a subclass ``class_name`` with no ``__init__`` of its own moves from ``legacy``
+        onto ``new`` although the legacy construction contract does not build ``new``: whoever builds the subclass
+        (often in another file, out of this run's sight) built it as the legacy engine builds ``legacy``. None where
+        the contract is unknown or still builds ``new``."""
+        contract = None if legacy.startswith(_SHIM_PREFIX) else construction_contract(self.legacy, legacy)
+        if contract is None:
+            return None
+        shape = CallShape(len(contract.positional), (), star_args=False, star_kwargs=False)
+        if not self.checker.shape_problems(shape, new, legacy):
+            return None
+        short_new = new.rpartition(".")[2]
+        arguments = ", ".join(contract.positional)
+        return (
+            f"{class_name} now derives from {short_new} and has no __init__ of its own: code that builds it as "
+            f"{contract.legacy.rpartition('.')[2]} was built, {class_name}({arguments}), must now pass what "
+            f"{short_new}{self._spelled(new)} takes; check where {class_name} is built"
+        )
+
     def _also_needed(self, new: str, contract: ConstructionContract) -> list[str]:
         """The required parameters of ``new`` beyond the contract's, where the contract's own ones mean the same."""
         api = self.exports.api(new)

@@ -37,7 +37,8 @@ class FindingKind(str, enum.Enum):
     with ``--rewrite-engine-options``), or a program's own definition of a legacy flag (never rewritten)."""
     MAYBE = "maybe"
     """A place in a file tied to a legacy engine (:func:`ties_to_legacy_engine`) that may reach its API but could not
-    be tied to it: a legacy member used on a receiver of unknown type, a config field named like a legacy option.
+    be tied to it: a legacy member used on a receiver of unknown type, a config field named like a legacy option, a
+    subclass that moved onto a new class its builders (out of the file's sight) may still build the legacy way.
     Listed for review with the new spelling, never rewritten nor marked."""
 
 

@@ -316,6 +316,8 @@ class ImportPlanner(cst.CSTVisitor):
         parent_of = self.command.parent_map()
         handoffs = self.command.handoffs
         short_old = legacy_name.rpartition(".")[2]
+        builders: list[tuple[cst.ClassDef, str]] = []
+        """Subclasses that move but whose builders (out of this file's sight) may build them the legacy way."""
         for access in accesses:
             use = classify_use(access, parent_of)
             parent = parent_of.get(access)
@@ -329,6 +331,9 @@ class ImportPlanner(cst.CSTVisitor):
                 assert isinstance(class_def, cst.ClassDef)
                 problems = self.command.checker.subclass_problems(class_def, new_name, legacy_name)
                 where, section = class_def, GuideSection.SUBCLASSES
+                if not problems and not _defines_init(class_def):
+                    builders_problem = handoffs.builders_problem(class_def.name.value, new_name, legacy_name)
+                    builders += [(class_def, builders_problem)] if builders_problem else []
             elif use is UseKind.VALUE:
                 problems = handoffs.value_problems(new_name, legacy_name)
                 section = GuideSection.HANDOFFS
@@ -351,6 +356,9 @@ class ImportPlanner(cst.CSTVisitor):
                     self.command.note(where, f"kept on the legacy {short_old}: {'; '.join(problems)}", section)
                 else:
                     self.command.note(where, "; ".join(problems), section)
+        if not refused:
+            for class_def, message in builders:
+                self.command.maybe(class_def, message)
         return refused
 
     def _record_module_uses(
@@ -496,3 +504,9 @@ def _borrow_problems(
         f"{borrowed} runs on {where}, which does not derive from {short_old}: {new_short}'s method reads state its "
         f"own constructor sets (derive from {new_short}, or keep the legacy class)"
     ]
+
+
+def _defines_init(class_def: cst.ClassDef) -> bool:
+    """Whether the class body defines ``__init__`` itself."""
+    body = class_def.body.body if isinstance(class_def.body, cst.IndentedBlock) else ()
+    return any(isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__" for statement in body)

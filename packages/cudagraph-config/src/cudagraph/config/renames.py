@@ -78,6 +78,7 @@ _OPTIONAL_FIELDS = (
     "shared_state",
     "still_shipped",
     "own_name",
+    "hooks",
 )
 _SCOPED_KINDS = frozenset(
     {RenameKind.ATTRIBUTE, RenameKind.METHOD, RenameKind.ENUM_MEMBER, RenameKind.CONFIG_STRING, RenameKind.KWARG}
@@ -119,6 +120,10 @@ class Rename:
     """(method rows) The old name is cudagraph's own earlier spelling (``capture_one_shape``), not a legacy
     engine's: the owning class keeps it as a warning alias itself, so the shims serve nothing for the row, and no
     legacy engine owned it (the row has no ``legacy_owners``)."""
+    hooks: tuple[tuple[str, str], ...] = ()
+    """(symbol rows of classes) ``(legacy hook, what the new class does instead)`` pairs for the legacy class's
+    methods that have no counterpart on the new one (SGLang's EAGLE runners' ``_postprocess_output_to_raw_bs``): an
+    override of one keeps the subclass on the legacy base, and its TODO says what replaced the hook."""
     still_shipped: bool = False
     """(module rows) The legacy engine's newest release still ships this module under the same path, rebased on its
     new runners (SGLang's EAGLE draft runners): its names are legacy only in a file that also uses a retired legacy
@@ -275,6 +280,16 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
         isinstance(old, str) and isinstance(new, str) for old, new in parameters.items()
     ):
         raise RenameTableError(f"{where}: 'parameters' must be a table of legacy name = new name strings")
+    hooks = raw.get("hooks", {})
+    if (
+        not isinstance(hooks, dict)
+        or not all(isinstance(old, str) and old.isidentifier() and isinstance(new, str) for old, new in hooks.items())
+        or (hooks and kind is not RenameKind.SYMBOL)
+    ):
+        raise RenameTableError(
+            f"{where}: 'hooks' must be a table of legacy method name = what the new class does instead, and only on "
+            "symbol rows"
+        )
     if kind in _SCOPED_KINDS and not owners:
         raise RenameTableError(
             f"{where}: {kind.value} rows need 'owners' (the legacy API the name belongs to), so the rename never "
@@ -295,6 +310,7 @@ def _parse_row(path: Path, index: int, raw: Mapping[str, object]) -> Rename:
         shared_state=shared_state,
         still_shipped=still_shipped,
         own_name=own_name,
+        hooks=tuple(sorted(hooks.items())),
     )
     if kind in _DOTTED_KINDS and not all(_is_dotted(name) for name in (row.old, row.new)):
         raise RenameTableError(f"{where}: {kind.value} rows need dotted Python paths, got {row.old!r} -> {row.new!r}")
