@@ -9,7 +9,8 @@ head (``cudagraph.engine.model.eagle``):
   decode phase's ``full`` backend). Graphed seeds and drafts are checked against eager's first.
 - ``draft capture s`` / ``decode capture s``: capturing both draft runners against capturing the target's decode
   runner, for the same buckets (``verify_batch_sizes`` and the batch size), after one eager run of every step both
-  capture (so neither pays alone for kernel compiles and autotuning).
+  capture and one untimed capture of each (so neither pays alone for kernel compiles and autotuning, which Triton's
+  on-disk cache keeps across start-ups).
 - ``self-draft tok/step``: tokens a request gains per verify step when the head is the self-draft head over a
   one-layer target of the preset's shape (every draft agrees with the target up to bf16 rounding): ``k + 1`` at best.
 
@@ -85,6 +86,13 @@ def _draft_row(
             eagle.draft_extend(extend_batch)
             if drafts > 1:
                 eagle.draft_steps(chain_batch)
+            # A first capture of each compiles the kernel variants only a capture runs (the graph path's attention
+            # and the padded buckets' shapes: Triton JIT, about 1 s the first time); the timed captures after it
+            # measure capturing, as a start-up whose Triton cache is warm does.
+            target.init_decode_cuda_graph()
+            eagle.init_cuda_graphs()
+            eagle.shutdown()
+            target.shutdown()
             decode_capture_s = _seconds(target.init_decode_cuda_graph)
             draft_capture_s = _seconds(eagle.init_cuda_graphs)
             chain, extend = eagle.draft_cuda_graph_runner, eagle.draft_extend_cuda_graph_runner
