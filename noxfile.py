@@ -177,8 +177,8 @@ def tests(session: nox.Session) -> None:
 @nox.session(venv_backend="virtualenv")
 def slow(session: nox.Session) -> None:
     """The deep variants ``tests`` leaves out (marked ``slow``): tensor parallel over gloo at TP=4 and the other
-    shapes, the shared capture budget, the stuck rank, the plugins' tests before migration, the inductor compile, the
-    memory-plan property, the wheels."""
+    shapes, the shared capture budget, the stuck and the killed rank, the plugins' tests before migration (and after
+    it, for the plugins it leaves unchanged), the inductor compile, the memory-plan property, the wheels."""
     install_workspace(session, *TEST_REQUIREMENTS)
     session.run("pytest", *SLOW_SELECTION, *(session.posargs or ["-q"]), env=bytecode_cache(session))
 
