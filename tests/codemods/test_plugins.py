@@ -645,6 +645,17 @@ def test_the_plugin_tests_pass_before_migration(plugin: Path, tmp_path: Path) ->
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]
 
 
+def after_migration_cases() -> list[object]:
+    """Every plugin, for the proof after migration; where the migration must leave the plugin's Python unchanged
+    (``unchanged`` in its ``expected.toml``, checked by ``test_each_plugin_gets_the_outcome_it_models``), its tests
+    after are its tests before, so that run is ``slow`` with the run before."""
+    return [
+        pytest.param(plugin, id=plugin.name, marks=[pytest.mark.slow] if Expectation.of(plugin).unchanged else [])
+        for plugin in PLUGINS
+    ]
+
+
+@pytest.mark.parametrize("migrated", after_migration_cases(), indirect=True)
 def test_the_plugin_tests_pass_after_migration(migrated: Migration) -> None:
     result = run_plugin_tests(migrated.copy)
     assert result.returncode == 0, (

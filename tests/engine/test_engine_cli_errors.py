@@ -130,11 +130,11 @@ def test_bad_dtype(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--dtype" in line and "float8" in line and "bfloat16" in line
 
 
-def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "cudagraph.engine", *GENERATE, "--model", str(tmp_path / "nowhere"), "--debug"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == EXIT_USAGE
-    assert "Traceback" in result.stderr and result.stderr.rstrip().splitlines()[-1].startswith("cudagraph-engine")
+def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # in this process: `python -m cudagraph.engine` calls this main (test_engine_cli.py runs it so)
+    assert main([*GENERATE, "--model", str(tmp_path / "nowhere"), "--debug"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.rstrip().splitlines()[-1].startswith("cudagraph-engine")
 
 
 @pytest.mark.parametrize("page_size", ["3", "256", "x"])
@@ -214,17 +214,17 @@ def test_the_default_kv_cache_length_comes_from_the_model_positions(
     assert len(json.loads(capsys.readouterr().out)["outputs"][0]["output_token_ids"]) == 12
 
 
-def test_the_default_kv_cache_length_is_at_most_1024(saved_model: Path, tmp_path: Path) -> None:
+def test_the_default_kv_cache_length_is_at_most_1024(
+    saved_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A 4096-position model: the default stays 1024, so a prompt needing 1025 rows is told to raise the flag.
     model = _copy(saved_model, tmp_path / "m", _positions(4096))
-    command = [sys.executable, "-m", "cudagraph.engine", *GENERATE, "--model", str(model)]
     prompt = ",".join(["5"] * 1023)
-    result = subprocess.run([*command, "--prompt-token-ids", prompt], capture_output=True, text=True, timeout=300)
-    assert result.returncode == EXIT_USAGE
-    assert result.stderr.splitlines() == [
+    line = _one_line_error([*GENERATE, "--model", str(model), "--prompt-token-ids", prompt], capsys)
+    assert line == (
         "cudagraph-engine generate: error: prompt 1 has 1023 tokens and asks for 2 more, 1025 in all, but the KV "
         "cache holds 1024 per request: raise --max-context-len (up to 4096, the model's positions) or shorten it"
-    ]
+    )
 
 
 @pytest.mark.parametrize("explicit", [[], ["--max-context-len", "256"]], ids=["default", "explicit"])

@@ -1,7 +1,9 @@
 """Qwen3-MoE through the engine on the CPU: a checkpoint served eagerly and replayed through the full and
 breakable test doubles gives Transformers' greedy tokens and logits; and the experts split over two gloo ranks
 (expert parallel, one all-reduce per sparse block, or tokens exchanged with the experts' ranks by all-to-all) give
-the single-rank tokens and logits (Mixtral's: ``slow``), the breakable double breaking at every all-to-all."""
+the single-rank tokens and logits, the breakable double breaking at every all-to-all. ``nox -s tests`` launches the
+experts split over two ranks with Qwen3-MoE; the all-to-all exchange over two ranks and Mixtral are ``slow`` (the
+exchange itself is checked in one process by ``tests/engine_model/test_model_moe_a2a.py``)."""
 
 from __future__ import annotations
 
@@ -119,7 +121,7 @@ def test_experts_split_over_two_ranks_give_single_rank_tokens_and_logits(preset:
 @pytest.mark.parametrize(
     ("preset", "decode"),
     [
-        ("tiny-qwen3-moe-random", "disabled"),
+        pytest.param("tiny-qwen3-moe-random", "disabled", marks=pytest.mark.slow),
         pytest.param("tiny-qwen3-moe-random", "breakable", marks=pytest.mark.slow),
         pytest.param("tiny-qwen3-moe-random", "full", marks=pytest.mark.slow),
         pytest.param("tiny-mixtral-random", "disabled", marks=pytest.mark.slow),

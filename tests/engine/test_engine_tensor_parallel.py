@@ -3,8 +3,8 @@ the step broadcast, failing ranks and the CLI's flags.
 
 Ranks are real processes (``launch`` spawns them), so each launch costs seconds on a small machine: every launch
 checks as much as one run can show. ``nox -s tests`` launches the cheapest variant of each case (TP=2, one token a
-page, the plain CLI); the other shapes, the TP=4 groups, the shared capture budget and the stuck rank are marked
-``slow`` (``nox -s slow``).
+page, a rank that raises); the other shapes, the TP=4 groups, the shared capture budget, the killed and the stuck
+rank and the CLI's launch at TP=2 are marked ``slow`` (``nox -s slow``).
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ def test_a_rank_that_raises_stops_the_group_with_its_error() -> None:
     assert time.monotonic() - started < 90, "the waiting rank should be stopped, not left in its collective"
 
 
+@pytest.mark.slow  # a second failing launch; a rank that raises (above) stops the group the same way
 def test_a_killed_rank_takes_the_group_down_with_one_error_naming_the_signal() -> None:
     started = time.monotonic()
     with pytest.raises(
@@ -300,7 +301,12 @@ def test_both_spellings_parse_to_the_same_size(flag: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "engine_flags", [[], pytest.param(["--page-size", "16", "--kernel-backend", "torch"], marks=pytest.mark.slow)]
+    "engine_flags",
+    [
+        # the launch through the CLI: the sharded model's own test (above) and --tp-size's parsing stay fast
+        pytest.param([], marks=pytest.mark.slow),
+        pytest.param(["--page-size", "16", "--kernel-backend", "torch"], marks=pytest.mark.slow),
+    ],
 )
 def test_cli_generate_at_tp2_prints_the_single_rank_tokens(
     engine_flags: list[str], capsys: pytest.CaptureFixture[str]

@@ -2,8 +2,8 @@
 (``lora.add_lora_delta``) at every tile and over row bounds that are not block aligned, its custom op
 (``torch.ops.cudagraph_triton.lora_delta``: opcheck, and it writes ``out`` only), the choice of path by the layer's
 kernel set, and forwards with adapters on over the Triton set: eager against the torch set's, traced (one graph,
-the op its node), split as ``tc_piecewise`` splits it, and compiled by inductor piece by piece (slow). On the GPU
-where there is one, else on CPU tensors through Triton's interpreter (``TRITON_INTERPRET=1``, set by
+the op its node), split as ``tc_piecewise`` splits it, and compiled by inductor piece by piece (these three slow).
+On the GPU where there is one, else on CPU tensors through Triton's interpreter (``TRITON_INTERPRET=1``, set by
 ``tests/conftest.py``); the forwards on CPU under the interpreter only (``tests/gpu/engine/test_gpu_lora_kernels.py``
 runs bfloat16 and the graphs on CUDA).
 """
@@ -231,6 +231,7 @@ def test_the_layers_pass_their_kernel_set_and_the_fused_forward_matches_the_torc
     assert not torch.allclose(plain, hidden[0], atol=1e-3)  # the adapters change the states
 
 
+@pytest.mark.slow  # two compiles under the interpreter; the op's opcheck and the fused eager forward stay fast
 def test_a_traced_forward_with_adapters_calls_the_op_and_keeps_eagers_numbers() -> None:
     """Dynamo meets ``lora.lora_delta`` and traces the custom op in its place (two nodes a layer, no graph break);
     ``aot_eager`` functionalizes its write to the projection and keeps eager's numbers and cache."""
@@ -257,7 +258,7 @@ def test_a_traced_forward_with_adapters_calls_the_op_and_keeps_eagers_numbers() 
         assert_compiled_matches_eager(runner, compiled, (3, 1))
 
 
-@pytest.mark.slow  # the deep variant of the traced forward with adapters (above): tc_piecewise splits it too
+@pytest.mark.slow  # the traced forward with adapters (above), split as tc_piecewise splits it
 def test_the_split_forward_with_adapters_keeps_the_deltas_in_the_pieces_and_eagers_numbers() -> None:
     """``tc_piecewise``'s split of a forward with adapters on: attention stays the only split, each projection's
     delta is a node of the piece it falls in (a layer's q/k/v delta before its attention, its o delta after), and the

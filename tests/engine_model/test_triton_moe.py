@@ -5,7 +5,8 @@ and the rule that picks them: on the GPU where there is one, else on CPU tensors
 Shapes are small (the interpreter runs every program in Python) but cover what the kernels branch on: several top-k,
 hidden sizes and widths that are and are not powers of two or multiples of a tile, expert counts, experts held by a
 range (another rank's add nothing), and float32, float16 and bfloat16 (the interpreter truncates bfloat16 where the
-GPU rounds, hence its looser tolerance here; the GPU tests hold bfloat16 to the grouped path's rounding)."""
+GPU rounds, hence its looser tolerance here; the GPU tests hold bfloat16 to the grouped path's rounding).
+``nox -s tests`` keeps a shape of each dtype, one split tiling and one held range; the other shapes are ``slow``."""
 
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ def reference(
     [
         (1, 64, 32, 8, 2, torch.float32),
         (3, 96, 48, 8, 1, torch.float32),
-        (2, 64, 40, 16, 4, torch.float32),
-        (5, 160, 32, 4, 4, torch.float32),
+        pytest.param(2, 64, 40, 16, 4, torch.float32, marks=pytest.mark.slow),
+        pytest.param(5, 160, 32, 4, 4, torch.float32, marks=pytest.mark.slow),  # the interpreter's slowest shape
         (2, 64, 32, 8, 3, torch.float16),
         (3, 96, 48, 16, 2, torch.bfloat16),
     ],
@@ -85,7 +86,10 @@ def test_the_gemv_kernels_give_the_weighted_sum_of_each_tokens_experts(
 @pytest.mark.parametrize(
     "tiles",
     [
-        triton_moe.MoeTiles(gate_up=triton_moe.MoeTile(2, 32), down=triton_moe.MoeTile(8, 16)),
+        pytest.param(
+            triton_moe.MoeTiles(gate_up=triton_moe.MoeTile(2, 32), down=triton_moe.MoeTile(8, 16)),
+            marks=pytest.mark.slow,
+        ),
         triton_moe.MoeTiles(gate_up=triton_moe.MoeTile(8, 64, num_warps=8), down=triton_moe.MoeTile(2, 32)),
     ],
 )
@@ -96,7 +100,9 @@ def test_tiles_that_split_each_reduction_into_several_steps_give_the_same_sums(t
     torch.testing.assert_close(out.double(), reference(x, routing, gate_up, down, 0), **TOLERANCE[torch.float32])
 
 
-@pytest.mark.parametrize(("start", "stop"), [(0, 4), (2, 6), (6, 8), (3, 4)])
+@pytest.mark.parametrize(
+    ("start", "stop"), [(2, 6), *(pytest.param(*held, marks=pytest.mark.slow) for held in [(0, 4), (6, 8), (3, 4)])]
+)
 def test_experts_held_elsewhere_add_nothing(start: int, stop: int) -> None:
     # A rank holding experts [start, stop) of 8 adds only those experts' weighted outputs: the ranks' parts sum to the
     # whole (checked for the dense path in test_model_moe_routing.py).

@@ -108,7 +108,15 @@ def test_triton_s_interpreter_never_launches_with_pdl() -> None:
         assert not pdl.triton_supports_pdl()
 
 
-@pytest.mark.parametrize(("value", "enabled"), [(None, True), ("1", True), ("0", False), ("off", False), ("No", False)])
+# a fresh interpreter each: unset and "0" in `nox -s tests`, the other spellings `slow`
+@pytest.mark.parametrize(
+    ("value", "enabled"),
+    [
+        (None, True),
+        ("0", False),
+        *(pytest.param(*case, marks=pytest.mark.slow) for case in [("1", True), ("off", False), ("No", False)]),
+    ],
+)
 def test_the_environment_variable_is_read_once_at_import(value: str | None, enabled: bool) -> None:
     environment = {key: item for key, item in os.environ.items() if key != pdl.PDL_ENV}
     if value is not None:

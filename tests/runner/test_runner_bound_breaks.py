@@ -41,7 +41,7 @@ def decode_batch(model_runner, batch_size: int, seed: int = 0) -> ForwardBatch:
     return make_decode_batch(requests, model_runner.device)
 
 
-@pytest.mark.parametrize("batch_size", [1, 8])
+@pytest.mark.parametrize("batch_size", [pytest.param(1, marks=pytest.mark.slow), 8])
 def test_a_replay_dispatches_no_attention_op_and_reads_no_forward_context(batch_size: int) -> None:
     model_runner = make_model_runner()
     attn_backend = model_runner.attn_backend
@@ -68,7 +68,7 @@ def test_a_replay_dispatches_no_attention_op_and_reads_no_forward_context(batch_
         assert kernels.call_count == layers, "each break ran its bound gather and attention once"
 
 
-@pytest.mark.parametrize("batch_size", [1, 5])
+@pytest.mark.parametrize("batch_size", [pytest.param(1, marks=pytest.mark.slow), 5])  # 5: padded to its bucket
 def test_bound_and_dispatched_replays_give_the_same_logits_bit_for_bit(batch_size: int, request) -> None:
     bound_engine = make_model_runner()
     bound = breakable_runner(bound_engine).replay(decode_batch(bound_engine, batch_size)).clone()

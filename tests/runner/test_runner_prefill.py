@@ -20,7 +20,17 @@ def captured_prefill_runner(model_runner) -> tuple[PrefillCudaGraphRunner, CpuRe
     return runner, backend
 
 
-@pytest.mark.parametrize(("lengths", "bucket"), [([5], 16), ([5, 9], 16), ([16], 16), ([7, 11, 3], 32), ([30, 20], 64)])
+# one request and three into larger buckets in `nox -s tests`; the other shapes `slow`
+@pytest.mark.parametrize(
+    ("lengths", "bucket"),
+    [
+        ([5], 16),
+        pytest.param([5, 9], 16, marks=pytest.mark.slow),
+        pytest.param([16], 16, marks=pytest.mark.slow),
+        ([7, 11, 3], 32),
+        pytest.param([30, 20], 64, marks=pytest.mark.slow),
+    ],
+)
 def test_extend_replay_matches_eager(lengths: list[int], bucket: int) -> None:
     model_runner = make_model_runner()
     runner, backend = captured_prefill_runner(model_runner)
@@ -63,7 +73,7 @@ def test_prefill_runner_leaves_what_it_cannot_take_to_eager() -> None:
     assert backend.replayed == []
 
 
-@pytest.mark.parametrize("preset", ["tiny-qwen3-random", "tiny-llama-random"])
+@pytest.mark.parametrize("preset", ["tiny-qwen3-random", pytest.param("tiny-llama-random", marks=pytest.mark.slow)])
 def test_generate_with_both_runners_gives_the_eager_tokens(preset: str) -> None:
     prompts = prompts_of([3, 17, 8, 1, 25, 9, 4, 12, 6, 2], seed=7)
     # Different lengths make the decode batch shrink through several buckets (and start above the largest).

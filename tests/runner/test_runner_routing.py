@@ -195,9 +195,28 @@ def test_buckets_a_budget_left_without_graphs_route_over_budget() -> None:
 step_sizes = st.lists(st.integers(0, 12), min_size=1, max_size=40)
 
 
-@settings(max_examples=40)
-@given(step_sizes, st.sampled_from([None, 1.0, 1.5, 2.0]), st.booleans())
+bucket_ratios = st.sampled_from([None, 1.0, 1.5, 2.0])
+
+
+@settings(max_examples=10)
+@given(step_sizes, bucket_ratios, st.booleans())
 def test_metrics_count_exactly_the_steps_each_route_took(sizes: list[int], ratio: float | None, padding: bool) -> None:
+    count_routes(sizes, ratio, padding)
+
+
+@pytest.mark.slow
+@settings(max_examples=40)
+@given(step_sizes, bucket_ratios, st.booleans())
+def test_metrics_count_exactly_the_steps_each_route_took_over_more_runs(
+    sizes: list[int], ratio: float | None, padding: bool
+) -> None:
+    """The same property searched four times longer (``nox -s slow``): each run captures its runner."""
+    count_routes(sizes, ratio, padding)
+
+
+def count_routes(sizes: list[int], ratio: float | None, padding: bool) -> None:
+    """Route and replay ``sizes`` as steps of a runner capturing buckets 1, 2, 4 and 8: its metrics count each
+    replayed bucket's steps and each eager reason's, and every step once."""
     runner, backend, _ = stub_runner((1, 2, 4, 8), ratio, disable_padding=not padding)
     runner.capture()
     want_eager: Counter[EagerReason] = Counter()

@@ -51,7 +51,10 @@ def test_eager_verify_logits_equal_decoding_the_same_tokens_one_by_one() -> None
 
 @pytest.mark.parametrize("backend_kind", [Backend.FULL, Backend.BREAKABLE])
 @pytest.mark.parametrize("num_drafts", [1, 3])
-@pytest.mark.parametrize("batch_size", [1, 3, 8])
+# a batch padded to its bucket in `nox -s tests`; the smallest and the largest bucket, filled, are `slow`
+@pytest.mark.parametrize(
+    "batch_size", [pytest.param(1, marks=pytest.mark.slow), 3, pytest.param(8, marks=pytest.mark.slow)]
+)
 def test_a_verify_replay_matches_eager_at_its_padded_bucket(batch_size: int, num_drafts: int, backend_kind) -> None:
     model_runner = make_model_runner()
     runner, backend = verify_runner(model_runner, num_drafts + 1, backend_kind)
@@ -220,7 +223,12 @@ def draft_engine(seed: int, with_graphs: bool) -> tuple:
     return draft, backends
 
 
-@pytest.mark.parametrize(("seed", "graphed"), [(0, False), (0, True), (5, True)], ids=["same-eager", "same", "other"])
+# the same draft graphed is `slow`: the other draft's run replays the same graphs and rejects tokens too
+@pytest.mark.parametrize(
+    ("seed", "graphed"),
+    [(0, False), pytest.param(0, True, marks=pytest.mark.slow), (5, True)],
+    ids=["same-eager", "same", "other"],
+)
 def test_a_draft_model_gives_exactly_the_greedy_tokens(greedy_tokens, seed: int, graphed: bool) -> None:
     """With the target's own weights every draft is right (all accepted); with other weights few are, and the tokens
     are the greedy ones either way. The draft engine's steps replay its own graphs."""
