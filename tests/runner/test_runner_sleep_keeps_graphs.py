@@ -156,6 +156,23 @@ def test_without_sleepable_memory_the_weights_storage_goes_and_comes_back(level:
     graph_equals_eager(model_runner, 3, seed=6)
 
 
+def test_a_level_2_wake_that_captures_again_on_garbage_weights_leaves_the_kv_cache_zero(monkeypatch) -> None:
+    model_runner, _, _ = engine(outlive=False)
+    resize = lifecycle._resize_storages
+
+    def resize_to_garbage(tensors, *, to_nothing: bool) -> None:  # fresh storage as a device may hand it: NaN
+        resize(tensors, to_nothing=to_nothing)
+        if not to_nothing:
+            for tensor in tensors:
+                tensor.data.fill_(float("nan"))
+
+    monkeypatch.setattr(lifecycle, "_resize_storages", resize_to_garbage)
+    model_runner.sleep(2)
+    model_runner.wake()  # the decode graphs are captured again, on NaN weights and a NaN cache
+    assert model_runner.decode_cuda_graph_runner.captured_buckets == (1, 2, 4, 8)
+    assert all(bool((page == 0).all()) for page in model_runner.token_to_kv_pool.kv_pages)
+
+
 def test_a_sleep_level_outside_the_table_is_one_error_naming_the_levels() -> None:
     model_runner = make_model_runner()
     with pytest.raises(ValueError, match=r"sleep level 3: allowed: 0 \(the weights stay on the device\); 1 "):

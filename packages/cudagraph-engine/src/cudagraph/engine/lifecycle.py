@@ -353,11 +353,14 @@ def wake(model_runner: ModelRunner) -> MemoryLevels:
             _resize_storages(_unique_parameters(model_runner.model), to_nothing=False)
         if level == 1:
             _restore_weights(model_runner)
-    _zero_kv_cache(model_runner)
     model_runner.asleep = False
     for runner in graph_runners(model_runner):
         if runner.wake() is RunnerState.FAILED:
             logger.warning("%s graphs did not come back: %s", _label(runner), runner.eager_reason)
+    # Zeroed after the runners woke: a capture again (memory that did not outlive the sleep) runs its warm-ups and
+    # captures on whatever the weights hold (at level 2, garbage until the caller loads new ones), writing the scratch
+    # slot padded rows use; a NaN left there would reach real rows through the masked columns of their attention.
+    _zero_kv_cache(model_runner)
     reading = free_device_bytes(model_runner.device)
     if reading is not None:
         levels.awake = reading[0]
