@@ -117,6 +117,23 @@ def test_a_file_that_does_not_parse_and_names_nothing_legacy_is_named(
     assert broken.read_text() == "def f(:\n    return 1\n"
 
 
+def test_a_file_only_newer_pythons_parse_that_names_nothing_legacy_is_not_called_unparsable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """libcst's grammar decides, not the running Python's: under 3.10 and 3.11 this file is read by libcst."""
+    newer = tmp_path / "registry.py"
+    newer.write_text(
+        "type Key = str | int\n\n\nclass Registry[K]:\n"
+        '    def describe(self, key: K) -> str:\n        return f"{key}: {", ".join(["a", "b"])}"\n'
+    )
+    broken = tmp_path / "broken.py"
+    broken.write_text("class Registry[K:\n    pass\n")
+    assert main([str(tmp_path), "--no-progress"]) == EXIT_OK
+    err = capsys.readouterr().err
+    assert f"{newer}" not in err
+    assert f"skipped: {broken}:1:" in err and "does not parse" in err
+
+
 def test_an_empty_folder_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "README.md").write_text("# nothing here\n")

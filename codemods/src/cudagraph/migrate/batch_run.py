@@ -11,7 +11,6 @@ returns a report marked :attr:`RunReport.interrupted` holding the files that wer
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import difflib
@@ -20,7 +19,6 @@ import multiprocessing
 import os
 import signal
 import threading
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -41,9 +39,10 @@ from .inventory import (
 )
 from .line_moves import moved_lines
 from .options import RunOptions
+from .python_ast import syntax_error
 from .reexports import collect_reexports
 from .renames import load_renames
-from .rules import Rule, select_rules
+from .rules import Rule, rule_prefilter, select_rules
 from .rules.base import Finding, FindingKind
 from .source_migration import (
     MigrationError,
@@ -177,14 +176,19 @@ def migrate_files(
     order, and says it was interrupted.
     """
     rules = _rules(options.rule_codes)
-    others = [path for path in files if file_kind(path) is not None and not is_python_path(path)]
+    others = [path for path in files if _is_other_file(path)]
     other_set = set(others)
     files = [path for path in files if path not in other_set]
-    other_reports = [_other_file(path, options) for path in others]
+    other_done: dict[str, FileReport] = {}
     with _sigint_stops_the_run():
-        stream = _in_process(files, options) if jobs <= 1 or len(files) <= 1 else _in_workers(files, options, jobs)
+        if jobs <= 1 or len(files) <= 1:
+            other_done = {str(path): _other_file(path, options) for path in others}
+            stream = _in_process(files, options)
+        else:  # the other files are inventoried by the workers too, beside the Python files
+            stream = _in_workers(files, options, jobs, others, other_done)
         done = {report.path: report for report in (progress(stream, len(files)) if progress else stream)}
     finished = [done[str(path)] for path in files if str(path) in done and done[str(path)].status != "interrupted"]
+    other_reports = [other_done[str(path)] for path in others if str(path) in other_done]
     return RunReport(finished, rules, interrupted=_INTERRUPT.requested, other_files=other_reports)
 
 
@@ -195,27 +199,47 @@ def _in_process(files: Sequence[Path], options: MigrationOptions) -> Iterator[Fi
         yield migrate_file(path, options)
 
 
-def _in_workers(files: Sequence[Path], options: MigrationOptions, jobs: int) -> Iterator[FileReport]:
-    """Reports as worker processes finish them; after Ctrl-C, only those of the tasks already running."""
+def _in_workers(
+    files: Sequence[Path],
+    options: MigrationOptions,
+    jobs: int,
+    others: Sequence[Path] = (),
+    other_done: dict[str, FileReport] | None = None,
+) -> Iterator[FileReport]:
+    """Reports of ``files`` as worker processes finish them; after Ctrl-C, only those of the tasks already running.
+    The workers inventory ``others`` (text files that are not Python) too: their reports go into ``other_done``."""
     heavy, light = _split_by_work(files, options)
     # The few files with legacy names hold nearly all the work: largest first, one per task, so no worker is left
     # with a chunk of them while the other idles; the rest go in large chunks.
     size = max(1, min(64, len(light) // (jobs * 8)))
-    tasks = [[path] for path in heavy] + [light[start : start + size] for start in range(0, len(light), size)]
+    tasks = [
+        *([path] for path in heavy),
+        *(list(others[start : start + size]) for start in range(0, len(others), size)),
+        *(light[start : start + size] for start in range(0, len(light), size)),
+    ]
+    other_paths = {str(path) for path in others}
+    collected = other_done if other_done is not None else {}
+
+    def python_reports(reports: list[FileReport]) -> list[FileReport]:
+        for report in reports:
+            if report.path in other_paths:
+                collected[report.path] = report
+        return [report for report in reports if report.path not in other_paths]
+
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(files)), initializer=_worker_started)
     try:
         pending: set[Future[list[FileReport]]] = {pool.submit(_migrate_chunk, task, options) for task in tasks}
         while pending and not _INTERRUPT.requested:
             finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
             for future in finished:
-                yield from future.result()
+                yield from python_reports(future.result())
         if pending:  # interrupted: queued tasks never start, running ones stop at their next file
             for future in pending:
                 future.cancel()
             for child in multiprocessing.active_children():
                 _signal(child.pid)
             for future in wait([future for future in pending if not future.cancelled()], timeout=5).done:
-                yield from future.result()
+                yield from python_reports(future.result())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -228,7 +252,13 @@ def _signal(pid: int | None) -> None:
 
 
 def _migrate_chunk(paths: Sequence[Path], options: MigrationOptions) -> list[FileReport]:
-    return [migrate_file(path, options) for path in paths]
+    """Each file of ``paths`` migrated (a Python file) or inventoried (any other text file)."""
+    return [_other_file(path, options) if _is_other_file(path) else migrate_file(path, options) for path in paths]
+
+
+def _is_other_file(path: Path) -> bool:
+    """Whether ``path`` is a text file the inventory reads that is not Python (inventoried, never migrated)."""
+    return file_kind(path) is not None and not is_python_path(path)
 
 
 @dataclass
@@ -275,6 +305,7 @@ def _split_by_work(files: Sequence[Path], options: MigrationOptions) -> tuple[li
     table = load_renames(options.table_path)
     rules = _rules(options.rule_codes)
     markers = reexport_markers(options.run.reexports)
+    prefilter = rule_prefilter(tuple(rules), table)
     heavy: list[tuple[int, Path]] = []
     light: list[Path] = []
     for path in files:
@@ -284,7 +315,7 @@ def _split_by_work(files: Sequence[Path], options: MigrationOptions) -> tuple[li
             light.append(path)  # the worker reports it
             continue
         text = data.decode("utf-8", errors="replace")
-        if any(rule.applies(text, str(path), table, markers) for rule in rules):
+        if prefilter.active(rules, text, str(path), table, markers):
             heavy.append((len(data), path))
         else:
             light.append(path)
@@ -405,16 +436,14 @@ def _link_target(path: Path) -> Path:
 
 
 def _unparsable(source: bytes, path: Path) -> str | None:
-    """Why ``source``, which the prefilter let no rule see, does not parse as Python; None when it does."""
-    try:
-        with warnings.catch_warnings():  # invalid escapes and the like are the file's business, not this run's
-            warnings.simplefilter("ignore")
-            ast.parse(source, str(path))
-    except SyntaxError as error:
-        return one_line(f"{path}:{error.lineno}:{error.offset}: does not parse: {error.msg} (it names nothing legacy)")
-    except ValueError as error:  # a NUL byte
-        return one_line(f"{path}: does not parse: {error} (it names nothing legacy)")
-    return None
+    """Why ``source``, which the prefilter let no rule see, does not parse as Python (neither the running Python nor
+    libcst's grammar reads it); None when it does."""
+    error = syntax_error(source, str(path))
+    if error is None:
+        return None
+    if error.lineno is None:  # a NUL byte
+        return one_line(f"{path}: does not parse: {error.msg} (it names nothing legacy)")
+    return one_line(f"{path}:{error.lineno}:{error.offset}: does not parse: {error.msg} (it names nothing legacy)")
 
 
 ERROR_WIDTH = 300

@@ -22,7 +22,7 @@ from .options import RunOptions
 from .python_ast import parse_ast
 from .reexports import imported_names
 from .renames import RenameTable
-from .rules import Rule
+from .rules import Rule, rule_prefilter
 from .rules.base import (
     LEGACY_ENGINE_FILE_KEY,
     MOVE_SHARED_STATE_KEY,
@@ -117,7 +117,7 @@ def migrate_source(
     original = source.encode("utf-8") if isinstance(source, str) else source
     text = original.decode("utf-8", errors="replace")
     markers = reexport_markers(options.reexports)
-    active = [rule for rule in rules if rule.applies(text, path, table, markers)]
+    active = rule_prefilter(tuple(rules), table).active(rules, text, path, table, markers)
     if not active:
         return SourceMigration(original, original)
     try:
@@ -165,9 +165,11 @@ def migrate_source(
     context = CodemodContext(filename=path, scratch=scratch)
     chain = _RuleChain(context, transforming, table, exports)
     try:
-        migrated = chain.transform_module(tree).bytes
+        transformed = chain.transform_module(tree)
     except MigrationError as error:
         raise MigrationError(f"{path}: {error}") from error
+    # a chain that edited nothing hands the parsed tree back, whose code is the source (libcst round-trips it)
+    migrated = original if transformed is tree else transformed.bytes
     result = chain.result
     result.original, result.migrated = original, migrated
     result.findings = sorted([*findings, *result.findings], key=lambda finding: (finding.code, finding.line))

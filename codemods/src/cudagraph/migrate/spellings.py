@@ -23,13 +23,21 @@ file is scanned without a regular expression of a hundred alternatives over ever
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from .renames import Rename, RenameKind, RenameTable
+from .table_cache import per_table
 
-__all__ = ["TOKEN_CHARACTERS", "LegacySpelling", "SpellingForm", "SpellingSet", "legacy_spellings", "spellings_of"]
+__all__ = [
+    "TOKEN_CHARACTERS",
+    "LegacySpelling",
+    "SpellingForm",
+    "SpellingSet",
+    "covering_anchors",
+    "legacy_spellings",
+    "spellings_of",
+]
 
 TOKEN_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 """What a token is made of: identifiers, dotted paths and dash-separated flags."""
@@ -118,7 +126,7 @@ def legacy_spellings(table: RenameTable) -> SpellingSet:
     return _spelling_set(table)
 
 
-@functools.lru_cache(maxsize=8)
+@per_table
 def _spelling_set(table: RenameTable) -> SpellingSet:
     still_shipped = frozenset(row.old for row in table.of_kind(RenameKind.MODULE) if row.still_shipped)
     by_text: dict[str, LegacySpelling] = {}
@@ -131,10 +139,10 @@ def _spelling_set(table: RenameTable) -> SpellingSet:
     packages = frozenset(
         row.old.partition(".")[0] for row in table.of_kind(RenameKind.MODULE) if not row.old.startswith("cudagraph.")
     )
-    return SpellingSet(by_text, _anchors(tuple(by_text)), longest, packages)
+    return SpellingSet(by_text, covering_anchors(tuple(by_text)), longest, packages)
 
 
-def _anchors(texts: tuple[str, ...], length: int = 10) -> tuple[str, ...]:
+def covering_anchors(texts: tuple[str, ...], length: int = 10) -> tuple[str, ...]:
     """A small set of substrings such that every text contains one (greedy set cover over the texts' substrings of
     ``length`` characters, a shorter text being its own anchor). Ten characters keep them rare in real code: four
     picked ``torc`` and ``raph``, which nearly every file of an inference engine holds."""

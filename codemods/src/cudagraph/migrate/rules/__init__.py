@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..renames import RenameKind, RenameTable
+from ..spellings import covering_anchors, legacy_spellings
+from ..table_cache import per_table
 from .attributes import LegacyMembers
 from .base import MigrationCommand
 from .cli_flags import LegacyCliFlags
@@ -21,7 +23,7 @@ from .imports import LegacyImports
 from .keywords import LegacyKeywords
 from .option_fields import LegacyOptionFields
 
-__all__ = ["RULES", "Rule", "RuleSelectionError", "select_rules"]
+__all__ = ["RULES", "Rule", "RulePrefilter", "RuleSelectionError", "rule_prefilter", "select_rules"]
 
 
 @dataclass(frozen=True)
@@ -113,3 +115,37 @@ def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = (), rules: 
 def _matches(rule: Rule, entry: str) -> bool:
     entry = entry.strip()
     return bool(entry) and (rule.code.upper().startswith(entry.upper()) or rule.name == entry)
+
+
+@dataclass(frozen=True)
+class RulePrefilter:
+    """The first test every file meets: a file that holds none of :attr:`anchors` is one no rule applies to, and no
+    rule's own test (:meth:`Rule.applies`, a few hundred substring searches) runs on it.
+
+    The anchors are a few substrings such that every text a rule's test looks for (its
+    :meth:`~cudagraph.migrate.rules.base.MigrationCommand.prefilter_texts`), and every legacy spelling of the table,
+    contains one: a file holding any of those holds an anchor, so the prefilter never drops a file a rule would
+    have read (``tests/codemods/test_prefilter_property.py`` checks it).
+    """
+
+    anchors: tuple[str, ...]
+
+    def keeps(self, text: str) -> bool:
+        """Whether ``text`` may hold something a rule looks for (False: certainly not)."""
+        return any(anchor in text for anchor in self.anchors)
+
+    def active(
+        self, rules: Sequence[Rule], text: str, path: str, table: RenameTable, markers: frozenset[str]
+    ) -> list[Rule]:
+        """The rules of ``rules`` that apply to ``text``, the file at ``path``."""
+        if not self.keeps(text):
+            return []
+        return [rule for rule in rules if rule.applies(text, path, table, markers)]
+
+
+@per_table
+def rule_prefilter(rules: tuple[Rule, ...], table: RenameTable) -> RulePrefilter:
+    """The prefilter of ``rules`` (see :class:`RulePrefilter`), computed once per rule selection and table."""
+    texts = {text for rule in rules for text in rule.command.prefilter_texts(table)}
+    texts.update(spelling.text for spelling in legacy_spellings(table))
+    return RulePrefilter(covering_anchors(tuple(sorted(texts))))

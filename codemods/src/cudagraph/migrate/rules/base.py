@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import enum
-import functools
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePath
@@ -19,6 +18,7 @@ from ..exports import ExportsManifest, load_exports
 from ..line_moves import moved_lines
 from ..metadata import positions, resolved
 from ..renames import Rename, RenameTable
+from ..table_cache import per_table
 from ..todo_comments import GuideSection, todo_text, todos_in, with_todo_comments, without_todos
 
 
@@ -91,7 +91,7 @@ def ties_to_legacy_engine(imported: Iterable[str], table: RenameTable) -> bool:
     return any(name.partition(".")[0] in roots for name in imported)
 
 
-@functools.cache
+@per_table
 def _import_spellings(table: RenameTable) -> frozenset[str]:
     """Text an import of a legacy module contains: the module path (``import a.b.c``), or its package when the module
     is imported from it (``from a.b import c``); and the modules of the legacy engine's classes that own members."""
@@ -102,7 +102,7 @@ def _import_spellings(table: RenameTable) -> frozenset[str]:
     return frozenset({*retired, *(package for package in packages if package), *owner_modules})
 
 
-@functools.cache
+@per_table
 def _legacy_engine_roots(table: RenameTable) -> frozenset[str]:
     """The top-level packages of the legacy engines (``sglang``, ``pymllm``): never ``cudagraph``."""
     names = {*table.modules, *(owner for row in table for owner in row.legacy_owners)}
@@ -194,7 +194,14 @@ class MigrationCommand(CodemodCommand, cst.CSTTransformer):
         last parts of the project's modules that re-export legacy names, through which a file can reach the legacy
         API too) change nothing here; they are the signature every rule shares.
         """
-        return any(trigger in text for trigger in cls.triggers(table))
+        return any(trigger in text for trigger in _triggers(cls, table))
+
+    @classmethod
+    def prefilter_texts(cls, table: RenameTable) -> frozenset[str]:
+        """Texts of which every file this rule :meth:`applies` to holds at least one: the run's prefilter
+        (:func:`cudagraph.migrate.rules.rule_prefilter`) keeps every file holding one. Its triggers, unless
+        :meth:`applies` reads more than them."""
+        return cls.triggers(table)
 
     def edited(self, count: int = 1) -> None:
         """Record ``count`` rewritten occurrences."""
@@ -399,6 +406,12 @@ def original_source(context: CodemodContext, tree: cst.Module) -> tuple[cst.Modu
     if isinstance(original, tuple) and isinstance(original[0], cst.Module):
         return original[0], str(original[1])
     return tree, None
+
+
+@per_table
+def _triggers(command: type[MigrationCommand], table: RenameTable) -> tuple[str, ...]:
+    """``command.triggers(table)``, computed once per table (the prefilter asks for them on every file)."""
+    return tuple(command.triggers(table))
 
 
 def _shared_wrapper(context: CodemodContext, tree: cst.Module) -> MetadataWrapper:

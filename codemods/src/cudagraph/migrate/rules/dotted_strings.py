@@ -22,7 +22,6 @@ is exactly a dotted path starting at a legacy module is looked at; prose is neve
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -34,6 +33,7 @@ from ..exports import ClassApi
 from ..handoffs import HandoffChecker
 from ..legacy_api import load_legacy_api
 from ..renames import RenameKind, RenameTable
+from ..table_cache import per_table
 from ..todo_comments import GuideSection
 from .base import LegacyModuleMatcher, MigrationCommand, original_source, string_value, with_string_value
 from .owners import owner_rows
@@ -175,7 +175,7 @@ class LegacyDottedStrings(MigrationCommand):
         return [first, *parts[1:]]
 
 
-@functools.cache
+@per_table
 def own_member_paths(table: RenameTable) -> Mapping[str, str]:
     """``owner.old`` -> ``owner.new`` for every owner of every row of cudagraph's own earlier member names."""
     return MappingProxyType(

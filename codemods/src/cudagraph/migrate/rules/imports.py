@@ -77,6 +77,11 @@ class LegacyImports(MigrationCommand):
         )
 
     @classmethod
+    def prefilter_texts(cls, table: RenameTable) -> frozenset[str]:
+        """The last part of every legacy module: each way :meth:`applies` keeps a file holds one."""
+        return frozenset(module.rpartition(".")[2] for module in table.modules)
+
+    @classmethod
     def quick_findings(cls, view: QuickView) -> list[Finding] | None:
         """Nothing to do (no libcst work) where no import statement names a legacy module."""
         matcher = LegacyModuleMatcher(view.table, view.path)
