@@ -27,7 +27,7 @@ from .metrics import ReplayMetrics
 from .protocols import ModelRunnerLike, needs_seq_lens_cpu
 from .replay_metadata import ReplayMetadata
 from .routing import EagerReason, Route
-from .static_buffers import DECODE_FIELDS, StaticBuffers
+from .static_buffers import DECODE_FIELDS, PaddedField, StaticBuffers
 from .step_inputs import StepInputs
 from .switches import RunnerConfig
 
@@ -53,6 +53,8 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
     """
 
     phase: ClassVar[Phase] = Phase.DECODE
+    static_fields: ClassVar[tuple[PaddedField, ...]] = DECODE_FIELDS
+    """The ``ForwardBatch`` fields its static buffers hold (a subclass may add its own)."""
 
     def __init__(
         self,
@@ -97,7 +99,7 @@ class DecodeCudaGraphRunner(BaseCudaGraphRunner):
         attn_backend = self.model_runner.attn_backend
         max_tokens = self.max_size * self.query_len
         self.static_buffers = StaticBuffers.allocate(
-            DECODE_FIELDS,
+            self.static_fields,
             max_tokens=max_tokens,
             max_requests=self.max_size,
             device=self.device,

@@ -21,16 +21,14 @@ engine's backends do), since one replay serves every step.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
-from typing import ClassVar
+from collections.abc import Callable, Mapping
 
 import torch
 
 from cudagraph.backend import BaseCudaGraphBackend
-from cudagraph.backend_utils import ShapeDescriptor
-from cudagraph.config import ConfigError, CudaGraphConfig, Phase, PhaseConfig
+from cudagraph.config import ConfigError, CudaGraphConfig, PhaseConfig
 
-from .base import BaseCudaGraphRunner
+from .decode import DecodeCudaGraphRunner
 from .forward_batch import ForwardBatch, ForwardMode
 from .metrics import ReplayMetrics
 from .protocols import AttentionBackendLike, DraftModelRunnerLike, TraceableDraftModelRunner, needs_seq_lens_cpu
@@ -118,7 +116,7 @@ def next_step_batch(
     )
 
 
-class DraftCudaGraphRunner(BaseCudaGraphRunner):
+class DraftCudaGraphRunner(DecodeCudaGraphRunner):
     """Replays ``num_steps`` chained draft steps from one graph per batch size (see the module docstring).
 
     ``replay(batch)`` takes a decode-shaped batch (one token per request, ``hidden_states`` ``[B, H]``) and returns
@@ -131,8 +129,6 @@ class DraftCudaGraphRunner(BaseCudaGraphRunner):
         runner.capture()
         drafts = runner.replay(batch)  # [B, k - 1]
     """
-
-    phase: ClassVar[Phase] = Phase.DECODE
 
     def __init__(
         self,
@@ -167,13 +163,9 @@ class DraftCudaGraphRunner(BaseCudaGraphRunner):
             capture_barrier=capture_barrier,
             metrics=metrics,
         )
-        self._graphed_modes = frozenset({_DECODE})
+        self._graphed_modes = frozenset({_DECODE})  # no idle steps: a draft always has rows
 
     # -- static buffers and capture ---------------------------------------------------------------------------------
-
-    def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
-        """The bucket the graph of ``bucket`` requests serves (each forward of the chain: one token a request)."""
-        return ShapeDescriptor.uniform(bucket, 1)
 
     def _allocate_static_buffers(self) -> None:
         first = self.step_attn_backends[0]
@@ -204,23 +196,8 @@ class DraftCudaGraphRunner(BaseCudaGraphRunner):
         super().shutdown()
         self.hidden_states = self.draft_tokens = torch.empty(0, device=self.device)
 
-    def _output_row_counts(self, bucket: int) -> Iterable[int]:
-        return [size for size in range(1, bucket + 1) if self.pad_to_bucket(size) == bucket]
-
     def _static_batch(self, bucket: int) -> ForwardBatch:
-        view = self.static_buffers.view
-        return ForwardBatch(
-            forward_mode=_DECODE,
-            batch_size=bucket,
-            input_ids=view("input_ids", bucket),
-            positions=view("positions", bucket),
-            seq_lens=view("seq_lens", bucket),
-            req_pool_indices=view("req_pool_indices", bucket),
-            out_cache_loc=view("out_cache_loc", bucket),
-            seq_lens_sum=bucket * self.static_buffers.seq_len_fill_value,
-            seq_lens_cpu=self.static_buffers.seq_lens_cpu[:bucket],
-            hidden_states=self.hidden_states[:bucket],
-        )
+        return dataclasses.replace(super()._static_batch(bucket), hidden_states=self.hidden_states[:bucket])
 
     def _prepare_capture(self, bucket: int) -> Callable[[], torch.Tensor]:
         static = self.static_buckets[bucket].batch
@@ -269,20 +246,11 @@ class DraftCudaGraphRunner(BaseCudaGraphRunner):
 
     # -- route and replay ---------------------------------------------------------------------------------------------
 
-    def route(self, batch: ForwardBatch) -> Route:
-        """A decode-shaped draft batch by request count (the bucket that holds it); other modes run eagerly."""
-        buckets = self.static_buckets
-        if batch.forward_mode not in self._graphed_modes:
-            return buckets.wrong_mode
-        return buckets.route_of_size(batch.batch_size)
-
     def input_views(self, batch_size: int) -> Mapping[str, torch.Tensor] | None:
-        """Where a draft step of ``batch_size`` requests can be written so its replay copies nothing (the static
-        buffers' first rows by field name, ``"hidden_states"`` among them); ``None`` when it would run eagerly."""
-        route = self.static_buckets.route_of_size(batch_size)
-        if batch_size < 1 or route.bucket is None or route.bucket in self.static_buckets.pending:
-            return None
-        return {**self.static_buffers.views(batch_size, batch_size), "hidden_states": self.hidden_states[:batch_size]}
+        """Where a draft step of ``batch_size`` requests can be written so its replay copies nothing (the decode
+        runner's views, ``"hidden_states"`` among them); ``None`` when it would run eagerly."""
+        views = super().input_views(batch_size)
+        return None if views is None else {**views, "hidden_states": self.hidden_states[:batch_size]}
 
     def draft_eagerly(self, batch: ForwardBatch) -> torch.Tensor:
         """The drafted tokens ``[B, num_steps]`` of ``batch`` with no graph: the same chain, forward by forward."""

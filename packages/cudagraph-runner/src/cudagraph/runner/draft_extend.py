@@ -15,27 +15,24 @@ phase's (a bucket counts requests).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar, NamedTuple
 
 import torch
 
 from cudagraph.backend import BaseCudaGraphBackend
-from cudagraph.backend_utils import ShapeDescriptor
-from cudagraph.config import CudaGraphConfig, Phase, PhaseConfig
+from cudagraph.config import CudaGraphConfig, PhaseConfig
 
-from .base import BaseCudaGraphRunner
+from .decode import DecodeCudaGraphRunner
 from .draft import check_whole_count
-from .forward_batch import ForwardBatch, ForwardMode
+from .forward_batch import ForwardBatch
 from .metrics import ReplayMetrics
-from .protocols import DraftModelRunnerLike, TraceableDraftModelRunner, needs_seq_lens_cpu
+from .protocols import DraftModelRunnerLike, TraceableDraftModelRunner
 from .replay_metadata import ReplayMetadata
-from .routing import EagerReason, Route
-from .static_buffers import DECODE_FIELDS, PaddedField, StaticBuffers
+from .routing import Route
+from .static_buffers import DECODE_FIELDS, PaddedField
 from .switches import RunnerConfig
-
-_VERIFY = ForwardMode.TARGET_VERIFY
-_WRONG_QUERY_LEN = Route.eager(EagerReason.QUERY_LEN_NOT_CAPTURED)
 
 DRAFT_EXTEND_FIELDS = (*DECODE_FIELDS, PaddedField("accepted_lens", torch.int64, per_token=False, padding=1))
 """A draft extend's static buffers: decode's, per token, and each request's real rows (padded requests: one)."""
@@ -70,7 +67,7 @@ def seed_of(logits: torch.Tensor, hidden: torch.Tensor, accepted_lens: torch.Ten
     return DraftSeed(logits.index_select(0, rows).argmax(dim=-1), hidden.index_select(0, rows))
 
 
-class DraftExtendCudaGraphRunner(BaseCudaGraphRunner):
+class DraftExtendCudaGraphRunner(DecodeCudaGraphRunner):
     """Replays draft extend steps (``query_len`` rows a request: the accepted drafts and the target's token, padded)
     from graphs captured per batch size (see the module docstring).
 
@@ -79,7 +76,7 @@ class DraftExtendCudaGraphRunner(BaseCudaGraphRunner):
     graph run the same step eagerly (``extend_eagerly``), counted under their reason.
     """
 
-    phase: ClassVar[Phase] = Phase.DECODE
+    static_fields: ClassVar[tuple[PaddedField, ...]] = DRAFT_EXTEND_FIELDS
 
     def __init__(
         self,
@@ -93,10 +90,7 @@ class DraftExtendCudaGraphRunner(BaseCudaGraphRunner):
         capture_barrier: Callable[[], None] | None = None,
         metrics: ReplayMetrics | None = None,
     ) -> None:
-        self.query_len: int = check_whole_count(
-            "query_len", query_len, 1, "rows a request: the drafts a verify step checked, plus one"
-        )
-        """Rows every request brings (``k + 1`` after a verify step of ``k`` drafts)."""
+        check_whole_count("query_len", query_len, 1, "rows a request: the drafts a verify step checked, plus one")
         self.hidden_size: int = model_runner.hidden_size
         self.draft_model_runner: DraftModelRunnerLike = model_runner
         super().__init__(
@@ -107,34 +101,17 @@ class DraftExtendCudaGraphRunner(BaseCudaGraphRunner):
             num_warmups=num_warmups,
             capture_barrier=capture_barrier,
             metrics=metrics,
+            query_len=query_len,
         )
-
-    def _tokens_per_size(self) -> int:
-        return self.query_len
-
-    def shape_descriptor(self, bucket: int) -> ShapeDescriptor:
-        """The bucket the graph of ``bucket`` requests serves (``query_len`` tokens each)."""
-        return ShapeDescriptor.uniform(bucket, self.query_len)
+        self._graphed_modes = frozenset({self.forward_mode})  # no idle steps: a draft extend always has rows
 
     def _allocate_static_buffers(self) -> None:
-        attn_backend = self.model_runner.attn_backend
-        size, tokens = self.max_size, self.max_size * self.query_len
-        self.static_buffers = StaticBuffers.allocate(
-            DRAFT_EXTEND_FIELDS,
-            max_tokens=tokens,
-            max_requests=size,
-            device=self.device,
-            seq_len_fill_value=attn_backend.get_cuda_graph_seq_len_fill_value(),
-        )
-        self.static_buffers.mirror_seq_lens_cpu = needs_seq_lens_cpu(attn_backend)
-        self.hidden_states = torch.zeros((tokens, self.hidden_size), dtype=self.model_runner.dtype, device=self.device)
+        size, dtype = self.max_size, self.model_runner.dtype
+        self.hidden_states = torch.zeros((size * self.query_len, self.hidden_size), dtype=dtype, device=self.device)
         """The hidden states handed to every row (static: what every graph reads)."""
         self.seed_tokens = torch.zeros(size, dtype=torch.int64, device=self.device)
-        self.seed_hidden_states = torch.zeros(
-            (size, self.hidden_size), dtype=self.model_runner.dtype, device=self.device
-        )
-        attn_backend.init_cuda_graph_state(size, tokens)
-        self._index_buckets()
+        self.seed_hidden_states = torch.zeros((size, self.hidden_size), dtype=dtype, device=self.device)
+        super()._allocate_static_buffers()
 
     def static_buffer_tensors(self, bucket: int) -> list[torch.Tensor]:
         """Every static buffer the graph of ``bucket`` reads (debug mode checks their addresses)."""
@@ -149,26 +126,16 @@ class DraftExtendCudaGraphRunner(BaseCudaGraphRunner):
         return [size for size in range(1, bucket + 1) if self.pad_to_bucket(size) == bucket]
 
     def _static_batch(self, bucket: int) -> ForwardBatch:
-        view = self.static_buffers.view
-        tokens = bucket * self.query_len
-        return ForwardBatch(
-            forward_mode=_VERIFY,
-            batch_size=bucket,
-            input_ids=view("input_ids", tokens),
-            positions=view("positions", tokens),
-            seq_lens=view("seq_lens", bucket),
-            req_pool_indices=view("req_pool_indices", bucket),
-            out_cache_loc=view("out_cache_loc", tokens),
-            seq_lens_sum=bucket * self.static_buffers.seq_len_fill_value,
-            seq_lens_cpu=self.static_buffers.seq_lens_cpu[:bucket],
-            hidden_states=self.hidden_states[:tokens],
-            accepted_lens=view("accepted_lens", bucket),
+        return dataclasses.replace(
+            super()._static_batch(bucket),
+            hidden_states=self.hidden_states[: bucket * self.query_len],
+            accepted_lens=self.static_buffers.view("accepted_lens", bucket),
         )
 
     def _prepare_capture(self, bucket: int) -> Callable[[], torch.Tensor]:
         batch = self.static_buckets[bucket].batch
         self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph(
-            bucket, bucket * self.query_len, batch.req_pool_indices, batch.seq_lens, _VERIFY
+            bucket, bucket * self.query_len, batch.req_pool_indices, batch.seq_lens, self.forward_mode
         )
         tokens, hidden = self.seed_tokens[:bucket], self.seed_hidden_states[:bucket]
 
@@ -211,23 +178,13 @@ class DraftExtendCudaGraphRunner(BaseCudaGraphRunner):
 
     # -- route and replay ---------------------------------------------------------------------------------------------
 
-    def route(self, batch: ForwardBatch) -> Route:
-        """A verify-shaped batch of ``query_len`` rows a request, by request count; other shapes run eagerly."""
-        buckets = self.static_buckets
-        if batch.forward_mode is not _VERIFY:
-            return buckets.wrong_mode
-        if batch.num_tokens != batch.batch_size * self.query_len:
-            return _WRONG_QUERY_LEN
-        return buckets.route_of_size(batch.batch_size)
-
     def input_views(self, batch_size: int) -> Mapping[str, torch.Tensor] | None:
-        """Where a draft extend of ``batch_size`` requests can be written so its replay copies nothing (the static
-        buffers' first rows by field name, ``"hidden_states"`` among them); ``None`` when it would run eagerly."""
-        route = self.static_buckets.route_of_size(batch_size)
-        if batch_size < 1 or route.bucket is None or route.bucket in self.static_buckets.pending:
+        """Where a draft extend of ``batch_size`` requests can be written so its replay copies nothing (the decode
+        runner's views, ``"accepted_lens"`` and ``"hidden_states"`` among them); ``None`` when it would run eagerly."""
+        views = super().input_views(batch_size)
+        if views is None:
             return None
-        tokens = batch_size * self.query_len
-        return {**self.static_buffers.views(tokens, batch_size), "hidden_states": self.hidden_states[:tokens]}
+        return {**views, "hidden_states": self.hidden_states[: batch_size * self.query_len]}
 
     def replay(self, batch: ForwardBatch, route: Route | None = None) -> DraftSeed:  # type: ignore[override]
         """Each request's ``DraftSeed`` from the graph of ``route``'s bucket (eager when it has none). The result
@@ -253,7 +210,7 @@ class DraftExtendCudaGraphRunner(BaseCudaGraphRunner):
                 static.req_pool_indices,
                 static.seq_lens,
                 batch.seq_lens_sum + (bucket - size) * buffers.seq_len_fill_value,
-                _VERIFY,
+                self.forward_mode,
                 static.seq_lens_cpu if host_lengths else None,
                 query_len=self.query_len,
             )

@@ -106,17 +106,18 @@ class CpuEagleWorker:
 
 @dataclass
 class StepShape:
-    """What ``can_run`` reads of a batch: its mode and its request count."""
+    """What ``can_run`` reads of a batch: its mode, its request count and its token count."""
 
     forward_mode: int
     batch_size: int
+    num_tokens: int
 
 
 def decode_batch(size: int) -> StepShape:
     """A draft step of ``size`` requests."""
-    return StepShape(DECODE, size)
+    return StepShape(DECODE, size, size)
 
 
-def verify_batch(size: int) -> StepShape:
-    """A draft extend of ``size`` requests."""
-    return StepShape(TARGET_VERIFY, size)
+def verify_batch(size: int, query_len: int = 3) -> StepShape:
+    """A draft extend of ``size`` requests, ``query_len`` rows each (the worker's two steps, plus one)."""
+    return StepShape(TARGET_VERIFY, size, size * query_len)
