@@ -243,7 +243,11 @@ class EagleDrafter:
         """Seed every request that goes on: a draft extend over the tokens the verify step gave it."""
         runner, query_len = self.model_runner, self.num_tokens + 1
         hidden = self._target_hidden()
-        live, tokens, starts, lens, rows = [], [], [], [], []
+        live: list[Request] = []
+        tokens: list[list[int]] = []
+        starts: list[int] = []
+        lens: list[int] = []
+        rows: list[int] = []
         for index, (request, kept) in enumerate(zip(requests, accepted, strict=True)):
             if request.finished:
                 continue
