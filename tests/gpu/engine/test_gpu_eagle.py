@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -75,61 +76,73 @@ def greedy() -> dict[int, list[list[int]]]:
     return tokens
 
 
-def eagle_run(
-    decode: Backend, head: str, num_layers: int, graphed_drafts: bool
-) -> tuple[list[list[int]], list[list[list[int]]], GenerationStats, set[int]]:
-    """Speculative decoding of ``workload`` with an EAGLE head: tokens, every proposal, stats and the chain's
-    replayed buckets (empty when the drafts ran eagerly)."""
-    with engine(decode, num_layers, keep_hidden_states=NUM_TOKENS + 1) as target:
-        eagle = EagleModelRunner(target, eagle_head_from_source(head, target.model, seed=1), NUM_TOKENS)
-        try:
-            if graphed_drafts:
-                eagle.init_cuda_graphs()
-            drafter = EagleDrafter(eagle)
-            proposals: list[list[list[int]]] = []
-            propose = drafter.propose_batch
+@dataclass
+class EagleRun:
+    tokens: list[list[int]]
+    drafts: list[list[list[int]]]
+    stats: GenerationStats
+    buckets: set[int]
+    """Buckets the draft chain replayed (empty when the drafts ran eagerly)."""
 
-            def recording(requests):  # type: ignore[no-untyped-def]
-                proposals.append(propose(requests))
-                return proposals[-1]
 
-            drafter.propose_batch = recording  # type: ignore[method-assign]
-            scheduler = Scheduler(target, policy=StepPolicy(drafter=drafter))
-            tokens = [out.output_token_ids for out in scheduler.run(*workload())]
-            chain, extend = eagle.draft_cuda_graph_runner, eagle.draft_extend_cuda_graph_runner
-            buckets: set[int] = set()
-            if graphed_drafts:
-                assert chain is not None and extend is not None
-                assert chain.stats.graphs == extend.stats.graphs == len(DECODE_BUCKETS)
-                assert chain.metrics.eager == 0 and extend.metrics.eager == 0, "every draft step replayed a graph"
-                assert chain.metrics.replays == scheduler.stats.verify_steps
-                sizes = [size for size, count in enumerate(chain.metrics.replays_by_size) if count and size]
-                buckets = {chain.pad_to_bucket(size) for size in sizes}
-            return tokens, proposals, scheduler.stats, buckets
-        finally:
-            eagle.shutdown()
+def eagle_run(target: ModelRunner, head: str, graphed_drafts: bool) -> EagleRun:
+    """Speculative decoding of ``workload`` on ``target`` with an EAGLE head of its own (``random``, seeded, or
+    ``self``), recording every proposal; the head's graphs checked and freed after."""
+    eagle = EagleModelRunner(target, eagle_head_from_source(head, target.model, seed=1), NUM_TOKENS)
+    try:
+        if graphed_drafts:
+            eagle.init_cuda_graphs()
+        drafter = EagleDrafter(eagle)
+        proposals: list[list[list[int]]] = []
+        propose = drafter.propose_batch
+
+        def recording(requests):  # type: ignore[no-untyped-def]
+            proposals.append(propose(requests))
+            return proposals[-1]
+
+        drafter.propose_batch = recording  # type: ignore[method-assign]
+        scheduler = Scheduler(target, policy=StepPolicy(drafter=drafter))
+        tokens = [out.output_token_ids for out in scheduler.run(*workload())]
+        chain, extend = eagle.draft_cuda_graph_runner, eagle.draft_extend_cuda_graph_runner
+        buckets: set[int] = set()
+        if graphed_drafts:
+            assert chain is not None and extend is not None
+            assert chain.stats.graphs == extend.stats.graphs == len(DECODE_BUCKETS)
+            assert chain.metrics.eager == 0 and extend.metrics.eager == 0, "every draft step replayed a graph"
+            assert chain.metrics.replays == scheduler.stats.verify_steps
+            sizes = [size for size, count in enumerate(chain.metrics.replays_by_size) if count and size]
+            buckets = {chain.pad_to_bucket(size) for size in sizes}
+        return EagleRun(tokens, proposals, scheduler.stats, buckets)
+    finally:
+        eagle.shutdown()
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("decode", [Backend.FULL, Backend.BREAKABLE, Backend.TC_PIECEWISE])
 def test_graphed_eagle_drafting_is_lossless_and_equals_eager_drafting_at_every_bucket(greedy, decode: Backend) -> None:
+    """One target (its graphs on ``decode``) serves both runs, so both drafters read the same hidden states."""
     torch._dynamo.reset()
-    eager_tokens, eager_drafts, _, _ = eagle_run(decode, "random", 2, graphed_drafts=False)
-    tokens, drafts, stats, buckets = eagle_run(decode, "random", 2, graphed_drafts=True)
-    for index, (want, have) in enumerate(zip(greedy[2], tokens, strict=True)):
+    with engine(decode, 2, keep_hidden_states=NUM_TOKENS + 1) as target:
+        eager = eagle_run(target, "random", graphed_drafts=False)
+        graphed = eagle_run(target, "random", graphed_drafts=True)
+    for index, (want, have) in enumerate(zip(greedy[2], graphed.tokens, strict=True)):
         assert have == want, f"prompt {index} diverged from greedy decoding"
-    assert eager_tokens == greedy[2]
-    assert drafts == eager_drafts, "graphed drafts differ from the eager drafting path's"
-    assert buckets == set(DECODE_BUCKETS), f"the draft chain replayed buckets {sorted(buckets)}, not every one"
-    assert stats.decode_steps == 0 and stats.verify_steps > 0
+    assert eager.tokens == greedy[2]
+    assert graphed.drafts == eager.drafts, "graphed drafts differ from the eager drafting path's"
+    assert graphed.buckets == set(DECODE_BUCKETS), (
+        f"the draft chain replayed {sorted(graphed.buckets)}, not every bucket"
+    )
+    assert graphed.stats.decode_steps == 0 and graphed.stats.verify_steps > 0
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("decode", [Backend.FULL, Backend.BREAKABLE, Backend.TC_PIECEWISE])
 def test_the_self_draft_head_gives_the_greedy_tokens_near_k_plus_one_a_step(greedy, decode: Backend) -> None:
     torch._dynamo.reset()
-    tokens, _, stats, _ = eagle_run(decode, "self", 1, graphed_drafts=True)
-    assert tokens == greedy[1]
+    with engine(decode, 1, keep_hidden_states=NUM_TOKENS + 1) as target:
+        run = eagle_run(target, "self", graphed_drafts=True)
+    assert run.tokens == greedy[1]
+    stats = run.stats
     assert stats.accepted_tokens >= 0.95 * stats.drafted_tokens, (stats.accepted_tokens, stats.drafted_tokens)
     request_steps = stats.drafted_tokens // NUM_TOKENS  # one per request per verify step
     per_step = (request_steps + stats.accepted_tokens) / request_steps

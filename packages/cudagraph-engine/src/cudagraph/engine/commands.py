@@ -689,8 +689,13 @@ def run_generate(
     if args.cuda_graph_metrics is not None:
         metrics = dict(model_runner.cuda_graph_metrics)
         lora = model_runner.lora_cuda_graph_metrics if model_runner.lora is not None else None
+        drafts = (
+            (drafter.model_runner.draft_metrics, drafter.model_runner.draft_extend_metrics)
+            if isinstance(drafter, EagleDrafter)
+            else ()
+        )
         report_cuda_graph_metrics(
-            metrics, args.cuda_graph_metrics, verify=model_runner.verify_cuda_graph_metrics, lora=lora
+            metrics, args.cuda_graph_metrics, verify=model_runner.verify_cuda_graph_metrics, lora=lora, drafts=drafts
         )
     logger.info("%s", speed.line())
     logger.info("%s", variants_line(variants))
@@ -708,13 +713,18 @@ def report_cuda_graph_metrics(
     path: Path,
     verify: ReplayMetrics | None = None,
     lora: Mapping[Phase, ReplayMetrics] | None = None,
+    drafts: Sequence[ReplayMetrics] = (),
 ) -> None:
     """End each phase's warning window, print its table to stderr and write every phase's metrics as JSON to
-    ``path`` (``{"decode": {...}, "prefill": {...}}``, ``"verify"`` when speculative verify steps ran, and with
-    ``lora`` each phase's LoRA variant as ``"decode lora"`` and ``"prefill lora"``)."""
+    ``path`` (``{"decode": {...}, "prefill": {...}}``, ``"verify"`` when speculative verify steps ran, with ``lora``
+    each phase's LoRA variant as ``"decode lora"`` and ``"prefill lora"``, and each of ``drafts`` that ran, by its
+    label: an EAGLE head's ``"draft"`` chains and ``"draft extend"`` steps)."""
     tables = dict(((str(phase), m) for phase, m in metrics.items()))
     if verify is not None and verify.steps:
         tables["verify"] = verify
+    for draft_metrics in drafts:
+        if draft_metrics.steps:
+            tables[draft_metrics.label] = draft_metrics
     for lora_metrics in (lora or {}).values():
         tables[lora_metrics.label] = lora_metrics
     for table_metrics in tables.values():
