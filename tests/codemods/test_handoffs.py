@@ -124,7 +124,7 @@ def test_an_eagle_fork_s_refused_subclasses_say_what_the_new_draft_runners_do_in
     for found, advice in by_class.items():
         assert any(found in todo and advice in todo for todo in todos), found
     # every use of both names stays on SGLang's (nothing half-moved); the retired module's runner moves
-    code = [line for line in CASES["eagle_fork_draft_runners"].expected.read_text().splitlines() if "#" not in line]
+    code = [line for line in CASES["eagle_fork_draft_runners"].expected.splitlines() if "#" not in line]
     names = {name for line in code for name in re.findall(r"\w+", line)}
     assert "EAGLEDraftCudaGraphRunner" in names and not names & {"DraftCudaGraphRunner", "DraftExtendCudaGraphRunner"}
 
