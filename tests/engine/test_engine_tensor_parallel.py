@@ -389,7 +389,9 @@ def test_the_head_gathers_into_one_buffer_every_graph_shares_and_gives_single_ra
         captured = seen["gathers"][: seen["captured"]]
         assert {gather_rows for gather_rows, _, _ in captured} == set(tp_workers.HEAD_DECODE_BUCKETS)
         in_graphs = [gather for gather in seen["gathers"] if gather[2]]
-        assert len(in_graphs) > len(captured), f"rank {rank}: no replay gathered"
+        if decode == "full":  # the full double replays by running the forward again; the breakable one replays
+            # its recorded aten ops, which no Python-level recorder sees (as a CUDA graph's replay is not seen)
+            assert len(in_graphs) > len(captured), f"rank {rank}: no replay gathered"
         fitting = [gather for gather in seen["gathers"] if gather[0] <= largest]
         assert {at for _, at, _ in fitting} == {address}, f"rank {rank}: a step that fits gathered elsewhere"
         larger = [gather for gather in seen["gathers"] if gather[0] > largest]
