@@ -31,7 +31,13 @@ from cudagraph.config import ConfigError, CudaGraphConfig, PhaseConfig
 from .decode import DecodeCudaGraphRunner
 from .forward_batch import ForwardBatch, ForwardMode
 from .metrics import ReplayMetrics
-from .protocols import AttentionBackendLike, DraftModelRunnerLike, TraceableDraftModelRunner, needs_seq_lens_cpu
+from .protocols import (
+    AttentionBackendLike,
+    DraftModelRunnerLike,
+    ModelRunnerLike,
+    TraceableDraftModelRunner,
+    needs_seq_lens_cpu,
+)
 from .replay_metadata import ReplayHook, ReplayMetadata, bind_replay_hook
 from .routing import Route
 from .static_buffers import DECODE_FIELDS, StaticBuffers
@@ -116,7 +122,24 @@ def next_step_batch(
     )
 
 
-class DraftCudaGraphRunner(DecodeCudaGraphRunner):
+class DraftStepTracing:
+    """What a compiling backend traces of a draft runner's step, shared by both draft runners: the draft model
+    runner's ``draft_model_forward`` (``TraceableDraftModelRunner``), called with the tokens, their positions and the
+    hidden states handed to them."""
+
+    model_runner: ModelRunnerLike
+
+    def _traced_forward(self) -> Callable[..., torch.Tensor] | None:
+        model_runner = self.model_runner
+        return model_runner.draft_model_forward if isinstance(model_runner, TraceableDraftModelRunner) else None
+
+    @staticmethod
+    def _traced_inputs(batch: ForwardBatch) -> tuple[torch.Tensor, ...]:
+        assert batch.hidden_states is not None
+        return (batch.input_ids, batch.positions, batch.hidden_states)
+
+
+class DraftCudaGraphRunner(DraftStepTracing, DecodeCudaGraphRunner):
     """Replays ``num_steps`` chained draft steps from one graph per batch size (see the module docstring).
 
     ``replay(batch)`` takes a decode-shaped batch (one token per request, ``hidden_states`` ``[B, H]``) and returns
@@ -262,15 +285,6 @@ class DraftCudaGraphRunner(DecodeCudaGraphRunner):
     def _forward_eagerly(self, batch: ForwardBatch) -> torch.Tensor:
         return self.draft_eagerly(batch)
 
-    def _traced_forward(self) -> Callable[..., torch.Tensor] | None:
-        model_runner = self.model_runner
-        return model_runner.draft_model_forward if isinstance(model_runner, TraceableDraftModelRunner) else None
-
-    @staticmethod
-    def _traced_inputs(batch: ForwardBatch) -> tuple[torch.Tensor, ...]:
-        assert batch.hidden_states is not None
-        return (batch.input_ids, batch.positions, batch.hidden_states)
-
     def _write_step_lengths(self, bucket: int) -> None:
         """Each step's ``seq_lens`` (step 0's plus the step), on the device and, when a backend plans on the host,
         on the host: one add each for every step."""
@@ -309,7 +323,7 @@ class DraftCudaGraphRunner(DecodeCudaGraphRunner):
                     bucket,
                     static.req_pool_indices,
                     step_buffers.seq_lens[step, :bucket] if step else static.seq_lens,
-                    batch.seq_lens_sum + step * size + padding + step * (bucket - size),
+                    batch.seq_lens_sum + padding + step * bucket,  # every row, padded ones too, one longer a step
                     _DECODE,
                     step_buffers.seq_lens_cpu[step, :bucket] if host_lengths else None,
                 )

@@ -25,10 +25,10 @@ from cudagraph.backend import BaseCudaGraphBackend
 from cudagraph.config import CudaGraphConfig, PhaseConfig
 
 from .decode import DecodeCudaGraphRunner
-from .draft import check_whole_count
+from .draft import DraftStepTracing, check_whole_count
 from .forward_batch import ForwardBatch
 from .metrics import ReplayMetrics
-from .protocols import DraftModelRunnerLike, TraceableDraftModelRunner
+from .protocols import DraftModelRunnerLike
 from .replay_metadata import ReplayMetadata
 from .routing import Route
 from .static_buffers import DECODE_FIELDS, PaddedField
@@ -67,7 +67,7 @@ def seed_of(logits: torch.Tensor, hidden: torch.Tensor, accepted_lens: torch.Ten
     return DraftSeed(logits.index_select(0, rows).argmax(dim=-1), hidden.index_select(0, rows))
 
 
-class DraftExtendCudaGraphRunner(DecodeCudaGraphRunner):
+class DraftExtendCudaGraphRunner(DraftStepTracing, DecodeCudaGraphRunner):
     """Replays draft extend steps (``query_len`` rows a request: the accepted drafts and the target's token, padded)
     from graphs captured per batch size (see the module docstring).
 
@@ -160,15 +160,6 @@ class DraftExtendCudaGraphRunner(DecodeCudaGraphRunner):
 
     def _forward_eagerly(self, batch: ForwardBatch) -> DraftSeed:  # type: ignore[override]
         return self.extend_eagerly(batch)
-
-    def _traced_forward(self) -> Callable[..., torch.Tensor] | None:
-        model_runner = self.model_runner
-        return model_runner.draft_model_forward if isinstance(model_runner, TraceableDraftModelRunner) else None
-
-    @staticmethod
-    def _traced_inputs(batch: ForwardBatch) -> tuple[torch.Tensor, ...]:
-        assert batch.hidden_states is not None
-        return (batch.input_ids, batch.positions, batch.hidden_states)
 
     @staticmethod
     def _check_draft_inputs(batch: ForwardBatch) -> None:
